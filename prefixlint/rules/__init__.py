@@ -1,0 +1,23 @@
+"""The rule catalog. Codes are a public contract: never renumber, only deprecate."""
+
+from __future__ import annotations
+
+from prefixlint.rules.base import LintRule
+from prefixlint.rules.prefix import (
+    LoopPrefixWithoutIndex,
+    MissingPrefix,
+    PrefixAttributeMismatch,
+    PrefixNotDerived,
+)
+
+ALL_RULES: list[type[LintRule]] = sorted(
+    [
+        MissingPrefix,
+        PrefixAttributeMismatch,
+        PrefixNotDerived,
+        LoopPrefixWithoutIndex,
+    ],
+    key=lambda r: r.code,
+)
+
+RULES_BY_CODE: dict[str, type[LintRule]] = {r.code: r for r in ALL_RULES}

@@ -1,0 +1,222 @@
+"""The rule base class and the per-file context every rule reads.
+
+Rules follow Fixit's shape: one small ``libcst`` visitor class per rule, its docstring the
+rule's documentation, its ``VALID`` and ``INVALID`` examples beside it. All rules of a run
+share one batched traversal of the file (``libcst.visit_batched``), and the costlier shared
+analyses (prefix sites, class facts) are computed once per file, on first use.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import ClassVar
+
+import libcst as cst
+
+from prefixlint.catalog import Resolver, Symbol
+from prefixlint.diagnostic import Severity
+from prefixlint.index import ClassSummary, FunctionSig, ModuleSummary
+from prefixlint.rules.prefixes import Hooks, PrefixAnalysis, Site, dotted_name
+
+DOCS_URL = "https://github.com/prefixlint/prefixlint/blob/main/docs/rules.md#{code}"
+
+# Class names that vLLM's registry (or a plugin) maps an architecture to look like this.
+ARCHITECTURE_NAME = re.compile(
+    r"For(CausalLM|ConditionalGeneration|SequenceClassification|TokenClassification|"
+    r"Embedding|QuestionAnswering|MaskedLM|Reward\w*|TextEncoding|SpeechSeq2Seq|"
+    r"Classification|Pooling|MTP|Speculative\w*|ImageClassification|\w+)$"
+)
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """An INVALID example: the code, and optionally the expected line and message fragment."""
+
+    code: str
+    line: int | None = None
+    contains: str | None = None
+
+
+@dataclass
+class Report:
+    rule: type[LintRule]
+    node: cst.CSTNode
+    message: str
+    severity: Severity
+    item: object  # the source.Item the node belongs to
+    anchors: tuple[cst.CSTNode, ...]  # enclosing function/statement nodes, outermost first
+    replacement: cst.CSTNode | None = None  # a fix: the node that replaces ``node``
+
+
+class FileContext:
+    """What rules know about the file being linted."""
+
+    def __init__(
+        self,
+        path: str,
+        summary: ModuleSummary,
+        resolver: Resolver,
+        architectures: frozenset[str] = frozenset(),
+    ) -> None:
+        self.path = path
+        self.summary = summary
+        self.resolver = resolver
+        self.architectures = architectures
+        self._sig_cache: dict[str, FunctionSig | None] = {}
+
+    def prefix_signature(self, callee: str) -> FunctionSig | None:
+        if callee not in self._sig_cache:
+            if callee.startswith("self.") and callee.count(".") == 1:
+                # A method of the class being built, e.g. ``self._init_model(prefix=...)``;
+                # methods are looked up across all classes of the file.
+                name = callee[5:]
+                sig = next(
+                    (
+                        c.methods[name]
+                        for c in self.summary.classes.values()
+                        if name in c.methods and c.methods[name].param("prefix") is not None
+                    ),
+                    None,
+                )
+            else:
+                sig = self.resolver.prefix_signature(self.summary, callee)
+            self._sig_cache[callee] = sig
+        return self._sig_cache[callee]
+
+    # Set by the linter before the walk; rules read sites from it in ``leave_Module``.
+    prefixes: PrefixAnalysis
+
+    # -- classes ----------------------------------------------------------------------
+    def class_summary(self, node: cst.ClassDef) -> ClassSummary | None:
+        return self.summary.classes.get(node.name.value)
+
+    def symbol(self, node: cst.ClassDef) -> Symbol | None:
+        cls = self.class_summary(node)
+        return Symbol(self.summary, cls.name, cls=cls) if cls else None
+
+    def is_architecture(self, node: cst.ClassDef) -> bool:
+        """A top-level model class: named in vLLM's registry or shaped like one."""
+        name = node.name.value
+        if name in self.architectures:
+            return True
+        if not ARCHITECTURE_NAME.search(name) or name.startswith("_"):
+            return False
+        return bool(node.bases) and self.is_module_class(node)
+
+    def is_module_class(self, node: cst.ClassDef) -> bool:
+        """Plausibly an ``nn.Module``: a base resolves to one, or looks like one."""
+        cls = self.class_summary(node)
+        if cls is None:
+            return False
+        return _is_module(self, self.summary, cls, 0)
+
+    def takes_vllm_config(self, node: cst.ClassDef) -> bool:
+        cls = self.class_summary(node)
+        init = cls.methods.get("__init__") if cls else None
+        return init is not None and init.param("vllm_config") is not None
+
+    def declares(self, node: cst.ClassDef, interface: str) -> bool:
+        cls = self.class_summary(node)
+        return cls is not None and self.resolver.inherits(self.summary, cls, interface)
+
+
+def _is_module(ctx: FileContext, module: ModuleSummary, cls: ClassSummary, depth: int) -> bool:
+    if depth > 8:
+        return False
+    for base in cls.bases:
+        short = base.rsplit(".", 1)[-1]
+        if short == "Module" or base in ("nn.Module", "torch.nn.Module"):
+            return True
+        sym = ctx.resolver.resolve(module, base)
+        if sym is not None and sym.cls is not None:
+            if _is_module(ctx, sym.module, sym.cls, depth + 1):
+                return True
+        elif base in module.classes and base != cls.name:
+            if _is_module(ctx, module, module.classes[base], depth + 1):
+                return True
+    return False
+
+
+class LintRule:
+    """Base class of every static rule.
+
+    The linter walks each file once and calls these hooks on every rule that defines them:
+    ``visit_ClassDef(node)``, ``visit_FunctionDef(node, class_node)``,
+    ``visit_Call(node, callee)``, ``visit_Name(node, dotted_name)`` and, after the walk,
+    ``leave_Module()``, where the prefix sites of the whole file are complete.
+    """
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    severity: ClassVar[Severity] = Severity.ERROR
+    summary: ClassVar[str]
+    # Rules that fire on correct code too often are off unless selected (see docs/precision.md).
+    default_enabled: ClassVar[bool] = True
+    VALID: ClassVar[list[str]] = []
+    INVALID: ClassVar[list[Invalid]] = []
+
+    def __init__(self, ctx: FileContext) -> None:
+        self.ctx = ctx
+        self.reports: list[Report] = []
+
+    def report(
+        self,
+        node: cst.CSTNode,
+        message: str,
+        *,
+        severity: Severity | None = None,
+        replacement: cst.CSTNode | None = None,
+        site: Site | None = None,
+    ) -> None:
+        walk = self.ctx.prefixes
+        item = site.item if site is not None else walk.item
+        anchors = site.anchors if site is not None else tuple(walk.anchors)
+        self.reports.append(
+            Report(
+                type(self), node, message, severity or self.severity, item, anchors, replacement
+            )
+        )
+
+    @classmethod
+    def documentation(cls) -> str:
+        import inspect
+
+        return inspect.cleandoc(cls.__doc__ or "")
+
+
+def callee_name(node: cst.Call) -> str | None:
+    return dotted_name(node.func)
+
+
+class RuleHooks(Hooks):
+    """Forwards the walk's events to the rules that listen for them."""
+
+    def __init__(self, rules: list[LintRule]) -> None:
+        def bound(name: str) -> list:
+            return [getattr(r, name) for r in rules if hasattr(r, name)]
+
+        self._class = bound("visit_ClassDef")
+        self._function = bound("visit_FunctionDef")
+        self._call = bound("visit_Call")
+        self._name = bound("visit_Name")
+        if not self._call:
+            self.on_call = Hooks.on_call.__get__(self)  # type: ignore[method-assign]
+        if not self._name:
+            self.on_name = Hooks.on_name.__get__(self)  # type: ignore[method-assign]
+
+    def on_class(self, node: cst.ClassDef) -> None:
+        for fn in self._class:
+            fn(node)
+
+    def on_function(self, node: cst.FunctionDef, class_node: cst.ClassDef | None) -> None:
+        for fn in self._function:
+            fn(node, class_node)
+
+    def on_call(self, node: cst.Call, callee: str | None) -> None:
+        for fn in self._call:
+            fn(node, callee)
+
+    def on_name(self, node: cst.Name | cst.Attribute, name: str) -> None:
+        for fn in self._name:
+            fn(node, name)

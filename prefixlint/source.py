@@ -1,0 +1,303 @@
+"""Reading a file and building the concrete syntax tree the rules see.
+
+A whole-file libcst parse is the expensive part of a lint run (about 4x ``ast``). Most of a
+model file cannot matter to any rule: weight loading, processor classes, dataclasses. So the
+file is first parsed with ``ast`` (for the index and for exact statement boundaries), and
+libcst then parses a *sketch*: the relevant top-level classes and functions, verbatim, with
+methods that cannot matter replaced by a one-line ``def name(self): ...`` stub (kept so that
+rules still see which methods exist). A line map turns sketch lines back into file lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import io
+import re
+import tokenize
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import libcst as cst
+
+from prefixlint.index import ModuleSummary, summarize
+
+# Methods a rule always needs in full, whatever they contain.
+ALWAYS_PARSED_METHODS: frozenset[str] = frozenset(
+    {
+        "__init__",
+        "forward",
+        "generate",
+        "prepare_inputs_for_generation",
+        "_reorder_cache",
+        "sample",
+        "register",
+    }
+)
+
+# Words that make a method or function worth parsing. Names of prefix-taking callables are
+# added per file, since a call without ``prefix`` is exactly what PFX301 looks for.
+STATIC_TRIGGERS: tuple[str, ...] = (
+    "prefix",
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "broadcast",
+    "torch.distributed",
+    "dist.",
+    "get_tp_group",
+    "get_pp_group",
+    "PPMissingLayer",
+    "Linear",
+    "Embedding",
+    "scaled_dot_product_attention",
+    "softmax",
+    "multinomial",
+    "past_key_value",
+    "past_key_values",
+    "layer_past",
+    "use_cache",
+    "register_model",
+    "make_layers",
+)
+
+
+class SourceError(Exception):
+    """The file cannot be read, decoded or parsed; carries a 1-based position."""
+
+    def __init__(self, message: str, row: int = 1, column: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.row = max(row, 1)
+        self.column = max(column, 1)
+
+
+def decode(data: bytes) -> str:
+    """Decode as Python does (BOM, PEP 263 cookie, else UTF-8), with a clear error."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as e:
+        raise SourceError(f"cannot decode file: {e.msg}") from None
+    try:
+        text = data.decode(encoding)
+    except (UnicodeDecodeError, LookupError) as e:
+        if isinstance(e, UnicodeDecodeError):
+            row = data.count(b"\n", 0, e.start) + 1
+            col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+            raise SourceError(
+                f"file is not valid {encoding}: byte 0x{data[e.start]:02x} cannot be decoded",
+                row,
+                col,
+            ) from None
+        raise SourceError(f"unknown source encoding {encoding!r}") from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    return text
+
+
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines as Python numbers them (``str.splitlines`` also splits at form feeds)."""
+    return _NEWLINE.split(text)
+
+
+def parse_ast(text: str) -> ast.Module:
+    try:
+        return ast.parse(text)
+    except SyntaxError as e:
+        raise SourceError(f"syntax error: {e.msg}", e.lineno or 1, e.offset or 1) from None
+    except (ValueError, MemoryError, RecursionError) as e:
+        # null bytes, or nesting too deep for the parser
+        raise SourceError(f"cannot parse file: {e}") from None
+
+
+@dataclass
+class LineMap:
+    """Maps 1-based lines of the sketch to lines of the file."""
+
+    sketch_starts: list[int]
+    file_starts: list[int]
+
+    @classmethod
+    def identity(cls) -> LineMap:
+        return cls([1], [1])
+
+    def to_file(self, sketch_line: int) -> int:
+        i = bisect.bisect_right(self.sketch_starts, sketch_line) - 1
+        if i < 0:
+            return sketch_line
+        return self.file_starts[i] + (sketch_line - self.sketch_starts[i])
+
+
+@dataclass
+class Item:
+    """One top-level class or function of the file, as the rules see it."""
+
+    module: cst.Module
+    line_map: LineMap
+    first_line: int  # in the file
+    last_line: int
+    name: str
+
+
+@dataclass
+class ParsedFile:
+    text: str
+    lines: list[str]
+    tree: ast.Module
+    summary: ModuleSummary
+    items: list[Item]
+
+    @property
+    def parsed_lines(self) -> int:
+        return sum(i.module.code.count("\n") for i in self.items)
+
+
+def _start(node: ast.stmt) -> int:
+    decorators = getattr(node, "decorator_list", None) or []
+    return min([node.lineno] + [d.lineno for d in decorators])
+
+
+class _Sketch:
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        self.out: list[str] = []
+        self.sketch_starts: list[int] = []
+        self.file_starts: list[int] = []
+
+    def verbatim(self, first: int, last: int) -> None:
+        self._chunk(first, self.lines[first - 1 : last])
+
+    def _chunk(self, file_line: int, chunk: list[str]) -> None:
+        if not chunk:
+            return
+        self.sketch_starts.append(len(self.out) + 1)
+        self.file_starts.append(file_line)
+        self.out.extend(chunk)
+
+    def stub(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        line = self.lines[node.lineno - 1]
+        indent = line[: len(line) - len(line.lstrip())]
+        kw = "async def" if isinstance(node, ast.AsyncFunctionDef) else "def"
+        self._chunk(node.lineno, [f"{indent}{kw} {node.name}(self): ..."])
+
+    def text(self) -> str:
+        return "\n".join(self.out) + "\n"
+
+
+def _one_statement_per_line(stmts: list[ast.stmt]) -> bool:
+    last_end = 0
+    for s in stmts:
+        if _start(s) <= last_end:
+            return False
+        last_end = s.end_lineno or s.lineno
+    return True
+
+
+def sketch_items(
+    tree: ast.Module, lines: list[str], extra_triggers: Iterable[str] = ()
+) -> list[tuple[str, LineMap, int, int, str]]:
+    """The sketch of each relevant top-level statement: (text, line map, first, last, name)."""
+    words = sorted(set(STATIC_TRIGGERS) | set(extra_triggers), key=len, reverse=True)
+    trigger = re.compile("|".join(re.escape(w) for w in words))
+    out: list[tuple[str, LineMap, int, int, str]] = []
+
+    def matters(node: ast.stmt) -> bool:
+        first, last = _start(node), node.end_lineno or node.lineno
+        return trigger.search("\n".join(lines[first - 1 : last])) is not None
+
+    def emit(sketch: _Sketch, first: int, last: int, name: str) -> None:
+        out.append((sketch.text(), LineMap(sketch.sketch_starts, sketch.file_starts), first, last, name))
+
+    for node in tree.body:
+        first, last = _start(node), node.end_lineno or node.lineno
+        sketch = _Sketch(lines)
+        name = getattr(node, "name", "")
+        if isinstance(node, ast.ClassDef):
+            body = node.body
+            header_end = _start(body[0]) - 1
+            if header_end < node.lineno or not _one_statement_per_line(body):
+                if matters(node):
+                    sketch.verbatim(first, last)
+                    emit(sketch, first, last, name)
+                continue
+            methods = [b for b in body if isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            if not any(m.name in ("__init__", "forward") for m in methods) and not matters(node):
+                continue
+            sketch.verbatim(first, header_end)
+            for stmt in body:
+                s_first, s_last = _start(stmt), stmt.end_lineno or stmt.lineno
+                if (
+                    isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and stmt.name not in ALWAYS_PARSED_METHODS
+                    and not matters(stmt)
+                ):
+                    sketch.stub(stmt)
+                else:
+                    sketch.verbatim(s_first, s_last)
+            emit(sketch, first, last, name)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.If, ast.Try)):
+            if node_is_def_container(node) and matters(node):
+                sketch.verbatim(first, last)
+                emit(sketch, first, last, name)
+    return out
+
+
+def node_is_def_container(node: ast.stmt) -> bool:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return True
+    return any(
+        isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        for sub in ast.walk(node)
+    )
+
+
+def parse_file(
+    data: bytes,
+    path: str,
+    module: str | None,
+    is_package: bool,
+    extra_triggers_for: object = None,
+    full: bool = False,
+) -> ParsedFile:
+    """Decode, index and sketch one file. Raises SourceError for unusable input.
+
+    ``extra_triggers_for`` is a callable taking the module summary and returning the local
+    names that denote prefix-taking callables (so methods calling them are kept).
+    ``full`` parses every top-level statement in full (fixes rewrite the file).
+    """
+    text = decode(data)
+    tree = parse_ast(text)
+    summary = summarize(tree, path, module, is_package)
+    lines = split_lines(text)
+    if full:
+        specs = [
+            ("\n".join(lines[_start(n) - 1 : n.end_lineno]) + "\n", LineMap([1], [_start(n)]),
+             _start(n), n.end_lineno or n.lineno, getattr(n, "name", ""))
+            for n in tree.body
+            if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.If, ast.Try))
+        ]
+    else:
+        extra = extra_triggers_for(summary, text) if callable(extra_triggers_for) else ()
+        specs = sketch_items(tree, lines, extra)
+    items: list[Item] = []
+    for sketch_text, line_map, first, last, name in specs:
+        try:
+            item_module = cst.parse_module(sketch_text)
+        except cst.ParserSyntaxError:
+            # A sketch parses whenever the file does; if not, take the statement verbatim.
+            verbatim = "\n".join(lines[first - 1 : last]) + "\n"
+            try:
+                item_module = cst.parse_module(verbatim)
+            except cst.ParserSyntaxError as e:
+                raise SourceError(
+                    f"syntax error: {e.message}", first + e.raw_line - 1, e.raw_column + 1
+                ) from None
+            line_map = LineMap([1], [first])
+        except RecursionError:
+            raise SourceError("file is nested too deeply to analyse", first) from None
+        items.append(Item(item_module, line_map, first, last, name))
+    return ParsedFile(text=text, lines=lines, tree=tree, summary=summary, items=items)

@@ -1,0 +1,28 @@
+"""Helpers for running rules on source snippets (the VALID/INVALID examples, fixtures)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+
+from prefixlint.catalog import ModuleLoader, Resolver
+from prefixlint.diagnostic import Diagnostic
+from prefixlint.engine import Linter
+from prefixlint.rules.base import LintRule
+
+
+@lru_cache(maxsize=1)
+def _resolver() -> Resolver:
+    return Resolver(ModuleLoader())
+
+
+def lint_source(
+    code: str,
+    rules: Sequence[type[LintRule]],
+    filename: str = "example.py",
+    architectures: frozenset[str] = frozenset(),
+) -> list[Diagnostic]:
+    """Lint ``code`` as if it were a file named ``filename`` outside any package."""
+    linter = Linter(rules, _resolver(), architectures)
+    return linter.lint_bytes(code.encode("utf-8"), Path(filename), filename)
