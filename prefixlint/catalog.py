@@ -91,7 +91,7 @@ class ModuleLoader:
         vllm = vllm_root or find_installed_package("vllm")
         if vllm is not None:
             self.add_root(vllm.parent, "vllm")
-        self._by_name: dict[str, ModuleSummary | None] = {}
+        self._paths: dict[str, Path | None] = {}
         self._by_path: dict[Path, ModuleSummary | None] = {}
         self._summary_cache = summary_cache
         self.touched: set[Path] = set()  # files read since the last reset (cache deps)
@@ -119,10 +119,10 @@ class ModuleLoader:
         return None
 
     def by_name(self, module: str) -> ModuleSummary | None:
-        if module not in self._by_name:
-            path = self.path_for(module) if module else None
-            self._by_name[module] = self.by_path(path) if path else None
-        return self._by_name[module]
+        if module not in self._paths:
+            self._paths[module] = self.path_for(module) if module else None
+        path = self._paths[module]
+        return self.by_path(path) if path is not None else None
 
     def by_path(self, path: Path) -> ModuleSummary | None:
         path = path.resolve()
@@ -135,10 +135,7 @@ class ModuleLoader:
         return self._by_path[path]
 
     def remember(self, summary: ModuleSummary) -> None:
-        path = Path(summary.path).resolve()
-        self._by_path[path] = summary
-        if summary.module:
-            self._by_name.setdefault(summary.module, summary)
+        self._by_path[Path(summary.path).resolve()] = summary
 
 
 def summarize_file(path: Path) -> ModuleSummary | None:

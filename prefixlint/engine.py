@@ -87,7 +87,8 @@ class Linter:
         resolver: Resolver,
         architectures: frozenset[str] = frozenset(),
     ) -> None:
-        self.rules = list(rules)
+        self.rules = [r for r in rules if r.code != SYNTAX_ERROR]
+        self.report_syntax_errors = len(self.rules) != len(rules)
         self.resolver = resolver
         self.architectures = architectures
 
@@ -116,12 +117,13 @@ class Linter:
                 full=full,
             )
         except SourceError as e:
-            return [syntax_error(display, e)]
+            return [syntax_error(display, e)] if self.report_syntax_errors else []
         self.resolver.loader.remember(parsed.summary)
         return self.lint_parsed(parsed, display)
 
     def lint_parsed(self, parsed: ParsedFile, display: str) -> list[Diagnostic]:
         ctx = FileContext(display, parsed.summary, self.resolver, self.architectures)
+        ctx.source_text = parsed.text
         rules = [rule(ctx) for rule in self.rules]
         walk = PrefixAnalysis(ctx.prefix_signature, RuleHooks(rules))
         ctx.prefixes = walk

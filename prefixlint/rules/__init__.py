@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from prefixlint.rules.base import LintRule
+from prefixlint.rules.syntax import SyntaxErrorRule
 from prefixlint.rules.prefix import (
     LoopPrefixWithoutIndex,
     MissingPrefix,
@@ -12,6 +13,7 @@ from prefixlint.rules.prefix import (
 
 ALL_RULES: list[type[LintRule]] = sorted(
     [
+        SyntaxErrorRule,
         MissingPrefix,
         PrefixAttributeMismatch,
         PrefixNotDerived,

@@ -60,12 +60,16 @@ class FileContext:
         architectures: frozenset[str] = frozenset(),
     ) -> None:
         self.path = path
+        self.source_text = ""  # the whole file, for rules that look past the sketch
         self.summary = summary
         self.resolver = resolver
         self.architectures = architectures
         self._sig_cache: dict[str, FunctionSig | None] = {}
 
     def prefix_signature(self, callee: str) -> FunctionSig | None:
+        short = callee.rsplit(".", 1)[-1].lower()
+        if "prefix" in short or "name" in short:
+            return None  # ``maybe_prefix``, ``_get_qualname``: they compute names, not layers
         if callee not in self._sig_cache:
             if callee.startswith("self.") and callee.count(".") == 1:
                 # A method of the class being built, e.g. ``self._init_model(prefix=...)``;

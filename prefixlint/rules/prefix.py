@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from prefixlint.diagnostic import Severity
 from prefixlint.rules.base import Invalid, LintRule
+from prefixlint.rules.walk import walk
 from prefixlint.rules.prefixes import (
     Site,
     has_root,
@@ -243,6 +246,12 @@ class Attn(nn.Module):
             return
         if value[0][0] != "root" or value[0][1] != "prefix":
             return  # not relative to this scope's own prefix: PFX303's business
+        if not exp.whole and not _builds_module(site):
+            return  # a helper that takes a prefix but returns a flag or a config
+        if len(value) == 1 and not exp.whole:
+            # ``self.inner = Inner(prefix=prefix)``: a transparent wrapper hands its own name
+            # down on purpose (vLLM's MLA and MTP wrappers); phase 2 checks the result.
+            return
         got = render(value)
         if exp.whole:
             if got != "{prefix}":
@@ -267,6 +276,8 @@ class Attn(nn.Module):
             want = exp.render()
             if got == want:
                 return
+            if _named_after_checkpoint(self.ctx.source_text, got, exp.path):
+                return
         target = "self." + exp.path
         self.report(
             site.prefix_arg or site.call,
@@ -274,6 +285,47 @@ class Attn(nn.Module):
             f"`{target}`, so its prefix must be `{want}`",
             site=site,
         )
+
+
+_MODULE_FACTORY = re.compile(r"(^|_)(init|build|make|create|get)_|model|layer|Model|Layer")
+
+
+def _builds_module(site: Site) -> bool:
+    """Classes build modules; functions only when their name says they build one."""
+    short = site.callee.rsplit(".", 1)[-1]
+    if short[:1].isupper():
+        return True
+    return bool(_MODULE_FACTORY.search(short)) and not short.startswith(("is_", "resolve_"))
+
+
+_STRING = re.compile(r"(?P<q>[\"'])(?P<body>[^\"'\n]*)(?P=q)")
+
+
+def _named_after_checkpoint(text: str, got: str, path: str) -> bool:
+    """The prefix names the checkpoint's module, and the file maps that name elsewhere
+    (a ``WeightsMapper`` or a rename in ``load_weights``): a deliberate divergence."""
+    suffix = got.removeprefix("{prefix}.")
+    if suffix == got or not suffix:
+        return False
+    word = re.compile(rf"(^|\.){re.escape(suffix)}(\.|$)")
+    for line in text.splitlines():
+        if "prefix" in line:
+            continue
+        for m in _STRING.finditer(line):
+            if word.search(m.group("body")):
+                return True
+    return False
+
+
+def _passes_any(site: Site, names: list[str]) -> bool:
+    wanted = set(names)
+    for arg in site.call.args:
+        if arg is site.prefix_arg:
+            continue
+        for node in walk(arg.value):
+            if isinstance(node, cst.Name) and node.value in wanted:
+                return True
+    return False
 
 
 def _single_trailing_variable(value: tuple) -> bool:
@@ -453,6 +505,8 @@ class Model(nn.Module):
             if not site.in_loop or value is None or not is_known(value) or has_variable(value):
                 continue
             loop_vars = sorted(set().union(*site.loop_vars) - {"<while>", "_"})
+            if _passes_any(site, loop_vars):
+                continue  # ``Layer(layer_idx=i, prefix=prefix)`` builds its name from the index
             var = f"`{loop_vars[0]}`" if loop_vars else "the loop index"
             self.report(
                 site.prefix_arg or site.call,

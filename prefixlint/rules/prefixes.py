@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from prefixlint.catalog import LAYER_FACTORIES
-from prefixlint.index import FunctionSig
+from prefixlint.index import KEYWORD_ONLY, FunctionSig, Param
 from prefixlint.rules.walk import children
 
 # -- symbolic prefix values -------------------------------------------------------------
@@ -120,6 +120,9 @@ class Scope:
     env: dict[str, Value]
     class_node: cst.ClassDef | None
     is_method: bool
+    # Local names bound to classes: ``attn_cls = EncoderOnlyAttention if ... else Attention``
+    # or a parameter ``layer_type=LlamaDecoderLayer``.
+    aliases: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -250,6 +253,9 @@ class PrefixAnalysis:
             if p.name.value in roots:
                 env[p.name.value] = (("root", p.name.value),)
         scope = Scope(node, roots, env, class_node, is_method=class_node is not None)
+        for p in params:
+            if p.default is not None and (names := _class_names(p.default)):
+                scope.aliases[p.name.value] = names
         before = len(self.sites)
         self.hooks.on_function(node, class_node)
         self.function_stack.append(node)
@@ -425,7 +431,9 @@ class PrefixAnalysis:
             if _is_prefix_param(p.name.value) or (whole is not None and i == 0):
                 env[p.name.value] = (("root", p.name.value),)
                 roots.add(p.name.value)
-        inner = Scope(node, frozenset(roots), env, scope.class_node, scope.is_method)
+        inner = Scope(
+            node, frozenset(roots), env, scope.class_node, scope.is_method, dict(scope.aliases)
+        )
         self._referenced.append(set())
         try:
             self._expr(node.body, inner, (), whole)
@@ -461,6 +469,19 @@ class PrefixAnalysis:
                 self._expr(arg.value, scope, loops, inner)
             return
         signature = self._prefix_signature(callee) if callee else None
+        if signature is None and callee in scope.aliases:
+            for target in scope.aliases[callee]:
+                signature = self._prefix_signature(target)
+                if signature is not None:
+                    break
+        if (
+            signature is None
+            and expected is not None
+            and expected.whole
+            and any(a.keyword is not None and a.keyword.value == "prefix" for a in node.args)
+        ):
+            # make_layers' layer function builds the layer, whatever its callee is called.
+            signature = _ANY_LAYER
         if signature is not None:
             self._site(node, callee or "", signature, scope, loops, expected)
         # arguments: nested constructions are not the stored module
@@ -529,6 +550,10 @@ class PrefixAnalysis:
     # -- environment ------------------------------------------------------------------
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression, scope: Scope) -> None:
         name = dotted_name(target)
+        if name is not None and (names := _class_names(value)):
+            scope.aliases[name] = names
+        elif name is not None:
+            scope.aliases.pop(name, None)
         if name is None:
             for n in _target_names(target):
                 scope.env.pop(n, None)
@@ -560,7 +585,10 @@ class PrefixAnalysis:
                         parts.append(self.evaluate(p.expression, scope))
             return concat(*parts)
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
-            return concat(self.evaluate(node.left, scope), self.evaluate(node.right, scope))
+            left, right = self.evaluate(node.left, scope), self.evaluate(node.right, scope)
+            if _stringish(node.left) or _stringish(node.right) or has_root(left) or has_root(right):
+                return concat(left, right)
+            return (("var", "?"),)  # arithmetic: ``i + start_layer_id`` is one index
         if isinstance(node, cst.IfExp):
             a, b = self.evaluate(node.body, scope), self.evaluate(node.orelse, scope)
             return a if a == b else UNKNOWN
@@ -600,6 +628,25 @@ class PrefixAnalysis:
             v = self.evaluate(args[0].value, scope)
             return v if v != UNKNOWN else (("var", "?"),)
         return UNKNOWN
+
+
+_ANY_LAYER = FunctionSig(
+    "__init__", [Param("self", "pos", None), Param("prefix", KEYWORD_ONLY, '""')], 0
+)
+
+
+def _class_names(node: cst.BaseExpression) -> list[str]:
+    """``Attention`` / ``a.B`` / ``A if c else B``: names that look like classes."""
+    if isinstance(node, cst.IfExp):
+        return _class_names(node.body) + _class_names(node.orelse)
+    name = dotted_name(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+    if name and name.rsplit(".", 1)[-1][:1].isupper():
+        return [name]
+    return []
+
+
+def _stringish(node: cst.BaseExpression) -> bool:
+    return isinstance(node, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString))
 
 
 def _statements(block: cst.CSTNode) -> Iterator[cst.CSTNode]:

@@ -1,0 +1,98 @@
+"""Results cache: a file's findings, keyed by its content hash and what it depends on.
+
+A file's findings depend on its own text, on the summaries of the modules its names
+resolve through (recorded as dependencies with their size and mtime), and on the rule set
+and settings (the fingerprint). JSON, not pickle: a cache folder inside a checked-out
+repository is untrusted input.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prefixlint import __version__
+
+CACHE_DIR_ENV = "PREFIXLINT_CACHE_DIR"
+
+
+def content_hash(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def stat_key(path: str) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_mtime_ns, st.st_size]
+
+
+@dataclass
+class Entry:
+    digest: str
+    deps: dict[str, list[int] | None]
+    diagnostics: list[dict[str, Any]]
+
+
+class ResultCache:
+    def __init__(self, folder: Path, fingerprint: dict[str, Any]) -> None:
+        self.folder = folder
+        key = json.dumps({"version": __version__, **fingerprint}, sort_keys=True)
+        self.file = folder / f"results-{content_hash(key.encode())}.json"
+        self.entries: dict[str, Entry] = {}
+        self.dirty = False
+        self._load()
+
+    @classmethod
+    def default_folder(cls) -> Path:
+        return Path(os.environ.get(CACHE_DIR_ENV) or ".prefixlint_cache")
+
+    def _load(self) -> None:
+        try:
+            raw = json.loads(self.file.read_text(encoding="utf-8"))
+            for path, e in raw.get("files", {}).items():
+                self.entries[path] = Entry(e["digest"], e["deps"], e["diagnostics"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            self.entries = {}  # missing or corrupt: start afresh
+
+    def get(self, path: str, digest: str) -> list[dict[str, Any]] | None:
+        entry = self.entries.get(path)
+        if entry is None or entry.digest != digest:
+            return None
+        for dep, key in entry.deps.items():
+            if stat_key(dep) != key:
+                return None
+        return entry.diagnostics
+
+    def put(
+        self, path: str, digest: str, deps: list[str], diagnostics: list[dict[str, Any]]
+    ) -> None:
+        self.entries[path] = Entry(digest, {d: stat_key(d) for d in deps}, diagnostics)
+        self.dirty = True
+
+    def save(self) -> None:
+        if not self.dirty:
+            return
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            gitignore = self.folder / ".gitignore"
+            if not gitignore.exists():
+                gitignore.write_text("# Automatically created by prefixlint.\n*\n")
+            payload = {
+                "files": {
+                    p: {"digest": e.digest, "deps": e.deps, "diagnostics": e.diagnostics}
+                    for p, e in self.entries.items()
+                }
+            }
+            fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(payload, f, separators=(",", ":"))
+            os.replace(tmp, self.file)
+        except OSError:
+            pass  # a read-only tree still gets its findings, just not cached

@@ -1,0 +1,17 @@
+"""Reporters: each turns a list of Diagnostic into one output format."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TextIO
+
+from prefixlint.diagnostic import Diagnostic
+from prefixlint.reporters.json import report_json
+from prefixlint.reporters.text import report_text
+
+Reporter = Callable[[list[Diagnostic], TextIO, dict], None]
+
+REPORTERS: dict[str, Reporter] = {
+    "text": report_text,
+    "json": report_json,
+}

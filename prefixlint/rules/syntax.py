@@ -1,0 +1,44 @@
+"""PFX001: the file cannot be read, decoded or parsed."""
+
+from __future__ import annotations
+
+from prefixlint.diagnostic import Severity
+from prefixlint.rules.base import Invalid, LintRule
+
+
+class SyntaxErrorRule(LintRule):
+    """
+    ## What it does
+    Reports a file that cannot be read, decoded (not UTF-8 or its declared encoding, null
+    bytes) or parsed, at the position where reading stopped. The run continues with the
+    other files.
+
+    ## Why is this bad?
+    Nothing else can be checked in such a file; and vLLM would fail to import it at
+    start-up, for every architecture registered in the same module.
+
+    ## Example
+    ```python
+    class Model(nn.Module:
+        ...
+    ```
+
+    Use instead:
+    ```python
+    class Model(nn.Module):
+        ...
+    ```
+    """
+
+    code = "PFX001"
+    name = "syntax-error"
+    severity = Severity.ERROR
+    summary = "The file cannot be read, decoded or parsed"
+
+    VALID = ["x = 1\n", "", "# -*- coding: latin-1 -*-\nname = 'caf\xe9'\n"]
+    INVALID = [
+        Invalid("class Model(nn.Module:\n    pass\n", line=1, contains="syntax error"),
+        Invalid("def f():\n    return (\n", line=2),
+        Invalid("x = 1\n\x00\n", contains="null"),
+    ]
+    # The engine itself emits this code; the class carries its documentation and examples.

@@ -1,0 +1,42 @@
+"""Every rule's code, name, default severity, default state and summary, without libcst.
+
+A warm run answers from the cache and should not pay for importing libcst just to know
+which codes exist. tests/test_rules.py checks that this table equals the rule classes;
+regenerate it with ``python -m prefixlint.ruletable``.
+"""
+
+from __future__ import annotations
+
+# code: (name, default severity, enabled by default, summary)
+RULE_TABLE: dict[str, tuple[str, str, bool, str]] = {
+    'PFX001': ('syntax-error', 'error', True, 'The file cannot be read, decoded or parsed'),
+    'PFX301': ('missing-prefix', 'warning', True, 'A prefix-taking layer is constructed without `prefix`'),
+    'PFX302': ('prefix-attribute-mismatch', 'error', True, 'The prefix names another attribute than the one the module is stored at'),
+    'PFX303': ('prefix-not-derived', 'error', True, 'A prefix is a literal instead of being built from the enclosing `prefix`'),
+    'PFX304': ('loop-prefix-without-index', 'error', True, 'A module built in a loop has a prefix without the loop index'),
+}
+
+
+def render() -> str:
+    from prefixlint.rules import ALL_RULES
+
+    rows = "\n".join(
+        f"    {r.code!r}: ({r.name!r}, {r.severity.value!r}, {r.default_enabled!r}, {r.summary!r}),"
+        for r in ALL_RULES
+    )
+    return rows
+
+
+if __name__ == "__main__":
+    import re
+    from pathlib import Path
+
+    path = Path(__file__)
+    text = path.read_text()
+    text = re.sub(
+        r"(RULE_TABLE: dict\[str, tuple\[str, str, bool, str\]\] = \{\n).*?\n?\}\n",
+        lambda m: m.group(1) + render() + "\n}\n",
+        text,
+        flags=re.S,
+    )
+    path.write_text(text)

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from prefixlint.index import find_installed_package
+
+VLLM = find_installed_package("vllm")
+requires_vllm = pytest.mark.skipif(VLLM is None, reason="vLLM is not installed")
+
+
+@pytest.fixture
+def vllm_copy(tmp_path: Path):
+    """A writable mirror of the installed vLLM's package path, for re-created bugs.
+
+    Only the files a test writes live there; every other import resolves in the installed
+    vLLM (the loader looks in both roots).
+    """
+    assert VLLM is not None
+    models = tmp_path / "vllm" / "model_executor" / "models"
+    models.mkdir(parents=True)
+    for folder in (tmp_path / "vllm", tmp_path / "vllm" / "model_executor", models):
+        (folder / "__init__.py").write_text("")
+
+    def copy(name: str, edit=None) -> Path:  # noqa: ANN001
+        source = (VLLM / "model_executor" / "models" / name).read_text()
+        target = models / name
+        target.write_text(edit(source) if edit else source)
+        return target
+
+    yield copy
+    shutil.rmtree(tmp_path, ignore_errors=True)

@@ -1,0 +1,72 @@
+"""Garbage in, a diagnostic out: never a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prefixlint.catalog import ModuleLoader, Resolver
+from prefixlint.engine import Linter
+from prefixlint.rules import ALL_RULES
+
+LINTER = Linter(ALL_RULES, Resolver(ModuleLoader()))
+
+
+def lint(data: bytes) -> list:
+    return LINTER.lint_bytes(data, Path("fuzz.py"), "fuzz.py")
+
+
+def codes(data: bytes) -> list[str]:
+    return [d.code for d in lint(data)]
+
+
+def test_empty_binary_and_non_utf8() -> None:
+    assert codes(b"") == []
+    assert codes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR") == ["PFX001"]
+    diag = lint(b"x = 1\ny = '\xff\xfe'\n")[0]
+    assert diag.code == "PFX001" and "utf-8" in diag.message and diag.location.row == 2
+    assert codes(b"\xef\xbb\xbfx = 1\n") == []  # a BOM is fine
+    assert codes(b"# -*- coding: latin-1 -*-\nname = '\xe9'\n") == []
+    assert codes(b"# -*- coding: no-such-codec -*-\n") == ["PFX001"]
+
+
+def test_deep_nesting() -> None:
+    assert codes(b"x = " + b"(" * 5000 + b")" * 5000 + b"\n") == ["PFX001"]
+    assert codes(b"x = " + b"[" * 90 + b"]" * 90 + b"\n") == []
+    deep = "".join(" " * i + "if x:\n" for i in range(99)) + " " * 99 + "pass\n"
+    assert codes(deep.encode()) in ([], ["PFX001"])
+
+
+def test_syntax_error_position() -> None:
+    diag = lint(b"class A:\n    def f(self:\n        pass\n")[0]
+    assert diag.code == "PFX001" and diag.location.row == 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400))
+def test_random_bytes_never_crash(data: bytes) -> None:
+    for d in lint(data):
+        assert d.code == "PFX001"
+
+
+_FRAGMENTS = [
+    "class M(nn.Module):\n",
+    "    def __init__(self, *, vllm_config, prefix=''):\n",
+    "        self.x = RowParallelLinear(1, 2, prefix=f'{prefix}.y')\n",
+    "        self.l = nn.ModuleList([Attention(prefix=prefix) for i in range(3)])\n",
+    "    def forward(self, input_ids, attention_mask):\n",
+    "        return make_layers(2, lambda prefix: M(prefix=prefix + '.q'), prefix='x')\n",
+    "from vllm.model_executor.layers.linear import RowParallelLinear\n",
+    "from vllm.model_executor.layers.attention import Attention\n",
+    "(((\n", '"""\n', "\\\n", "@decorator\n", "    pass\n", "\t\tx = (1,\n",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_FRAGMENTS), max_size=12))
+def test_random_model_like_text_never_crashes(parts: list[str]) -> None:
+    for d in lint("".join(parts).encode()):
+        assert d.code.startswith("PFX") and d.code != "PFX000"
+        assert d.location.row >= 1 and d.location.column >= 1

@@ -1,0 +1,176 @@
+"""The command line: formats, exit codes, configuration, suppression, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from prefixlint.cli import main
+
+BAD_MODEL = textwrap.dedent(
+    """
+    from torch import nn
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+
+    class Head(nn.Module):
+        def __init__(self, vocab, hidden, quant_config, prefix: str = ""):
+            super().__init__()
+            self.lm_head = ParallelLMHead(vocab, hidden, quant_config=quant_config)
+    """
+)
+
+
+def run(args: list[str], cwd: Path) -> tuple[int, str]:
+    old = Path.cwd()
+    os.chdir(cwd)
+    try:
+        result = CliRunner().invoke(main, args, catch_exceptions=False)
+    finally:
+        os.chdir(old)
+    return result.exit_code, result.output
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "model.py").write_text(BAD_MODEL)
+    (tmp_path / "clean.py").write_text("x = 1\n")
+    return tmp_path
+
+
+def test_json_shape_and_exit_code(project: Path) -> None:
+    code, out = run(["check", "--format", "json", "--no-cache", "."], project)
+    assert code == 1
+    findings = json.loads(out)
+    assert len(findings) == 1
+    f = findings[0]
+    assert set(f) >= {
+        "code", "message", "severity", "phase", "filename", "location", "end_location", "fix", "url"
+    }
+    assert (f["code"], f["severity"], f["phase"]) == ("PFX301", "error", "static")
+    assert f["filename"] == "model.py"
+    assert f["location"] == {"row": 9, "column": 24}
+    assert f["end_location"]["row"] == 9
+
+
+def test_text_format_has_frame_and_summary(project: Path) -> None:
+    code, out = run(["check", "--no-cache", "model.py"], project)
+    assert code == 1
+    assert out.startswith("model.py:9:24: PFX301 ")
+    assert "9 |         self.lm_head = ParallelLMHead(" in out
+    assert "1  PFX301  missing-prefix" in out
+    assert "\x1b[" not in out  # no colour when not a TTY
+
+
+def test_clean_exit_zero(project: Path) -> None:
+    code, out = run(["check", "--no-cache", "clean.py"], project)
+    assert code == 0 and "All checks passed" in out
+
+
+def test_select_ignore_and_fail_on(project: Path) -> None:
+    assert run(["check", "--no-cache", "--ignore", "PFX3", "."], project)[0] == 0
+    assert run(["check", "--no-cache", "--select", "PFX302", "."], project)[0] == 0
+    assert run(["check", "--no-cache", "--select", "PFX30", "."], project)[0] == 1
+    (project / "warn.py").write_text(BAD_MODEL.replace(", quant_config=quant_config)", ")"))
+    code, out = run(["check", "--no-cache", "--fail-on", "error", "warn.py"], project)
+    assert code == 0 and "PFX301" in out  # a warning is reported but does not fail
+
+
+def test_unknown_code_and_missing_path_exit_2(project: Path) -> None:
+    assert run(["check", "--select", "PFX999", "."], project)[0] == 2
+    code, out = run(["check", "does-not-exist.py"], project)
+    assert code == 2 and "does not exist" in out
+
+
+def test_noqa(project: Path) -> None:
+    text = BAD_MODEL.replace("quant_config=quant_config)", "quant_config=quant_config)  # noqa: PFX301")
+    (project / "model.py").write_text(text)
+    assert run(["check", "--no-cache", "model.py"], project)[0] == 0
+    (project / "model.py").write_text(text.replace("# noqa: PFX301", "# noqa: PFX302"))
+    assert run(["check", "--no-cache", "model.py"], project)[0] == 1
+    (project / "model.py").write_text(text.replace("# noqa: PFX301", "# noqa"))
+    assert run(["check", "--no-cache", "model.py"], project)[0] == 0
+
+
+def test_pyproject_config(project: Path) -> None:
+    (project / "pyproject.toml").write_text('[tool.prefixlint]\nignore = ["PFX301"]\n')
+    assert run(["check", "--no-cache", "."], project)[0] == 0
+    (project / "pyproject.toml").write_text(
+        '[tool.prefixlint]\nper-file-ignores = { "model.py" = ["PFX3"] }\n'
+    )
+    assert run(["check", "--no-cache", "."], project)[0] == 0
+    (project / "pyproject.toml").write_text('[tool.prefixlint]\nexclude = ["model.py"]\n')
+    assert run(["check", "--no-cache", "."], project)[0] == 0
+    (project / "pyproject.toml").write_text('[tool.prefixlint]\nselect = "PFX301"\n')
+    assert run(["check", "--no-cache", "."], project)[0] == 2
+    (project / "pyproject.toml").write_text('[tool.prefixlint]\nbogus = 1\n')
+    code, out = run(["check", "--no-cache", "."], project)
+    assert code == 2 and "bogus" in out
+
+
+def test_extend_prefix_layers(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        "from mylib import FancyLayer\n\nclass M:\n    def __init__(self, prefix=''):\n"
+        "        self.x = FancyLayer(4)\n"
+    )
+    assert run(["check", "--no-cache", "."], tmp_path)[0] == 0
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.prefixlint]\nextend-prefix-layers = ["FancyLayer"]\n'
+    )
+    code, out = run(["check", "--no-cache", "."], tmp_path)
+    assert code == 1 and "FancyLayer" in out
+
+
+def test_cache_round_trip(project: Path) -> None:
+    cache = project / "cache"
+    first = run(["check", "--format", "json", "--cache-dir", str(cache), "."], project)
+    assert list(cache.glob("results-*.json"))
+    second = run(["check", "--format", "json", "--cache-dir", str(cache), "."], project)
+    assert first == second
+    # An edit invalidates the entry of that file.
+    (project / "model.py").write_text(BAD_MODEL.replace("quant_config=quant_config)", "prefix=prefix)"))
+    assert run(["check", "--cache-dir", str(cache), "."], project)[0] == 0
+
+
+def test_rules_and_rule_commands() -> None:
+    from prefixlint.rules import ALL_RULES
+
+    code, out = run(["rules"], Path.cwd())
+    assert code == 0
+    for r in ALL_RULES:
+        assert r.code in out and r.name in out
+    code, out = run(["rule", "PFX302"], Path.cwd())
+    assert code == 0 and "## Why is this bad?" in out and "Use instead" in out
+    assert run(["rule", "missing-prefix"], Path.cwd())[0] == 0
+    assert run(["rule", "PFX999"], Path.cwd())[0] == 2
+
+
+def test_static_run_imports_neither_torch_nor_vllm(project: Path) -> None:
+    script = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from prefixlint.cli import main\n"
+        "r = CliRunner().invoke(main, ['check', '--no-cache', '--jobs', '1', '.'])\n"
+        "assert r.exit_code == 1, r.output\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'vllm'))\n"
+        "print('IMPORTED', bad)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=project, capture_output=True, text=True, check=True
+    )
+    assert "IMPORTED []" in out.stdout
+
+
+def test_parallel_equals_serial(tmp_path: Path) -> None:
+    for i in range(12):
+        (tmp_path / f"m{i}.py").write_text(BAD_MODEL)
+    serial = run(["check", "--format", "json", "--no-cache", "-j", "1", "."], tmp_path)
+    parallel = run(["check", "--format", "json", "--no-cache", "-j", "2", "."], tmp_path)
+    assert serial == parallel and len(json.loads(serial[1])) == 12

@@ -1,0 +1,57 @@
+"""Every rule's VALID and INVALID examples, run by one parametrized test (Fixit's shape)."""
+
+from __future__ import annotations
+
+import pytest
+
+from prefixlint.rules import ALL_RULES
+from prefixlint.rules.base import Invalid, LintRule
+from prefixlint.testing import lint_source
+
+VALID_CASES = [
+    pytest.param(rule, code, id=f"{rule.code}-valid-{i}")
+    for rule in ALL_RULES
+    for i, code in enumerate(rule.VALID)
+]
+INVALID_CASES = [
+    pytest.param(rule, case, id=f"{rule.code}-invalid-{i}")
+    for rule in ALL_RULES
+    for i, case in enumerate(rule.INVALID)
+]
+
+
+@pytest.mark.parametrize(("rule", "code"), VALID_CASES)
+def test_valid(rule: type[LintRule], code: str) -> None:
+    found = [d for d in lint_source(code, [rule]) if d.code == rule.code]
+    assert found == [], f"{rule.code} fired on valid code: {[d.message for d in found]}"
+
+
+@pytest.mark.parametrize(("rule", "case"), INVALID_CASES)
+def test_invalid(rule: type[LintRule], case: Invalid) -> None:
+    found = [d for d in lint_source(case.code, [rule]) if d.code == rule.code]
+    assert found, f"{rule.code} did not fire"
+    if case.line is not None:
+        assert case.line in [d.location.row for d in found], [d.location for d in found]
+    if case.contains is not None:
+        assert any(case.contains in d.message for d in found), [d.message for d in found]
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
+def test_rule_is_documented(rule: type[LintRule]) -> None:
+    doc = rule.documentation()
+    for heading in ("## What it does", "## Why is this bad?", "## Example", "Use instead:"):
+        assert heading in doc, f"{rule.code} docstring lacks {heading!r}"
+    assert rule.VALID and rule.INVALID, f"{rule.code} needs VALID and INVALID examples"
+    assert rule.code.startswith("PFX") and rule.name == rule.name.lower()
+
+
+def test_codes_are_unique() -> None:
+    codes = [r.code for r in ALL_RULES]
+    assert len(codes) == len(set(codes))
+
+
+def test_light_rule_table_matches_the_classes() -> None:
+    from prefixlint.ruletable import RULE_TABLE
+
+    expected = {r.code: (r.name, r.severity.value, r.default_enabled, r.summary) for r in ALL_RULES}
+    assert RULE_TABLE == expected, "run `python -m prefixlint.ruletable` to regenerate"
