@@ -22,7 +22,7 @@ from pathlib import Path
 import libcst as cst
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from prefixlint.discovery import installed_vllm_model_dirs  # noqa: E402
+from prefixlint.discovery import installed_vllm_model_dirs
 
 
 def parse_all(paths: list[str]) -> int:
@@ -60,10 +60,22 @@ def main() -> None:
 
     exe = str(Path(sys.executable).with_name("prefixlint"))
     with tempfile.TemporaryDirectory() as tmp:
-        base = [exe, "check", "--cache-dir", str(Path(tmp) / "cache"), "--no-source", str(folder)]
+        cache = str(Path(tmp) / "cache")
+        base = [exe, "check", "--cache-dir", cache, "--no-source", str(folder)]
         cold, rc = timed(base, tmp)
         warm, _ = timed(base, tmp)
-        one, _ = timed([exe, "check", "--no-cache", str(folder / "llama.py")], tmp)
+        one_cold, _ = timed([exe, "check", "--no-cache", str(folder / "llama.py")], tmp)
+        # The pre-commit case: one file just edited, the cache warm from an earlier run. The
+        # edited copy sits in a mirror of vLLM's package path so its imports still resolve.
+        mirror = Path(tmp) / "mirror" / "vllm" / "model_executor" / "models"
+        mirror.mkdir(parents=True)
+        for pkg in (mirror.parents[1], mirror.parent, mirror):
+            (pkg / "__init__.py").write_text("")
+        edited = mirror / "llama.py"
+        edited.write_text((folder / "llama.py").read_text() + "\n# edited\n")
+        timed([exe, "check", "--cache-dir", cache, str(edited)], tmp)  # mirror's first sight
+        edited.write_text(edited.read_text() + "# edited again\n")
+        one, _ = timed([exe, "check", "--cache-dir", cache, str(edited)], tmp)
 
     print(f"files                       {len(files)}")
     print(f"lines                       {lines}")
@@ -72,7 +84,8 @@ def main() -> None:
     print(f"bare libcst parse, {cores} procs  {bare_all:6.2f} s")
     print(f"prefixlint cold             {cold:6.2f} s   (exit {rc})")
     print(f"prefixlint warm             {warm:6.2f} s")
-    print(f"prefixlint one file (llama) {one:6.2f} s")
+    print(f"one file, no cache (llama)  {one_cold:6.2f} s")
+    print(f"one file, edited, warm      {one:6.2f} s")
     print(f"cold / bare parse (1 proc)  {cold / bare_one:6.2f}x")
     print(f"cold / bare parse ({cores} procs) {cold / bare_all:6.2f}x   target <= 1.5x")
     print(f"warm                        {'ok' if warm <= 0.5 else 'OVER'} (target <= 0.5 s)")

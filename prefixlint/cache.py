@@ -96,3 +96,46 @@ class ResultCache:
             os.replace(tmp, self.file)
         except OSError:
             pass  # a read-only tree still gets its findings, just not cached
+
+
+class SummaryCache:
+    """Index summaries of imported modules (vLLM's layers, sibling modules), keyed by path
+    and (mtime, size): a run that checks one changed file need not re-parse its imports."""
+
+    def __init__(self, folder: Path) -> None:
+        self.file = folder / f"summaries-{content_hash(__version__.encode())}.json"
+        self.folder = folder
+        self.entries: dict[str, tuple[list[int], dict[str, Any]]] = {}
+        self.new: dict[str, tuple[list[int], dict[str, Any]]] = {}
+        try:
+            raw = json.loads(self.file.read_text(encoding="utf-8"))
+            self.entries = {p: (e[0], e[1]) for p, e in raw.items()}
+        except (OSError, ValueError, TypeError, IndexError, AttributeError):
+            self.entries = {}
+
+    def get(self, path: str) -> dict[str, Any] | None:
+        entry = self.entries.get(path)
+        if entry is None or stat_key(path) != entry[0]:
+            return None
+        return entry[1]
+
+    def put(self, path: str, summary: dict[str, Any]) -> None:
+        key = stat_key(path)
+        if key is not None:
+            self.entries[path] = self.new[path] = (key, summary)
+
+    def merge(self, new: dict[str, tuple[list[int], dict[str, Any]]]) -> None:
+        self.entries.update(new)
+        self.new.update(new)
+
+    def save(self) -> None:
+        if not self.new:
+            return
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({p: list(e) for p, e in self.entries.items()}, f, separators=(",", ":"))
+            os.replace(tmp, self.file)
+        except OSError:
+            pass

@@ -8,10 +8,11 @@ package ``__init__``), found under the checked files' package roots or the insta
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from prefixlint.cache import SummaryCache
 from prefixlint.index import (
     KEYWORD_ONLY,
     ClassSummary,
@@ -21,6 +22,8 @@ from prefixlint.index import (
     find_installed_package,
     module_name_for,
     summarize,
+    summary_from_json,
+    summary_to_json,
 )
 
 # vLLM's layer classes that take ``prefix``, used when vLLM's source cannot be read
@@ -80,7 +83,7 @@ class ModuleLoader:
     def __init__(
         self,
         roots: Iterable[Path] = (),
-        summary_cache: Callable[[Path], ModuleSummary | None] | None = None,
+        summary_cache: SummaryCache | None = None,
         vllm_root: Path | None = None,
     ) -> None:
         # root folder -> the top-level packages read from it. Only these are read: the
@@ -128,9 +131,14 @@ class ModuleLoader:
         path = path.resolve()
         self.touched.add(path)
         if path not in self._by_path:
-            summary = self._summary_cache(path) if self._summary_cache else None
-            if summary is None:
+            cache, key = self._summary_cache, str(path)
+            cached = cache.get(key) if cache is not None else None
+            if cached is not None:
+                summary: ModuleSummary | None = summary_from_json(cached)
+            else:
                 summary = summarize_file(path)
+                if summary is not None and cache is not None:
+                    cache.put(key, summary_to_json(summary))
             self._by_path[path] = summary
         return self._by_path[path]
 
@@ -238,14 +246,16 @@ class Resolver:
         if head not in module.imports:
             return False
         target = module.imports[head][0]
-        return target.startswith("vllm") or (module.module or "").startswith("vllm") or (
-            not self.loader.vllm_available
+        return (
+            target.startswith("vllm")
+            or (module.module or "").startswith("vllm")
+            or (not self.loader.vllm_available)
         )
 
-    def class_mro(self, symbol: Symbol, depth: int = 0) -> list[Symbol] | None:
-        """The class and its resolvable bases, depth-first; None when a base is unknown."""
+    def class_mro(self, symbol: Symbol, depth: int = 0) -> tuple[list[Symbol], bool]:
+        """The class and its resolvable bases, depth-first, and whether every base resolved."""
         if symbol.cls is None or depth > 12:
-            return None
+            return [], False
         out = [symbol]
         complete = True
         for base in symbol.cls.bases:
@@ -255,30 +265,22 @@ class Resolver:
             if base_sym is None or base_sym.cls is None:
                 complete = False
                 continue
-            sub = self.class_mro(base_sym, depth + 1)
-            if sub is None:
-                complete = False
-            else:
-                out.extend(sub)
-        return out if complete else out + [None]  # type: ignore[list-item]
+            sub, sub_complete = self.class_mro(base_sym, depth + 1)
+            out.extend(sub)
+            complete = complete and sub_complete
+        return out, complete
 
     def class_has(self, symbol: Symbol, member: str) -> bool | None:
         """True/False when a class defines ``member`` (not as a stub); None when unknowable."""
-        mro = self.class_mro(symbol)
-        if mro is None:
-            return None
-        unknown = False
+        mro, complete = self.class_mro(symbol)
         for entry in mro:
-            if entry is None:
-                unknown = True
-                continue
             assert entry.cls is not None
             sig = entry.cls.methods.get(member)
             if sig is not None and not sig.is_stub:
                 return True
             if member in entry.cls.attributes and entry.cls.name not in PROTOCOL_ATTR_ONLY:
                 return True
-        return None if unknown else False
+        return False if complete and mro else None
 
     def inherits(self, module: ModuleSummary, cls: ClassSummary, base_short: str) -> bool:
         """Whether ``cls`` lists ``base_short`` among its bases, directly or via resolvable ones."""

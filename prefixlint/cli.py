@@ -26,7 +26,7 @@ def _rule_table() -> dict[str, tuple[str, str, bool, str]]:
 
 
 class _Group(click.Group):
-    def invoke(self, ctx: click.Context):  # noqa: ANN201
+    def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except click.exceptions.Exit:
@@ -65,7 +65,9 @@ def main() -> None:
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the results cache.")
 @click.option("--cache-dir", type=click.Path(path_type=Path), help="Results cache folder.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Worker processes (default: cores).")
-@click.option("--config", "config_path", type=click.Path(path_type=Path), help="pyproject.toml to use.")
+@click.option(
+    "--config", "config_path", type=click.Path(path_type=Path), help="pyproject.toml to use."
+)
 @click.option(
     "--installed-vllm",
     is_flag=True,
@@ -89,8 +91,8 @@ def check(
 ) -> None:
     """Check model files (default: the current folder) and report findings."""
     from prefixlint.config import ConfigError, load_config, select_codes, validate_selectors
-    from prefixlint.discovery import MissingPath, discover, installed_vllm_model_dirs
     from prefixlint.diagnostic import Severity
+    from prefixlint.discovery import MissingPath, discover, installed_vllm_model_dirs
     from prefixlint.reporters import REPORTERS
     from prefixlint.runner import INTERNAL_ERROR, run_static
 
@@ -119,7 +121,9 @@ def check(
     except MissingPath as e:
         raise click.UsageError(f"path does not exist: {e}") from None
 
-    result = run_static(files, config, codes, jobs=jobs, use_cache=not no_cache, cache_dir=cache_dir)
+    result = run_static(
+        files, config, codes, jobs=jobs, use_cache=not no_cache, cache_dir=cache_dir
+    )
     reporter = REPORTERS[output_format]
     options = {
         "files": result.files,

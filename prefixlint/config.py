@@ -152,6 +152,4 @@ def select_codes(
 def validate_selectors(selectors: Iterable[str], all_codes: Iterable[str]) -> list[str]:
     """Selectors that match no rule (a typo should be an error, not a silent no-op)."""
     codes = list(all_codes)
-    return [
-        s for s in selectors if s != "ALL" and not any(code.startswith(s) for code in codes)
-    ]
+    return [s for s in selectors if s != "ALL" and not any(code.startswith(s) for code in codes)]

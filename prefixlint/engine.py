@@ -197,7 +197,11 @@ class Locator:
         item = report.item
         assert isinstance(item, Item)
         start = self._line_offset(item.first_line)
-        end = self._line_offset(item.last_line + 1) if item.last_line < len(self.offsets) else len(self.text)
+        end = (
+            self._line_offset(item.last_line + 1)
+            if item.last_line < len(self.offsets)
+            else len(self.text)
+        )
         # Compound statements are re-indented by code generation; simple ones are verbatim.
         anchors = [
             a
@@ -216,13 +220,19 @@ class Locator:
     ) -> tuple[int, int] | None:
         if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
             kw = "class" if isinstance(node, cst.ClassDef) else "def"
-            m = re.compile(rf"\b{kw}\s+{re.escape(node.name.value)}\b").search(self.text, start, end)
+            m = re.compile(rf"\b{kw}\s+{re.escape(node.name.value)}\b").search(
+                self.text, start, end
+            )
             if m is None:
                 return None
             # The whole definition when it is verbatim in the file, else just its header.
-            body_code = item.module.code_for_node(node.with_changes(leading_lines=(), decorators=()))
+            body_code = item.module.code_for_node(
+                node.with_changes(leading_lines=(), decorators=())
+            )
             if self.text.startswith(body_code, m.start()):
-                return m.start() + len(kw) + 1 + (m.end() - m.start() - len(kw) - 1 - len(node.name.value)), m.start() + len(body_code)
+                return m.start() + len(kw) + 1 + (
+                    m.end() - m.start() - len(kw) - 1 - len(node.name.value)
+                ), m.start() + len(body_code)
             # A sketched definition (stubbed methods): narrow to its name, keep the region.
             return m.end() - len(node.name.value), (m.end() if last else end)
         if hasattr(node, "leading_lines"):

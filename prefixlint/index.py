@@ -41,9 +41,7 @@ class FunctionSig:
 
     def positional_index(self, name: str) -> int | None:
         """Index among the positional parameters (``self`` excluded), if positional."""
-        positional = [
-            p for p in self.params if p.kind in (POSITIONAL_ONLY, POSITIONAL_OR_KEYWORD)
-        ]
+        positional = [p for p in self.params if p.kind in (POSITIONAL_ONLY, POSITIONAL_OR_KEYWORD)]
         if positional and positional[0].name in ("self", "cls"):
             positional = positional[1:]
         for i, p in enumerate(positional):
@@ -103,7 +101,7 @@ def _signature(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> FunctionSig:
         params.append(Param(arg.arg, kind, ast.unparse(d) if d is not None else None))
     if a.vararg:
         params.append(Param(a.vararg.arg, VAR_POSITIONAL, None))
-    for arg, d in zip(a.kwonlyargs, a.kw_defaults):
+    for arg, d in zip(a.kwonlyargs, a.kw_defaults, strict=True):
         params.append(Param(arg.arg, KEYWORD_ONLY, ast.unparse(d) if d is not None else None))
     if a.kwarg:
         params.append(Param(a.kwarg.arg, VAR_KEYWORD, None))
@@ -111,7 +109,9 @@ def _signature(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> FunctionSig:
 
 
 def _is_stub(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    if any(dotted(d) in ("overload", "typing.overload", "abstractmethod") for d in fn.decorator_list):
+    if any(
+        dotted(d) in ("overload", "typing.overload", "abstractmethod") for d in fn.decorator_list
+    ):
         return True
     body = list(fn.body)
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
@@ -167,9 +167,12 @@ def _class_summary(node: ast.ClassDef) -> ClassSummary:
             for t in stmt.targets:
                 if isinstance(t, ast.Name):
                     attributes.add(t.id)
-        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-            if stmt.value is not None:
-                attributes.add(stmt.target.id)
+        elif (
+            isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)
+            and stmt.value is not None
+        ):
+            attributes.add(stmt.target.id)
     start = min([node.lineno] + [d.lineno for d in node.decorator_list])
     return ClassSummary(
         name=node.name,
@@ -279,3 +282,54 @@ def find_installed_package(name: str) -> Path | None:
         except OSError:
             continue
     return None
+
+
+def summary_to_json(s: ModuleSummary) -> dict:
+    def sig(f: FunctionSig) -> list:
+        return [f.name, [[p.name, p.kind, p.default] for p in f.params], f.lineno, f.is_stub]
+
+    return {
+        "path": s.path,
+        "module": s.module,
+        "is_package": s.is_package,
+        "imports": {k: list(v) for k, v in s.imports.items()},
+        "classes": {
+            k: [
+                c.name,
+                c.bases,
+                c.decorators,
+                {m: sig(f) for m, f in c.methods.items()},
+                sorted(c.attributes),
+                c.lineno,
+                c.end_lineno,
+            ]
+            for k, c in s.classes.items()
+        },
+        "functions": {k: sig(f) for k, f in s.functions.items()},
+    }
+
+
+def summary_from_json(d: dict) -> ModuleSummary:
+    def sig(v: list) -> FunctionSig:
+        return FunctionSig(v[0], [Param(*p) for p in v[1]], v[2], v[3])
+
+    classes = {
+        k: ClassSummary(
+            name=c[0],
+            bases=c[1],
+            decorators=c[2],
+            methods={m: sig(f) for m, f in c[3].items()},
+            attributes=set(c[4]),
+            lineno=c[5],
+            end_lineno=c[6],
+        )
+        for k, c in d["classes"].items()
+    }
+    return ModuleSummary(
+        path=d["path"],
+        module=d["module"],
+        is_package=d["is_package"],
+        imports={k: (v[0], v[1]) for k, v in d["imports"].items()},
+        classes=classes,
+        functions={k: sig(f) for k, f in d["functions"].items()},
+    )

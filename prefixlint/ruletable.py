@@ -9,11 +9,31 @@ from __future__ import annotations
 
 # code: (name, default severity, enabled by default, summary)
 RULE_TABLE: dict[str, tuple[str, str, bool, str]] = {
-    'PFX001': ('syntax-error', 'error', True, 'The file cannot be read, decoded or parsed'),
-    'PFX301': ('missing-prefix', 'warning', True, 'A prefix-taking layer is constructed without `prefix`'),
-    'PFX302': ('prefix-attribute-mismatch', 'error', True, 'The prefix names another attribute than the one the module is stored at'),
-    'PFX303': ('prefix-not-derived', 'error', True, 'A prefix is a literal instead of being built from the enclosing `prefix`'),
-    'PFX304': ('loop-prefix-without-index', 'error', True, 'A module built in a loop has a prefix without the loop index'),
+    "PFX001": ("syntax-error", "error", True, "The file cannot be read, decoded or parsed"),
+    "PFX301": (
+        "missing-prefix",
+        "warning",
+        True,
+        "A prefix-taking layer is constructed without `prefix`",
+    ),
+    "PFX302": (
+        "prefix-attribute-mismatch",
+        "error",
+        True,
+        "The prefix names another attribute than the one the module is stored at",
+    ),
+    "PFX303": (
+        "prefix-not-derived",
+        "error",
+        True,
+        "A prefix is a literal instead of being built from the enclosing `prefix`",
+    ),
+    "PFX304": (
+        "loop-prefix-without-index",
+        "error",
+        True,
+        "A module built in a loop has a prefix without the loop index",
+    ),
 }
 
 

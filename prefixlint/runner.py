@@ -50,21 +50,35 @@ def display_path(path: Path) -> str:
 _WORKER: Any = None
 
 
-def _make_linter(codes: list[str], layers: list[str], package_dirs: list[str]) -> Any:
+def _make_linter(
+    codes: list[str], layers: list[str], package_dirs: list[str], cache_dir: str | None = None
+) -> Any:
+    from prefixlint.cache import SummaryCache
     from prefixlint.catalog import ModuleLoader, Resolver
     from prefixlint.engine import Linter
     from prefixlint.rules import RULES_BY_CODE
 
-    loader = ModuleLoader(roots=[Path(p) for p in package_dirs])
+    summaries = SummaryCache(Path(cache_dir)) if cache_dir else None
+    loader = ModuleLoader(roots=[Path(p) for p in package_dirs], summary_cache=summaries)
     resolver = Resolver(loader, extra_prefix_layers=layers)
     archs = registry_architectures(find_installed_package("vllm"))
     rules = [RULES_BY_CODE[c] for c in sorted(codes) if c in RULES_BY_CODE]
     return Linter(rules, resolver, archs)
 
 
-def _init_worker(codes: list[str], layers: list[str], package_dirs: list[str]) -> None:
+def _init_worker(
+    codes: list[str], layers: list[str], package_dirs: list[str], cache_dir: str | None
+) -> None:
     global _WORKER
-    _WORKER = _make_linter(codes, layers, package_dirs)
+    _WORKER = _make_linter(codes, layers, package_dirs, cache_dir)
+
+
+def _new_summaries(linter: Any) -> dict:
+    cache = linter.resolver.loader._summary_cache
+    if cache is None:
+        return {}
+    new, cache.new = cache.new, {}
+    return new
 
 
 def _lint_one(linter: Any, path: str, display: str, data: bytes) -> tuple[list[dict], list[str]]:
@@ -88,7 +102,9 @@ def _lint_one(linter: Any, path: str, display: str, data: bytes) -> tuple[list[d
     return [d.to_json() for d in diags], deps
 
 
-def _lint_chunk(chunk: list[tuple[str, str]]) -> list[tuple[str, list[dict], list[str]]]:
+def _lint_chunk(
+    chunk: list[tuple[str, str]],
+) -> tuple[list[tuple[str, list[dict], list[str]]], dict]:
     out = []
     for path, display in chunk:
         try:
@@ -97,7 +113,7 @@ def _lint_chunk(chunk: list[tuple[str, str]]) -> list[tuple[str, list[dict], lis
             data = b""
         diags, deps = _lint_one(_WORKER, path, display, data)
         out.append((path, diags, deps))
-    return out
+    return out, _new_summaries(_WORKER)
 
 
 # -- main side -------------------------------------------------------------------------
@@ -111,7 +127,11 @@ def run_static(
 ) -> RunResult:
     result = RunResult(files=len(files))
     package_dirs = sorted(
-        {str(root / p.resolve().relative_to(root).parts[0]) for p in files if (root := package_root_for(p))}
+        {
+            str(root / p.resolve().relative_to(root).parts[0])
+            for p in files
+            if (root := package_root_for(p))
+        }
     )
     vllm = find_installed_package("vllm")
     cache = None
@@ -148,14 +168,18 @@ def run_static(
     if todo:
         digests = {k: d for k, _, d in todo}
         workers = min(jobs or os.cpu_count() or 1, len(todo))
+        folder = str(cache_dir or ResultCache.default_folder()) if use_cache else None
         if workers <= 1 or len(todo) < 8:
-            linter = _make_linter(sorted(codes), config.extend_prefix_layers, package_dirs)
+            linter = _make_linter(sorted(codes), config.extend_prefix_layers, package_dirs, folder)
             outcomes = []
             for key, display, _ in todo:
                 diags, deps = _lint_one(linter, key, display, Path(key).read_bytes())
                 outcomes.append((key, diags, deps))
+            summaries = linter.resolver.loader._summary_cache
+            if summaries is not None:
+                summaries.save()
         else:
-            outcomes = _lint_parallel(todo, workers, sorted(codes), config, package_dirs)
+            outcomes = _lint_parallel(todo, workers, sorted(codes), config, package_dirs, folder)
         for key, diags, deps in outcomes:
             by_file[key] = diags
             internal = any(d["code"] == INTERNAL_ERROR for d in diags)
@@ -183,9 +207,12 @@ def _lint_parallel(
     codes: list[str],
     config: Config,
     package_dirs: list[str],
+    cache_dir: str | None,
 ) -> list[tuple[str, list[dict], list[str]]]:
     # Largest files first, dealt round-robin into several chunks per worker: even load.
-    sized = sorted(todo, key=lambda t: os.path.getsize(t[0]) if os.path.exists(t[0]) else 0, reverse=True)
+    sized = sorted(
+        todo, key=lambda t: os.path.getsize(t[0]) if os.path.exists(t[0]) else 0, reverse=True
+    )
     n_chunks = workers * 4
     chunks: list[list[tuple[str, str]]] = [[] for _ in range(n_chunks)]
     for i, (key, display, _) in enumerate(sized):
@@ -196,10 +223,18 @@ def _lint_parallel(
         max_workers=workers,
         mp_context=ctx,
         initializer=_init_worker,
-        initargs=(codes, config.extend_prefix_layers, package_dirs),
+        initargs=(codes, config.extend_prefix_layers, package_dirs, cache_dir),
     ) as pool:
-        for part in pool.map(_lint_chunk, [c for c in chunks if c]):
+        new_summaries: dict = {}
+        for part, summaries in pool.map(_lint_chunk, [c for c in chunks if c]):
             outcomes.extend(part)
+            new_summaries.update(summaries)
+    if cache_dir is not None and new_summaries:
+        from prefixlint.cache import SummaryCache
+
+        store = SummaryCache(Path(cache_dir))
+        store.merge(new_summaries)
+        store.save()
     return outcomes
 
 

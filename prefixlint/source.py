@@ -60,6 +60,8 @@ STATIC_TRIGGERS: tuple[str, ...] = (
     "use_cache",
     "register_model",
     "make_layers",
+    "SupportsPP",
+    "SupportsMultiModal",
 )
 
 
@@ -210,7 +212,9 @@ def sketch_items(
         return trigger.search("\n".join(lines[first - 1 : last])) is not None
 
     def emit(sketch: _Sketch, first: int, last: int, name: str) -> None:
-        out.append((sketch.text(), LineMap(sketch.sketch_starts, sketch.file_starts), first, last, name))
+        out.append(
+            (sketch.text(), LineMap(sketch.sketch_starts, sketch.file_starts), first, last, name)
+        )
 
     for node in tree.body:
         first, last = _start(node), node.end_lineno or node.lineno
@@ -239,10 +243,13 @@ def sketch_items(
                 else:
                     sketch.verbatim(s_first, s_last)
             emit(sketch, first, last, name)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.If, ast.Try)):
-            if node_is_def_container(node) and matters(node):
-                sketch.verbatim(first, last)
-                emit(sketch, first, last, name)
+        elif (
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.If, ast.Try))
+            and node_is_def_container(node)
+            and matters(node)
+        ):
+            sketch.verbatim(first, last)
+            emit(sketch, first, last, name)
     return out
 
 
@@ -275,8 +282,13 @@ def parse_file(
     lines = split_lines(text)
     if full:
         specs = [
-            ("\n".join(lines[_start(n) - 1 : n.end_lineno]) + "\n", LineMap([1], [_start(n)]),
-             _start(n), n.end_lineno or n.lineno, getattr(n, "name", ""))
+            (
+                "\n".join(lines[_start(n) - 1 : n.end_lineno]) + "\n",
+                LineMap([1], [_start(n)]),
+                _start(n),
+                n.end_lineno or n.lineno,
+                getattr(n, "name", ""),
+            )
             for n in tree.body
             if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.If, ast.Try))
         ]

@@ -24,7 +24,7 @@ def vllm_copy(tmp_path: Path):
     for folder in (tmp_path / "vllm", tmp_path / "vllm" / "model_executor", models):
         (folder / "__init__.py").write_text("")
 
-    def copy(name: str, edit=None) -> Path:  # noqa: ANN001
+    def copy(name: str, edit=None) -> Path:
         source = (VLLM / "model_executor" / "models" / name).read_text()
         target = models / name
         target.write_text(edit(source) if edit else source)

@@ -60,7 +60,12 @@ _FRAGMENTS = [
     "        return make_layers(2, lambda prefix: M(prefix=prefix + '.q'), prefix='x')\n",
     "from vllm.model_executor.layers.linear import RowParallelLinear\n",
     "from vllm.model_executor.layers.attention import Attention\n",
-    "(((\n", '"""\n', "\\\n", "@decorator\n", "    pass\n", "\t\tx = (1,\n",
+    "(((\n",
+    '"""\n',
+    "\\\n",
+    "@decorator\n",
+    "    pass\n",
+    "\t\tx = (1,\n",
 ]
 
 

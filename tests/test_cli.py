@@ -52,7 +52,15 @@ def test_json_shape_and_exit_code(project: Path) -> None:
     assert len(findings) == 1
     f = findings[0]
     assert set(f) >= {
-        "code", "message", "severity", "phase", "filename", "location", "end_location", "fix", "url"
+        "code",
+        "message",
+        "severity",
+        "phase",
+        "filename",
+        "location",
+        "end_location",
+        "fix",
+        "url",
     }
     assert (f["code"], f["severity"], f["phase"]) == ("PFX301", "error", "static")
     assert f["filename"] == "model.py"
@@ -90,7 +98,9 @@ def test_unknown_code_and_missing_path_exit_2(project: Path) -> None:
 
 
 def test_noqa(project: Path) -> None:
-    text = BAD_MODEL.replace("quant_config=quant_config)", "quant_config=quant_config)  # noqa: PFX301")
+    text = BAD_MODEL.replace(
+        "quant_config=quant_config)", "quant_config=quant_config)  # noqa: PFX301"
+    )
     (project / "model.py").write_text(text)
     assert run(["check", "--no-cache", "model.py"], project)[0] == 0
     (project / "model.py").write_text(text.replace("# noqa: PFX301", "# noqa: PFX302"))
@@ -110,7 +120,7 @@ def test_pyproject_config(project: Path) -> None:
     assert run(["check", "--no-cache", "."], project)[0] == 0
     (project / "pyproject.toml").write_text('[tool.prefixlint]\nselect = "PFX301"\n')
     assert run(["check", "--no-cache", "."], project)[0] == 2
-    (project / "pyproject.toml").write_text('[tool.prefixlint]\nbogus = 1\n')
+    (project / "pyproject.toml").write_text("[tool.prefixlint]\nbogus = 1\n")
     code, out = run(["check", "--no-cache", "."], project)
     assert code == 2 and "bogus" in out
 
@@ -135,7 +145,9 @@ def test_cache_round_trip(project: Path) -> None:
     second = run(["check", "--format", "json", "--cache-dir", str(cache), "."], project)
     assert first == second
     # An edit invalidates the entry of that file.
-    (project / "model.py").write_text(BAD_MODEL.replace("quant_config=quant_config)", "prefix=prefix)"))
+    (project / "model.py").write_text(
+        BAD_MODEL.replace("quant_config=quant_config)", "prefix=prefix)")
+    )
     assert run(["check", "--cache-dir", str(cache), "."], project)[0] == 0
 
 

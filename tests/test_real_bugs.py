@@ -45,7 +45,13 @@ CASES = [
         "",
         "self.lm_head = ParallelLMHead(",
     ),
-    ("literal-attention-prefix", "PFX303", 'prefix=f"{prefix}.attn"', 'prefix="attn"', 'prefix="attn"'),
+    (
+        "literal-attention-prefix",
+        "PFX303",
+        'prefix=f"{prefix}.attn"',
+        'prefix="attn"',
+        'prefix="attn"',
+    ),
     (
         "layer-prefix-inside-make-layers",
         "PFX302",
@@ -80,6 +86,4 @@ def test_recreated_bug_is_reported_at_the_edit(
 
 def test_unmodified_llama_has_only_the_known_embedding_finding(vllm_copy) -> None:
     findings = lint(vllm_copy("llama.py"))
-    assert [(d.code, "VocabParallelEmbedding" in d.message) for d in findings] == [
-        ("PFX301", True)
-    ]
+    assert [(d.code, "VocabParallelEmbedding" in d.message) for d in findings] == [("PFX301", True)]

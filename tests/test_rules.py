@@ -54,4 +54,4 @@ def test_light_rule_table_matches_the_classes() -> None:
     from prefixlint.ruletable import RULE_TABLE
 
     expected = {r.code: (r.name, r.severity.value, r.default_enabled, r.summary) for r in ALL_RULES}
-    assert RULE_TABLE == expected, "run `python -m prefixlint.ruletable` to regenerate"
+    assert expected == RULE_TABLE, "run `python -m prefixlint.ruletable` to regenerate"

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from prefixlint.rules.base import LintRule
-from prefixlint.rules.syntax import SyntaxErrorRule
 from prefixlint.rules.prefix import (
     LoopPrefixWithoutIndex,
     MissingPrefix,
     PrefixAttributeMismatch,
     PrefixNotDerived,
 )
+from prefixlint.rules.syntax import SyntaxErrorRule
 
 ALL_RULES: list[type[LintRule]] = sorted(
     [

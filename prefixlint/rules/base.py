@@ -136,9 +136,12 @@ def _is_module(ctx: FileContext, module: ModuleSummary, cls: ClassSummary, depth
         if sym is not None and sym.cls is not None:
             if _is_module(ctx, sym.module, sym.cls, depth + 1):
                 return True
-        elif base in module.classes and base != cls.name:
-            if _is_module(ctx, module, module.classes[base], depth + 1):
-                return True
+        elif (
+            base in module.classes
+            and base != cls.name
+            and _is_module(ctx, module, module.classes[base], depth + 1)
+        ):
+            return True
     return False
 
 
@@ -177,9 +180,7 @@ class LintRule:
         item = site.item if site is not None else walk.item
         anchors = site.anchors if site is not None else tuple(walk.anchors)
         self.reports.append(
-            Report(
-                type(self), node, message, severity or self.severity, item, anchors, replacement
-            )
+            Report(type(self), node, message, severity or self.severity, item, anchors, replacement)
         )
 
     @classmethod

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
+from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
 
@@ -12,6 +14,7 @@ import libcst as cst
 from prefixlint.diagnostic import Severity
 from prefixlint.rules.base import FileContext, Invalid, LintRule
 from prefixlint.rules.prefixes import Site
+from prefixlint.rules.walk import children
 
 _HEADER = """
 import torch
@@ -115,8 +118,32 @@ def is_model_architecture(ctx: FileContext, node: cst.ClassDef) -> bool:
     )
 
 
-def _is_module_class(ctx: FileContext, node: cst.ClassDef) -> bool:
-    return ctx.is_module_class(node)
+# Draft models of speculative decoding, called by their proposer, not by the model runner.
+_DRAFT_MODEL_NAME = re.compile(r"^(Eagle\d*|DFlash\d*)|DSpark|MTP|Medusa|Speculator|Drafter")
+_SPECULATIVE_SECTION = re.compile(r"^_SPECULATIVE_DECODING_MODELS\s*=\s*\{(.*?)^\}", re.S | re.M)
+_REGISTRY_ENTRY = re.compile(r"\(\s*\"[\w.]+\"\s*,\s*\"(\w+)\"\s*,?\s*\)")
+
+
+@functools.lru_cache(maxsize=4)
+def _speculative_classes(registry: Path | None) -> frozenset[str]:
+    """Classes in the ``_SPECULATIVE_DECODING_MODELS`` section of vLLM's registry."""
+    try:
+        text = registry.read_text("utf-8") if registry is not None else ""
+    except (OSError, UnicodeDecodeError):
+        return frozenset()
+    m = _SPECULATIVE_SECTION.search(text)
+    return frozenset(_REGISTRY_ENTRY.findall(m.group(1))) if m else frozenset()
+
+
+def is_draft_model(ctx: FileContext, node: cst.ClassDef) -> bool:
+    """A draft model of speculative decoding (EAGLE, MTP, Medusa, DFlash, ...): listed as
+    one in vLLM's registry, or named like one. Its proposer calls it, with its own
+    arguments, and embeds tokens itself unless the draft is multimodal."""
+    name = node.name.value
+    if _DRAFT_MODEL_NAME.search(name):
+        return True
+    registry = ctx.resolver.loader.path_for("vllm.model_executor.models.registry")
+    return name in _speculative_classes(registry)
 
 
 # -- PFX101 --------------------------------------------------------------------------------
@@ -144,10 +171,10 @@ class InitSignature(LintRule):
     after checking by name that `__init__` has both parameters. Without them the class is
     treated as an "old-style" model: a `DeprecationWarning`, then a guess of the arguments
     that fails or builds the model without its configuration. A required extra parameter
-    makes the call fail; a positional-only one is not found by name. The root's prefix is
-    `""` (`VllmModel.__init__(self, vllm_config, prefix="")`), and an inner class with no
-    `prefix` cannot name its layers, so quantization and LoRA look them up under the
-    wrong name.
+    makes the call fail, and so does a positional-only `vllm_config` or `prefix`. The
+    root's prefix is `""` (`VllmModel.__init__(self, vllm_config, prefix="")`), and an
+    inner class with no `prefix` cannot name its layers, so quantization and LoRA look
+    them up under the wrong name.
 
     ## Example
     ```python
@@ -283,7 +310,7 @@ class MyForCausalLM(LlamaForCausalLM):
         at = _inside(self.ctx, node)
         if is_model_architecture(self.ctx, class_node):
             self._check_architecture(node, cls, params, by_name, at)
-        elif "vllm_config" in by_name and _is_module_class(self.ctx, class_node):
+        elif "vllm_config" in by_name and self.ctx.is_module_class(class_node):
             self._check_keyword(by_name["vllm_config"], cls, at)
             if "prefix" in by_name:
                 self._check_keyword(by_name["prefix"], cls, at)
@@ -370,6 +397,35 @@ def _anchors_to(anchors: tuple[cst.CSTNode, ...], node: cst.CSTNode) -> tuple[cs
 # -- PFX102 --------------------------------------------------------------------------------
 
 
+def _reads(node: cst.CSTNode, name: str) -> bool:
+    """Whether ``name`` is read anywhere in ``node``: the prefix walk does not look at
+    ``with`` items, ``match`` subjects or the defaults of nested functions and lambdas, so
+    its ``referenced`` misses these reads. Keyword names and attribute names are not reads;
+    a nested function or lambda whose own parameter is ``name`` shadows it."""
+    if isinstance(node, cst.Name):
+        return node.value == name
+    if isinstance(node, cst.Arg):
+        return _reads(node.value, name)
+    if isinstance(node, cst.Attribute):
+        return _reads(node.value, name)
+    if isinstance(node, cst.Param):
+        return node.default is not None and _reads(node.default, name)
+    if isinstance(node, (cst.Lambda, cst.FunctionDef)):
+        p = node.params
+        params = [*p.posonly_params, *p.params, *p.kwonly_params]
+        params += [x for x in (p.star_arg, p.star_kwarg) if isinstance(x, cst.Param)]
+        if any(_reads(x, name) for x in params):
+            return True
+        if isinstance(node, cst.FunctionDef) and any(
+            _reads(d.decorator, name) for d in node.decorators
+        ):
+            return True
+        if any(x.name.value == name for x in params):
+            return False
+        return _reads(node.body, name)
+    return any(_reads(c, name) for c in children(node))
+
+
 class PrefixUnused(LintRule):
     """
     ## What it does
@@ -454,7 +510,7 @@ def build_head(vocab: int, hidden: int, prefix: str = ""):
 
     def leave_Module(self) -> None:
         for pp in self.ctx.prefixes.prefix_params:
-            if pp.referenced or not pp.sites:
+            if pp.referenced or not pp.sites or _reads(pp.function.body, "prefix"):
                 continue
             fn = pp.function.name.value
             where = f"`{pp.class_node.name.value}.{fn}`" if pp.class_node else f"`{fn}`"
@@ -472,8 +528,6 @@ def build_head(vocab: int, hidden: int, prefix: str = ""):
 # -- PFX201 --------------------------------------------------------------------------------
 
 _FORWARD_HEAD = ("input_ids", "positions", "intermediate_tensors", "inputs_embeds")
-# Draft models of speculative decoding, called by their proposer, not by the model runner.
-_DRAFT_MODEL_NAME = re.compile(r"^(Eagle\d*|DFlash\d*)|DSpark|MTP|Medusa|Speculator|Drafter")
 _FORWARD_SHAPE = (
     "forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None, ...)"
 )
@@ -488,8 +542,16 @@ class ForwardSignature(LintRule):
     `inputs_embeds` default to `None` (they may be keyword-only); any further parameter
     has a default or is `*args`/`**kwargs`.
 
-    Draft models of speculative decoding (EAGLE, MTP, Medusa: a `forward` that takes
-    `hidden_states`) follow the proposer's calling convention instead and are not checked.
+    Draft models of speculative decoding (EAGLE, MTP, Medusa, DFlash: listed in the
+    registry's speculative section, named like one, or a `forward` that takes
+    `hidden_states`) follow their proposer's calling convention and are not checked. A
+    `forward` without `intermediate_tensors` but with `**kwargs` has opted out of pipeline
+    parallelism (encoder-decoder and audio models): the runner's keyword lands in
+    `**kwargs`, and the order of its other parameters is not checked.
+
+    A missing default of `intermediate_tensors` or `inputs_embeds` is a warning: today's
+    runners always pass both, but the `VllmModel` protocol requires only `input_ids` and
+    `positions`.
 
     ## Why is this bad?
     The model runner calls every model the same way: `input_ids` and `positions` (flat,
@@ -554,6 +616,13 @@ class MyForConditionalGeneration(LlamaForCausalLM):
         ),
         _example(
             """
+class MyForConditionalGeneration(LlamaForCausalLM):  # encoder-decoder, no pipeline stages
+    def forward(self, input_ids, positions, encoder_outputs=None, **kwargs):
+        return input_ids
+"""
+        ),
+        _example(
+            """
 class MyMTPForCausalLM(LlamaForCausalLM):  # a draft model: the proposer's convention
     def forward(self, input_ids, positions, hidden_states, inputs_embeds=None):
         return hidden_states
@@ -603,6 +672,17 @@ class MyForCausalLM(LlamaForCausalLM):
             line=23,
             contains="`image_sizes`",
         ),
+        Invalid(
+            _example(
+                """
+class MyForCausalLM(LlamaForCausalLM):
+    def forward(self, input_ids, positions, inputs_embeds=None):
+        return input_ids
+"""
+            ),
+            line=15,
+            contains="takes no `intermediate_tensors`",
+        ),
     ]
 
     def visit_FunctionDef(self, node: cst.FunctionDef, class_node: cst.ClassDef | None) -> None:
@@ -610,7 +690,7 @@ class MyForCausalLM(LlamaForCausalLM):
             return
         assert class_node is not None
         cls = class_node.name.value
-        if _DRAFT_MODEL_NAME.search(cls) or not is_model_architecture(self.ctx, class_node):
+        if not is_model_architecture(self.ctx, class_node) or is_draft_model(self.ctx, class_node):
             return
         params = _params(node)
         at = _inside(self.ctx, node)
@@ -865,7 +945,7 @@ class SelfAttention(nn.Module):
         if (
             "positions" in names
             or is_model_architecture(self.ctx, class_node)
-            or (self.ctx.takes_vllm_config(class_node) and _is_module_class(self.ctx, class_node))
+            or (self.ctx.takes_vllm_config(class_node) and self.ctx.is_module_class(class_node))
         ):
             self._report(class_node, node, at, "")
         else:
@@ -907,7 +987,9 @@ class MissingEmbedInputIds(LintRule):
     ## What it does
     Checks that an architecture class has an `embed_input_ids` method, its own or one of
     a base class. It reports only when every base class can be read; a base outside the
-    checked files and vLLM could define it.
+    checked files and vLLM could define it. Draft models of speculative decoding (MTP,
+    Medusa, ...) are not checked: their proposer embeds the tokens itself unless the draft
+    is multimodal.
 
     ## Why is this bad?
     The engine calls `model.embed_input_ids(input_ids)` to obtain the text embeddings
@@ -1002,6 +1084,8 @@ class MyForCausalLM(nn.Module):
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         if len(self.ctx.prefixes.class_stack) != 1 or not is_model_architecture(self.ctx, node):
+            return
+        if is_draft_model(self.ctx, node):
             return
         symbol = self.ctx.symbol(node)
         if symbol is None or self.ctx.resolver.class_has(symbol, "embed_input_ids") is not False:

@@ -397,6 +397,11 @@ _TOWER_NAME = re.compile(
     r"(Vision|Visual|ViT|Vit[A-Z]|Image|Audio|Speech|Whisper|Siglip|SigLIP|Clip|CLIP|"
     r"Projector|Resampler|Connector|Perceiver|Patch|Encoder|Tower|Pixel|Video|Merger|Adapter)"
 )
+_TEXT_NAME = re.compile(r"(Decoder|CausalLM|LanguageModel|TextModel|Text[A-Z])")
+
+
+def _is_tower(name: str) -> bool:
+    return bool(_TOWER_NAME.search(name)) and not _TEXT_NAME.search(name)
 
 
 @dataclass
@@ -465,7 +470,7 @@ class _DecoderClasses:
             name
             for name in classes
             if self.facts.get(name, _ClassFacts()).seed
-            or (_DECODER_NAME.search(name) and not _TOWER_NAME.search(name))
+            or (_DECODER_NAME.search(name) and not _is_tower(name))
         ]
         out: set[str] = set()
         while todo:
@@ -474,7 +479,7 @@ class _DecoderClasses:
                 continue
             out.add(name)
             for built in self.facts.get(name, _ClassFacts()).builds:
-                if built not in out and not _TOWER_NAME.search(built):
+                if built not in out and not _is_tower(built):
                     todo.append(built)
         return out
 
@@ -717,8 +722,8 @@ class OwnAttention(LintRule):
     """
     ## What it does
     Checks for attention computed by hand in a text decoder: `scaled_dot_product_attention`,
-    direct `flash_attn` / `xformers` calls, or a softmax in a function that multiplies
-    queries by transposed keys (`q @ k.transpose(-2, -1)`). Decoder classes are found as for
+    direct `flash_attn` / `xformers` calls, or a softmax in a class that multiplies
+    queries by transposed keys (`q @ k.transpose(-2, -1)`, `torch.matmul(q, k.mT)`). Decoder classes are found as for
     PFX402; vision and audio towers, which vLLM runs with SDPA, are not checked.
 
     ## Why is this bad?
@@ -812,7 +817,8 @@ class MyDecoderLayer(nn.Module):
     def __init__(self, ctx) -> None:  # noqa: ANN001
         super().__init__(ctx)
         self._decoder = _DecoderClasses()
-        self._found: list[tuple[str, cst.Call, str, cst.CSTNode | None, _Where]] = []
+        self._found: list[tuple[str, cst.Call, str, bool, _Where]] = []
+        self._functions: dict[str, list[cst.FunctionDef]] = {}
 
     def visit_Call(self, node: cst.Call, callee: str | None) -> None:
         self._decoder.note_call(self, callee)
@@ -824,29 +830,31 @@ class MyDecoderLayer(nn.Module):
             return
         if short in _FUSED_ATTENTION:
             self._found.append((top, node, short, None, _here(self)))
-        elif short == "softmax" and self.ctx.prefixes.function_stack:
-            function = self.ctx.prefixes.function_stack[-1]
-            self._found.append((top, node, short, function, _here(self)))
+        elif short == "softmax":
+            self._found.append((top, node, short, True, _here(self)))
 
     def visit_Name(self, node: cst.CSTNode, name: str) -> None:
         self._decoder.note_name(self, name)
 
     def visit_FunctionDef(self, node: cst.FunctionDef, class_node: cst.ClassDef | None) -> None:
         self._decoder.note_function(self, node)
+        top = _top_class(self)
+        if top is not None:
+            self._functions.setdefault(top, []).append(node)
 
     def leave_Module(self) -> None:
         if not self._found:
             return
         decoder = self._decoder.compute(self)
-        scored: dict[int, bool] = {}
-        for top, node, short, function, where in self._found:
+        scored: dict[str, bool] = {}
+        for top, node, short, is_softmax, where in self._found:
             if top not in decoder:
                 continue
-            if function is not None:
-                key = id(function)
-                if key not in scored:
-                    scored[key] = _has_score_matmul(function)
-                if not scored[key]:
+            if is_softmax:
+                # The scores are often computed in ``forward`` and normalised in a helper.
+                if top not in scored:
+                    scored[top] = any(_has_score_matmul(f) for f in self._functions.get(top, []))
+                if not scored[top]:
                     continue
                 what = "a softmax over `q @ k^T` scores"
             else:

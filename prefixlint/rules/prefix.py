@@ -8,7 +8,6 @@ import libcst as cst
 
 from prefixlint.diagnostic import Severity
 from prefixlint.rules.base import Invalid, LintRule
-from prefixlint.rules.walk import walk
 from prefixlint.rules.prefixes import (
     Site,
     has_root,
@@ -16,6 +15,7 @@ from prefixlint.rules.prefixes import (
     is_known,
     render,
 )
+from prefixlint.rules.walk import walk
 
 _HEADER = """
 from torch import nn
@@ -211,10 +211,11 @@ class Layer(nn.Module):
     def __init__(self, prefix: str = ""):
         super().__init__()
         self.self_attn = nn.Module()
-        self.self_attn.qkv_proj = QKVParallelLinear(8, 2, 4, prefix=maybe_prefix(prefix, "qkv_proj"))
+        self.self_attn.qkv_proj = QKVParallelLinear(
+            8, 2, 4, prefix=maybe_prefix(prefix, "qkv_proj"))
 """
             ),
-            line=12,
+            line=13,
         ),
         Invalid(
             _example(

@@ -190,7 +190,7 @@ class PrefixAnalysis:
     it is; rules read them from their hooks.
     """
 
-    def __init__(self, prefix_signature, hooks: Hooks | None = None) -> None:  # noqa: ANN001
+    def __init__(self, prefix_signature, hooks: Hooks | None = None) -> None:
         self._prefix_signature = prefix_signature  # callee dotted name -> FunctionSig | None
         self.hooks = hooks or Hooks()
         self.sites: list[Site] = []
@@ -397,7 +397,9 @@ class PrefixAnalysis:
                 sub = expected
                 if expected is not None and expected.indexed and expected.index is None:
                     sub = Expected(expected.path, expected.target, True, str(i))
-                self._expr(el.value, scope, loops, sub if not isinstance(el, cst.StarredElement) else None)
+                self._expr(
+                    el.value, scope, loops, sub if not isinstance(el, cst.StarredElement) else None
+                )
         elif isinstance(node, cst.Lambda):
             self._lambda(node, scope, loops, None)
         elif isinstance(node, cst.Name):
@@ -420,7 +422,11 @@ class PrefixAnalysis:
                 self._expr(child, scope, loops, None)
 
     def _lambda(
-        self, node: cst.Lambda, scope: Scope, loops: tuple[frozenset[str], ...], whole: Expected | None
+        self,
+        node: cst.Lambda,
+        scope: Scope,
+        loops: tuple[frozenset[str], ...],
+        whole: Expected | None,
     ) -> None:
         params = _params(node)
         env = dict(scope.env)
@@ -611,13 +617,17 @@ class PrefixAnalysis:
                 pieces = template.split("{}")
                 if len(pieces) - 1 == len(args):
                     out: list[Value] = [lit(pieces[0])]
-                    for arg, piece in zip(args, pieces[1:]):
+                    for arg, piece in zip(args, pieces[1:], strict=True):
                         out += [self.evaluate(arg.value, scope), lit(piece)]
                     return concat(*out)
             return UNKNOWN
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "join":
             sep = _string_value(node.func.value)
-            if sep is not None and len(args) == 1 and isinstance(args[0].value, (cst.List, cst.Tuple)):
+            if (
+                sep is not None
+                and len(args) == 1
+                and isinstance(args[0].value, (cst.List, cst.Tuple))
+            ):
                 out = []
                 for i, el in enumerate(args[0].value.elements):
                     if i:
