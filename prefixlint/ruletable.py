@@ -10,6 +10,36 @@ from __future__ import annotations
 # code: (name, default severity, enabled by default, summary)
 RULE_TABLE: dict[str, tuple[str, str, bool, str]] = {
     "PFX001": ("syntax-error", "error", True, "The file cannot be read, decoded or parsed"),
+    "PFX101": (
+        "init-signature",
+        "error",
+        True,
+        "A model class's `__init__` does not take `vllm_config` and `prefix` as vLLM calls it",
+    ),
+    "PFX102": (
+        "prefix-unused",
+        "warning",
+        True,
+        "`prefix` is taken but never used, while prefix-taking layers are built",
+    ),
+    "PFX201": (
+        "forward-signature",
+        "error",
+        True,
+        "An architecture's `forward` does not have vLLM's signature",
+    ),
+    "PFX202": (
+        "hf-forward-leftover",
+        "error",
+        True,
+        "A model class's `forward` takes a Hugging Face-only parameter",
+    ),
+    "PFX203": (
+        "missing-embed-input-ids",
+        "warning",
+        True,
+        "An architecture class has no `embed_input_ids`",
+    ),
     "PFX301": (
         "missing-prefix",
         "warning",

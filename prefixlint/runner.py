@@ -7,11 +7,12 @@ import os
 import re
 import traceback
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prefixlint.cache import ResultCache, content_hash
+from prefixlint.cache import ResultCache, content_hash, stat_key
 from prefixlint.config import Config
 from prefixlint.diagnostic import Diagnostic, Position, Severity
 from prefixlint.index import find_installed_package, package_root_for
@@ -142,6 +143,10 @@ def run_static(
                 "codes": sorted(codes),
                 "layers": config.extend_prefix_layers,
                 "vllm": str(vllm) if vllm else None,
+                # The registry decides which classes are architectures.
+                "registry": stat_key(str(vllm / "model_executor" / "models" / "registry.py"))
+                if vllm
+                else None,
                 "packages": package_dirs,
             },
         )
@@ -179,7 +184,20 @@ def run_static(
             if summaries is not None:
                 summaries.save()
         else:
-            outcomes = _lint_parallel(todo, workers, sorted(codes), config, package_dirs, folder)
+            try:
+                outcomes = _lint_parallel(
+                    todo, workers, sorted(codes), config, package_dirs, folder
+                )
+            except BrokenProcessPool:
+                # A worker died (out of memory, a signal): lint in this process instead, so
+                # the run still ends in findings or a clean internal error.
+                linter = _make_linter(
+                    sorted(codes), config.extend_prefix_layers, package_dirs, folder
+                )
+                outcomes = [
+                    (key, *_lint_one(linter, key, display, Path(key).read_bytes()))
+                    for key, display, _ in todo
+                ]
         for key, diags, deps in outcomes:
             by_file[key] = diags
             internal = any(d["code"] == INTERNAL_ERROR for d in diags)

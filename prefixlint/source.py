@@ -65,6 +65,10 @@ STATIC_TRIGGERS: tuple[str, ...] = (
 )
 
 
+# Architecture classes are kept even when they only set class attributes (interfaces).
+ARCHITECTURE_CLASS = re.compile(r"For[A-Z]\w*$")
+
+
 class SourceError(Exception):
     """The file cannot be read, decoded or parsed; carries a 1-based position."""
 
@@ -229,7 +233,11 @@ def sketch_items(
                     emit(sketch, first, last, name)
                 continue
             methods = [b for b in body if isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef))]
-            if not any(m.name in ("__init__", "forward") for m in methods) and not matters(node):
+            if (
+                not any(m.name in ("__init__", "forward") for m in methods)
+                and not ARCHITECTURE_CLASS.search(node.name)
+                and not matters(node)
+            ):
                 continue
             sketch.verbatim(first, header_end)
             for stmt in body:

@@ -23,6 +23,7 @@ BAD_MODEL = textwrap.dedent(
     class Head(nn.Module):
         def __init__(self, vocab, hidden, quant_config, prefix: str = ""):
             super().__init__()
+            self.prefix = prefix
             self.lm_head = ParallelLMHead(vocab, hidden, quant_config=quant_config)
     """
 )
@@ -64,15 +65,15 @@ def test_json_shape_and_exit_code(project: Path) -> None:
     }
     assert (f["code"], f["severity"], f["phase"]) == ("PFX301", "error", "static")
     assert f["filename"] == "model.py"
-    assert f["location"] == {"row": 9, "column": 24}
-    assert f["end_location"]["row"] == 9
+    assert f["location"] == {"row": 10, "column": 24}
+    assert f["end_location"]["row"] == 10
 
 
 def test_text_format_has_frame_and_summary(project: Path) -> None:
     code, out = run(["check", "--no-cache", "model.py"], project)
     assert code == 1
-    assert out.startswith("model.py:9:24: PFX301 ")
-    assert "9 |         self.lm_head = ParallelLMHead(" in out
+    assert out.startswith("model.py:10:24: PFX301 ")
+    assert "10 |         self.lm_head = ParallelLMHead(" in out
     assert "1  PFX301  missing-prefix" in out
     assert "\x1b[" not in out  # no colour when not a TTY
 

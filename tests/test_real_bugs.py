@@ -87,3 +87,46 @@ def test_recreated_bug_is_reported_at_the_edit(
 def test_unmodified_llama_has_only_the_known_embedding_finding(vllm_copy) -> None:
     findings = lint(vllm_copy("llama.py"))
     assert [(d.code, "VocabParallelEmbedding" in d.message) for d in findings] == [("PFX301", True)]
+
+
+def _after(marker: str, old: str, new: str):  # noqa: ANN202
+    """An edit of the first ``old`` after ``marker`` (the architecture class, say)."""
+
+    def edit(text: str) -> str:
+        start = text.index(marker)
+        at = text.index(old, start)
+        return text[:at] + new + text[at + len(old) :]
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("code", "edit", "at"),
+    [
+        (
+            "PFX101",
+            _after("class LlamaForCausalLM(", "        *,\n", ""),
+            'vllm_config: VllmConfig,\n        prefix: str = "",\n        layer_type',
+        ),
+        (
+            "PFX202",
+            _after(
+                "class LlamaForCausalLM(",
+                "        inputs_embeds: torch.Tensor | None = None,\n",
+                "        inputs_embeds: torch.Tensor | None = None,\n"
+                "        attention_mask: torch.Tensor | None = None,\n",
+            ),
+            "attention_mask: torch.Tensor | None = None",
+        ),
+    ],
+    ids=["positional-vllm-config", "attention-mask-in-forward"],
+)
+def test_recreated_contract_bug(vllm_copy, code: str, edit, at: str) -> None:  # noqa: ANN001
+    clean = vllm_copy("llama.py")
+    before = [(d.code, d.message) for d in lint(clean)]
+    broken = vllm_copy("llama.py", edit)
+    after = lint(broken)
+    new = [d for d in after if (d.code, d.message) not in before]
+    text = broken.read_text()
+    expected = text.count("\n", 0, text.index(at, text.index("class LlamaForCausalLM("))) + 1
+    assert [(d.code, d.location.row) for d in new] == [(code, expected)], after

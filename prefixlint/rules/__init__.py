@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 from prefixlint.rules.base import LintRule
+from prefixlint.rules.contract import (
+    ForwardSignature,
+    HFForwardLeftover,
+    InitSignature,
+    MissingEmbedInputIds,
+    PrefixUnused,
+)
 from prefixlint.rules.prefix import (
     LoopPrefixWithoutIndex,
     MissingPrefix,
@@ -14,6 +21,11 @@ from prefixlint.rules.syntax import SyntaxErrorRule
 ALL_RULES: list[type[LintRule]] = sorted(
     [
         SyntaxErrorRule,
+        InitSignature,
+        PrefixUnused,
+        ForwardSignature,
+        HFForwardLeftover,
+        MissingEmbedInputIds,
         MissingPrefix,
         PrefixAttributeMismatch,
         PrefixNotDerived,

@@ -77,7 +77,10 @@ def _inside(ctx: FileContext, fn: cst.FunctionDef) -> Site:
     """Where the walk is, narrowed to ``fn``: a report in ``fn``'s header is then found in
     ``fn`` and not at the first equal text of the class (another method's parameter)."""
     walk = ctx.prefixes
-    return cast(Site, SimpleNamespace(item=walk.item, anchors=(*walk.anchors, fn)))
+    anchors = tuple(walk.anchors)
+    if not anchors or anchors[-1] is not fn:
+        anchors = (*anchors, fn)
+    return cast(Site, SimpleNamespace(item=walk.item, anchors=anchors))
 
 
 def _method_of(ctx: FileContext, node: cst.FunctionDef, class_node: cst.ClassDef | None) -> bool:
@@ -101,7 +104,8 @@ def is_model_architecture(ctx: FileContext, node: cst.ClassDef) -> bool:
         return False  # a nested class
     name = node.name.value
     if name in ctx.architectures:
-        return True
+        # Same name, other class: models/config.py has config fixers named like models.
+        return ctx.is_module_class(node) or not _all_bases_resolve(ctx, node)
     if not ctx.is_architecture(node) or not _STRICT_ARCHITECTURE_NAME.search(name):
         return False
     cls = ctx.class_summary(node)
@@ -115,6 +119,16 @@ def is_model_architecture(ctx: FileContext, node: cst.ClassDef) -> bool:
     symbol = ctx.symbol(node)
     return symbol is not None and any(
         ctx.resolver.class_has(symbol, m) is True for m in _MODEL_METHODS
+    )
+
+
+def _all_bases_resolve(ctx: FileContext, node: cst.ClassDef) -> bool:
+    cls = ctx.class_summary(node)
+    if cls is None:
+        return False
+    return all(
+        b in ctx.summary.classes or ctx.resolver.resolve(ctx.summary, b) is not None
+        for b in cls.bases
     )
 
 
@@ -337,7 +351,8 @@ class MyForCausalLM(LlamaForCausalLM):
             )
             return  # the whole signature is to be rewritten: no detail on the rest
         for name in ("vllm_config", "prefix"):
-            self._check_keyword(by_name[name], cls, at)
+            if self._check_keyword(by_name[name], cls, at, architecture=True):
+                break  # one finding per signature: `*,` before the first fixes both
         param, kind = by_name["prefix"]
         if kind != _POSONLY and param.default is None:
             self.report(
@@ -359,16 +374,32 @@ class MyForCausalLM(LlamaForCausalLM):
                 site=at,
             )
 
-    def _check_keyword(self, entry: tuple[cst.Param, str], cls: str, at: Site) -> None:
+    def _check_keyword(
+        self, entry: tuple[cst.Param, str], cls: str, at: Site, architecture: bool = False
+    ) -> bool:
+        """Report a parameter vLLM cannot pass by keyword; True when one was reported."""
         param, kind = entry
+        name = param.name.value
         if kind == _POSONLY:
-            name = param.name.value
             self.report(
                 param,
                 f"`{name}` of `{cls}.__init__` is positional-only, but vLLM passes it by "
                 f"keyword; move it after `/` and `*` (`*, {name}`)",
                 site=at,
             )
+            return True
+        if kind != _KWONLY and architecture:
+            # Works today (the loader passes keywords), but the contract of the classes the
+            # loader builds is keyword-only; inner layers are free to take them positionally.
+            self.report(
+                param,
+                f"`{name}` of `{cls}.__init__` may be passed positionally; the contract is "
+                f"keyword-only: put `*,` before it",
+                severity=Severity.WARNING,
+                site=at,
+            )
+            return True
+        return False
 
     def leave_Module(self) -> None:
         for class_node, init in self._pending:

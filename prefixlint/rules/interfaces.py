@@ -18,7 +18,7 @@ import libcst as cst
 from prefixlint.catalog import Symbol
 from prefixlint.diagnostic import Severity
 from prefixlint.index import ClassSummary, FunctionSig
-from prefixlint.rules.base import Invalid, LintRule
+from prefixlint.rules.base import FileContext, Invalid, LintRule
 from prefixlint.rules.prefixes import dotted_name
 from prefixlint.rules.walk import walk
 
@@ -78,8 +78,37 @@ def _accepts(sig: FunctionSig, name: str) -> bool:
     return sig.param(name) is not None or sig.has_var_keyword
 
 
-def _mro(rule: LintRule, cls: ClassSummary) -> list[Symbol | None] | None:
+def _mro(rule: LintRule, cls: ClassSummary) -> tuple[list[Symbol], bool]:
+    """The class and its resolvable bases, and whether every base could be read."""
     return rule.ctx.resolver.class_mro(Symbol(rule.ctx.summary, cls.name, cls=cls))
+
+
+def _forward(rule: LintRule, cls: ClassSummary) -> FunctionSig | None:
+    """The ``forward`` the class runs: its own, else the first one along resolvable bases."""
+    own = cls.methods.get("forward")
+    if own is not None:
+        return own
+    mro, _ = _mro(rule, cls)
+    for entry in mro[1:]:
+        if entry.cls is None or _is_protocol(entry.cls):
+            continue
+        sig = entry.cls.methods.get("forward")
+        if sig is not None and not sig.is_stub:
+            return sig
+    return None
+
+
+_DRAFTER_NAME = re.compile(r"(MTP|Mtp|Eagle|DFlash|DSpark|Medusa|Speculator|Draft)")
+
+
+def _is_drafter(rule: LintRule, cls: ClassSummary) -> bool:
+    """A speculative-decoding drafter: its forward consumes the target's hidden states."""
+    if _DRAFTER_NAME.search(cls.name):
+        return True
+    sig = _forward(rule, cls)
+    return sig is not None and any(
+        sig.param(p) is not None for p in ("hidden_states", "previous_hidden_states")
+    )
 
 
 # -- PFX501 ---------------------------------------------------------------------------------
@@ -98,7 +127,9 @@ class PPInterfaceIncomplete(LintRule):
     `make_empty_intermediate_tensors` while profiling and capturing CUDA graphs, and passes
     the previous stage's activations as `forward(..., intermediate_tensors=...)`. Without
     the attribute the start-up fails with an `AttributeError`; without the parameter vLLM
-    logs a warning and treats the model as not supporting PP at all.
+    logs a warning and treats the model as not supporting PP at all. For speculative
+    drafters (MTP, EAGLE), which inherit the declaration from their target model and never
+    run as a pipeline stage, the finding is a warning.
 
     ## Example
     ```python
@@ -196,17 +227,23 @@ class MyForCausalLM(nn.Module, SupportsPP):
             return
         symbol = Symbol(self.ctx.summary, cls.name, cls=cls)
         name = cls.name
+        # A speculative drafter runs beside the target's last stage, never as a PP stage:
+        # the inconsistency is real (vLLM's registry warns about it) but not an error.
+        severity = Severity.WARNING if _is_drafter(self, cls) else None
         if self.ctx.resolver.class_has(symbol, "make_empty_intermediate_tensors") is False:
             self.report(
                 node.name,
                 f"`{name}` declares `SupportsPP` but has no `make_empty_intermediate_tensors` "
                 "(method, class attribute or `self.` attribute set in `__init__`); later "
                 "pipeline stages call it at start-up",
+                severity=severity,
                 site=_here(self, node),  # type: ignore[arg-type]
             )
-        self._check_forward(node, cls)
+        self._check_forward(node, cls, severity)
 
-    def _check_forward(self, node: cst.ClassDef, cls: ClassSummary) -> None:
+    def _check_forward(
+        self, node: cst.ClassDef, cls: ClassSummary, severity: Severity | None
+    ) -> None:
         own = cls.methods.get("forward")
         if own is not None:
             if not own.is_stub and not _accepts(own, "intermediate_tensors"):
@@ -216,30 +253,39 @@ class MyForCausalLM(nn.Module, SupportsPP):
                     f"`{cls.name}.forward` takes no `intermediate_tensors`, but the class "
                     "declares `SupportsPP`: later stages receive the previous stage's "
                     "activations through it (vLLM then treats the model as not supporting PP)",
+                    severity=severity,
                     site=_here(self, node, *([fn] if fn is not None else [])),  # type: ignore[arg-type]
                 )
             return
-        mro = _mro(self, cls)
-        if mro is None or any(e is None for e in mro):
+        mro, complete = _mro(self, cls)
+        if not complete:
             return
         for entry in mro[1:]:
-            assert entry is not None and entry.cls is not None
+            assert entry.cls is not None
             if _is_protocol(entry.cls):
                 continue
             sig = entry.cls.methods.get("forward")
             if sig is None or sig.is_stub:
                 continue
+            if self.ctx.resolver.inherits(entry.module, entry.cls, "SupportsPP"):
+                return  # reported on that base, where the declaration is
             if not _accepts(sig, "intermediate_tensors"):
                 self.report(
                     node.name,
                     f"`{cls.name}` declares `SupportsPP` but inherits `forward` from "
                     f"`{entry.name}`, which takes no `intermediate_tensors`",
+                    severity=severity,
                     site=_here(self, node),  # type: ignore[arg-type]
                 )
             return
 
 
 # -- PFX502 ---------------------------------------------------------------------------------
+
+
+_STAGE_ATTRIBUTES = frozenset(
+    {"is_first_rank", "is_last_rank", "rank_in_group", "first_rank", "last_rank"}
+)
 
 
 @dataclass
@@ -352,7 +398,7 @@ class MyForCausalLM(nn.Module):
         ),
     ]
 
-    def __init__(self, ctx) -> None:  # noqa: ANN001
+    def __init__(self, ctx: FileContext) -> None:
         super().__init__(ctx)
         self._facts: dict[str, _Facts] = {}
         self._nodes: dict[str, tuple[cst.ClassDef, _Where]] = {}
@@ -375,6 +421,12 @@ class MyForCausalLM(nn.Module):
 
     def visit_Name(self, node: cst.CSTNode, name: str) -> None:
         self._note_name(name)
+        # ``pp_group = get_pp_group()`` ... ``pp_group.is_last_rank``
+        if "." in name and name.rsplit(".", 1)[-1] in _STAGE_ATTRIBUTES:
+            top = self._top()
+            if top is not None:
+                facts = self._facts.setdefault(top, _Facts())
+                facts.stage_logic = facts.stage_logic or name.rsplit(".", 1)[-1]
 
     def _note_name(self, name: str) -> None:
         top = self._top()
@@ -390,7 +442,16 @@ class MyForCausalLM(nn.Module):
         if short == "PPMissingLayer":
             facts.stage_logic = facts.stage_logic or "PPMissingLayer()"
         elif short == "get_pp_group":
-            facts.stage_logic = facts.stage_logic or "get_pp_group()"
+            # Stage logic asks which stage this is; ``world_size == 1`` asserts refuse PP.
+            anchors = self.ctx.prefixes.anchors
+            for sub in walk(anchors[-1]) if anchors else ():
+                if (
+                    isinstance(sub, cst.Attribute)
+                    and sub.value is node
+                    and sub.attr.value in _STAGE_ATTRIBUTES
+                ):
+                    facts.stage_logic = facts.stage_logic or f"get_pp_group().{sub.attr.value}"
+                    break
         elif callee in self.ctx.summary.classes and callee != top:
             facts.builds.add(callee)
 
@@ -404,11 +465,25 @@ class MyForCausalLM(nn.Module):
                 continue
             holder, how = witness
             via = "it" if holder == name else f"`{holder}`, which it builds,"
+            cls = classes[name]
+            symbol = Symbol(self.ctx.summary, name, cls=cls)
+            forward = _forward(self, cls)
+            ready = (
+                self.ctx.resolver.class_has(symbol, "make_empty_intermediate_tensors") is True
+                and forward is not None
+                and _accepts(forward, "intermediate_tensors")
+            )
+            todo = (
+                "it already has `make_empty_intermediate_tensors` and a forward taking "
+                "`intermediate_tensors`, so only the declaration is missing"
+                if ready
+                else "declare the interface (with `make_empty_intermediate_tensors` and "
+                "`intermediate_tensors` in `forward`)"
+            )
             self.report(
                 node.name,
                 f"`{name}` does not declare `SupportsPP`, but {via} has pipeline-stage "
-                f"logic (`{how}`); declare the interface (and provide "
-                "`make_empty_intermediate_tensors`) or PP is refused at start-up",
+                f"logic (`{how}`): vLLM refuses pipeline parallelism for it; {todo}",
                 site=where,  # type: ignore[arg-type]
             )
 
@@ -447,6 +522,11 @@ class MultiModalInterfaceIncomplete(LintRule):
     `@MULTIMODAL_REGISTRY.register_processor(...)` on itself or on a resolvable base (vLLM
     looks the processor up with `hasattr(model_cls, "_processor_factory")`, so a base's
     registration is inherited). Nothing is reported when a base cannot be read.
+
+    Two kinds of classes need no `embed_multimodal`: models that set
+    `supports_multimodal_raw_input_only` (media reach `forward` raw), and speculative
+    drafters (MTP, EAGLE: their `forward` takes the target's `hidden_states`), which declare
+    the interface to receive the target's multimodal embeddings.
 
     ## Why is this bad?
     The interface's `embed_multimodal` is a stub returning `None`: media inputs are
@@ -530,7 +610,7 @@ class MyForConditionalGeneration(nn.Module, SupportsMultiModal):
             return
         symbol = Symbol(self.ctx.summary, cls.name, cls=cls)
         has = [self.ctx.resolver.class_has(symbol, m) for m in _EMBED_METHODS]
-        if all(h is False for h in has):
+        if all(h is False for h in has) and not self._embeds_elsewhere(cls):
             self.report(
                 node.name,
                 f"`{cls.name}` declares `SupportsMultiModal` but implements no "
@@ -547,20 +627,25 @@ class MyForConditionalGeneration(nn.Module, SupportsMultiModal):
                 site=_here(self, node),  # type: ignore[arg-type]
             )
 
+    def _embeds_elsewhere(self, cls: ClassSummary) -> bool:
+        """Raw-input models take media in ``forward``; drafters get the target's embeddings."""
+        for entry in _mro(self, cls)[0]:
+            if entry.cls is None or entry.cls.name == "SupportsMultiModal":
+                continue
+            if "supports_multimodal_raw_input_only" in entry.cls.attributes:
+                return True
+        return _is_drafter(self, cls)
+
     def _registered(self, cls: ClassSummary) -> bool | None:
-        mro = _mro(self, cls)
-        if mro is None:
-            return None
-        unknown = False
+        mro, complete = _mro(self, cls)
         for entry in mro:
-            if entry is None or entry.cls is None:
-                unknown = True
+            if entry.cls is None:
                 continue
             if any(d.rsplit(".", 1)[-1] == "register_processor" for d in entry.cls.decorators):
                 return True
             if "_processor_factory" in entry.cls.attributes:
                 return True
-        return None if unknown else False
+        return False if complete else None
 
 
 # -- PFX504 ---------------------------------------------------------------------------------
@@ -771,8 +856,9 @@ def register():
             self.report(
                 node,
                 f"`register_model({shown}, ...)` is not guarded by `if {shown} not in "
-                "ModelRegistry.get_supported_archs()`: the plugin silently replaces an "
-                "architecture vLLM already provides, in every process",
+                "ModelRegistry.get_supported_archs()`: the plugin silently overrides an "
+                "architecture of that name that vLLM or another plugin already provides, "
+                "in every process",
                 site=_here(self),  # type: ignore[arg-type]
             )
         if target is not None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from prefixlint.diagnostic import Severity
-from prefixlint.rules.base import Invalid, LintRule
+from prefixlint.rules.base import FileContext, Invalid, LintRule
 from prefixlint.rules.prefixes import dotted_name
 from prefixlint.rules.walk import walk
 
@@ -276,7 +276,7 @@ class MLP(nn.Module):
         ),
     ]
 
-    def __init__(self, ctx) -> None:  # noqa: ANN001
+    def __init__(self, ctx: FileContext) -> None:
         super().__init__(ctx)
         self._found: list[_Collective] = []
         self._defers_reduction = False
@@ -326,7 +326,8 @@ class MLP(nn.Module):
         if short in _TORCH_COLLECTIVES and qualified.startswith("torch.ops.vllm."):
             return callee, short, False
         if short in _VLLM_COLLECTIVES and (
-            qualified.startswith("vllm.") or "." not in callee and head not in self.ctx.summary.imports
+            qualified.startswith("vllm.")
+            or ("." not in callee and head not in self.ctx.summary.imports)
         ):
             return callee, short.replace("tensor_model_parallel_", ""), False
         return None
@@ -335,9 +336,10 @@ class MLP(nn.Module):
         """Under an ``if`` on parallel state, or in a function that reads it."""
         own = _names_in(node)
         for anchor in self.ctx.prefixes.anchors:
-            if isinstance(anchor, (cst.If, cst.While)):
-                if any(_PARALLEL_STATE.search(n) for n in _names_in(anchor.test)):
-                    return True
+            if isinstance(anchor, (cst.If, cst.While)) and any(
+                _PARALLEL_STATE.search(n) for n in _names_in(anchor.test)
+            ):
+                return True
         if raw:
             return False  # a raw call without a group is wrong whatever the context
         functions = self.ctx.prefixes.function_stack
@@ -637,7 +639,7 @@ class MyForCausalLM(nn.Module):
         ),
     ]
 
-    def __init__(self, ctx) -> None:  # noqa: ANN001
+    def __init__(self, ctx: FileContext) -> None:
         super().__init__(ctx)
         self._decoder = _DecoderClasses()
         self._found: list[tuple[str, cst.Call, str, str, _Where]] = []
@@ -698,9 +700,12 @@ def _is_transposed(node: cst.CSTNode) -> bool:
     for sub in walk(node):
         if isinstance(sub, cst.Attribute) and sub.attr.value in ("mT", "T", "mH", "H"):
             return True
-        if isinstance(sub, cst.Call) and isinstance(sub.func, cst.Attribute):
-            if sub.func.attr.value in ("transpose", "permute", "t"):
-                return True
+        if (
+            isinstance(sub, cst.Call)
+            and isinstance(sub.func, cst.Attribute)
+            and sub.func.attr.value in ("transpose", "permute", "t")
+        ):
+            return True
     return False
 
 
@@ -712,9 +717,12 @@ def _has_score_matmul(function: cst.CSTNode) -> bool:
                 return True
         elif isinstance(sub, cst.Call):
             name = dotted_name(sub.func)
-            if name and name.rsplit(".", 1)[-1] in _MATMUL_FUNCS:
-                if any(_is_transposed(a.value) for a in sub.args[:3]):
-                    return True
+            if (
+                name
+                and name.rsplit(".", 1)[-1] in _MATMUL_FUNCS
+                and any(_is_transposed(a.value) for a in sub.args[:3])
+            ):
+                return True
     return False
 
 
@@ -723,8 +731,9 @@ class OwnAttention(LintRule):
     ## What it does
     Checks for attention computed by hand in a text decoder: `scaled_dot_product_attention`,
     direct `flash_attn` / `xformers` calls, or a softmax in a class that multiplies
-    queries by transposed keys (`q @ k.transpose(-2, -1)`, `torch.matmul(q, k.mT)`). Decoder classes are found as for
-    PFX402; vision and audio towers, which vLLM runs with SDPA, are not checked.
+    queries by transposed keys (`q @ k.transpose(-2, -1)`, `torch.matmul(q, k.mT)`).
+    Decoder classes are found as for PFX402; vision and audio towers, which vLLM runs with
+    SDPA, are not checked.
 
     ## Why is this bad?
     vLLM's `Attention` layer is where the paged KV cache lives: it writes this step's keys
@@ -814,7 +823,7 @@ class MyDecoderLayer(nn.Module):
         ),
     ]
 
-    def __init__(self, ctx) -> None:  # noqa: ANN001
+    def __init__(self, ctx: FileContext) -> None:
         super().__init__(ctx)
         self._decoder = _DecoderClasses()
         self._found: list[tuple[str, cst.Call, str, bool, _Where]] = []
@@ -829,7 +838,7 @@ class MyDecoderLayer(nn.Module):
         if top is None:
             return
         if short in _FUSED_ATTENTION:
-            self._found.append((top, node, short, None, _here(self)))
+            self._found.append((top, node, short, False, _here(self)))
         elif short == "softmax":
             self._found.append((top, node, short, True, _here(self)))
 
@@ -985,7 +994,7 @@ class MyForCausalLM(nn.Module):
         ),
     ]
 
-    def __init__(self, ctx) -> None:  # noqa: ANN001
+    def __init__(self, ctx: FileContext) -> None:
         super().__init__(ctx)
         self._module_cache: dict[int, bool] = {}
         self._kv_reported: set[int] = set()
@@ -1052,8 +1061,10 @@ class MyForCausalLM(nn.Module):
             self._kv_current(node, last)
 
     def _inside(self, function: cst.FunctionDef) -> _Where:
-        """Locate within ``function`` (its own hook runs before it is an anchor)."""
+        """Locate within ``function``, whether or not the walk has pushed it yet."""
         where = _here(self)
+        if where.anchors and where.anchors[-1] is function:
+            return where  # the walk already pushed it
         return _Where(where.item, (*where.anchors, function))
 
     def _kv_current(self, node: cst.CSTNode, name: str) -> None:
@@ -1061,9 +1072,7 @@ class MyForCausalLM(nn.Module):
         if functions:
             self._kv(functions[-1], node, name, _here(self))
 
-    def _kv(
-        self, function: cst.FunctionDef, node: cst.CSTNode, name: str, where: _Where
-    ) -> None:
+    def _kv(self, function: cst.FunctionDef, node: cst.CSTNode, name: str, where: _Where) -> None:
         if id(function) in self._kv_reported:
             return
         self._kv_reported.add(id(function))

@@ -257,9 +257,9 @@ class PrefixAnalysis:
             if p.default is not None and (names := _class_names(p.default)):
                 scope.aliases[p.name.value] = names
         before = len(self.sites)
-        self.hooks.on_function(node, class_node)
         self.function_stack.append(node)
-        self.anchors.append(node)
+        self.anchors.append(node)  # before the hook: reports on the header land in ``node``
+        self.hooks.on_function(node, class_node)
         self._referenced.append(set())
         try:
             self._block(node.body, scope, ())
