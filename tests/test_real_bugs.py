@@ -89,7 +89,7 @@ def test_unmodified_llama_has_only_the_known_embedding_finding(vllm_copy) -> Non
     assert [(d.code, "VocabParallelEmbedding" in d.message) for d in findings] == [("PFX301", True)]
 
 
-def _after(marker: str, old: str, new: str):  # noqa: ANN202
+def _after(marker: str, old: str, new: str):
     """An edit of the first ``old`` after ``marker`` (the architecture class, say)."""
 
     def edit(text: str) -> str:
@@ -121,7 +121,7 @@ def _after(marker: str, old: str, new: str):  # noqa: ANN202
     ],
     ids=["positional-vllm-config", "attention-mask-in-forward"],
 )
-def test_recreated_contract_bug(vllm_copy, code: str, edit, at: str) -> None:  # noqa: ANN001
+def test_recreated_contract_bug(vllm_copy, code: str, edit, at: str) -> None:
     clean = vllm_copy("llama.py")
     before = [(d.code, d.message) for d in lint(clean)]
     broken = vllm_copy("llama.py", edit)
