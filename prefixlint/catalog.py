@@ -128,7 +128,7 @@ class ModuleLoader:
         return self.by_path(path) if path is not None else None
 
     def by_path(self, path: Path) -> ModuleSummary | None:
-        path = path.resolve()
+        # Paths come from resolved roots (or are resolved by ``remember``): no realpath here.
         self.touched.add(path)
         if path not in self._by_path:
             cache, key = self._summary_cache, str(path)

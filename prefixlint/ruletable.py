@@ -64,6 +64,54 @@ RULE_TABLE: dict[str, tuple[str, str, bool, str]] = {
         True,
         "A module built in a loop has a prefix without the loop index",
     ),
+    "PFX401": (
+        "direct-collective",
+        "warning",
+        True,
+        "Model code calls a collective itself instead of leaving it to parallel layers",
+    ),
+    "PFX402": (
+        "non-parallel-layer",
+        "warning",
+        True,
+        "A decoder projection, embedding or head is a plain `nn.Linear`/`nn.Embedding`",
+    ),
+    "PFX403": (
+        "own-attention",
+        "warning",
+        True,
+        "A decoder computes attention itself instead of using vLLM's `Attention`",
+    ),
+    "PFX404": (
+        "generation-leftover",
+        "warning",
+        True,
+        "A model class generates, samples or handles a KV cache itself",
+    ),
+    "PFX501": (
+        "pp-interface-incomplete",
+        "error",
+        True,
+        "A `SupportsPP` class lacks `make_empty_intermediate_tensors` or the PP forward",
+    ),
+    "PFX502": (
+        "pp-undeclared",
+        "warning",
+        True,
+        "An architecture built on pipeline-stage logic does not declare `SupportsPP`",
+    ),
+    "PFX503": (
+        "multimodal-interface-incomplete",
+        "error",
+        True,
+        "A `SupportsMultiModal` class lacks `embed_multimodal` or a registered processor",
+    ),
+    "PFX504": (
+        "plugin-registration",
+        "warning",
+        True,
+        "A plugin registers a model without the registry guard, or names a missing class",
+    ),
 }
 
 

@@ -10,6 +10,18 @@ from prefixlint.rules.contract import (
     MissingEmbedInputIds,
     PrefixUnused,
 )
+from prefixlint.rules.interfaces import (
+    MultiModalInterfaceIncomplete,
+    PluginRegistration,
+    PPInterfaceIncomplete,
+    PPUndeclared,
+)
+from prefixlint.rules.leftovers import (
+    DirectCollective,
+    GenerationLeftover,
+    NonParallelLayer,
+    OwnAttention,
+)
 from prefixlint.rules.prefix import (
     LoopPrefixWithoutIndex,
     MissingPrefix,
@@ -30,6 +42,14 @@ ALL_RULES: list[type[LintRule]] = sorted(
         PrefixAttributeMismatch,
         PrefixNotDerived,
         LoopPrefixWithoutIndex,
+        DirectCollective,
+        NonParallelLayer,
+        OwnAttention,
+        GenerationLeftover,
+        PPInterfaceIncomplete,
+        PPUndeclared,
+        MultiModalInterfaceIncomplete,
+        PluginRegistration,
     ],
     key=lambda r: r.code,
 )

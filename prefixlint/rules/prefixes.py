@@ -204,9 +204,13 @@ class PrefixAnalysis:
     def run(self, item: object, module: cst.Module) -> None:
         self.item = item
         for stmt in module.body:
-            self.anchors.append(stmt)
+            # A function pushes itself as an anchor (so that hooks see it); others here.
+            own = not isinstance(stmt, cst.FunctionDef)
+            if own:
+                self.anchors.append(stmt)
             self._top_level(stmt)
-            self.anchors.pop()
+            if own:
+                self.anchors.pop()
 
     # -- traversal --------------------------------------------------------------------
     def _top_level(self, stmt: cst.CSTNode) -> None:
