@@ -36,21 +36,22 @@ ALWAYS_PARSED_METHODS: frozenset[str] = frozenset(
 )
 
 # Words that make a method or function worth parsing. Names of prefix-taking callables are
-# added per file, since a call without ``prefix`` is exactly what PFX301 looks for.
+# added per file, since a call without ``prefix`` is exactly what PFX301 looks for; the word
+# "prefix" itself is not needed (and is in most weight loaders). Calls are matched with
+# their parenthesis: "Embedding" alone is in every ``MultiModalEmbeddings`` type hint.
 STATIC_TRIGGERS: tuple[str, ...] = (
-    "prefix",
     "all_reduce",
     "all_gather",
     "reduce_scatter",
     "all_to_all",
-    "broadcast",
+    "broadcast(",
     "torch.distributed",
     "dist.",
     "get_tp_group",
     "get_pp_group",
     "PPMissingLayer",
-    "Linear",
-    "Embedding",
+    "Linear(",
+    "Embedding(",
     "scaled_dot_product_attention",
     "softmax",
     "multinomial",
