@@ -23,17 +23,8 @@ import libcst as cst
 from prefixlint.index import ModuleSummary, summarize
 
 # Methods a rule always needs in full, whatever they contain.
-ALWAYS_PARSED_METHODS: frozenset[str] = frozenset(
-    {
-        "__init__",
-        "forward",
-        "generate",
-        "prepare_inputs_for_generation",
-        "_reorder_cache",
-        "sample",
-        "register",
-    }
-)
+# Other methods keep their signature, and their body only when a trigger word is in it.
+ALWAYS_PARSED_METHODS: frozenset[str] = frozenset({"__init__", "register"})
 
 # Words that make a method or function worth parsing. Names of prefix-taking callables are
 # added per file, since a call without ``prefix`` is exactly what PFX301 looks for; the word
@@ -186,10 +177,23 @@ class _Sketch:
         self.out.extend(chunk)
 
     def stub(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        line = self.lines[node.lineno - 1]
-        indent = line[: len(line) - len(line.lstrip())]
-        kw = "async def" if isinstance(node, ast.AsyncFunctionDef) else "def"
-        self._chunk(node.lineno, [f"{indent}{kw} {node.name}(self): ..."])
+        """The method's header (decorators and signature) verbatim, its body ``...``."""
+        first = node.body[0]
+        body_first = first.lineno
+        header_first = _start(node)
+        # The body may start on the signature's last line (``def f(\n  x): return x``):
+        # the header cannot be cut at a line then, and the one-line stub is used.
+        shares_line = self.lines[body_first - 1][: first.col_offset].strip()
+        if body_first <= node.lineno or shares_line:
+            line = self.lines[node.lineno - 1]
+            indent = line[: len(line) - len(line.lstrip())]
+            kw = "async def" if isinstance(node, ast.AsyncFunctionDef) else "def"
+            self._chunk(node.lineno, [f"{indent}{kw} {node.name}(self): ..."])
+            return
+        body_line = self.lines[body_first - 1]
+        indent = body_line[: len(body_line) - len(body_line.lstrip())]
+        self._chunk(header_first, self.lines[header_first - 1 : body_first - 1])
+        self._chunk(body_first, [f"{indent}..."])
 
     def text(self) -> str:
         return "\n".join(self.out) + "\n"

@@ -70,23 +70,26 @@ class FileContext:
         short = callee.rsplit(".", 1)[-1].lower()
         if "prefix" in short or "name" in short:
             return None  # ``maybe_prefix``, ``_get_qualname``: they compute names, not layers
+        if callee.startswith("self.") and callee.count(".") == 1:
+            return self._method_signature(callee[5:])
         if callee not in self._sig_cache:
-            if callee.startswith("self.") and callee.count(".") == 1:
-                # A method of the class being built, e.g. ``self._init_model(prefix=...)``;
-                # methods are looked up across all classes of the file.
-                name = callee[5:]
-                sig = next(
-                    (
-                        c.methods[name]
-                        for c in self.summary.classes.values()
-                        if name in c.methods and c.methods[name].param("prefix") is not None
-                    ),
-                    None,
-                )
-            else:
-                sig = self.resolver.prefix_signature(self.summary, callee)
-            self._sig_cache[callee] = sig
+            self._sig_cache[callee] = self.resolver.prefix_signature(self.summary, callee)
         return self._sig_cache[callee]
+
+    def _method_signature(self, name: str) -> FunctionSig | None:
+        """``self._init_model(prefix=...)``: a method of the class being walked (or of a
+        resolvable base) that takes ``prefix``. ``self.gate(x)`` calls a module: None."""
+        stack = self.prefixes.class_stack
+        cls = self.summary.classes.get(stack[0].name.value) if stack else None
+        if cls is None:
+            return None
+        mro, _ = self.resolver.class_mro(Symbol(self.summary, cls.name, cls=cls))
+        for entry in mro:
+            assert entry.cls is not None
+            sig = entry.cls.methods.get(name)
+            if sig is not None:
+                return sig if sig.param("prefix") is not None else None
+        return None
 
     # Set by the linter before the walk; rules read sites from it in ``leave_Module``.
     prefixes: PrefixAnalysis

@@ -82,6 +82,20 @@ class Wrapper(nn.Module):
         self.proj = RowParallelLinear(**kwargs)  # may carry prefix
 """
         ),
+        _example(
+            """
+class Experts(nn.Module):
+    def gate(self, x, prefix: str = ""):
+        return x
+
+
+class Shared(nn.Module):
+    def __init__(self, gate: nn.Module, prefix: str = ""):
+        super().__init__()
+        self.gate = gate
+        self.probe = self.gate(None)  # calls a module: another class's method is no match
+"""
+        ),
     ]
     INVALID = [
         Invalid(
