@@ -161,8 +161,8 @@ def _class_summary(node: ast.ClassDef) -> ClassSummary:
             # An @overload stub must not hide the implementation that follows it.
             if stmt.name not in methods or methods[stmt.name].is_stub:
                 methods[stmt.name] = sig
-            if stmt.name == "__init__":
-                _self_attributes(stmt.body, attributes)
+            # Any method: ``__init__`` often delegates to a ``_build`` helper.
+            _self_attributes(stmt.body, attributes)
         elif isinstance(stmt, ast.Assign):
             for t in stmt.targets:
                 if isinstance(t, ast.Name):
