@@ -75,6 +75,14 @@ def main() -> None:
 )
 @click.option("--no-source", is_flag=True, help="Text format: no source frame under findings.")
 @click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the report here.")
+@click.option(
+    "--introspect",
+    "with_introspect",
+    is_flag=True,
+    help="After the static phase, build the model classes these files define (phase 2).",
+)
+@click.option("--tp", default="1,2,4,8", show_default=True, help="With --introspect: TP sizes.")
+@click.option("--pp", default="2", show_default=True, help="With --introspect: PP sizes.")
 def check(
     paths: tuple[Path, ...],
     select: tuple[str, ...],
@@ -88,6 +96,9 @@ def check(
     installed_vllm: bool,
     no_source: bool,
     output: Path | None,
+    with_introspect: bool,
+    tp: str,
+    pp: str,
 ) -> None:
     """Check model files (default: the current folder) and report findings."""
     from prefixlint.config import ConfigError, load_config, select_codes, validate_selectors
@@ -124,10 +135,12 @@ def check(
     result = run_static(
         files, config, codes, jobs=jobs, use_cache=not no_cache, cache_dir=cache_dir
     )
+    if with_introspect:
+        result.diagnostics.extend(_introspect_files(files, _int_list(tp), _int_list(pp)))
     reporter = REPORTERS[output_format]
     options = {
         "files": result.files,
-        "names": {c: v[0] for c, v in table.items()},
+        "names": _names(),
         "show_source": not no_source,
         "elapsed": time.perf_counter() - started,
     }
@@ -148,6 +161,202 @@ def check(
     sys.exit(EXIT_FINDINGS if failing else EXIT_OK)
 
 
+def _int_list(value: str) -> list[int]:
+    try:
+        out = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
+    if not out or any(v < 1 for v in out):
+        raise click.BadParameter(f"expected positive integers, got {value!r}")
+    return out
+
+
+def _config_table() -> tuple[dict[str, str], str | None]:
+    """``[tool.prefixlint.configs]``: architecture -> config path (relative to pyproject)."""
+    from prefixlint.config import ConfigError, find_pyproject
+
+    path = find_pyproject(Path.cwd())
+    if path is None:
+        return {}, None
+    import tomllib
+
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise click.UsageError(str(ConfigError(f"cannot read {path}: {e}"))) from None
+    table = data.get("tool", {}).get("prefixlint", {}).get("configs", {})
+    if not isinstance(table, dict):
+        raise click.UsageError(f"{path}: [tool.prefixlint.configs] must be a table")
+    return {str(k): str(v) for k, v in table.items()}, str(path.parent)
+
+
+def _names() -> dict[str, str]:
+    from prefixlint.ruletable import INTROSPECT_RULES, RULE_TABLE
+
+    return {c: v[0] for c, v in (RULE_TABLE | INTROSPECT_RULES).items()}
+
+
+def _report(diagnostics, output_format: str, files: int, output: Path | None = None) -> None:
+    from prefixlint.reporters import REPORTERS
+
+    options = {"files": files, "names": _names(), "show_source": True}
+    if output is not None:
+        with output.open("w", encoding="utf-8") as fh:
+            REPORTERS[output_format](diagnostics, fh, options)
+    else:
+        REPORTERS[output_format](diagnostics, sys.stdout, options)
+
+
+def _exit_for(diagnostics, fail_on: str) -> None:
+    from prefixlint.diagnostic import Severity
+
+    threshold = Severity.ERROR.rank if fail_on == "error" else Severity.WARNING.rank
+    sys.exit(EXIT_FINDINGS if any(d.severity.rank >= threshold for d in diagnostics) else EXIT_OK)
+
+
+def _introspect_files(files: list[Path], tp: list[int], pp: list[int]) -> list:
+    """Phase 2 for the model classes defined in ``files`` (found statically first)."""
+    import re
+
+    from prefixlint.catalog import summarize_file
+    from prefixlint.introspect import introspect as run
+    from prefixlint.introspect.worker import Worker
+
+    arch_like = re.compile(r"For[A-Z]\w*$|Model$")
+    table, base = _config_table()
+    worker = Worker()
+    out = []
+    try:
+        for path in files:
+            summary = summarize_file(path)
+            if summary is None:
+                continue
+            for cls in summary.classes.values():
+                init = cls.methods.get("__init__")
+                if init is None or init.param("vllm_config") is None:
+                    continue
+                if not arch_like.search(cls.name) or cls.name.startswith("_"):
+                    continue
+                report = run(
+                    f"{path}:{cls.name}",
+                    tp=tp,
+                    pp=pp,
+                    configs=table,
+                    config_base=base,
+                    worker=worker,
+                )
+                out.extend(report.diagnostics)
+    finally:
+        worker.close()
+    # Subclasses inherit their base's construction: one finding per place, not per class.
+    unique = {(d.code, d.filename, d.location.row, d.message): d for d in out}
+    return sorted(unique.values(), key=lambda d: d.sort_key())
+
+
+@main.command()
+@click.argument("target")
+@click.option(
+    "--config", "config_path", help="config.json (or a folder holding one) to build with."
+)
+@click.option("--tp", default="1,2,4,8", show_default=True, help="Tensor-parallel sizes.")
+@click.option("--pp", default="2", show_default=True, help="Pipeline sizes (SupportsPP only).")
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
+@click.option("--fail-on", type=click.Choice(["error", "warning"]), default="warning")
+@click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds per build.")
+def introspect(
+    target: str,
+    config_path: str | None,
+    tp: str,
+    pp: str,
+    output_format: str,
+    fail_on: str,
+    timeout: float,
+) -> None:
+    """Build TARGET on the meta device for several TP/PP layouts and check what it built.
+
+    TARGET is an architecture of the installed vLLM registry (LlamaForCausalLM),
+    module:Class, or path/to/file.py[:Class].
+    """
+    from prefixlint.introspect import introspect as run
+
+    table, base = _config_table()
+    report = run(
+        target,
+        tp=_int_list(tp),
+        pp=_int_list(pp),
+        config=config_path,
+        configs=table,
+        config_base=base,
+        timeout=timeout,
+    )
+    if report.error:
+        raise click.UsageError(f"cannot introspect {target}: {report.error}")
+    # The layout table goes to stderr in every format: JSON on stdout stays parseable.
+    for result in report.results:
+        click.echo(
+            f"{result['arch']}: {result['status']} (config: {result['config_source'] or '-'})"
+            + (f" {result['reason']}" if result["reason"] else ""),
+            err=True,
+        )
+        for layout in result["layouts"]:
+            extra = f" {layout['reason']}" if layout["reason"] else ""
+            click.echo(
+                f"  {layout['name']:<28} {layout['status']:<7} {layout['seconds']:.2f}s{extra}",
+                err=True,
+            )
+    _report(report.diagnostics, output_format, len(report.results))
+    _exit_for(report.diagnostics, fail_on)
+
+
+@main.command()
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--shard", default="0/1", show_default=True, help="i/n: every n-th architecture from i."
+)
+@click.option("--tp", default="1", show_default=True, help="Tensor-parallel sizes per build.")
+@click.option("--pp", default="1", show_default=True, help="Pipeline sizes (SupportsPP only).")
+@click.option(
+    "--timeout", type=float, default=120.0, show_default=True, help="Seconds per architecture."
+)
+@click.option("--only", multiple=True, help="Restrict to these architectures (repeatable).")
+@click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the report here.")
+def zoo(
+    output_format: str,
+    jobs: int,
+    shard: str,
+    tp: str,
+    pp: str,
+    timeout: float,
+    only: tuple[str, ...],
+    output: Path | None,
+) -> None:
+    """Build every architecture of the installed vLLM registry and summarise."""
+    from prefixlint.introspect.zoo import run_zoo
+
+    try:
+        index, count = (int(x) for x in shard.split("/"))
+        if not 0 <= index < count:
+            raise ValueError
+    except ValueError:
+        raise click.BadParameter(f"--shard must be i/n with 0 <= i < n, got {shard!r}") from None
+    summary = run_zoo(
+        jobs=jobs,
+        shard=(index, count),
+        tp=_int_list(tp),
+        pp=_int_list(pp),
+        timeout=timeout,
+        only=list(only),
+        progress=output_format == "text" or output is not None,
+    )
+    text = summary.to_json_text() if output_format == "json" else summary.to_text()
+    if output is not None:
+        output.write_text(text, encoding="utf-8")
+    else:
+        click.echo(text)
+    sys.exit(EXIT_FINDINGS if summary.findings else EXIT_OK)
+
+
 @main.command()
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
 def rules(output_format: str) -> None:
@@ -166,10 +375,21 @@ def rules(output_format: str) -> None:
             )
         )
         return
-    name_w = max(len(v[0]) for v in table.values())
-    click.echo(f"{'code':<7} {'name':<{name_w}} {'severity':<8} {'default':<7} summary")
-    for code, (name, severity, on, summary) in table.items():
-        click.echo(f"{code:<7} {name:<{name_w}} {severity:<8} {'on' if on else 'off':<7} {summary}")
+    from prefixlint.ruletable import INTROSPECT_RULES
+
+    rows = [
+        (c, n, sev, "on" if on else "off", "static", summ)
+        for c, (n, sev, on, summ) in table.items()
+    ]
+    rows += [
+        (c, n, sev, "on", "introspect", summ) for c, (n, sev, summ, _) in INTROSPECT_RULES.items()
+    ]
+    name_w = max(len(r[1]) for r in rows)
+    click.echo(
+        f"{'code':<7} {'name':<{name_w}} {'severity':<8} {'default':<7} {'phase':<10} summary"
+    )
+    for code, name, severity, on, phase, summary in rows:
+        click.echo(f"{code:<7} {name:<{name_w}} {severity:<8} {on:<7} {phase:<10} {summary}")
 
 
 @main.command()
@@ -177,8 +397,18 @@ def rules(output_format: str) -> None:
 def rule(code: str) -> None:
     """Show a rule's documentation: what it does, why, example, use instead."""
     from prefixlint.rules import RULES_BY_CODE
+    from prefixlint.ruletable import INTROSPECT_RULES
 
-    found = RULES_BY_CODE.get(code.strip().upper())
+    key = code.strip().upper()
+    phase2 = INTROSPECT_RULES.get(key) or next(
+        (v for v in INTROSPECT_RULES.values() if v[0] == code.strip().lower()), None
+    )
+    if phase2 is not None:
+        name, severity, summary, doc = phase2
+        click.echo(f"# {name} ({key if key in INTROSPECT_RULES else ''})\n")
+        click.echo(f"Phase: introspect. Default severity: {severity}.\n\n{summary}.\n\n{doc}")
+        return
+    found = RULES_BY_CODE.get(key)
     if found is None:
         by_name = {r.name: r for r in RULES_BY_CODE.values()}
         found = by_name.get(code.strip().lower())

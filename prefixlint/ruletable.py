@@ -138,3 +138,55 @@ if __name__ == "__main__":
         flags=re.S,
     )
     path.write_text(text)
+
+
+# Phase 2 (``prefixlint introspect``): code -> (name, default severity, summary, documentation)
+INTROSPECT_RULES: dict[str, tuple[str, str, str, str]] = {
+    "PFX601": (
+        "prefix-path-mismatch",
+        "error",
+        "A built module's prefix differs from its path in `named_modules()`",
+        "The prefix a module received at construction is compared with where it ends up "
+        "in the built model. A difference means quantization, LoRA and the KV cache look "
+        "the layer up under a name the checkpoint does not use. A container built without "
+        "`prefix` is reported once, at its own construction, not at each layer inside it. "
+        "Modules that hand their own name to a wrapped child on purpose (vLLM's MLA and MTP "
+        "wrappers) are accepted. Reported at the line of the model that built the module.",
+    ),
+    "PFX602": (
+        "duplicate-layer-name",
+        "error",
+        "Two layers are registered under one name",
+        "vLLM's own 'Duplicate layer name' error, or two leaf layers (linear, attention, "
+        "embedding) given the same prefix: they would share one quantization lookup and "
+        "one KV-cache slot. Usually a literal prefix, or a loop whose prefix lacks the index.",
+    ),
+    "PFX603": (
+        "heads-not-divisible",
+        "warning",
+        "Query or KV heads do not divide for a tensor-parallel size of the grid",
+        "For each TP size of the grid, the query heads must divide by it and the KV heads "
+        "must divide by it or it by them. The message names the TP sizes that work.",
+    ),
+    "PFX604": (
+        "construction-failed",
+        "error",
+        "The class raised, hung or crashed while being built for a layout",
+        "Reported at the innermost frame in the model's own file. A hang or a crash of the "
+        "worker process is reported too, never a dead run.",
+    ),
+    "PFX605": (
+        "pp-stage-placement",
+        "error",
+        "A pipeline stage builds layers it does not own, or misses the head it needs",
+        "At pp > 1, layers outside the stage's range must be `PPMissingLayer` (as "
+        "`make_layers` builds them), and the last stage must hold the LM head.",
+    ),
+    "PFX606": (
+        "interface-inconsistent",
+        "error",
+        "A declared capability does not hold in the built model",
+        "`SupportsPP` without a working `make_empty_intermediate_tensors`; a "
+        "`packed_modules_mapping` none of whose names was built.",
+    ),
+}

@@ -1,0 +1,157 @@
+"""Phase 2: build each model on the meta device under fake TP/PP groups, and check it.
+
+This package is the only one that imports torch and vLLM, and only inside a worker
+process (``worker.py``). The functions here run in the caller's process and stay light.
+
+Python API::
+
+    from prefixlint.introspect import introspect
+    report = introspect("LlamaForCausalLM", tp=(1, 2), pp=(2,))
+    for d in report.diagnostics:
+        print(d.filename, d.location.row, d.code, d.message)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prefixlint.diagnostic import Diagnostic, Position, Severity
+from prefixlint.index import find_installed_package
+from prefixlint.introspect.worker import Worker, WorkerDied, WorkerTimeout
+
+DEFAULT_TP = (1, 2, 4, 8)
+DEFAULT_PP = (2,)
+DEFAULT_TIMEOUT = 300.0
+
+
+@dataclass
+class IntrospectReport:
+    target: str
+    results: list[dict[str, Any]] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    error: str | None = None  # the target could not be resolved at all
+
+
+def _display(path: str) -> str:
+    try:
+        return Path(path).resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except (ValueError, OSError):
+        return path
+
+
+def target_file(spec: str) -> str:
+    """The file a target lives in, found without importing anything."""
+    if spec.endswith(".py") or ".py:" in spec:
+        return spec.split(".py:")[0] + ("" if spec.endswith(".py") else ".py")
+    vllm = find_installed_package("vllm")
+    if ":" in spec:
+        module = spec.split(":")[0]
+        top = module.split(".")[0]
+        base = vllm.parent if vllm is not None and top == "vllm" else Path.cwd()
+        rel = Path(*module.split("."))
+        for candidate in (base / rel.with_suffix(".py"), base / rel / "__init__.py"):
+            if candidate.is_file():
+                return str(candidate)
+        return spec
+    if vllm is not None:
+        registry = vllm / "model_executor" / "models" / "registry.py"
+        try:
+            text = registry.read_text("utf-8")
+        except OSError:
+            return spec
+        m = re.search(rf'"{re.escape(spec)}"\s*:\s*\(\s*"([\w.]+)"', text)
+        if m:
+            candidate = vllm / "model_executor" / "models" / (m.group(1).replace(".", "/") + ".py")
+            if candidate.is_file():
+                return str(candidate)
+    return spec
+
+
+def to_diagnostics(result: dict[str, Any]) -> list[Diagnostic]:
+    out = []
+    for f in result.get("findings", []):
+        pos = Position(max(int(f["line"] or 1), 1), 1)
+        out.append(
+            Diagnostic(
+                code=f["code"],
+                message=f["message"],
+                severity=Severity(f["severity"]),
+                filename=_display(f["file"] or result.get("class_file") or result["target"]),
+                location=pos,
+                end_location=pos,
+                phase="introspect",
+                url=f"https://github.com/prefixlint/prefixlint/blob/main/docs/rules.md#{f['code'].lower()}",
+                data={"architecture": result.get("arch"), "layouts": f.get("layouts", [])},
+            )
+        )
+    return out
+
+
+def failure(spec: str, message: str) -> Diagnostic:
+    """PFX604 for a target whose build hung, crashed or could not start."""
+    return Diagnostic(
+        code="PFX604",
+        message=message,
+        severity=Severity.ERROR,
+        filename=_display(target_file(spec)),
+        location=Position(1, 1),
+        end_location=Position(1, 1),
+        phase="introspect",
+        data={"architecture": spec},
+    )
+
+
+def introspect(
+    target: str,
+    tp: tuple[int, ...] | list[int] = DEFAULT_TP,
+    pp: tuple[int, ...] | list[int] = DEFAULT_PP,
+    config: str | None = None,
+    configs: dict[str, str] | None = None,
+    config_base: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    worker: Worker | None = None,
+) -> IntrospectReport:
+    """Build ``target`` (an architecture of the installed registry, ``module:Class`` or
+    ``path/to/file.py[:Class]``) for each layout in a worker process and check it."""
+    own = worker is None
+    worker = worker or Worker()
+    report = IntrospectReport(target)
+    job = {
+        "kind": "build",
+        "target": target,
+        "tp": list(tp),
+        "pp": list(pp),
+        "config": config,
+        "configs": configs,
+        "config_base": config_base,
+    }
+    try:
+        answer = worker.run(job, timeout)
+    except WorkerTimeout as e:
+        report.diagnostics.append(failure(target, f"building `{target}` hung: {e}"))
+        return report
+    except WorkerDied as e:
+        report.diagnostics.append(failure(target, f"building `{target}` crashed: {e}"))
+        return report
+    finally:
+        if own:
+            worker.close()
+    if isinstance(answer, dict) and "error" in answer:
+        report.error = answer["error"]
+        return report
+    report.results = answer
+    for result in answer:
+        report.diagnostics.extend(to_diagnostics(result))
+    report.diagnostics.sort(key=Diagnostic.sort_key)
+    return report
+
+
+def list_architectures(worker: Worker, timeout: float = DEFAULT_TIMEOUT) -> dict[str, str]:
+    """Architecture -> registry group (``text_generation_models``, ...)."""
+    answer = worker.run({"kind": "list"}, timeout)
+    if isinstance(answer, dict) and "error" in answer and len(answer) == 1:
+        raise RuntimeError(answer["error"])
+    return answer

@@ -1,0 +1,428 @@
+"""Build one architecture for several parallel layouts, on the meta device, and check it.
+
+Runs inside a worker process (see ``worker.py``): it imports torch and vLLM. The steps
+mirror vLLM's own loader (``initialize_model`` under ``set_default_torch_dtype``), with the
+parallel groups faked, parameters on meta and every construction recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import inspect
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prefixlint.introspect.env import prepare
+
+prepare()
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+from prefixlint.introspect.checks import Finding, check_build  # noqa: E402
+from prefixlint.introspect.configs import ConfigGap, repair, resolve_config  # noqa: E402
+from prefixlint.introspect.meta import meta_parameters  # noqa: E402
+from prefixlint.introspect.parallel import Layout, fake_parallel_state  # noqa: E402
+from prefixlint.introspect.recorder import PrefixRecorder  # noqa: E402
+
+
+@dataclass
+class Target:
+    """What to build: a registry architecture, ``module:Class`` or ``file.py[:Class]``."""
+
+    spec: str
+    arch: str = ""  # the architecture name the config carries
+    cls: type | None = None
+    registered: bool = False  # True when prefixlint registered it (out-of-tree)
+
+
+@dataclass
+class LayoutOutcome:
+    layout: Layout
+    status: str  # "built", "failed", "skipped"
+    seconds: float = 0.0
+    reason: str = ""
+
+
+@dataclass
+class TargetResult:
+    target: str
+    arch: str
+    config_source: str = ""
+    status: str = "built"  # built | failed | skipped
+    reason: str = ""
+    category: str = ""  # for failures/skips: config-gap | environment | finding
+    layouts: list[LayoutOutcome] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _registry() -> Any:
+    from vllm.model_executor.models import registry
+
+    # vLLM inspects lazily registered models in a subprocess (to keep CUDA out of the
+    # parent): 10+ s per architecture on CPU. Here the class is imported anyway.
+    if hasattr(registry, "_run_in_subprocess"):
+        registry._run_in_subprocess = lambda fn: fn()
+    return registry
+
+
+def _import_file(path: Path) -> Any:
+    """A file inside a package is imported as its package module (relative imports work);
+    a loose file as itself."""
+    from prefixlint.index import module_name_for, package_root_for
+
+    module_name, _ = module_name_for(path)
+    root = package_root_for(path)
+    if module_name and root is not None:
+        if str(root) not in sys.path:
+            sys.path.insert(0, str(root))
+        return importlib.import_module(module_name)
+    name = f"prefixlint_target_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _model_classes(module: Any) -> list[type]:
+    out = []
+    for value in vars(module).values():
+        if (
+            isinstance(value, type)
+            and issubclass(value, nn.Module)
+            and value.__module__ == module.__name__
+            and "vllm_config" in inspect.signature(value.__init__).parameters
+            and hasattr(value, "forward")
+            and ("For" in value.__name__ or hasattr(value, "compute_logits"))
+        ):
+            out.append(value)
+    return out
+
+
+def resolve_targets(spec: str) -> list[Target]:
+    registry = _registry()
+    archs = set(registry.ModelRegistry.get_supported_archs())
+    if spec in archs:
+        return [Target(spec, arch=spec)]
+    module: Any
+    class_name: str | None = None
+    if spec.endswith(".py") or ".py:" in spec:
+        file_part, _, class_name = spec.partition(".py:")
+        path = Path(file_part if spec.endswith(".py") else file_part + ".py")
+        if not path.is_file():
+            raise FileNotFoundError(f"no such file: {path}")
+        module = _import_file(path)
+        class_name = class_name or None
+    elif ":" in spec:
+        module_name, _, class_name = spec.partition(":")
+        module = importlib.import_module(module_name)
+    else:
+        raise LookupError(f"{spec!r} is not an architecture of the installed vLLM registry")
+    classes = [getattr(module, class_name)] if class_name else _model_classes(module)
+    if not classes:
+        raise LookupError(f"no model class (an nn.Module taking vllm_config) in {spec}")
+    targets = []
+    for cls in classes:
+        name = cls.__name__
+        registered = False
+        if name in archs:
+            registered_cls = _registered_class(registry, name)
+            if registered_cls is not cls:
+                name = f"{name}__prefixlint"
+                registry.ModelRegistry.register_model(name, cls)
+                registered = True
+        else:
+            registry.ModelRegistry.register_model(name, cls)
+            registered = True
+        targets.append(Target(spec, arch=name, cls=cls, registered=registered))
+    return targets
+
+
+def load_class(registry: Any, arch: str) -> type:
+    """The class an architecture name maps to. vLLM's registry API moves between
+    releases: the private single-name loader first, then the public resolver's forms."""
+    reg = registry.ModelRegistry
+    entry = getattr(reg, "models", {}).get(arch)
+    if entry is not None and hasattr(entry, "load_model_cls"):
+        return entry.load_model_cls()  # raises the real reason (a missing package, ...)
+    loader = getattr(reg, "_try_load_model_cls", None)
+    if loader is not None:
+        cls = loader(arch)
+        if cls is not None:
+            return cls
+    try:
+        return reg.resolve_model_cls([arch])[0]
+    except TypeError:
+        return reg.resolve_model_cls([arch], model_config=None)[0]
+
+
+def _registered_class(registry: Any, arch: str) -> type | None:
+    try:
+        return load_class(registry, arch)
+    except Exception:
+        return None
+
+
+def _model_config(folder: str) -> Any:
+    from vllm.config import ModelConfig
+
+    return ModelConfig(
+        model=folder,
+        tokenizer=None,
+        skip_tokenizer_init=True,
+        dtype="float32",
+        enforce_eager=True,
+        trust_remote_code=False,
+        max_model_len=128,
+    )
+
+
+def _vllm_config(model_config: Any, layout: Layout) -> Any:
+    from vllm.config import ParallelConfig, VllmConfig
+
+    return VllmConfig(
+        model_config=model_config,
+        parallel_config=ParallelConfig(
+            tensor_parallel_size=layout.tp, pipeline_parallel_size=layout.pp
+        ),
+    )
+
+
+@contextlib.contextmanager
+def _fresh_caches() -> Any:
+    """get_rope() memoises rotary modules across models: a second build would reuse the
+    first one's and never construct (or record) its own."""
+    try:
+        from vllm.model_executor.layers import rotary_embedding
+
+        cache = getattr(rotary_embedding, "_ROPE_DICT", None)
+    except ImportError:
+        cache = None
+    saved = dict(cache) if isinstance(cache, dict) else None
+    if isinstance(cache, dict):
+        cache.clear()
+    try:
+        yield
+    finally:
+        if isinstance(cache, dict) and saved is not None:
+            cache.clear()
+            cache.update(saved)
+
+
+@dataclass
+class Build:
+    layout: Layout
+    model: nn.Module | None
+    vllm_config: Any
+    recorder: PrefixRecorder
+    seconds: float
+    error: BaseException | None = None
+    error_tb: Any = None
+
+
+def build_layout(model_config: Any, layout: Layout) -> Build:
+    from vllm.model_executor.model_loader.utils import initialize_model
+
+    try:
+        from vllm.utils.torch_utils import set_default_torch_dtype
+    except ImportError:  # older layouts of vLLM
+        from vllm.model_executor.model_loader.utils import (  # type: ignore[no-redef]
+            set_default_torch_dtype,
+        )
+
+    recorder = PrefixRecorder()
+    started = time.perf_counter()
+    try:
+        vllm_config = _vllm_config(model_config, layout)
+    except Exception as e:
+        return Build(layout, None, None, recorder, 0.0, e, e.__traceback__)
+    model = None
+    error: BaseException | None = None
+    tb = None
+    try:
+        with (
+            _fresh_caches(),
+            # vLLM makes the expert group only for MoE configs; a synthesised config may
+            # not say MoE where the model still builds experts, and a spare group is inert.
+            fake_parallel_state(layout, moe=True),
+            set_default_torch_dtype(model_config.dtype),
+            torch.device("cpu"),
+            meta_parameters(),
+            recorder.active(),
+        ):
+            model = initialize_model(vllm_config=vllm_config, model_config=model_config)
+    except Exception as e:
+        error, tb = e, e.__traceback__
+    return Build(layout, model, vllm_config, recorder, time.perf_counter() - started, error, tb)
+
+
+def class_location(cls: type | None) -> tuple[str, int]:
+    if cls is None:
+        return "", 0
+    try:
+        return inspect.getsourcefile(cls) or "", inspect.getsourcelines(cls)[1]
+    except (OSError, TypeError):
+        return "", 0
+
+
+def run_target(
+    target: Target,
+    layouts: list[Layout],
+    config: str | None = None,
+    config_table: dict[str, str] | None = None,
+    config_base: str | None = None,
+) -> TargetResult:
+    started = time.perf_counter()
+    result = TargetResult(target=target.spec, arch=target.arch)
+    registry = _registry()
+    cls = target.cls
+    if cls is None:
+        try:
+            cls = load_class(registry, target.arch)
+        except Exception as e:
+            return _skipped(result, e, started)
+    try:
+        arch_for_config = target.arch.removesuffix("__prefixlint")
+        try:
+            source = resolve_config(
+                arch_for_config,
+                config,
+                config_table,
+                Path(config_base) if config_base else None,
+                architecture_name=target.arch,
+            )
+        except ConfigGap:
+            if not target.registered or config:
+                raise
+            # An out-of-tree class with a name transformers does not know: Llama-shaped.
+            source = resolve_config("LlamaForCausalLM", None, None, None, target.arch)
+            source.source = "synthesised (llama-shaped fallback)"
+        result.config_source = source.source
+        model_config = _model_config(source.folder)
+    except Exception as e:
+        return _skipped(result, e, started)
+
+    if result.config_source.startswith("synthesised") and layouts:
+        guessed = _repair_config(model_config, layouts[0])
+        if guessed:
+            result.config_source += f"; guessed {', '.join(guessed)}"
+    builds: list[Build] = []
+    for layout in layouts:
+        build = build_layout(model_config, layout)
+        builds.append(build)
+        status = "built" if build.error is None else "failed"
+        result.layouts.append(LayoutOutcome(layout, status, build.seconds, _describe(build.error)))
+    result.findings = check_build(cls, model_config, builds)
+    failed = [b for b in builds if b.error is not None]
+    if len(failed) == len(builds) and builds:
+        result.status = "failed"
+        result.reason = _describe(failed[0].error)
+        result.category = classify(
+            failed[0].error, result.findings, result.config_source.startswith("synthesised")
+        )
+    result.seconds = time.perf_counter() - started
+    # Free the meta models now: a zoo worker builds hundreds.
+    for build in builds:
+        build.model = None
+    return result
+
+
+def _config_objects(model_config: Any) -> list[Any]:
+    out = []
+    for config in (model_config.hf_config, getattr(model_config, "hf_text_config", None)):
+        if config is not None and config not in out:
+            out.append(config)
+            for value in vars(config).values():
+                if hasattr(value, "to_dict") and hasattr(value, "model_type"):
+                    out.append(value)
+    return out
+
+
+def _repair_config(model_config: Any, layout: Layout, attempts: int = 12) -> list[str]:
+    """A synthesised config lacks attributes real checkpoints carry; a probe build names
+    them one at a time (AttributeError) and each gets a plausible value."""
+    guessed: list[str] = []
+    for _ in range(attempts):
+        probe = build_layout(model_config, layout)
+        if probe.error is None:
+            break
+        attr = repair(probe.error, _config_objects(model_config))
+        if attr is None:
+            break
+        guessed.append(attr)
+    return guessed
+
+
+def _describe(error: BaseException | None) -> str:
+    if error is None:
+        return ""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {text}"[:300]
+
+
+_ENVIRONMENT_WORDS = (
+    "CUDA",
+    "cuda",
+    "GPU",
+    "flash_attn",
+    "triton",
+    "not supported on",
+    "cutlass",
+    "only for CUDA",
+    "supported only for",
+    "model runner",
+    "bfloat16 only",
+    "ROCm",
+)
+
+
+def classify(error: BaseException | None, findings: list[Finding], synthesised: bool) -> str:
+    """Why a target failed: a gap in prefixlint's config synthesis, a gap of this
+    environment (a package, a GPU kernel), or a finding about the model. With a
+    synthesised config, a failure reading the config is the synthesis's fault."""
+    if error is None:
+        return ""
+    text = str(error)
+    if isinstance(error, ImportError) or any(w in text for w in _ENVIRONMENT_WORDS):
+        return "environment"
+    if any(f.code in ("PFX602", "PFX603") for f in findings):
+        return "finding"
+    name = type(error).__name__
+    if isinstance(error, ConfigGap) or "Validation" in name or "config" in name.lower():
+        return "config-gap"
+    if synthesised and (
+        isinstance(error, (AttributeError, KeyError, TypeError, ValueError, AssertionError))
+    ):
+        return "config-gap"
+    return "finding"
+
+
+def _skipped(result: TargetResult, error: BaseException, started: float) -> TargetResult:
+    result.status = "skipped"
+    result.reason = _describe(error)
+    text = str(error)
+    if isinstance(error, ConfigGap):
+        result.category = "config-gap"
+        if "remote code" in text or "no model type" in text:
+            result.reason = f"needs remote code: {text}"
+    elif isinstance(error, ImportError):
+        missing = getattr(error, "name", None) or text
+        result.category = "environment"
+        result.reason = f"needs package {missing}"
+    else:
+        result.category = classify(error, [], True)
+    result.seconds = time.perf_counter() - started
+    if result.category == "finding":
+        tb = "".join(traceback.format_exception_only(type(error), error)).strip()
+        result.reason = tb[:300]
+    return result

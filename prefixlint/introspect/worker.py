@@ -1,0 +1,170 @@
+"""Builds run in a worker process: a hang, a crash or a segfault costs one target, not the run.
+
+The worker imports torch and vLLM once and serves jobs, one JSON line each on stdin; it
+answers one marked JSON line on stdout (vLLM and torch may print there too). The parent
+side (``Worker``) waits with a timeout, kills the worker when it hangs, and starts a
+fresh one for the next job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+from dataclasses import asdict
+from typing import Any
+
+MARK = "@@prefixlint-result@@ "
+
+
+class WorkerDied(Exception):
+    pass
+
+
+class WorkerTimeout(Exception):
+    pass
+
+
+class Worker:
+    def __init__(self, log: Any = None) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+        self.results: queue.Queue[str | None] = queue.Queue()
+        self.log = log
+
+    def _start(self) -> None:
+        env = dict(os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "prefixlint.introspect.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log if self.log is not None else subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+        self.results = queue.Queue()
+        threading.Thread(target=self._read, args=(self.proc, self.results), daemon=True).start()
+
+    @staticmethod
+    def _read(proc: subprocess.Popen[str], out: queue.Queue[str | None]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith(MARK):
+                out.put(line[len(MARK) :])
+        out.put(None)  # end of output: the worker exited
+
+    def run(self, job: dict[str, Any], timeout: float) -> Any:
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(job) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self.close()
+            raise WorkerDied("the worker process exited before taking the job") from None
+        try:
+            line = self.results.get(timeout=timeout)
+        except queue.Empty:
+            self.close()
+            raise WorkerTimeout(f"no answer within {timeout:.0f} s") from None
+        if line is None:
+            code = self.proc.wait()
+            self.proc = None
+            how = f"signal {-code}" if code < 0 else f"exit code {code}"
+            raise WorkerDied(f"the worker process died ({how})")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+# -- worker side ------------------------------------------------------------------------
+
+
+def _layouts(cls: Any, tps: list[int], pps: list[int]) -> list[Any]:
+    from prefixlint.introspect.parallel import Layout
+
+    out = [Layout(tp=tp) for tp in tps]
+    if getattr(cls, "supports_pp", False):
+        for pp in pps:
+            if pp > 1:
+                out += [Layout(pp=pp, pp_rank=0), Layout(pp=pp, pp_rank=pp - 1)]
+    return out
+
+
+def handle(job: dict[str, Any]) -> Any:
+    from prefixlint.introspect import build
+
+    if job["kind"] == "list":
+        registry = build._registry()
+        supported = set(registry.ModelRegistry.get_supported_archs())
+        groups = {}
+        for name in dir(registry):
+            value = getattr(registry, name)
+            if name.startswith("_") and name.endswith("_MODELS") and isinstance(value, dict):
+                for arch in value:
+                    if arch in supported:
+                        groups.setdefault(arch, name.strip("_").lower())
+        for arch in supported:
+            groups.setdefault(arch, "other")
+        return groups
+    results = []
+    try:
+        targets = build.resolve_targets(job["target"])
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+    for target in targets:
+        cls = target.cls
+        if cls is None:
+            try:
+                cls = build.load_class(build._registry(), target.arch)
+            except Exception:
+                cls = None
+        layouts = _layouts(cls, job.get("tp", [1, 2, 4, 8]), job.get("pp", [2]))
+        result = build.run_target(
+            target, layouts, job.get("config"), job.get("configs"), job.get("config_base")
+        )
+        data = asdict(result)
+        data["layouts"] = [
+            {
+                **o.layout.to_json(),
+                "name": o.layout.name,
+                "status": o.status,
+                "seconds": round(o.seconds, 4),
+                "reason": o.reason,
+            }
+            for o in result.layouts
+        ]
+        data["class_file"], data["class_line"] = build.class_location(cls)
+        results.append(data)
+    return results
+
+
+def main() -> None:
+    from prefixlint.introspect.env import prepare
+
+    prepare()
+    real_stdout = sys.stdout
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        sys.stdout = sys.stderr  # anything the build prints must not mix with answers
+        try:
+            answer = handle(json.loads(line))
+        except BaseException as e:
+            answer = {"error": f"{type(e).__name__}: {e}"}
+        finally:
+            sys.stdout = real_stdout
+        real_stdout.write(MARK + json.dumps(answer, default=str) + "\n")
+        real_stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""``prefixlint zoo``: build every architecture of the installed registry and summarise."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefixlint.introspect import (
+    DEFAULT_TIMEOUT,
+    failure,
+    list_architectures,
+    to_diagnostics,
+)
+from prefixlint.introspect.worker import Worker, WorkerDied, WorkerTimeout
+
+
+@dataclass
+class Row:
+    arch: str
+    group: str
+    status: str  # built | skipped | failed
+    category: str = ""  # config-gap | environment | finding (for skipped/failed)
+    reason: str = ""
+    seconds: float = 0.0
+    build_seconds: float = 0.0  # the tp=1 build alone
+    config_source: str = ""
+    findings: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class ZooSummary:
+    rows: list[Row]
+    wall_seconds: float
+
+    @property
+    def findings(self) -> int:
+        return sum(len(r.findings) for r in self.rows)
+
+    def counts(self) -> dict[str, Any]:
+        by_status = Counter(r.status for r in self.rows)
+        categories = Counter(f"{r.status}:{r.category}" for r in self.rows if r.category)
+        text = [r for r in self.rows if r.group == "text_generation_models"]
+        built_text = [r for r in text if r.status == "built"]
+        builds = [r.build_seconds for r in self.rows if r.status == "built" and r.build_seconds]
+        return {
+            "architectures": len(self.rows),
+            "built": by_status.get("built", 0),
+            "skipped": by_status.get("skipped", 0),
+            "failed": by_status.get("failed", 0),
+            "with_findings": sum(1 for r in self.rows if r.findings),
+            "findings": self.findings,
+            "by_category": dict(sorted(categories.items())),
+            "text_generation": len(text),
+            "text_generation_built": len(built_text),
+            "text_generation_built_ratio": round(len(built_text) / len(text), 3) if text else None,
+            "median_build_seconds": round(statistics.median(builds), 3) if builds else None,
+            "median_arch_seconds": round(
+                statistics.median([r.seconds for r in self.rows if r.status == "built"]), 3
+            )
+            if built_text
+            else None,
+            "wall_seconds": round(self.wall_seconds, 1),
+        }
+
+    def to_json_text(self) -> str:
+        return json.dumps(
+            {
+                "summary": self.counts(),
+                "architectures": [r.__dict__ for r in self.rows],
+            },
+            indent=2,
+        )
+
+    def to_text(self) -> str:
+        c = self.counts()
+        lines = [f"{'architecture':<48} {'group':<24} {'status':<8} {'secs':>6}  detail"]
+        for r in self.rows:
+            detail = (
+                r.reason
+                if r.status != "built"
+                else (", ".join(sorted({f["code"] for f in r.findings})) or "ok")
+            )
+            if r.category:
+                detail = f"[{r.category}] {detail}"
+            lines.append(
+                f"{r.arch:<48} {r.group[:24]:<24} {r.status:<8} {r.seconds:>6.1f}  {detail[:120]}"
+            )
+        lines.append("")
+        lines.append(
+            f"{c['architectures']} architectures: {c['built']} built, {c['skipped']} skipped, "
+            f"{c['failed']} failed; {c['with_findings']} with findings ({c['findings']} in all)"
+        )
+        lines.append(
+            f"text generation: {c['text_generation_built']}/{c['text_generation']} built "
+            f"({(c['text_generation_built_ratio'] or 0) * 100:.1f}%); median build "
+            f"{c['median_build_seconds']} s; wall {c['wall_seconds']} s"
+        )
+        for key, n in c["by_category"].items():
+            lines.append(f"  {key}: {n}")
+        return "\n".join(lines)
+
+
+def _row(arch: str, group: str, answer: Any, seconds: float) -> Row:
+    if isinstance(answer, dict) and "error" in answer:
+        return Row(arch, group, "skipped", "environment", answer["error"][:300], seconds)
+    result = answer[0]
+    built = [lay for lay in result["layouts"] if lay["status"] == "built"]
+    first = next((lay for lay in result["layouts"] if lay["tp"] == 1 and lay["pp"] == 1), None)
+    status = result["status"]
+    return Row(
+        arch=arch,
+        group=group,
+        status=status if built or status != "built" else "failed",
+        category=result.get("category", ""),
+        reason=result.get("reason", ""),
+        seconds=seconds,
+        build_seconds=first["seconds"] if first and first["status"] == "built" else 0.0,
+        config_source=result.get("config_source", ""),
+        # A build that failed for a gap of config synthesis or of this machine says
+        # nothing about the model: its PFX604 is not counted as a finding.
+        findings=[
+            d.to_json()
+            for d in to_diagnostics(result)
+            if not (d.code == "PFX604" and result.get("category") in ("config-gap", "environment"))
+        ],
+    )
+
+
+def run_zoo(
+    jobs: int = 1,
+    shard: tuple[int, int] = (0, 1),
+    tp: list[int] | None = None,
+    pp: list[int] | None = None,
+    timeout: float = 120.0,
+    only: list[str] | None = None,
+    progress: bool = True,
+) -> ZooSummary:
+    started = time.perf_counter()
+    lister = Worker()
+    try:
+        groups = list_architectures(lister, DEFAULT_TIMEOUT)
+    finally:
+        lister.close()
+    archs = sorted(groups)
+    if only:
+        archs = [a for a in archs if a in set(only)]
+    index, count = shard
+    archs = archs[index::count]
+    workers = [Worker() for _ in range(max(1, jobs))]
+    free = list(workers)
+    lock = threading.Lock()
+    rows: list[Row] = []
+    done = 0
+
+    def one(arch: str) -> Row:
+        nonlocal done
+        with lock:
+            worker = free.pop()
+        t = time.perf_counter()
+        try:
+            answer = worker.run(
+                {"kind": "build", "target": arch, "tp": tp or [1], "pp": pp or [1]}, timeout
+            )
+            row = _row(arch, groups[arch], answer, time.perf_counter() - t)
+        except (WorkerTimeout, WorkerDied) as e:
+            diag = failure(arch, f"building `{arch}` failed in its worker: {e}")
+            row = Row(
+                arch,
+                groups[arch],
+                "failed",
+                "finding",
+                str(e),
+                time.perf_counter() - t,
+                findings=[diag.to_json()],
+            )
+        with lock:
+            free.append(worker)
+            done += 1
+            if progress:
+                sys.stderr.write(f"\r[{done}/{len(archs)}] {arch[:60]:<60}")
+                sys.stderr.flush()
+        return row
+
+    try:
+        with ThreadPoolExecutor(max_workers=len(workers)) as pool:
+            rows = list(pool.map(one, archs))
+    finally:
+        for w in workers:
+            w.close()
+        if progress:
+            sys.stderr.write("\n")
+    return ZooSummary(rows, time.perf_counter() - started)

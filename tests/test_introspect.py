@@ -1,0 +1,222 @@
+"""Phase 2 against the real installed vLLM: the unmodified Llama builds clean on every
+layout, and each PFX60x code fires on an out-of-tree copy of llama.py with one planted bug,
+at the edited line. One worker process serves the whole module (vLLM imports once)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from prefixlint.introspect import introspect
+from prefixlint.introspect.worker import Worker
+from tests.conftest import VLLM, requires_vllm
+
+pytestmark = requires_vllm
+
+
+@pytest.fixture(scope="module")
+def worker():
+    w = Worker()
+    yield w
+    w.close()
+
+
+def llama_copy(folder: Path, name: str, edit) -> tuple[Path, str]:
+    """llama.py as an out-of-tree plugin file (relative imports made absolute), edited."""
+    assert VLLM is not None
+    text = (VLLM / "model_executor" / "models" / "llama.py").read_text()
+    text = re.sub(r"^from \.(\w+)", r"from vllm.model_executor.models.\1", text, flags=re.M)
+    text = edit(text)
+    path = folder / f"{name}.py"
+    path.write_text(text)
+    return path, text
+
+
+def replace_in_class(cls: str, old: str, new: str):
+    def edit(text: str) -> str:
+        start = text.index(f"class {cls}(")
+        at = text.index(old, start)
+        return text[:at] + new + text[at + len(old) :]
+
+    return edit
+
+
+def line_in_class(text: str, cls: str, needle: str) -> int:
+    at = text.index(needle, text.index(f"class {cls}("))
+    return text.count("\n", 0, at) + 1
+
+
+def test_llama_builds_clean_on_every_layout(worker) -> None:
+    report = introspect("LlamaForCausalLM", worker=worker)
+    assert report.error is None
+    [result] = report.results
+    assert result["status"] == "built" and result["config_source"].startswith("synthesised")
+    names = [(lay["tp"], lay["pp"], lay["pp_rank"]) for lay in result["layouts"]]
+    assert names == [(1, 1, 0), (2, 1, 0), (4, 1, 0), (8, 1, 0), (1, 2, 0), (1, 2, 1)]
+    assert all(lay["status"] == "built" for lay in result["layouts"])
+    assert [d.code for d in report.diagnostics] == []
+
+
+CASES = [
+    # (id, code, class, old, new, text on the line expected)
+    (
+        "layer-prefix-inside-make-layers",
+        "PFX601",
+        "LlamaModel",
+        "layer_type(vllm_config=vllm_config, prefix=prefix)",
+        'layer_type(vllm_config=vllm_config, prefix=f"{prefix}.layers")',
+        'layer_type(vllm_config=vllm_config, prefix=f"{prefix}.layers")',
+    ),
+    (
+        "mlp-without-prefix",
+        "PFX601",
+        "LlamaDecoderLayer",
+        'prefix=f"{prefix}.mlp",',
+        "",
+        "self.mlp = LlamaMLP(",
+    ),
+    (
+        "lm-head-named-after-another-attribute",
+        "PFX601",
+        "LlamaForCausalLM",
+        'maybe_prefix(prefix, "lm_head")',
+        'maybe_prefix(prefix, "head")',
+        "self.lm_head = ParallelLMHead(",
+    ),
+    (
+        "literal-attention-prefix",
+        "PFX602",
+        "LlamaAttention",
+        'prefix=f"{prefix}.attn",',
+        'prefix="attn",',
+        "self.attn = attn_cls(",
+    ),
+    (
+        "raises-in-init",
+        "PFX604",
+        "LlamaForCausalLM",
+        "        self.config = config\n",
+        '        self.config = config\n        raise RuntimeError("planted")\n',
+        'raise RuntimeError("planted")',
+    ),
+    (
+        "packed-mapping-names-a-missing-module",
+        "PFX606",
+        "LlamaForCausalLM",
+        '"qkv_proj": ["q_proj", "k_proj", "v_proj"],\n'
+        '        "gate_up_proj": ["gate_proj", "up_proj"],',
+        '"fused_xyz": ["x", "y"],',
+        "class LlamaForCausalLM(",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("code", "cls", "old", "new", "at"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_planted_bug_is_reported_at_its_line(
+    worker, tmp_path: Path, code: str, cls: str, old: str, new: str, at: str
+) -> None:
+    path, text = llama_copy(tmp_path, f"broken_{code.lower()}", replace_in_class(cls, old, new))
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1, 2), pp=(2,), worker=worker)
+    assert report.error is None, report.error
+    found = [(d.code, Path(d.filename).name, d.location.row) for d in report.diagnostics]
+    expected = (code, path.name, line_in_class(text, cls, at))
+    assert expected in found, (expected, found, [d.message for d in report.diagnostics])
+    # Nothing else is wrong with the copy: every finding is the planted one's code.
+    assert {c for c, _, _ in found} == {code}, [d.message for d in report.diagnostics]
+
+
+def test_heads_not_divisible_names_working_sizes(worker, tmp_path: Path) -> None:
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(
+        hidden_size=256,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=256,
+        max_position_embeddings=128,
+    )
+    config.save_pretrained(tmp_path)
+    report = introspect("LlamaForCausalLM", tp=(1, 3), pp=(1,), config=str(tmp_path), worker=worker)
+    [diag] = report.diagnostics
+    assert diag.code == "PFX603" and diag.severity.value == "warning"
+    assert "tensor parallel size 3" in diag.message and "1, 2, 4, 8" in diag.message
+    assert diag.filename.endswith("llama.py")
+    statuses = [(lay["tp"], lay["status"]) for lay in report.results[0]["layouts"]]
+    assert statuses == [(1, "built"), (3, "failed")]
+
+
+def test_pp_class_building_every_layer_on_every_stage(worker, tmp_path: Path) -> None:
+    old = """        self.start_layer, self.end_layer, self.layers = make_layers(
+            config.num_hidden_layers,
+            lambda prefix: layer_type(vllm_config=vllm_config, prefix=prefix),
+            prefix=f"{prefix}.layers",
+        )"""
+    new = """        self.start_layer, self.end_layer = 0, config.num_hidden_layers
+        self.layers = nn.ModuleList(
+            [
+                layer_type(vllm_config=vllm_config, prefix=f"{prefix}.layers.{i}")
+                for i in range(config.num_hidden_layers)
+            ]
+        )"""
+    path, text = llama_copy(tmp_path, "all_stages", replace_in_class("LlamaModel", old, new))
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(2,), worker=worker)
+    found = [(d.code, d.location.row) for d in report.diagnostics]
+    line = line_in_class(text, "LlamaModel", "layer_type(vllm_config=vllm_config, prefix=f")
+    assert ("PFX605", line) in found, found
+    assert {c for c, _ in found} == {"PFX605"}
+
+
+def test_hanging_model_becomes_pfx604_and_the_worker_recovers(worker, tmp_path: Path) -> None:
+    path, _ = llama_copy(
+        tmp_path,
+        "hangs",
+        replace_in_class(
+            "LlamaForCausalLM",
+            "        self.config = config\n",
+            "        self.config = config\n        import time\n        time.sleep(600)\n",
+        ),
+    )
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), timeout=20, worker=worker)
+    [diag] = report.diagnostics
+    assert diag.code == "PFX604" and "hung" in diag.message
+    assert diag.filename.endswith("hangs.py")
+    again = introspect("LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    assert again.results[0]["status"] == "built"
+
+
+def test_unknown_target_is_an_error_not_a_traceback(worker) -> None:
+    report = introspect("NoSuchArchitectureForCausalLM", worker=worker)
+    assert report.error is not None and "registry" in report.error
+
+
+def test_cli_json(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "prefixlint",
+            "introspect",
+            "LlamaForCausalLM",
+            "--tp",
+            "1,2",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout) == []
+    assert "tp=2" in out.stderr and "built" in out.stderr
