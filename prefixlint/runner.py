@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import re
 import traceback
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,6 +181,8 @@ def run_static(
             if summaries is not None:
                 summaries.save()
         else:
+            from concurrent.futures.process import BrokenProcessPool
+
             try:
                 outcomes = _lint_parallel(
                     todo, workers, sorted(codes), config, package_dirs, folder
@@ -227,6 +226,10 @@ def _lint_parallel(
     package_dirs: list[str],
     cache_dir: str | None,
 ) -> list[tuple[str, list[dict], list[str]]]:
+    # Imported here: a warm or one-file run never starts a pool.
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     # Largest files first, dealt round-robin into several chunks per worker: even load.
     sized = sorted(
         todo, key=lambda t: os.path.getsize(t[0]) if os.path.exists(t[0]) else 0, reverse=True
