@@ -38,6 +38,15 @@ class Invalid:
     contains: str | None = None
 
 
+@dataclass(frozen=True)
+class Where:
+    """A place in the walk (the item and its enclosing nodes), kept for a report made
+    later, in ``leave_Module``; the locator narrows from the anchors to the node."""
+
+    item: object
+    anchors: tuple[cst.CSTNode, ...]
+
+
 @dataclass
 class Report:
     rule: type[LintRule]
@@ -177,7 +186,7 @@ class LintRule:
         *,
         severity: Severity | None = None,
         replacement: cst.CSTNode | None = None,
-        site: Site | None = None,
+        site: Site | Where | None = None,
     ) -> None:
         walk = self.ctx.prefixes
         item = site.item if site is not None else walk.item
@@ -185,6 +194,15 @@ class LintRule:
         self.reports.append(
             Report(type(self), node, message, severity or self.severity, item, anchors, replacement)
         )
+
+    def here(self, *extra: cst.CSTNode) -> Where:
+        """Where the walk is now, narrowed to ``extra`` (say, the function reported on)."""
+        walk = self.ctx.prefixes
+        anchors: list[cst.CSTNode] = []
+        for node in (*walk.anchors, *extra):
+            if not anchors or anchors[-1] is not node:  # a node the walk pushed already
+                anchors.append(node)
+        return Where(walk.item, tuple(anchors))
 
     @classmethod
     def documentation(cls) -> str:

@@ -6,13 +6,11 @@ import dataclasses
 import functools
 import re
 from pathlib import Path
-from types import SimpleNamespace
-from typing import cast
 
 import libcst as cst
 
 from prefixlint.diagnostic import Severity
-from prefixlint.rules.base import FileContext, Invalid, LintRule
+from prefixlint.rules.base import FileContext, Invalid, LintRule, Where
 from prefixlint.rules.prefixes import Site
 from prefixlint.rules.walk import children
 
@@ -71,16 +69,6 @@ def _named(params: list[tuple[cst.Param, str]]) -> list[tuple[cst.Param, str]]:
 
 def _is_none(node: cst.BaseExpression | None) -> bool:
     return isinstance(node, cst.Name) and node.value == "None"
-
-
-def _inside(ctx: FileContext, fn: cst.FunctionDef) -> Site:
-    """Where the walk is, narrowed to ``fn``: a report in ``fn``'s header is then found in
-    ``fn`` and not at the first equal text of the class (another method's parameter)."""
-    walk = ctx.prefixes
-    anchors = tuple(walk.anchors)
-    if not anchors or anchors[-1] is not fn:
-        anchors = (*anchors, fn)
-    return cast(Site, SimpleNamespace(item=walk.item, anchors=anchors))
 
 
 def _method_of(ctx: FileContext, node: cst.FunctionDef, class_node: cst.ClassDef | None) -> bool:
@@ -321,7 +309,7 @@ class MyForCausalLM(LlamaForCausalLM):
         params = _params(node)
         by_name = {p.name.value: (p, k) for p, k in params}
         cls = class_node.name.value
-        at = _inside(self.ctx, node)
+        at = self.here(node)
         if is_model_architecture(self.ctx, class_node):
             self._check_architecture(node, cls, params, by_name, at)
         elif "vllm_config" in by_name and self.ctx.is_module_class(class_node):
@@ -337,7 +325,7 @@ class MyForCausalLM(LlamaForCausalLM):
         cls: str,
         params: list[tuple[cst.Param, str]],
         by_name: dict[str, tuple[cst.Param, str]],
-        at: Site,
+        at: Where,
     ) -> None:
         wanted = 'def __init__(self, *, vllm_config: VllmConfig, prefix: str = "")'
         missing = [n for n in ("vllm_config", "prefix") if n not in by_name]
@@ -375,7 +363,7 @@ class MyForCausalLM(LlamaForCausalLM):
             )
 
     def _check_keyword(
-        self, entry: tuple[cst.Param, str], cls: str, at: Site, architecture: bool = False
+        self, entry: tuple[cst.Param, str], cls: str, at: Where, architecture: bool = False
     ) -> bool:
         """Report a parameter vLLM cannot pass by keyword; True when one was reported."""
         param, kind = entry
@@ -724,7 +712,7 @@ class MyForCausalLM(LlamaForCausalLM):
         if not is_model_architecture(self.ctx, class_node) or is_draft_model(self.ctx, class_node):
             return
         params = _params(node)
-        at = _inside(self.ctx, node)
+        at = self.here(node)
         if any(p.name.value == "hidden_states" for p, _ in params[:5]):
             return  # a draft model: EAGLE/MTP/Medusa take the target's hidden states
         named = _named(params)
@@ -972,7 +960,7 @@ class SelfAttention(nn.Module):
         names = {p.name.value for p, _ in params}
         if not names & HF_FORWARD_PARAMS.keys():
             return
-        at = _inside(self.ctx, node)
+        at = self.here(node)
         if (
             "positions" in names
             or is_model_architecture(self.ctx, class_node)
@@ -996,7 +984,7 @@ class SelfAttention(nn.Module):
             if paged is not None:
                 self._report(class_node, node, at, f", and the class builds `{paged}`")
 
-    def _report(self, class_node: cst.ClassDef, node: cst.FunctionDef, at: Site, why: str) -> None:
+    def _report(self, class_node: cst.ClassDef, node: cst.FunctionDef, at: Where, why: str) -> None:
         cls = class_node.name.value
         for param, _ in _params(node):
             name = param.name.value

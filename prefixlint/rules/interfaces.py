@@ -18,7 +18,7 @@ import libcst as cst
 from prefixlint.catalog import Symbol
 from prefixlint.diagnostic import Severity
 from prefixlint.index import ClassSummary, FunctionSig
-from prefixlint.rules.base import FileContext, Invalid, LintRule
+from prefixlint.rules.base import FileContext, Invalid, LintRule, Where
 from prefixlint.rules.prefixes import dotted_name
 from prefixlint.rules.walk import walk
 
@@ -34,23 +34,6 @@ from vllm.multimodal import MULTIMODAL_REGISTRY
 
 def _example(body: str) -> str:
     return _HEADER + body
-
-
-@dataclass(frozen=True)
-class _Where:
-    """Where to point a report made after the walk (see ``LintRule.report(site=...)``)."""
-
-    item: object
-    anchors: tuple[cst.CSTNode, ...]
-
-
-def _here(rule: LintRule, *extra: cst.CSTNode) -> _Where:
-    state = rule.ctx.prefixes
-    anchors: list[cst.CSTNode] = []
-    for a in (*state.anchors, *extra):
-        if not anchors or anchors[-1] is not a:  # top-level functions are pushed twice
-            anchors.append(a)
-    return _Where(state.item, tuple(anchors))
 
 
 def _top_level_class(rule: LintRule, node: cst.ClassDef) -> ClassSummary | None:
@@ -237,7 +220,7 @@ class MyForCausalLM(nn.Module, SupportsPP):
                 "(method, class attribute or `self.` attribute set in `__init__`); later "
                 "pipeline stages call it at start-up",
                 severity=severity,
-                site=_here(self, node),  # type: ignore[arg-type]
+                site=self.here(node),
             )
         self._check_forward(node, cls, severity)
 
@@ -254,7 +237,7 @@ class MyForCausalLM(nn.Module, SupportsPP):
                     "declares `SupportsPP`: later stages receive the previous stage's "
                     "activations through it (vLLM then treats the model as not supporting PP)",
                     severity=severity,
-                    site=_here(self, node, *([fn] if fn is not None else [])),  # type: ignore[arg-type]
+                    site=self.here(node, *([fn] if fn is not None else [])),
                 )
             return
         mro, complete = _mro(self, cls)
@@ -275,7 +258,7 @@ class MyForCausalLM(nn.Module, SupportsPP):
                     f"`{cls.name}` declares `SupportsPP` but inherits `forward` from "
                     f"`{entry.name}`, which takes no `intermediate_tensors`",
                     severity=severity,
-                    site=_here(self, node),  # type: ignore[arg-type]
+                    site=self.here(node),
                 )
             return
 
@@ -401,7 +384,7 @@ class MyForCausalLM(nn.Module):
     def __init__(self, ctx: FileContext) -> None:
         super().__init__(ctx)
         self._facts: dict[str, _Facts] = {}
-        self._nodes: dict[str, tuple[cst.ClassDef, _Where]] = {}
+        self._nodes: dict[str, tuple[cst.ClassDef, Where]] = {}
 
     def _top(self) -> str | None:
         stack = self.ctx.prefixes.class_stack
@@ -409,7 +392,7 @@ class MyForCausalLM(nn.Module):
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         if _top_level_class(self, node) is not None:
-            self._nodes[node.name.value] = (node, _here(self, node))
+            self._nodes[node.name.value] = (node, self.here(node))
 
     def visit_FunctionDef(self, node: cst.FunctionDef, class_node: cst.ClassDef | None) -> None:
         p = node.params
@@ -484,7 +467,7 @@ class MyForCausalLM(nn.Module):
                 node.name,
                 f"`{name}` does not declare `SupportsPP`, but {via} has pipeline-stage "
                 f"logic (`{how}`): vLLM refuses pipeline parallelism for it; {todo}",
-                site=where,  # type: ignore[arg-type]
+                site=where,
             )
 
     def _stage_logic_under(
@@ -616,7 +599,7 @@ class MyForConditionalGeneration(nn.Module, SupportsMultiModal):
                 f"`{cls.name}` declares `SupportsMultiModal` but implements no "
                 "`embed_multimodal`: the interface's stub returns nothing, so media inputs "
                 "never reach the model",
-                site=_here(self, node),  # type: ignore[arg-type]
+                site=self.here(node),
             )
         if self.ctx.is_architecture(node) and self._registered(cls) is False:
             self.report(
@@ -624,7 +607,7 @@ class MyForConditionalGeneration(nn.Module, SupportsMultiModal):
                 f"`{cls.name}` declares `SupportsMultiModal` but neither it nor a base is "
                 "decorated with `@MULTIMODAL_REGISTRY.register_processor(...)`: vLLM finds "
                 "no processor for its inputs",
-                site=_here(self, node),  # type: ignore[arg-type]
+                site=self.here(node),
             )
 
     def _embeds_elsewhere(self, cls: ClassSummary) -> bool:
@@ -859,7 +842,7 @@ def register():
                 "ModelRegistry.get_supported_archs()`: the plugin silently overrides an "
                 "architecture of that name that vLLM or another plugin already provides, "
                 "in every process",
-                site=_here(self),  # type: ignore[arg-type]
+                site=self.here(),
             )
         if target is not None:
             self._check_target(target)
@@ -887,7 +870,7 @@ def register():
                 target,
                 f"`{value}` is not of the form `module:Class`; `register_model` raises "
                 "`ValueError` for it",
-                site=_here(self),  # type: ignore[arg-type]
+                site=self.here(),
             )
             return
         module, _, cls = value.partition(":")
@@ -903,5 +886,5 @@ def register():
             target,
             f"`{module}` ({path.name}) defines no `{cls}`: the plugin installs, and the "
             "import fails on the worker when the model is first loaded",
-            site=_here(self),  # type: ignore[arg-type]
+            site=self.here(),
         )

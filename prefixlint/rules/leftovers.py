@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from prefixlint.diagnostic import Severity
-from prefixlint.rules.base import FileContext, Invalid, LintRule
+from prefixlint.rules.base import FileContext, Invalid, LintRule, Where
 from prefixlint.rules.prefixes import dotted_name
 from prefixlint.rules.walk import walk
 
@@ -32,25 +32,6 @@ from vllm.model_executor.models.utils import make_layers, maybe_prefix
 
 def _example(body: str) -> str:
     return _HEADER + body
-
-
-@dataclass(frozen=True)
-class _Where:
-    """Where a finding was seen during the walk, for reports made in ``leave_Module``."""
-
-    item: object
-    anchors: tuple[cst.CSTNode, ...]
-
-
-def _here(rule: LintRule) -> _Where:
-    walk_state = rule.ctx.prefixes
-    # A top-level function is pushed twice (as the item's statement and as the function);
-    # the locator cannot find a definition inside itself, so drop the repeat.
-    anchors: list[cst.CSTNode] = []
-    for a in walk_state.anchors:
-        if not anchors or anchors[-1] is not a:
-            anchors.append(a)
-    return _Where(walk_state.item, tuple(anchors))
 
 
 def _qualified(rule: LintRule, callee: str | None) -> str | None:
@@ -155,7 +136,7 @@ class _Collective:
     shown: str
     kind: str  # the short name: all_reduce, all_gather, ...
     raw_torch: bool
-    where: _Where
+    where: Where
     guarded: bool
 
 
@@ -295,7 +276,7 @@ class MLP(nn.Module):
         if raw and any(a.keyword is not None and a.keyword.value == "group" for a in node.args):
             return  # an explicit group: deliberate
         self._found.append(
-            _Collective(node, shown, kind, raw, _here(self), self._guarded(node, raw))
+            _Collective(node, shown, kind, raw, self.here(), self._guarded(node, raw))
         )
 
     def _classify(self, node: cst.Call, callee: str | None) -> tuple[str, str, bool] | None:
@@ -359,7 +340,7 @@ class MLP(nn.Module):
                     f"`{c.shown}` runs over the default (world) process group, which spans "
                     "pipeline and data-parallel ranks too; the parallel layers own "
                     "communication (pass vLLM's group explicitly if this is really needed)",
-                    site=c.where,  # type: ignore[arg-type]
+                    site=c.where,
                 )
                 continue
             if _is_reduce(c.kind) and self._defers_reduction:
@@ -374,7 +355,7 @@ class MLP(nn.Module):
                 c.node,
                 f"`{c.shown}` in model code: {why}; leave it to the layer, or build the "
                 "layer with `reduce_results=False` when the reduction is deferred on purpose",
-                site=c.where,  # type: ignore[arg-type]
+                site=c.where,
             )
 
 
@@ -642,7 +623,7 @@ class MyForCausalLM(nn.Module):
     def __init__(self, ctx: FileContext) -> None:
         super().__init__(ctx)
         self._decoder = _DecoderClasses()
-        self._found: list[tuple[str, cst.Call, str, str, _Where]] = []
+        self._found: list[tuple[str, cst.Call, str, str, Where]] = []
 
     def visit_Call(self, node: cst.Call, callee: str | None) -> None:
         self._decoder.note_call(self, callee)
@@ -655,7 +636,7 @@ class MyForCausalLM(nn.Module):
         attr = _stored_at(tuple(self.ctx.prefixes.anchors), node)
         if attr is None or not _SHARDED_ATTRIBUTE.match(attr):
             return
-        self._found.append((top, node, plain, attr, _here(self)))
+        self._found.append((top, node, plain, attr, self.here()))
 
     def visit_Name(self, node: cst.CSTNode, name: str) -> None:
         self._decoder.note_name(self, name)
@@ -678,7 +659,7 @@ class MyForCausalLM(nn.Module):
                 f"`self.{attr}` is a plain `{plain}` in decoder class `{top}`: it is not "
                 f"sharded under tensor parallelism, cannot be quantized and has no prefix; "
                 f"use {replacement}",
-                site=where,  # type: ignore[arg-type]
+                site=where,
             )
 
 
@@ -826,7 +807,7 @@ class MyDecoderLayer(nn.Module):
     def __init__(self, ctx: FileContext) -> None:
         super().__init__(ctx)
         self._decoder = _DecoderClasses()
-        self._found: list[tuple[str, cst.Call, str, bool, _Where]] = []
+        self._found: list[tuple[str, cst.Call, str, bool, Where]] = []
         self._functions: dict[str, list[cst.FunctionDef]] = {}
 
     def visit_Call(self, node: cst.Call, callee: str | None) -> None:
@@ -838,9 +819,9 @@ class MyDecoderLayer(nn.Module):
         if top is None:
             return
         if short in _FUSED_ATTENTION:
-            self._found.append((top, node, short, False, _here(self)))
+            self._found.append((top, node, short, False, self.here()))
         elif short == "softmax":
-            self._found.append((top, node, short, True, _here(self)))
+            self._found.append((top, node, short, True, self.here()))
 
     def visit_Name(self, node: cst.CSTNode, name: str) -> None:
         self._decoder.note_name(self, name)
@@ -873,7 +854,7 @@ class MyDecoderLayer(nn.Module):
                 f"decoder class `{top}` computes attention itself with {what}: it bypasses "
                 "the paged KV cache and the batch's request boundaries; use vLLM's "
                 "`Attention` layer",
-                site=where,  # type: ignore[arg-type]
+                site=where,
             )
 
 
@@ -1028,7 +1009,7 @@ class MyForCausalLM(nn.Module):
                 node.name,
                 f"`{name}` in a model class: vLLM's engine runs the generation loop and "
                 "never calls it; delete it",
-                site=self._inside(node),  # type: ignore[arg-type]
+                site=self._inside(node),
             )
         p = node.params
         params = [*p.posonly_params, *p.params, *p.kwonly_params]
@@ -1048,7 +1029,7 @@ class MyForCausalLM(nn.Module):
                     node,
                     f"`{callee}` samples inside the model: vLLM's sampler does that from "
                     "the logits `compute_logits` returns",
-                    site=_here(self),  # type: ignore[arg-type]
+                    site=self.here(),
                 )
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value in _KV_NAMES:
@@ -1060,19 +1041,16 @@ class MyForCausalLM(nn.Module):
         if last in _KV_NAMES and self._in_model_class():
             self._kv_current(node, last)
 
-    def _inside(self, function: cst.FunctionDef) -> _Where:
+    def _inside(self, function: cst.FunctionDef) -> Where:
         """Locate within ``function``, whether or not the walk has pushed it yet."""
-        where = _here(self)
-        if where.anchors and where.anchors[-1] is function:
-            return where  # the walk already pushed it
-        return _Where(where.item, (*where.anchors, function))
+        return self.here(function)
 
     def _kv_current(self, node: cst.CSTNode, name: str) -> None:
         functions = self.ctx.prefixes.function_stack
         if functions:
-            self._kv(functions[-1], node, name, _here(self))
+            self._kv(functions[-1], node, name, self.here())
 
-    def _kv(self, function: cst.FunctionDef, node: cst.CSTNode, name: str, where: _Where) -> None:
+    def _kv(self, function: cst.FunctionDef, node: cst.CSTNode, name: str, where: Where) -> None:
         if id(function) in self._kv_reported:
             return
         self._kv_reported.add(id(function))
@@ -1081,5 +1059,5 @@ class MyForCausalLM(nn.Module):
             f"`{name}` in `{function.name.value}`: KV-cache handling from the reference "
             "implementation; in vLLM the paged cache lives inside `Attention` and this is "
             "never set",
-            site=where,  # type: ignore[arg-type]
+            site=where,
         )
