@@ -85,6 +85,18 @@ def main() -> None:
 @click.option("--tp", default="1,2,4,8", show_default=True, help="With --introspect: TP sizes.")
 @click.option("--pp", default="2", show_default=True, help="With --introspect: PP sizes.")
 @click.option(
+    "--fix",
+    is_flag=True,
+    help="Apply the mechanical fixes (PFX301 adds the prefix, PFX302 renames it), then report "
+    "what is left.",
+)
+@click.option(
+    "--diff",
+    "show_diff",
+    is_flag=True,
+    help="Print the fixes as a unified diff without writing; exit 1 when there is one.",
+)
+@click.option(
     "--diff-base",
     metavar="REV",
     help="Report only findings on lines added or changed since the merge base of REV and "
@@ -106,6 +118,8 @@ def check(
     with_introspect: bool,
     tp: str,
     pp: str,
+    fix: bool,
+    show_diff: bool,
     diff_base: str | None,
 ) -> None:
     """Check model files (default: the current folder) and report findings."""
@@ -118,6 +132,14 @@ def check(
     files, result = _lint(
         paths, select, ignore, config_path, installed_vllm, no_cache, cache_dir, jobs
     )
+    if fix or show_diff:
+        changed = _apply_fixes(result.diagnostics, write=fix and not show_diff)
+        if show_diff:
+            sys.exit(EXIT_FINDINGS if changed else EXIT_OK)
+        if changed:  # report what the fixes left
+            files, result = _lint(
+                paths, select, ignore, config_path, installed_vllm, no_cache, cache_dir, jobs
+            )
     if with_introspect:
         result.diagnostics.extend(_introspect_files(files, _int_list(tp), _int_list(pp)))
     if changes is not None:
@@ -145,6 +167,33 @@ def check(
     threshold = Severity.ERROR.rank if fail_on == "error" else Severity.WARNING.rank
     failing = any(d.severity.rank >= threshold for d in result.diagnostics)
     sys.exit(EXIT_FINDINGS if failing else EXIT_OK)
+
+
+FIXABLE = ("PFX301", "PFX302")
+
+
+def _apply_fixes(diagnostics: list, write: bool) -> int:
+    """Fix (or, without ``write``, print the diff of) every file with a fixable finding.
+    Returns how many files change; what is left alone and why goes to stderr."""
+    from prefixlint.fix import fix_file
+
+    by_file: dict[str, set[str]] = {}
+    for d in diagnostics:
+        if d.code in FIXABLE:
+            by_file.setdefault(d.filename, set()).add(d.code)
+    changed = applied = 0
+    for filename, codes in sorted(by_file.items()):
+        diff, outcome = fix_file(filename, write=write, codes=tuple(sorted(codes)))
+        if diff:
+            changed += 1
+            applied += len(outcome.applied)
+            if not write:
+                sys.stdout.write(diff)
+        for line, reason in outcome.skipped:
+            click.echo(f"{filename}:{line}: not fixed: {reason}", err=True)
+    verb = "Fixed" if write else "Would fix"
+    click.echo(f"{verb} {applied} finding(s) in {changed} file(s).", err=True)
+    return changed
 
 
 def _changed_lines(rev: str):
@@ -560,6 +609,14 @@ def rule(code: str) -> None:
     click.echo(f"Default severity: {found.severity.value}. Default: {default}.\n")
     click.echo(found.documentation())
 
+
+def _register_phase3() -> None:
+    from prefixlint.smoke.cli import smoke  # light: the engine runs in a child process
+
+    main.add_command(smoke)
+
+
+_register_phase3()
 
 if __name__ == "__main__":
     main()

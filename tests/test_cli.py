@@ -187,3 +187,16 @@ def test_parallel_equals_serial(tmp_path: Path) -> None:
     serial = run(["check", "--format", "json", "--no-cache", "-j", "1", "."], tmp_path)
     parallel = run(["check", "--format", "json", "--no-cache", "-j", "2", "."], tmp_path)
     assert serial == parallel and len(json.loads(serial[1])) == 12
+
+
+def test_fix_and_diff(project: Path) -> None:
+    before = (project / "model.py").read_text()
+    code, out = run(["check", "--diff", "--no-cache", "model.py"], project)
+    assert code == 1 and "+            self.lm_head = ParallelLMHead(" not in out
+    assert 'prefix=f"{prefix}.lm_head"' in out and "--- a/model.py" in out
+    assert (project / "model.py").read_text() == before  # --diff writes nothing
+    code, out = run(["check", "--fix", "--no-cache", "model.py"], project)
+    assert code == 0 and "All checks passed" in out
+    fixed = (project / "model.py").read_text()
+    assert 'quant_config=quant_config, prefix=f"{prefix}.lm_head")' in fixed
+    assert run(["check", "--diff", "--no-cache", "model.py"], project)[0] == 0  # idempotent

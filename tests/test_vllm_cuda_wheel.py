@@ -29,14 +29,18 @@ def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 def test_llama_builds_and_a_planted_bug_is_found(tmp_path: Path) -> None:
     version = subprocess.run(
         [PYTHON, "-c", "import importlib.metadata as m; print(m.version('vllm'))"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     out = run(["introspect", "LlamaForCausalLM", "--tp", "1,2", "--format", "json"], tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout) == [], f"vllm {version}"
     source = subprocess.run(
         [PYTHON, "-c", "import vllm, pathlib; print(pathlib.Path(vllm.__file__).parent)"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     text = (Path(source) / "model_executor" / "models" / "llama.py").read_text()
     text = re.sub(r"^from \.(\w+)", r"from vllm.model_executor.models.\1", text, flags=re.M)

@@ -26,7 +26,12 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from prefixlint.introspect.checks import Finding, check_build  # noqa: E402
-from prefixlint.introspect.configs import ConfigGap, repair, resolve_config  # noqa: E402
+from prefixlint.introspect.configs import (  # noqa: E402
+    ConfigGap,
+    repair,
+    resolve_config,
+    seed_from_code,
+)
 from prefixlint.introspect.meta import meta_parameters  # noqa: E402
 from prefixlint.introspect.parallel import Layout, fake_parallel_state  # noqa: E402
 from prefixlint.introspect.recorder import PrefixRecorder  # noqa: E402
@@ -173,14 +178,14 @@ def _registered_class(registry: Any, arch: str) -> type | None:
         return None
 
 
-def _model_config(folder: str) -> Any:
+def _model_config(folder: str, dtype: str = "float32") -> Any:
     from vllm.config import ModelConfig
 
     return ModelConfig(
         model=folder,
         tokenizer=None,
         skip_tokenizer_init=True,
-        dtype="float32",
+        dtype=dtype,
         enforce_eager=True,
         trust_remote_code=False,
         max_model_len=128,
@@ -300,6 +305,7 @@ def run_target(
                 config_table,
                 Path(config_base) if config_base else None,
                 architecture_name=target.arch,
+                model_cls=cls,
             )
         except ConfigGap:
             if not target.registered or config:
@@ -313,7 +319,11 @@ def run_target(
         return _skipped(result, e, started)
 
     if result.config_source.startswith("synthesised") and layouts:
-        guessed = _repair_config(model_config, layouts[0])
+        guessed, last_error = _repair_loop(model_config, layouts[0], cls=cls)
+        other = _demanded_dtype(model_config, source.folder, last_error, guessed)
+        if other is not model_config:
+            model_config = other
+            guessed += _repair_loop(model_config, layouts[0], cls=cls)[0]
         if guessed:
             result.config_source += f"; guessed {', '.join(guessed)}"
     builds: list[Build] = []
@@ -348,19 +358,97 @@ def _config_objects(model_config: Any) -> list[Any]:
     return out
 
 
-def _repair_config(model_config: Any, layout: Layout, attempts: int = 12) -> list[str]:
+def _model_files(cls: type | None) -> list[str]:
+    """The source files of the model class and its bases in model code."""
+    out = []
+    for klass in getattr(cls, "__mro__", ()):
+        try:
+            f = inspect.getsourcefile(klass) or ""
+        except (OSError, TypeError):
+            continue
+        if "/models/" in f and f not in out:
+            out.append(f)
+    return out
+
+
+def _repair_config(
+    model_config: Any, layout: Layout, attempts: int = 40, cls: type | None = None
+) -> list[str]:
+    return _repair_loop(model_config, layout, attempts, cls)[0]
+
+
+def _repair_loop(
+    model_config: Any, layout: Layout, attempts: int = 40, cls: type | None = None
+) -> tuple[list[str], BaseException | None]:
     """A synthesised config lacks attributes real checkpoints carry; a probe build names
-    them one at a time (AttributeError) and each gets a plausible value."""
+    them one at a time (an AttributeError, or a TypeError on an attribute that is None)
+    and each gets a value consistent with how the model's code uses it. A failure that
+    names none (a MoE model that finds no MoE layer) seeds, once, every attribute the
+    model's files read and the config lacks."""
     guessed: list[str] = []
+    seeded = False
+    files = _model_files(cls)
+    error: BaseException | None = None
     for _ in range(attempts):
         probe = build_layout(model_config, layout)
-        if probe.error is None:
+        error = probe.error
+        if error is None:
             break
-        attr = repair(probe.error, _config_objects(model_config))
+        configs = _config_objects(model_config)
+        attr = repair(probe.error, configs, files)
         if attr is None:
-            break
+            # Seed only for a failure inside the model's code (not, say, VllmConfig's own
+            # validation) that names nothing, and only once.
+            if seeded or _environmental(probe.error) or not _frame_files(probe.error):
+                break
+            seeded = True
+            more = seed_from_code(configs, _frame_files(probe.error) + files)
+            if not more:
+                break
+            guessed.extend(more)
+            continue
         guessed.append(attr)
-    return guessed
+    return guessed, error
+
+
+def _frame_files(error: BaseException) -> list[str]:
+    out = []
+    for frame, _ in traceback.walk_tb(error.__traceback__):
+        f = frame.f_code.co_filename
+        if "/models/" in f and f not in out:
+            out.insert(0, f)
+    return out
+
+
+_DTYPE_DEMAND = (("bfloat16 only", "bfloat16"), ("float16 only", "float16"))
+
+
+def _demanded_dtype(
+    model_config: Any, folder: str, error: BaseException | None, guessed: list[str]
+) -> Any:
+    """A model that builds only in one dtype (a kernel cache that supports bfloat16 only)
+    is built in it: the checkpoint's dtype, which a synthesised config does not carry."""
+    if error is None:
+        return model_config
+    for words, dtype in _DTYPE_DEMAND:
+        if words in str(error):
+            try:
+                other = _model_config(folder, dtype=dtype)
+            except Exception:
+                return model_config
+            # the guesses were made on the first config objects: carry them over
+            for old, new in zip(
+                _config_objects(model_config), _config_objects(other), strict=False
+            ):
+                for name in guessed:
+                    if name in vars(old):
+                        setattr(new, name, getattr(old, name))
+            return other
+    return model_config
+
+
+def _environmental(error: BaseException) -> bool:
+    return isinstance(error, ImportError) or any(w in str(error) for w in _ENVIRONMENT_WORDS)
 
 
 def _describe(error: BaseException | None) -> str:
@@ -383,6 +471,7 @@ _ENVIRONMENT_WORDS = (
     "model runner",
     "bfloat16 only",
     "ROCm",
+    "dummy base class",  # torch.cuda.Event() and friends on a CPU-only torch
 )
 
 

@@ -10,9 +10,10 @@ consistent values. No network: nothing is fetched from the hub.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ SHRINK: dict[str, Any] = {
     "num_attention_heads": 16,  # divisible by tp 1/2/4/8
     "num_key_value_heads": 8,  # some models do kv_heads // tp with no max(1, .)
     "head_dim": 16,
+    "num_heads": 16,  # SSM heads (Mamba2: num_heads * head_dim == expand * hidden_size)
     "vocab_size": 512,
     "max_position_embeddings": 256,
     # MoE
@@ -45,9 +47,71 @@ SHRINK: dict[str, Any] = {
     "sliding_window": 64,
 }
 LAYER_COUNT_KEYS = ("num_hidden_layers",)
+# Defaults that are None where the model needs a number (a checkpoint always says): the
+# value keeps the shrunk sizes consistent (8 KV heads divide 16 query heads).
+FILL_NONE: dict[str, Any] = {"num_key_value_heads": 8}
 
 
-def arch_to_model_types(arch: str) -> list[str]:
+_ARCH_SUFFIX = re.compile(
+    r"(For[A-Z]\w*|Model|LMHeadModel|MTP\w*|Chat\w*Model)$",
+)
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def _known_model_types() -> dict[str, str]:
+    """normalised model type -> model type, for every config class vLLM or transformers
+    can load without remote code."""
+    from transformers import CONFIG_MAPPING
+    from vllm.transformers_utils.config import _CONFIG_REGISTRY
+
+    out: dict[str, str] = {}
+    for mt in [*_CONFIG_REGISTRY, *CONFIG_MAPPING.keys()]:
+        out.setdefault(_norm(mt), mt)
+    return out
+
+
+def _module_config_types(model_cls: type | None) -> list[str]:
+    """Model types of the config classes the model's own module imports or defines, whose
+    name (less ``Config``) starts the architecture's class name: the model's code says
+    which config it reads (``ChatGLMConfig`` for ``ChatGLMModel``, ``NemotronHConfig`` for
+    ``NemotronHPuzzleForCausalLM``)."""
+    import sys
+
+    if model_cls is None:
+        return []
+    module = sys.modules.get(model_cls.__module__)
+    if module is None:
+        return []
+    known = _known_model_types()
+    out = []
+    for value in vars(module).values():
+        name = getattr(value, "__name__", "")
+        if not (isinstance(value, type) and name.endswith("Config") and len(name) > 7):
+            continue
+        mt = getattr(value, "model_type", None)
+        stem = _norm(name[: -len("Config")])
+        if (
+            isinstance(mt, str)
+            and _norm(mt) in known
+            and _norm(model_cls.__name__).startswith(stem)
+            and mt not in out
+        ):
+            out.append(mt)
+    return out
+
+
+def _text_only(model_type: str) -> bool:
+    try:
+        cls = config_class(model_type)
+    except Exception:
+        return True
+    return not getattr(cls, "sub_configs", None)
+
+
+def arch_to_model_types(arch: str, model_cls: type | None = None) -> list[str]:
     from transformers.models.auto import modeling_auto
     from vllm.transformers_utils.config import _ARCHITECTURE_TO_MODEL_TYPE
 
@@ -60,6 +124,21 @@ def arch_to_model_types(arch: str) -> list[str]:
         for mt, cls in getattr(modeling_auto, name).items():
             matches = arch == cls or (isinstance(cls, (tuple, list)) and arch in cls)
             if matches and mt not in out:
+                out.append(mt)
+    if arch.endswith("ForCausalLM") and len(out) > 1:
+        # A causal LM of a family that also has a composite (vision + text) config reads
+        # the text config's attributes at the top level (Llama4ForCausalLM).
+        out.sort(key=lambda mt: not _text_only(mt))
+    if not out:
+        # Architectures no mapping lists: a config class vLLM or transformers knows under
+        # the architecture's own name (Step3p5ForCausalLM -> step3p5), then the one the
+        # model's module imports.
+        stem = _norm(_ARCH_SUFFIX.sub("", arch))
+        known = _known_model_types()
+        if stem in known:
+            out.append(known[stem])
+        for mt in _module_config_types(model_cls):
+            if mt not in out:
                 out.append(mt)
     return out
 
@@ -93,6 +172,9 @@ def shrink_kwargs(default, num_layers: int = 2) -> dict[str, Any]:
     for k, v in SHRINK.items():
         if k in d and d[k] is not None and not isinstance(d[k], bool):
             kw[k] = v
+    for k, v in FILL_NONE.items():
+        if k in d and d[k] is None:
+            kw[k] = v
     old_n = d.get("num_hidden_layers")
     new_n = num_layers
     if isinstance(old_n, int):
@@ -119,8 +201,13 @@ def shrink_kwargs(default, num_layers: int = 2) -> dict[str, Any]:
         kw["num_hidden_layers"] = new_n
     # nested sub-configs (text_config, vision_config, ...)
     for k, v in d.items():
-        sub = getattr(default, k, None)
-        if isinstance(v, dict) and hasattr(sub, "to_dict") and hasattr(sub, "model_type"):
+        if not isinstance(v, dict):
+            continue
+        try:
+            sub = getattr(default, k, None)
+        except Exception:  # e.g. a per-layer attribute read globally
+            continue
+        if hasattr(sub, "to_dict") and hasattr(sub, "model_type"):
             kw[k] = {**v, **shrink_kwargs(sub, num_layers)}
     # consistency: num_key_value_heads must divide num_attention_heads
     return kw
@@ -130,14 +217,82 @@ class ConfigGap(LookupError):
     """No config could be found or synthesised for an architecture."""
 
 
-def synth_config(arch: str, num_layers: int = 4):
+def _index_list_keys(default, kw: dict[str, Any]) -> list[str]:
+    """Keys of ``kw`` that hold layer indices (``mlp_only_layers``, ``hybrid_layer_ids``)."""
+    d = default.to_dict()
+    n = d.get("num_hidden_layers")
+    return [
+        k
+        for k, v in kw.items()
+        if isinstance(v, list)
+        and "layer" in k
+        and isinstance(d.get(k), list)
+        and isinstance(n, int)
+        and len(d[k]) != n
+        and all(isinstance(x, int) for x in d[k])
+    ]
+
+
+def _variants(cls, default, kw: dict[str, Any]) -> list[dict[str, Any]]:
+    """Override sets to try, best first. Index lists some configs derive themselves from
+    the per-layer lists (Zamba2's ``hybrid_layer_ids`` from ``layers_block_type``): a
+    trimmed copy passed in would contradict them, so the config's own derivation goes
+    first and is kept when its indices exist. Nested configs may refuse keys the parent's
+    ``to_dict`` adds (``_name_or_path``): then only their non-default values are passed."""
+    out = []
+    index_keys = _index_list_keys(default, kw)
+    if index_keys:
+        out.append({k: v for k, v in kw.items() if k not in index_keys})
+    out.append(kw)
+    nested = {}
+    for k, v in kw.items():
+        sub = default.__dict__.get(k)
+        if isinstance(v, dict) and hasattr(sub, "to_diff_dict"):
+            diff = {
+                key: val
+                for key, val in sub.to_diff_dict().items()
+                if not key.startswith("_") and key != "transformers_version"
+            }
+            nested[k] = {**diff, **{x: y for x, y in v.items() if x in diff or x in SHRINK}}
+    if nested:
+        out.append({**kw, **nested})
+    return out
+
+
+def _consistent(cfg, default, kw: dict[str, Any]) -> bool:
+    n = getattr(cfg, "num_hidden_layers", None)
+    if not isinstance(n, int):
+        return True
+    for k in _index_list_keys(default, kw):
+        try:
+            value = getattr(cfg, k, None)
+        except Exception:
+            continue
+        if isinstance(value, list) and any(isinstance(x, int) and x >= n for x in value):
+            return False
+    return True
+
+
+def synth_config(arch: str, num_layers: int = 4, model_cls: type | None = None):
     errors = []
-    for mt in arch_to_model_types(arch) or []:
+    for mt in arch_to_model_types(arch, model_cls) or []:
         try:
             cls = config_class(mt)
             default = cls()
             kw = shrink_kwargs(default, num_layers)
-            cfg = cls(**kw)
+            cfg = None
+            last: Exception | None = None
+            for variant in _variants(cls, default, kw):
+                try:
+                    candidate = cls(**variant)
+                except Exception as e:
+                    last = last or e
+                    continue
+                if _consistent(candidate, default, kw):
+                    cfg = candidate
+                    break
+            if cfg is None:
+                raise last or ValueError("inconsistent layer indices")
             cfg.architectures = [arch]
             return cfg
         except Exception as e:
@@ -160,6 +315,7 @@ def resolve_config(
     table_base: Path | None = None,
     architecture_name: str | None = None,
     num_layers: int = 4,
+    model_cls: type | None = None,
 ) -> ConfigSource:
     """``--config`` first, then ``[tool.prefixlint.configs]``, then synthesis. The
     config's ``architectures`` is set to ``architecture_name`` (the registered name)."""
@@ -186,10 +342,10 @@ def resolve_config(
         Path(folder, "config.json").write_text(json.dumps(data), encoding="utf-8")
         return ConfigSource(folder, origin)
     try:
-        cfg = synth_config(arch, num_layers=num_layers)
+        cfg = synth_config(arch, num_layers=num_layers, model_cls=model_cls)
         origin = f"synthesised ({cfg.model_type})"
     except ConfigGap as gap:
-        if "no model type" not in str(gap):
+        if "no model type" not in str(gap) and _exactly_mapped(arch):
             raise
         # A remote-code architecture (no config class in transformers or vLLM): most read
         # Llama's attribute names, so a small Llama config is the best guess.
@@ -200,6 +356,21 @@ def resolve_config(
     return ConfigSource(folder, origin)
 
 
+def _exactly_mapped(arch: str) -> bool:
+    """vLLM or transformers map ``arch`` to a model type (not a guess from its name)."""
+    from transformers.models.auto import modeling_auto
+    from vllm.transformers_utils.config import _ARCHITECTURE_TO_MODEL_TYPE
+
+    if arch in _ARCHITECTURE_TO_MODEL_TYPE:
+        return True
+    for name in dir(modeling_auto):
+        if name.endswith("_MAPPING_NAMES"):
+            for cls in getattr(modeling_auto, name).values():
+                if arch == cls or (isinstance(cls, (tuple, list)) and arch in cls):
+                    return True
+    return False
+
+
 def llama_shaped(num_layers: int = 4):
     from transformers import LlamaConfig
 
@@ -208,32 +379,209 @@ def llama_shaped(num_layers: int = 4):
 
 
 _MISSING = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
+_NONE_USE = re.compile(r"'NoneType' object (is not (subscriptable|iterable)|has no attribute)")
+_LITERAL = r"""("[^"\n]*"|'[^'\n]*'|-?\d+(?:\.\d+)?(?:e-?\d+)?|True|False)"""
+# Reads of the model's (HF) config, not of vLLM's cache/quant/parallel configs.
+_CONFIG_READ = re.compile(
+    r"(?<![\w.])(?:self\.)?(?:config|hf_config|text_config|hf_text_config)\.(\w+)\b"
+)
+# A value compared with a per-layer entry, and the other kinds seen beside it in families
+# that mix layer kinds: a synthesised per-layer list covers both, so both code paths build.
+_COMPLEMENT = {
+    "sparse": "dense",
+    "dense": "sparse",
+    "moe": "dense",
+    "full_attention": "sliding_attention",
+    "sliding_attention": "full_attention",
+    "linear_attention": "full_attention",
+    "attention": "mamba",
+    "mamba": "attention",
+}
 
 
-def guess_attribute(name: str, config: Any) -> Any:
+@dataclass
+class CodeHints:
+    """What the model's code says about one config attribute."""
+
+    default: Any = None  # a literal ``getattr(config, name, default)`` (not None)
+    compared: list[Any] = field(default_factory=list)  # literals it is compared with
+    per_layer: bool = False  # indexed by a layer index
+    iterated: bool = False  # set(...)/len(...)/for ... in: a list
+    modulo: bool = False  # ``x % config.name``: a positive step
+    truth: bool = False  # ``if config.name:`` / ``not config.name``: a flag
+    layer_bound: bool = False  # ``layer_idx < config.name``: the first layers differ
+
+
+def code_hints(name: str, texts: list[str]) -> CodeHints:
+    """Read how ``name`` is used in source ``texts`` (the model's own files first)."""
+    import ast
+
+    hints = CodeHints()
+    attr = re.escape(name)
+    ref = rf"(?<![\w\"'])(?:[\w.]+\.)?{attr}\b"
+    for text in texts:
+        if name not in text:
+            continue
+        if hints.default is None:
+            m = re.search(
+                rf"getattr\(\s*[\w.\[\]]+\s*,\s*[\"']{attr}[\"']\s*,\s*{_LITERAL}\s*\)", text
+            )
+            if m:
+                hints.default = ast.literal_eval(m.group(1))
+        for m in re.finditer(rf"{ref}(?:\[[^\]\n]*\])?\s*(?:==|!=)\s*{_LITERAL}", text):
+            value = ast.literal_eval(m.group(1))
+            if value not in hints.compared:
+                hints.compared.append(value)
+        for m in re.finditer(rf"{_LITERAL}\s*(?:==|!=|in)\s*{ref}", text):
+            value = ast.literal_eval(m.group(1))
+            if value not in hints.compared:
+                hints.compared.append(value)
+        if re.search(rf"{ref}\s*\[\s*[\w.]*(?:layer|idx|index|\bi\b)[\w.]*\s*\]", text):
+            hints.per_layer = True
+        if re.search(rf"(?:set|list|sorted|len|enumerate)\(\s*{ref}\s*\)|\bin\s+{ref}\s*:", text):
+            hints.iterated = True
+        if re.search(rf"%\s*{ref}", text):
+            hints.modulo = True
+        if re.search(rf"\w*(?:layer|idx)\w*\s*(?:<|>=)\s*{ref}", text):
+            hints.layer_bound = True
+        if re.search(rf"(?:\bnot\s+|\bif\s+){ref}\s*(?::|\)|$|\band\b|\bor\b)", text, re.M):
+            hints.truth = True
+    return hints
+
+
+_VLLM_TEXTS: list[str] | None = None
+
+
+def _vllm_texts() -> list[str]:
+    """vLLM's layer and model sources, read once: where a value's meaning is spelled out
+    (``zero_expert_type == "identity"`` is in the fused-MoE layer, not the model)."""
+    global _VLLM_TEXTS
+    if _VLLM_TEXTS is None:
+        try:
+            import vllm
+
+            root = Path(vllm.__file__).parent
+            files = [*root.glob("model_executor/**/*.py"), *root.glob("models/**/*.py")]
+            _VLLM_TEXTS = [f.read_text(encoding="utf-8", errors="replace") for f in files]
+        except Exception:
+            _VLLM_TEXTS = []
+    return _VLLM_TEXTS
+
+
+def _num_layers(config: Any) -> int:
+    n = getattr(config, "num_hidden_layers", None)
+    return n if isinstance(n, int) and n > 0 else 4
+
+
+def _per_layer(values: list[Any], n: int) -> list[Any]:
+    """n entries alternating over ``values`` (every kind appears when n >= len)."""
+    return [values[i % len(values)] for i in range(n)]
+
+
+def guess_from_code(name: str, config: Any, texts: list[str]) -> Any:
+    """A value consistent with how the model's code uses ``name``. Shapes first (a
+    literal getattr default, a per-layer list, a step, a layer bound), then the name
+    table, then a literal the code compares the value with (here, then elsewhere in
+    vLLM), then a flag for a value only tested for truth."""
+    hints = code_hints(name, texts)
+    n = _num_layers(config)
+    if hints.default is not None:
+        return hints.default
+    if hints.modulo or hints.layer_bound:
+        return 1  # a step of 1; or layer 0 on one side of the bound, the rest on the other
+    if hints.per_layer or (hints.iterated and "layer" in name.lower()):
+        if hints.compared:
+            kinds = list(hints.compared)
+            if len(kinds) == 1:
+                v = kinds[0]
+                other = _COMPLEMENT.get(v) if isinstance(v, str) else None
+                if isinstance(v, bool):
+                    other = not v
+                elif isinstance(v, int):
+                    other = 0 if v else 1
+                if other is not None:
+                    kinds = [other, v]
+            return _per_layer(kinds, n)
+        if not hints.per_layer and any(w in name.lower() for w in ("ids", "idx", "indices")):
+            return list(range(0, n, 2))  # every other layer: both kinds get built
+        element = guess_attribute(re.sub(r"^(interleaved|per_layer)_|_list$|s$", "", name), config)
+        if element is not None and not isinstance(element, list):
+            return [element] * n
+        return None
+    by_name = guess_attribute(name, config)
+    if by_name is not None:
+        return by_name
+    if hints.compared and isinstance(hints.compared[0], str):
+        return hints.compared[0]
+    elsewhere = _compared_elsewhere(name)
+    if elsewhere is not None:
+        return elsewhere
+    if hints.truth:
+        return False
+    return None
+
+
+_COMPARED_CACHE: dict[str, str | None] = {}
+
+
+def _compared_elsewhere(name: str) -> str | None:
+    """A string literal vLLM's layers compare ``name`` with (``zero_expert_type ==
+    "identity"`` is in the fused-MoE layer, not the model). Elsewhere only this counts:
+    the same name in unrelated code says nothing about this config's shape."""
+    import ast
+
+    if name not in _COMPARED_CACHE:
+        pattern = re.compile(rf"(?<![\w\"']){re.escape(name)}\b\s*==\s*(\"[^\"\n]*\"|'[^'\n]*')")
+        found = None
+        for text in _vllm_texts():
+            if name in text:
+                m = pattern.search(text)
+                if m:
+                    found = ast.literal_eval(m.group(1))
+                    break
+        _COMPARED_CACHE[name] = found
+    return _COMPARED_CACHE[name]
+
+
+def guess_attribute(name: str, config: Any, texts: list[str] | None = None) -> Any:
     """A plausible value for an attribute a model reads but the synthesised config lacks
-    (real checkpoints' config.json carry it). None: no guess."""
+    (real checkpoints' config.json carry it). With the model's source ``texts``, how the
+    code uses the attribute decides first. None: no guess."""
+    if name.endswith("config"):
+        return None  # a nested config: no single value stands in for one
+    if texts is not None:
+        value = guess_from_code(name, config, texts)
+        if value is not None:
+            return value
     n = name.lower()
     hidden = getattr(config, "hidden_size", 128) or 128
+    heads = getattr(config, "num_attention_heads", 16) or 16
     if n == "layer_types":
-        return ["full_attention"] * int(getattr(config, "num_hidden_layers", 4) or 4)
+        return ["full_attention"] * _num_layers(config)
     table: list[tuple[tuple[str, ...], Any]] = [
+        (("eps",), 1e-6),
         (("dropout",), 0.0),
         (("padded_vocab_size",), getattr(config, "vocab_size", 512)),
+        (("vocab_size",), 512),
         (("num_experts_per_tok", "top_k", "topk", "moe_k"), 2),
         (("experts",), 4),
         (("first_k_dense", "n_group", "topk_group", "group"), 1),
         (("rope_theta", "rope_base"), 10000.0),
         (("max_position_embedding",), 256),
+        (("window",), 64),
         (("intermediate",), 256),
+        (("kv_channels",), getattr(config, "head_dim", None) or hidden // heads),
         (("head_dim", "rotary_dim", "block_dim", "rank", "_dim"), 16),
         (("dim_model_base", "hidden"), hidden),
         (("scale", "scalar", "multiplier", "factor", "logit"), 1.0),
+        (("mult",), 1),
+        (("gate_func", "act_func"), "silu"),
         (("activation", "hidden_act", "act_fn"), "silu"),
+        (("ratio",), 1),
         (("score_func", "scoring_func"), "softmax"),
-        (("use_", "is_", "_bias", "enable", "norm_topk"), False),
+        (("use_", "is_", "_bias", "enable", "norm_topk", "_norm", "norm_", "interleaved"), False),
+        (("num_hidden_layers", "num_layers", "n_layers"), _num_layers(config)),
         (("num_",), 2),
-        (("eps",), 1e-6),
     ]
     for words, value in table:
         if any(w in n for w in words):
@@ -241,19 +589,144 @@ def guess_attribute(name: str, config: Any) -> Any:
     return None
 
 
-def repair(error: BaseException, configs: list[Any]) -> str | None:
-    """Give the config the attribute ``error`` says it lacks; returns its name."""
-    if not isinstance(error, AttributeError):
-        return None
-    m = _MISSING.search(str(error))
-    if m is None:
-        return None
-    cls_name, attr = m.groups()
-    for config in configs:
-        if type(config).__name__ == cls_name and not hasattr(config, attr):
-            value = guess_attribute(attr, config)
-            if value is None:
-                return None
-            setattr(config, attr, value)
-            return attr
+def _source_texts(error: BaseException | None, extra: list[str] | None = None) -> list[str]:
+    """The model's own files: its traceback frames outside torch, prefixlint and vLLM's
+    shared layers (innermost first), then ``extra`` (the model class's file)."""
+    import traceback
+
+    files: list[str] = []
+    if error is not None:
+        for frame, _ in traceback.walk_tb(error.__traceback__):
+            f = frame.f_code.co_filename
+            if "/models/" in f and f not in files:
+                files.insert(0, f)
+    for f in extra or []:
+        if f and f not in files:
+            files.append(f)
+    texts = []
+    for f in files:
+        with contextlib.suppress(OSError):
+            texts.append(Path(f).read_text(encoding="utf-8", errors="replace"))
+    return texts
+
+
+_SEQUENCE_AS_TEXT = re.compile(r"'(list|tuple)' object has no attribute '(strip|split)'")
+
+
+def _line_attributes(error: BaseException) -> list[str]:
+    """Config attributes read on the line that raised ``error``, or, for a local read
+    from the config just before (``x = getattr(config, "x", None)``), on the two lines
+    above it."""
+    import linecache
+    import traceback
+
+    frames = list(traceback.walk_tb(error.__traceback__))
+    if not frames:
+        return []
+    frame, line = frames[-1]
+    names: list[str] = []
+    for n in (line, line - 1, line - 2):
+        text = linecache.getline(frame.f_code.co_filename, n)
+        found = _CONFIG_READ.findall(text) + re.findall(
+            r"getattr\(\s*(?:self\.)?\w*config\s*,\s*[\"'](\w+)[\"']", text
+        )
+        names.extend(name for name in found if name not in names)
+        if n == line and names:
+            break  # the failing line reads the config itself
+    return names
+
+
+def _none_attribute(error: BaseException, configs: list[Any]) -> str | None:
+    """The config attribute that is None on the line ``error`` (a TypeError or an
+    AttributeError on None) was raised: the model used it as a list or an object."""
+    import linecache
+    import traceback
+
+    frames = list(traceback.walk_tb(error.__traceback__))
+    for frame, line in reversed(frames[-3:]):
+        text = linecache.getline(frame.f_code.co_filename, line)
+        for attr in _CONFIG_READ.findall(text):
+            for config in configs:
+                try:
+                    if attr in vars(config) and getattr(config, attr) is None:
+                        return attr
+                except Exception:
+                    continue
     return None
+
+
+def repair(
+    error: BaseException, configs: list[Any], extra_files: list[str] | None = None
+) -> str | None:
+    """Give the config the attribute ``error`` says it lacks (an AttributeError), or the
+    one the failing line used while it was None; returns its name."""
+    m = _MISSING.search(str(error)) if isinstance(error, AttributeError) else None
+    texts = _source_texts(error, extra_files)
+    if m is not None and m.group(1) not in ("NoneType", "list", "tuple"):
+        cls_name, attr = m.groups()
+        for config in configs:
+            if type(config).__name__ == cls_name and not hasattr(config, attr):
+                value = guess_attribute(attr, config, texts)
+                if value is None:
+                    return None
+                setattr(config, attr, value)
+                return attr
+        return None
+    if isinstance(error, AttributeError) and _SEQUENCE_AS_TEXT.search(str(error)):
+        # ``config.x.strip().split(",")``: the checkpoint writes the list as text
+        for attr in _line_attributes(error):
+            for config in configs:
+                value = vars(config).get(attr)
+                if isinstance(value, (list, tuple)):
+                    setattr(config, attr, ",".join(map(str, value)))
+                    return attr
+        return None
+    if isinstance(error, AssertionError):
+        # ``assert config.n_shared_experts > 0 and config.shared_expert_sink``: the model
+        # needs what the default leaves off (0, None, False)
+        for attr in _line_attributes(error):
+            for config in configs:
+                if attr not in vars(config) or getattr(config, attr):
+                    continue
+                current = getattr(config, attr)
+                value = guess_attribute(attr, config, texts)
+                if isinstance(current, bool) or isinstance(value, bool) or value is None:
+                    value = True if isinstance(current, bool) or current is None else None
+                if value is not None and value != current:
+                    setattr(config, attr, value)
+                    return attr
+        return None
+    if isinstance(error, (TypeError, AttributeError)) and _NONE_USE.search(str(error)):
+        attr = _none_attribute(error, configs)
+        if attr is None:
+            return None
+        for config in configs:
+            if attr in vars(config) and getattr(config, attr) is None:
+                value = guess_attribute(attr, config, texts)
+                if value is None:
+                    return None
+                setattr(config, attr, value)
+                return attr
+    return None
+
+
+def seed_from_code(configs: list[Any], files: list[str]) -> list[str]:
+    """Give the config every attribute the model's files read as ``config.name`` that it
+    lacks: for a failure that names no attribute (a MoE model whose llama-shaped config
+    has no expert count builds no MoE layer and then finds none)."""
+    texts = _source_texts(None, files)
+    if not configs:
+        return []
+    config = configs[0]
+    seeded: list[str] = []
+    for text in texts:
+        for attr in dict.fromkeys(_CONFIG_READ.findall(text)):
+            if attr.startswith("_") or any(hasattr(c, attr) for c in configs):
+                continue
+            if re.search(rf"\bconfig\.{attr}\s*=[^=]", text):
+                continue  # the model sets it itself
+            value = guess_attribute(attr, config, texts)
+            if value is not None:
+                setattr(config, attr, value)
+                seeded.append(attr)
+    return seeded

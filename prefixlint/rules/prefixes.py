@@ -693,6 +693,11 @@ def _child_statements(stmt: cst.CSTNode) -> Iterator[cst.CSTNode]:
             yield from _statements(stmt.finalbody.body)
 
 
+def target_names(target: cst.CSTNode) -> Iterator[str]:
+    """Names an assignment or loop target binds (``a``, ``a, *b``; not ``self.a``)."""
+    return _target_names(target)
+
+
 def _target_names(target: cst.CSTNode) -> Iterator[str]:
     if isinstance(target, cst.Name):
         yield target.value

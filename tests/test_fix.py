@@ -1,0 +1,458 @@
+"""Autofix of PFX301/PFX302 on copies of real vLLM model files with re-injected bugs.
+
+Each case breaks a correct file (drops a ``prefix=`` argument, or renames the name in a
+prefix literal), fixes it, and checks that the fix restores the exact text expected (so
+everything outside the edit is byte-identical), that the fixed file lints clean for
+PFX301/PFX302, and that fixing again changes nothing.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+
+from prefixlint.catalog import ModuleLoader, Resolver
+from prefixlint.engine import Linter
+from prefixlint.fix import fix_file, fix_source, unified_diff
+from prefixlint.rules import RULES_BY_CODE
+from prefixlint.testing import lint_source
+from tests.conftest import requires_vllm
+
+PREFIX_RULES = [RULES_BY_CODE["PFX301"], RULES_BY_CODE["PFX302"]]
+
+
+@lru_cache(maxsize=1)
+def resolver() -> Resolver:
+    """One resolver for the session: the copies differ from the installed vLLM only in the
+    file under test, which the linter reads itself (a fresh one re-reads vLLM: seconds)."""
+    return Resolver(ModuleLoader())
+
+
+def prefix_findings(path: Path, text: str | None = None) -> list:
+    data = (text if text is not None else path.read_text()).encode()
+    return Linter(PREFIX_RULES, resolver()).lint_bytes(data, path, path.name)
+
+
+def fixed(path: Path, text: str | None = None):
+    return fix_source(
+        text if text is not None else path.read_text(), str(path), resolver=resolver()
+    )
+
+
+def check_fixed(path: Path, expected: str, applied: list[str]) -> None:
+    """Fixing ``path`` gives exactly ``expected``, lints clean, and is idempotent."""
+    result = fixed(path)
+    assert [a.code for a in result.applied] == applied, result
+    assert result.new_code == expected, unified_diff(expected, result.new_code, "x")
+    assert prefix_findings(path, result.new_code) == []
+    again = fixed(path, result.new_code)
+    assert again.applied == [] and again.new_code == result.new_code
+
+
+def remove(old: str, new: str = "", count: int = 1):
+    def edit(text: str) -> str:
+        assert text.count(old) >= count, f"vLLM changed: {old!r} not found"
+        return text.replace(old, new, count)
+
+    return edit
+
+
+# -- llama.py: both styles; the file calls maybe_prefix, so inserts use it -----------------
+
+LLAMA_EMBED = (
+    "                quant_config=quant_config,\n            )\n        else:\n"
+    "            self.embed_tokens = PPMissingLayer()"
+)
+
+
+@pytest.fixture
+def llama(vllm_copy):
+    """llama.py with its one known finding (``embed_tokens`` without prefix) fixed."""
+    clean = vllm_copy("llama.py")
+    text = clean.read_text()
+    result = fixed(clean)
+    assert [(a.code, a.description) for a in result.applied] == [
+        ("PFX301", 'added `prefix=maybe_prefix(prefix, "embed_tokens")`')
+    ]
+    assert result.skipped == []
+    fixed_embed = LLAMA_EMBED.replace(
+        "quant_config=quant_config,\n",
+        "quant_config=quant_config,\n"
+        '                prefix=maybe_prefix(prefix, "embed_tokens"),\n',
+    )
+    assert result.new_code == text.replace(LLAMA_EMBED, fixed_embed, 1)
+    base = result.new_code
+
+    def copy(edit=None) -> tuple[Path, str]:
+        path = vllm_copy("llama.py", lambda _: edit(base) if edit else base)
+        return path, base
+
+    return copy
+
+
+pytestmark = requires_vllm
+
+
+def test_llama_base_lints_clean(llama) -> None:
+    path, base = llama()
+    assert prefix_findings(path) == []
+    assert fixed(path, base).applied == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "restored", "code"),
+    [
+        # a dropped argument on its own line (one argument per line, trailing comma)
+        (
+            '            prefix=f"{prefix}.o_proj",\n',
+            "",
+            '            prefix=maybe_prefix(prefix, "o_proj"),\n',
+            "PFX301",
+        ),
+        # the lm_head, nested in an ``if`` block
+        ('                prefix=maybe_prefix(prefix, "lm_head"),\n', "", None, "PFX301"),
+        # make_layers' layer function: its parameter is the full path
+        (
+            "layer_type(vllm_config=vllm_config, prefix=prefix)",
+            "layer_type(vllm_config=vllm_config)",
+            None,
+            "PFX301",
+        ),
+        # renamed literals
+        ('prefix=f"{prefix}.o_proj"', 'prefix=f"{prefix}.out_proj"', None, "PFX302"),
+        ('prefix=f"{prefix}.self_attn"', 'prefix=f"{prefix}.attention"', None, "PFX302"),
+        ('maybe_prefix(prefix, "lm_head")', 'maybe_prefix(prefix, "head")', None, "PFX302"),
+        (
+            "layer_type(vllm_config=vllm_config, prefix=prefix)",
+            'layer_type(vllm_config=vllm_config, prefix=f"{prefix}.layers")',
+            None,
+            "PFX302",
+        ),
+    ],
+    ids=[
+        "drop-o_proj",
+        "drop-lm_head",
+        "drop-make-layers-prefix",
+        "rename-o_proj",
+        "rename-self_attn",
+        "rename-lm_head",
+        "make-layers-inner-prefix",
+    ],
+)
+def test_llama_reinjected_bug_is_fixed(llama, old, new, restored, code) -> None:
+    path, base = llama(remove(old, new))
+    assert [d.code for d in prefix_findings(path)] == [code]
+    expected = base.replace(old, restored, 1) if restored else base
+    check_fixed(path, expected, [code])
+
+
+def test_llama_several_bugs_at_once(llama) -> None:
+    def edit(text: str) -> str:
+        for line in (
+            '            prefix=f"{prefix}.gate_up_proj",\n',
+            '            prefix=f"{prefix}.down_proj",\n',
+            '            prefix=f"{prefix}.qkv_proj",\n',
+        ):
+            text = remove(line)(text)
+        return text.replace('prefix=f"{prefix}.mlp"', 'prefix=f"{prefix}.ffn"', 1)
+
+    path, base = llama(edit)
+    expected = base
+    for name in ("gate_up_proj", "down_proj", "qkv_proj"):
+        expected = expected.replace(
+            f'            prefix=f"{{prefix}}.{name}",\n',
+            f'            prefix=maybe_prefix(prefix, "{name}"),\n',
+            1,
+        )
+    check_fixed(path, expected, ["PFX301", "PFX301", "PFX301", "PFX302"])
+
+
+def test_fix_file_writes_and_diffs(llama) -> None:
+    path, base = llama(remove('prefix=f"{prefix}.o_proj"', 'prefix=f"{prefix}.out_proj"'))
+    broken = path.read_text()
+    diff, _ = fix_file(path, write=False)
+    assert path.read_text() == broken  # write=False writes nothing
+    assert diff.startswith(f"--- a/{path}\n+++ b/{path}\n@@ ")
+    removed = [x for x in diff.splitlines() if x.startswith("-") and not x.startswith("---")]
+    added = [x for x in diff.splitlines() if x.startswith("+") and not x.startswith("+++")]
+    assert removed == ['-            prefix=f"{prefix}.out_proj",']
+    assert added == ['+            prefix=f"{prefix}.o_proj",']
+    diff2, _ = fix_file(path, write=True)
+    assert diff2 == diff and path.read_text() == base
+    assert fix_file(path, write=True)[0] == ""  # nothing more to do
+
+
+# -- files without maybe_prefix: f-string inserts, other layouts ------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "old", "new"),
+    [
+        # one argument per line
+        ("blip.py", '            prefix=f"{prefix}.qkv",\n', ""),
+        # all on one line
+        ("blip.py", ', prefix=f"{prefix}.mlp")', ")"),
+        # a comprehension over range(): the index variable goes in
+        ("blip.py", ',\n                    prefix=f"{prefix}.layers.{layer_idx}",\n', ",\n"),
+        ("aimv2.py", ', prefix=f"{prefix}.blocks.{i}")', ")"),
+        # black's collapsed layout: the arguments on one line inside the parentheses
+        ("aimv2.py", ', prefix=f"{prefix}.mlp"\n', "\n"),
+        # renames
+        (
+            "blip.py",
+            'prefix=f"{prefix}.layers.{layer_idx}"',
+            'prefix=f"{prefix}.layer.{layer_idx}"',
+        ),
+        ("aimv2.py", 'prefix=f"{prefix}.fc2"', 'prefix=f"{prefix}.fc_2"'),
+    ],
+    ids=[
+        "drop-line",
+        "drop-single-line",
+        "drop-loop-index",
+        "drop-comprehension",
+        "drop-collapsed",
+        "rename-indexed",
+        "rename",
+    ],
+)
+def test_fstring_file_restored_byte_for_byte(vllm_copy, name, old, new) -> None:
+    clean = vllm_copy(name)
+    original = clean.read_text()
+    assert "maybe_prefix(" not in original
+    assert prefix_findings(clean) == []
+    broken = vllm_copy(name, remove(old, new))
+    codes = [d.code for d in prefix_findings(broken)]
+    assert len(codes) == 1
+    check_fixed(broken, original, codes)
+
+
+def test_other_real_files_restored(vllm_copy) -> None:
+    """qwen2.py and mixtral.py: several dropped arguments restored in the file's style."""
+    for name in ("qwen2.py", "mixtral.py"):
+        clean = vllm_copy(name)
+        base = fixed(clean).new_code  # their own findings fixed first, if any
+        all_lines = base.splitlines(keepends=True)
+        # ``prefix=f"{prefix}.name",`` as the last argument (the fix appends it there)
+        picked = [
+            i
+            for i, (line, after) in enumerate(pairwise(all_lines))
+            if line.strip().startswith('prefix=f"{prefix}.')
+            and line.strip().endswith('",')
+            and "{" not in line.strip()[len('prefix=f"{prefix}') :]
+            and after.strip().startswith(")")
+        ][:4]
+        assert len(picked) >= 2, name
+        text = "".join(x for i, x in enumerate(all_lines) if i not in picked)
+        broken = vllm_copy(name, lambda _, text=text: text)
+        assert len(prefix_findings(broken)) == len(picked)
+        want = list(all_lines)
+        for i in picked:
+            line = all_lines[i]
+            attr = line.strip()[len('prefix=f"{prefix}.') : -2]
+            indent = line[: len(line) - len(line.lstrip())]
+            want[i] = f'{indent}prefix=maybe_prefix(prefix, "{attr}"),\n'
+        check_fixed(broken, "".join(want), ["PFX301"] * len(picked))
+
+
+# -- synthetic cases: layouts, skipped findings, noqa ---------------------------------------
+
+HEADER = """\
+from torch import nn
+from vllm.model_executor.layers.linear import RowParallelLinear
+"""
+
+
+def fix(body: str, **kwargs):
+    return fix_source(HEADER + body, "example.py", **kwargs)
+
+
+def assert_clean(code: str) -> None:
+    assert lint_source(code, PREFIX_RULES) == []
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ("RowParallelLinear(8, 8)", 'RowParallelLinear(8, 8, prefix=f"{prefix}.proj")'),
+        ("RowParallelLinear()", 'RowParallelLinear(prefix=f"{prefix}.proj")'),
+        (
+            "RowParallelLinear(\n            8,\n            8,  # sizes\n        )",
+            "RowParallelLinear(\n            8,\n            8,  # sizes\n"
+            '            prefix=f"{prefix}.proj",\n        )',
+        ),
+        (
+            "RowParallelLinear(\n            8\n        )",
+            'RowParallelLinear(\n            8, prefix=f"{prefix}.proj"\n        )',
+        ),
+        (
+            "RowParallelLinear(8,\n                                      8)",
+            "RowParallelLinear(8,\n                                      8,\n"
+            '                                      prefix=f"{prefix}.proj")',
+        ),
+        (
+            "RowParallelLinear(input_size = 8)",
+            'RowParallelLinear(input_size = 8, prefix = f"{prefix}.proj")',
+        ),
+    ],
+    ids=["one-line", "no-args", "per-line-comment", "collapsed", "aligned", "spaced-equals"],
+)
+def test_layouts(before: str, after: str) -> None:
+    template = """
+class M(nn.Module):
+    def __init__(self, prefix: str = ""):
+        super().__init__()
+        self.proj = {}
+"""
+    result = fix(template.format(before))
+    assert result.new_code == HEADER + template.format(after)
+    assert_clean(result.new_code)
+    assert fix_source(result.new_code, "example.py").applied == []
+
+
+def test_maybe_prefix_style_and_other_root_name() -> None:
+    body = """
+from vllm.model_executor.models.utils import maybe_prefix
+
+
+class M(nn.Module):
+    def __init__(self, layer_prefix: str = ""):
+        super().__init__()
+        self.proj = RowParallelLinear(8, 8)
+        self.seq = nn.Sequential(RowParallelLinear(8, 8), nn.ReLU(), RowParallelLinear(8, 8))
+"""
+    result = fix(body)
+    assert result.new_code == HEADER + body.replace(
+        "RowParallelLinear(8, 8)\n",
+        'RowParallelLinear(8, 8, prefix=maybe_prefix(layer_prefix, "proj"))\n',
+    ).replace(
+        "nn.Sequential(RowParallelLinear(8, 8), nn.ReLU(), RowParallelLinear(8, 8))",
+        'nn.Sequential(RowParallelLinear(8, 8, prefix=maybe_prefix(layer_prefix, "seq.0")), '
+        'nn.ReLU(), RowParallelLinear(8, 8, prefix=maybe_prefix(layer_prefix, "seq.2")))',
+    )
+    assert_clean(result.new_code)
+
+
+def test_rename_forms() -> None:
+    body = """
+from vllm.model_executor.models.utils import maybe_prefix
+
+
+class M(nn.Module):
+    def __init__(self, prefix: str = ""):
+        super().__init__()
+        self.a = RowParallelLinear(8, 8, prefix=prefix + '.x')
+        self.b = RowParallelLinear(8, 8, prefix="{}.x".format(prefix))
+        self.c = RowParallelLinear(8, 8, prefix=maybe_prefix(prefix, 'x'))
+        self.d = nn.ModuleList(
+            [RowParallelLinear(8, 8, prefix=maybe_prefix(prefix, f"x.{i}")) for i in range(2)]
+        )
+"""
+    result = fix(body)
+    assert [a.code for a in result.applied] == ["PFX302"] * 4
+    assert result.new_code == HEADER + body.replace("prefix + '.x'", "prefix + '.a'").replace(
+        '"{}.x".format', '"{}.b".format'
+    ).replace("(prefix, 'x')", "(prefix, 'c')").replace('f"x.{i}"', 'f"d.{i}"')
+    assert_clean(result.new_code)
+
+
+SKIPPED = """
+class M(nn.Module):
+    def __init__(self, prefix: str = "", **kwargs):
+        super().__init__()
+        local = RowParallelLinear(8, 8)
+        self.grid = nn.ModuleList(
+            [RowParallelLinear(8, 8) for i in range(2) for j in range(2)]
+        )
+        self.named = nn.ModuleList([RowParallelLinear(8, 8) for name in names])
+        self.joined = RowParallelLinear(8, 8, prefix=".".join([prefix, "other"]))
+        self.stacked = nn.ModuleList()
+        for i in range(2):
+            self.stacked.append(RowParallelLinear(8, 8))
+        self.ok = RowParallelLinear(8, 8, **kwargs)
+
+    def build(self, config):
+        self.late = RowParallelLinear(8, 8)
+
+
+class Shifted(nn.Module):
+    def __init__(self, prefix: str = ""):
+        super().__init__()
+        prefix = f"{prefix}.inner"
+        self.proj = RowParallelLinear(8, 8)
+"""
+
+
+def test_unsafe_cases_are_skipped_with_a_reason() -> None:
+    result = fix(SKIPPED)
+    assert result.applied == []
+    assert result.new_code == HEADER + SKIPPED
+    offset = HEADER.count("\n")
+    lines = (HEADER + SKIPPED).splitlines()
+    reasons = {lines[line - 1].strip(): why for line, why in result.skipped}
+    assert "not stored at a `self` attribute" in reasons["local = RowParallelLinear(8, 8)"]
+    assert (
+        "nested loops" in reasons["[RowParallelLinear(8, 8) for i in range(2) for j in range(2)]"]
+    )
+    assert (
+        "not over `range(n)`"
+        in reasons["self.named = nn.ModuleList([RowParallelLinear(8, 8) for name in names])"]
+    )
+    assert (
+        "built from other parts"
+        in reasons['self.joined = RowParallelLinear(8, 8, prefix=".".join([prefix, "other"]))']
+    )
+    assert "`.append`" in reasons["self.stacked.append(RowParallelLinear(8, 8))"]
+    assert "no `prefix` parameter" in reasons["self.late = RowParallelLinear(8, 8)"]
+    assert "reassigned" in reasons["self.proj = RowParallelLinear(8, 8)"]
+    assert len(result.skipped) == 7 and all(line > offset for line, _ in result.skipped)
+    # ``**kwargs`` may carry the prefix: not even a finding, so nothing to skip.
+    assert not any("kwargs" in line for line in reasons)
+
+
+def test_noqa_and_code_selection() -> None:
+    body = """
+class M(nn.Module):
+    def __init__(self, prefix: str = ""):
+        super().__init__()
+        self.a = RowParallelLinear(8, 8)  # noqa: PFX301
+        self.b = RowParallelLinear(8, 8, prefix=f"{prefix}.x")
+        self.c = RowParallelLinear(8, 8)
+"""
+    only_302 = fix(body, codes=["PFX302"])
+    assert [(a.code, a.line) for a in only_302.applied] == [("PFX302", 8)]
+    both = fix(body)
+    assert [(a.code, a.line) for a in both.applied] == [("PFX302", 8), ("PFX301", 9)]
+    assert "self.a = RowParallelLinear(8, 8)  # noqa: PFX301" in both.new_code
+    with pytest.raises(ValueError, match="PFX303"):
+        fix(body, codes=["PFX303"])
+
+
+def test_line_endings_and_encoding_kept(tmp_path: Path) -> None:
+    body = (
+        "# coding: latin-1\n"
+        + HEADER
+        + (
+            "\n"
+            "class M(nn.Module):\n"
+            "    def __init__(self, prefix: str = ''):\n"
+            "        super().__init__()\n"
+            "        self.caf\u00e9 = RowParallelLinear(8, 8)\n"
+        )
+    ).replace("\n", "\r\n")
+    path = tmp_path / "crlf.py"
+    path.write_bytes(body.encode("latin-1"))
+    _, result = fix_file(path, write=True)
+    assert [a.code for a in result.applied] == ["PFX301"]
+    data = path.read_bytes()
+    assert data == body.replace(
+        "RowParallelLinear(8, 8)\r\n", 'RowParallelLinear(8, 8, prefix=f"{prefix}.caf\u00e9")\r\n'
+    ).encode("latin-1")
+
+
+def test_syntax_error_is_left_alone() -> None:
+    result = fix_source("def f(:\n", "bad.py")
+    assert result.new_code == "def f(:\n" and result.applied == []
+    assert result.skipped and "syntax error" in result.skipped[0][1]

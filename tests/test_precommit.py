@@ -1,0 +1,137 @@
+"""The pre-commit hooks in .pre-commit-hooks.yaml, run by the real pre-commit.
+
+pre-commit installs the hook the way a user's project gets it: it clones the repository at a
+commit and builds a virtualenv with prefixlint (and libcst, click, rich) in it. The clone
+only sees committed files (try-repo adds modified tracked files, not new ones), so the tests
+first commit a snapshot of this checkout's working tree (tracked and untracked, not ignored
+files) to a throw-away repository, and point pre-commit at that.
+
+Timings on the development machine: the hook virtualenv build takes about 15 s (pip finds
+the dependencies locally or on PyPI); each further run in a built environment about 2 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from prefixlint.fix import fix_source
+from tests.conftest import VLLM
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+PRE_COMMIT = shutil.which("pre-commit", path=str(Path(sys.executable).parent)) or shutil.which(
+    "pre-commit"
+)
+
+pytestmark = [
+    pytest.mark.skipif(
+        PRE_COMMIT is None, reason="pre-commit is not installed (pip install .[dev])"
+    ),
+    pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed"),
+    pytest.mark.skipif(VLLM is None, reason="vLLM is not installed (model files to check)"),
+]
+
+GIT = ["git", "-c", "user.name=prefixlint", "-c", "user.email=t@example.com"]
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run([*GIT, *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+def test_manifest_declares_both_hooks() -> None:
+    yaml = pytest.importorskip("yaml")
+    hooks = {h["id"]: h for h in yaml.safe_load((CHECKOUT / ".pre-commit-hooks.yaml").read_text())}
+    static, introspect = hooks["prefixlint"], hooks["prefixlint-introspect"]
+    assert static["entry"] == "prefixlint check"
+    assert static["language"] == "python" and static["types"] == ["python"]
+    assert static["require_serial"] is False
+    assert "stages" not in static  # runs on every commit
+    assert introspect["entry"] == "prefixlint check --introspect"
+    assert introspect["stages"] == ["manual"]  # opt in
+
+
+@pytest.fixture(scope="module")
+def snapshot(tmp_path_factory) -> tuple[Path, str]:
+    """This checkout's working tree, committed to a throw-away repository: (path, commit)."""
+    files = git(CHECKOUT, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    repo = tmp_path_factory.mktemp("snapshot")
+    for name in filter(None, files.split("\0")):
+        source = CHECKOUT / name
+        if source.is_file():  # a deleted, not yet committed file is still listed
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, repo / name)
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "snapshot")
+    return repo, git(repo, "rev-parse", "HEAD").strip()
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """A user's repository with one clean and one broken vLLM model file."""
+    assert VLLM is not None
+    root = tmp_path_factory.mktemp("project")
+    llama = (VLLM / "model_executor" / "models" / "llama.py").read_text()
+    good = fix_source(llama, "llama.py").new_code  # llama.py's one known finding fixed
+    (root / "good.py").write_text(good)
+    (root / "bad.py").write_text(
+        good.replace('prefix=f"{prefix}.o_proj"', 'prefix=f"{prefix}.out_proj"', 1)
+    )
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    return root
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory) -> Path:
+    """PRE_COMMIT_HOME shared by the module's runs: the hook environment is built once."""
+    return tmp_path_factory.mktemp("pre-commit-home")
+
+
+def pre_commit(cwd: Path, home: Path, *args: str) -> tuple[int, str, float]:
+    env = dict(os.environ, PRE_COMMIT_HOME=str(home), NO_COLOR="1")
+    env.pop("PRE_COMMIT_COLOR", None)
+    start = time.monotonic()
+    proc = subprocess.run(
+        [str(PRE_COMMIT), *args, "--color", "never"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start
+
+
+def test_try_repo_flags_the_broken_file(snapshot, project, home) -> None:
+    """``pre-commit try-repo`` builds the hook from the repository, as a user trying it."""
+    repo, _ = snapshot
+    rc, out, seconds = pre_commit(
+        project, home, "try-repo", str(repo), "prefixlint", "--files", "bad.py"
+    )
+    assert rc == 1, out
+    assert "PFX302" in out and "bad.py:" in out, out
+    assert seconds < 180, f"try-repo took {seconds:.0f}s"
+
+
+def test_hook_passes_clean_file_and_fails_broken_one(snapshot, project, home) -> None:
+    """The hook as a project configures it (``repo`` + ``rev``): exit 0, then exit 1."""
+    repo, rev = snapshot
+    config = project / "pre-commit-config.yaml"
+    hooks = [{"id": "prefixlint"}]
+    config.write_text(json.dumps({"repos": [{"repo": str(repo), "rev": rev, "hooks": hooks}]}))
+    args = ("run", "--config", str(config), "prefixlint", "--files")
+    rc, out, _ = pre_commit(project, home, *args, "good.py")
+    assert rc == 0, out
+    assert "prefixlint" in out and "Passed" in out, out
+    rc, out, second = pre_commit(project, home, *args, "bad.py")
+    assert rc == 1, out
+    assert "PFX302" in out and "bad.py:" in out and "good.py" not in out, out
+    assert second < 60, f"a run in the built environment took {second:.0f}s"

@@ -1,0 +1,229 @@
+"""Phase 3 (``prefixlint smoke``): real vLLM runs on random weights.
+
+The two engine runs (a clean Llama, and one model carrying a planted defect per check)
+start vLLM on the CPU: together about 6 minutes on 2 cores. They run by default (CI runs
+them); set PREFIXLINT_SKIP_SMOKE=1 to leave them out locally.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+import time
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from prefixlint.smoke import (
+    CHECKS,
+    SmokeReport,
+    _collect,
+    _diagnostic,
+    parse_checks,
+    smoke,
+)
+from prefixlint.smoke.cli import smoke as smoke_command
+from tests.conftest import VLLM
+
+engine_run = pytest.mark.skipif(
+    VLLM is None or bool(os.environ.get("PREFIXLINT_SKIP_SMOKE")),
+    reason="needs vLLM; PREFIXLINT_SKIP_SMOKE is set",
+)
+
+PLANTED = textwrap.dedent(
+    '''
+    """Planted defects for prefixlint's smoke tests, chosen by the config's `planted_defects`.
+
+    Each defect shows only in the setting its check changes; without the key the model is
+    vLLM's Llama.
+    """
+
+    import torch
+    from vllm.distributed import get_tensor_model_parallel_world_size
+    from vllm.model_executor.models.llama import LlamaForCausalLM
+    from vllm.model_executor.models.utils import PPMissingLayer
+
+    _CARRY: dict = {}  # module-level state: the "leak" defect
+
+
+    class PlantedLlama(LlamaForCausalLM):
+        def __init__(self, *, vllm_config, prefix: str = ""):
+            super().__init__(vllm_config=vllm_config, prefix=prefix)
+            config = vllm_config.model_config.hf_config
+            self.defects = set(getattr(config, "planted_defects", None) or ())
+            if "scale" in self.defects:  # 1/d instead of 1/sqrt(d)
+                for layer in self.model.layers:
+                    if isinstance(layer, PPMissingLayer):
+                        continue
+                    impl = getattr(layer.self_attn.attn, "impl", None)
+                    if impl is not None:
+                        impl.scale = float(layer.self_attn.head_dim) ** -1.0
+            compile_bug = "compile" in self.defects
+            if compile_bug and not isinstance(self.model.norm, PPMissingLayer):
+                # differs while torch.compile traces it
+                base = type(self.model.norm)
+
+                def forward(this, x, residual=None):
+                    out = base.forward(this, x, residual)
+                    if torch.compiler.is_compiling():
+                        if isinstance(out, tuple):
+                            return (out[0].roll(1, -1), *out[1:])
+                        return out.roll(1, -1)
+                    return out
+
+                self.model.norm.__class__ = type("CompileNorm", (base,), {"forward": forward})
+
+        def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
+            n = positions.numel()
+            contiguous = n == 1 or bool((positions[1:] - positions[:-1] == 1).all())
+            if "positions" in self.defects and n > 1 and contiguous and int(positions[0]) > 0:
+                # "a multi-token input is always a fresh prompt": wrong for a later chunk
+                positions = positions - positions[0]
+            hidden = super().forward(input_ids, positions, intermediate_tensors, inputs_embeds)
+            if "leak" in self.defects:
+                previous = _CARRY.get("hidden")
+                if not contiguous and previous is not None:
+                    # several sequences in the batch: the previous step's last row leaks in
+                    hidden = hidden + previous[-1:]
+                _CARRY["hidden"] = hidden.detach().clone()
+            if "tp" in self.defects and get_tensor_model_parallel_world_size() > 1:
+                hidden = hidden.roll(1, -1)
+            return hidden
+
+
+    class DuplicatePrefixLlama(LlamaForCausalLM):
+        """Phase 2 rejects it (its inner model gets the wrong prefix)."""
+
+        def __init__(self, *, vllm_config, prefix: str = ""):
+            super().__init__(vllm_config=vllm_config, prefix="model")
+    '''
+)
+
+
+def _planted(tmp_path: Path, defects: list[str]) -> tuple[Path, Path]:
+    from transformers import LlamaConfig
+
+    models = tmp_path / "planted_models.py"
+    models.write_text(PLANTED)
+    config = LlamaConfig(planted_defects=defects)
+    config.architectures = ["PlantedLlama"]
+    config_file = tmp_path / "config.json"
+    config_file.write_text(config.to_json_string())
+    return models, config_file
+
+
+def _class_line(path: Path, name: str) -> int:
+    return next(
+        i for i, line in enumerate(path.read_text().splitlines(), 1) if f"class {name}(" in line
+    )
+
+
+# -- without an engine -----------------------------------------------------------------
+
+
+def test_parse_checks():
+    assert parse_checks(None) == list(CHECKS)
+    assert parse_checks("801, batch-dependence,pfx806,801") == ["PFX801", "PFX802", "PFX806"]
+    with pytest.raises(ValueError, match="unknown smoke check"):
+        parse_checks("PFX899")
+
+
+def test_finding_is_a_smoke_diagnostic():
+    finding = {"prompt": "long", "position": 3, "expected": 7, "got": 9, "margin": 2.5}
+    d = _diagnostic("PFX803", finding, "/x/model.py", 42, "PlantedLlama").to_json()
+    assert d["code"] == "PFX803" and d["phase"] == "smoke" and d["severity"] == "error"
+    assert d["location"] == {"row": 42, "column": 1}
+    assert "token 3: unchunked 7, chunked 9" in d["message"]
+    assert d["data"]["architecture"] == "PlantedLlama"
+
+
+def test_unfinished_checks_are_errors(tmp_path: Path):
+    results = tmp_path / "results.jsonl"
+    events = [
+        {"event": "target", "arch": "A", "file": "/m.py", "line": 5},
+        {"event": "check", "code": "PFX801", "status": "pass", "seconds": 1.0},
+        {"event": "check", "code": "PFX805", "status": "skip", "reason": "one core"},
+    ]
+    results.write_text("".join(json.dumps(e) + "\n" for e in events))
+    report = SmokeReport("A")
+    _collect(report, results, ["PFX801", "PFX805", "PFX806"], tmp_path / "log", True, 60, -9)
+    assert [(c.code, c.status) for c in report.checks] == [
+        ("PFX801", "pass"),
+        ("PFX805", "skip"),
+        ("PFX806", "error"),
+    ]
+    assert "within 60 s" in report.error and report.checks[2].reason == report.error
+
+
+def _cli() -> click.Group:
+    @click.group()
+    def main() -> None:
+        pass
+
+    main.add_command(smoke_command)
+    return main
+
+
+def test_cli_rejects_unknown_check():
+    result = CliRunner().invoke(_cli(), ["smoke", "LlamaForCausalLM", "--checks", "PFX999"])
+    assert result.exit_code == 2 and "unknown smoke check" in result.output
+
+
+# -- with engines ----------------------------------------------------------------------
+
+
+@engine_run
+def test_phase2_errors_block_the_run(tmp_path: Path):
+    models, _ = _planted(tmp_path, [])
+    report = smoke(f"{models}:DuplicatePrefixLlama")
+    assert report.blocked and "--force" in report.blocked
+    assert {c.status for c in report.checks} == {"skip"} and not report.timings.get("total")
+
+
+@engine_run
+def test_llama_passes(capsys):
+    started = time.perf_counter()
+    report = smoke("LlamaForCausalLM", device="cpu")
+    wall = time.perf_counter() - started
+    with capsys.disabled():
+        print(f"\nsmoke LlamaForCausalLM: {wall:.0f}s", report.timings)
+        for c in report.checks:
+            print(f"  {c.code} {c.status} {c.seconds} {c.reason}")
+    assert not report.error and not report.diagnostics, report.diagnostics
+    status = {c.code: c for c in report.checks}
+    for code in ("PFX801", "PFX802", "PFX803", "PFX804"):
+        assert status[code].status == "pass", status[code]
+    for code in ("PFX805", "PFX806"):
+        assert status[code].status == "pass" or (
+            status[code].status == "skip" and status[code].reason
+        ), status[code]
+    assert report.diagnostics == []
+    assert report.arch == "LlamaForCausalLM"
+
+
+@engine_run
+def test_planted_defects_are_reported(tmp_path: Path, capsys):
+    defects = ["scale", "leak", "positions", "tp", "compile"]
+    models, config = _planted(tmp_path, defects)
+    started = time.perf_counter()
+    report = smoke(f"{models}:PlantedLlama", device="cpu", config=str(config))
+    wall = time.perf_counter() - started
+    with capsys.disabled():
+        print(f"\nsmoke PlantedLlama: {wall:.0f}s", report.timings)
+        for c in report.checks:
+            print(f"  {c.code} {c.status} {c.seconds} {c.reason}")
+    assert not report.error, report.error
+    found = {d.code for d in report.diagnostics}
+    status = {c.code: c.status for c in report.checks}
+    expected = {"PFX801", "PFX802", "PFX803", "PFX804", "PFX806"}
+    if status["PFX805"] != "skip":
+        expected.add("PFX805")
+    assert expected <= found, (found, status)
+    line = _class_line(models, "PlantedLlama")
+    for d in report.diagnostics:
+        assert d.phase == "smoke" and Path(d.filename).name == "planted_models.py"
+        assert d.location.row == line
+        assert d.data["position"] >= 0 and d.data["expected"] != d.data["got"]
