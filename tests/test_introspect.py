@@ -220,3 +220,92 @@ def test_cli_json(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout) == []
     assert "tp=2" in out.stderr and "built" in out.stderr
+
+
+# Config synthesis: how the model's code uses an attribute decides the guessed value.
+
+
+def _config(**kw):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(num_hidden_layers=4, hidden_size=128, num_attention_heads=16, **kw)
+
+
+def test_guess_reads_the_models_code() -> None:
+    from prefixlint.introspect.configs import guess_attribute
+
+    code = """
+if config.mlp_layer_types[layer_idx] == "sparse":
+    pass
+if (layer_idx + 1) % config.decoder_sparse_step == 0:
+    pass
+if self.config.hybrid_layer_pattern[self.layer_id] == 1:
+    pass
+window = getattr(config, "swa_window", 128)
+if config.att_impl_type == "GQA":
+    pass
+if layer_id < config.dense_mlp_idx:
+    pass
+"""
+    cfg = _config()
+    assert guess_attribute("mlp_layer_types", cfg, [code]) == ["dense", "sparse"] * 2
+    assert guess_attribute("decoder_sparse_step", cfg, [code]) == 1
+    assert guess_attribute("hybrid_layer_pattern", cfg, [code]) == [0, 1, 0, 1]
+    assert guess_attribute("swa_window", cfg, [code]) == 128
+    assert guess_attribute("att_impl_type", cfg, [code]) == "GQA"
+    assert guess_attribute("dense_mlp_idx", cfg, [code]) == 1
+    # the name table still answers where the code says nothing, and beats a compared value
+    act = 'if config.activation_function == "swiglu": pass'
+    assert guess_attribute("activation_function", cfg, [act]) == "silu"
+    assert guess_attribute("text_config", cfg, ["if config.text_config: pass"]) is None
+
+
+def test_repair_fills_an_attribute_that_is_none_where_the_code_indexes_it(tmp_path) -> None:
+    import importlib.util
+
+    from prefixlint.introspect.configs import repair
+
+    src = tmp_path / "models" / "toy.py"
+    src.parent.mkdir()
+    src.write_text(
+        "def build(config):\n"
+        "    for i in range(config.num_hidden_layers):\n"
+        '        kind = config.layer_types[i] == "full_attention"\n'
+    )
+    spec = importlib.util.spec_from_file_location("toy_model", src)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cfg = _config()
+    cfg.layer_types = None
+    try:
+        module.build(cfg)
+    except TypeError as e:
+        assert repair(e, [cfg]) == "layer_types"
+    assert cfg.layer_types == ["sliding_attention", "full_attention"] * 2
+    module.build(cfg)
+
+
+def test_synthesis_finds_configs_by_name_and_keeps_derived_layer_indices() -> None:
+    from prefixlint.introspect.configs import arch_to_model_types, synth_config
+
+    # vLLM's own config class under the architecture's name (no mapping lists it)
+    assert arch_to_model_types("Step3p5ForCausalLM") == ["step3p5"]
+    # a causal LM prefers its family's text-only config
+    assert arch_to_model_types("Llama4ForCausalLM")[0] == "llama4_text"
+    # Zamba2 derives hybrid_layer_ids from layers_block_type: they must agree
+    cfg = synth_config("Zamba2ForCausalLM")
+    hybrid = [i for i, t in enumerate(cfg.layers_block_type) if t == "hybrid"]
+    assert cfg.hybrid_layer_ids == hybrid and hybrid
+    # Mamba2: SSM heads shrink with the hidden size
+    assert synth_config("Mamba2ForCausalLM").num_heads == 16
+
+
+def test_backend_limits_are_environment() -> None:
+    from prefixlint.introspect.build import classify
+
+    for error in (
+        ValueError("use_alibi_sqrt is not supported by backend CPU_ATTN."),
+        TypeError("CPUAttentionBackendImpl.__init__() got an unexpected keyword argument 'x'"),
+        RuntimeError("Tried to instantiate dummy base class Event"),
+    ):
+        assert classify(error, [], True) == "environment"

@@ -472,6 +472,8 @@ _ENVIRONMENT_WORDS = (
     "bfloat16 only",
     "ROCm",
     "dummy base class",  # torch.cuda.Event() and friends on a CPU-only torch
+    "not supported by backend",  # the CPU attention backend lacks a feature
+    "BackendImpl.__init__() got an unexpected keyword",  # ... or an argument
 )
 
 

@@ -133,9 +133,13 @@ def arch_to_model_types(arch: str, model_cls: type | None = None) -> list[str]:
         # Architectures no mapping lists: a config class vLLM or transformers knows under
         # the architecture's own name (Step3p5ForCausalLM -> step3p5), then the one the
         # model's module imports.
+        # transformers' names follow ``<Type>ForCausalLM``; its other classes of the same
+        # stem are other families (``ernie`` is BERT-like, ErnieMTPModel is not).
+        from vllm.transformers_utils.config import _CONFIG_REGISTRY
+
         stem = _norm(_ARCH_SUFFIX.sub("", arch))
         known = _known_model_types()
-        if stem in known:
+        if stem in known and (arch.endswith("ForCausalLM") or known[stem] in _CONFIG_REGISTRY):
             out.append(known[stem])
         for mt in _module_config_types(model_cls):
             if mt not in out:
@@ -175,6 +179,8 @@ def shrink_kwargs(default, num_layers: int = 2) -> dict[str, Any]:
     for k, v in FILL_NONE.items():
         if k in d and d[k] is None:
             kw[k] = v
+    if "num_hidden_layers" not in d and isinstance(d.get("num_layers"), int):
+        kw["num_layers"] = num_layers  # families that name the layer count so (LongCat)
     old_n = d.get("num_hidden_layers")
     new_n = num_layers
     if isinstance(old_n, int):
