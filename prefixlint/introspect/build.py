@@ -474,7 +474,15 @@ _ENVIRONMENT_WORDS = (
     "dummy base class",  # torch.cuda.Event() and friends on a CPU-only torch
     "not supported by backend",  # the CPU attention backend lacks a feature
     "BackendImpl.__init__() got an unexpected keyword",  # ... or an argument
+    "not implemented on CPU",
+    # A module that copies its parameters at construction cannot be built on meta: a
+    # limit of this way of building, not a property of the model.
+    "Cannot copy out of meta tensor",
 )
+
+# A synthesised config folder holds config.json only: no processor or feature-extractor
+# files, which multimodal models load at start-up.
+_MISSING_FILES_WORDS = ("image processor", "feature extractor", "load the processor")
 
 
 def classify(error: BaseException | None, findings: list[Finding], synthesised: bool) -> str:
@@ -490,6 +498,8 @@ def classify(error: BaseException | None, findings: list[Finding], synthesised: 
         return "finding"
     name = type(error).__name__
     if isinstance(error, ConfigGap) or "Validation" in name or "config" in name.lower():
+        return "config-gap"
+    if synthesised and any(w in text for w in _MISSING_FILES_WORDS):
         return "config-gap"
     if synthesised and (
         isinstance(error, (AttributeError, KeyError, TypeError, ValueError, AssertionError))
