@@ -670,14 +670,9 @@ def repair(
     texts = _source_texts(error, extra_files)
     if m is not None and m.group(1) not in ("NoneType", "list", "tuple"):
         cls_name, attr = m.groups()
-        for config in configs:
-            if type(config).__name__ == cls_name and not hasattr(config, attr):
-                value = guess_attribute(attr, config, texts)
-                if value is None:
-                    return None
-                setattr(config, attr, value)
-                return attr
-        return None
+        return _give_guess(
+            configs, attr, texts, lambda c: type(c).__name__ == cls_name and not hasattr(c, attr)
+        )
     if isinstance(error, AttributeError) and _SEQUENCE_AS_TEXT.search(str(error)):
         # ``config.x.strip().split(",")``: the checkpoint writes the list as text
         for attr in _line_attributes(error):
@@ -706,13 +701,22 @@ def repair(
         attr = _none_attribute(error, configs)
         if attr is None:
             return None
-        for config in configs:
-            if attr in vars(config) and getattr(config, attr) is None:
-                value = guess_attribute(attr, config, texts)
-                if value is None:
-                    return None
-                setattr(config, attr, value)
-                return attr
+        return _give_guess(
+            configs, attr, texts, lambda c: attr in vars(c) and getattr(c, attr) is None
+        )
+    return None
+
+
+def _give_guess(configs: list[Any], attr: str, texts: Any, wanted: Any) -> str | None:
+    """Set a guessed ``attr`` on the first config ``wanted`` accepts; its name, or None
+    when no config is wanted or no value can be guessed."""
+    for config in configs:
+        if wanted(config):
+            value = guess_attribute(attr, config, texts)
+            if value is None:
+                return None
+            setattr(config, attr, value)
+            return attr
     return None
 
 
