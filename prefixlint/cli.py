@@ -280,9 +280,9 @@ def _config_table() -> tuple[dict[str, str], str | None]:
 
 
 def _names() -> dict[str, str]:
-    from prefixlint.ruletable import INTROSPECT_RULES, RULE_TABLE
+    from prefixlint.ruletable import RULE_TABLE, phase_rules
 
-    return {c: v[0] for c, v in (RULE_TABLE | INTROSPECT_RULES).items()}
+    return {c: v[0] for c, v in (RULE_TABLE | phase_rules()).items()}
 
 
 def _report(diagnostics, output_format: str, files: int, output: Path | None = None) -> None:
@@ -565,14 +565,14 @@ def rules(output_format: str) -> None:
             )
         )
         return
-    from prefixlint.ruletable import INTROSPECT_RULES
+    from prefixlint.ruletable import phase_rules
 
     rows = [
         (c, n, sev, "on" if on else "off", "static", summ)
         for c, (n, sev, on, summ) in table.items()
     ]
     rows += [
-        (c, n, sev, "on", "introspect", summ) for c, (n, sev, summ, _) in INTROSPECT_RULES.items()
+        (c, n, sev, "on", phase, summ) for c, (n, sev, summ, _, phase) in phase_rules().items()
     ]
     name_w = max(len(r[1]) for r in rows)
     click.echo(
@@ -587,16 +587,17 @@ def rules(output_format: str) -> None:
 def rule(code: str) -> None:
     """Show a rule's documentation: what it does, why, example, use instead."""
     from prefixlint.rules import RULES_BY_CODE
-    from prefixlint.ruletable import INTROSPECT_RULES
+    from prefixlint.ruletable import phase_rules
 
     key = code.strip().upper()
-    phase2 = INTROSPECT_RULES.get(key) or next(
-        (v for v in INTROSPECT_RULES.values() if v[0] == code.strip().lower()), None
+    later = phase_rules()
+    match = next(
+        ((c, v) for c, v in later.items() if key == c or v[0] == code.strip().lower()), None
     )
-    if phase2 is not None:
-        name, severity, summary, doc = phase2
-        click.echo(f"# {name} ({key if key in INTROSPECT_RULES else ''})\n")
-        click.echo(f"Phase: introspect. Default severity: {severity}.\n\n{summary}.\n\n{doc}")
+    if match is not None:
+        found_code, (name, severity, summary, doc, phase) = match
+        click.echo(f"# {name} ({found_code})\n")
+        click.echo(f"Phase: {phase}. Default severity: {severity}.\n\n{summary}.\n\n{doc}")
         return
     found = RULES_BY_CODE.get(key)
     if found is None:

@@ -190,3 +190,19 @@ INTROSPECT_RULES: dict[str, tuple[str, str, str, str]] = {
         "`packed_modules_mapping` none of whose names was built.",
     ),
 }
+
+
+def phase_rules() -> dict[str, tuple[str, str, str, str, str]]:
+    """Codes reported by phases 2 and 3: code -> (name, severity, summary, doc, phase)."""
+    from prefixlint.smoke import _WHAT, CHECKS  # light: the engines run in a child process
+
+    out = {c: (*v, "introspect") for c, v in INTROSPECT_RULES.items()}
+    for code, (name, summary) in CHECKS.items():
+        doc = (
+            "A smoke run compares greedy tokens on a tiny random-weight checkpoint: "
+            f"{_WHAT[code]}. "
+            "A divergence in the first tokens is a bug in the model's use of the engine; "
+            "the finding gives the first divergent position and both tokens."
+        )
+        out[code] = (name, "error", summary, doc, "smoke")
+    return out

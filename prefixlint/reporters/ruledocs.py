@@ -1,7 +1,8 @@
 """Every rule's catalog entry, for the formats that describe rules (SARIF, review comments).
 
 Static rules come from ``RULE_TABLE`` with their documentation from the rule classes'
-docstrings (the text of ``prefixlint rule CODE``); phase-2 codes from ``INTROSPECT_RULES``.
+docstrings (the text of ``prefixlint rule CODE``); later phases' codes from
+``ruletable.phase_rules()``.
 """
 
 from __future__ import annotations
@@ -50,14 +51,14 @@ def _static_docs() -> dict[str, str]:
 @functools.lru_cache(maxsize=1)
 def catalog() -> dict[str, RuleDoc]:
     """code -> RuleDoc, static rules first, then the introspect codes, each in code order."""
-    from prefixlint.ruletable import INTROSPECT_RULES, RULE_TABLE
+    from prefixlint.ruletable import RULE_TABLE, phase_rules
 
     docs = _static_docs()
     out: dict[str, RuleDoc] = {}
     for code, (name, severity, enabled, summary) in RULE_TABLE.items():
         out[code] = RuleDoc(code, name, severity, enabled, "static", summary, docs.get(code, ""))
-    for code, (name, severity, summary, doc) in INTROSPECT_RULES.items():
-        out[code] = RuleDoc(code, name, severity, True, "introspect", summary, doc)
+    for code, (name, severity, summary, doc, phase) in phase_rules().items():
+        out[code] = RuleDoc(code, name, severity, True, phase, summary, doc)
     return out
 
 
