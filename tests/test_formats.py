@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -13,9 +12,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from click.testing import CliRunner
 
-from prefixlint.cli import main
 from prefixlint.diagnostic import Diagnostic, Edit, Fix, Position, Severity
 from prefixlint.reporters import REPORTERS
 from prefixlint.reporters.github import annotation, escape_data, escape_property
@@ -24,6 +21,7 @@ from prefixlint.reporters.ruledocs import DOCS_URL, catalog
 from prefixlint.reporters.sarif import to_sarif
 from prefixlint.ruletable import RULE_TABLE, phase_rules
 from tests.conftest import VLLM, requires_vllm
+from tests.test_cli import run
 
 # A few of the installed vLLM's model files with findings of both severities and many codes.
 SAMPLE = ["aria.py", "zamba2.py", "exaone.py", "whisper.py", "llama.py"]
@@ -39,14 +37,7 @@ def sarif_validator() -> jsonschema.Draft4Validator:
     return jsonschema.Draft4Validator(schema, format_checker=jsonschema.FormatChecker())
 
 
-def invoke(args: list[str], cwd: Path) -> tuple[int, str]:
-    old = Path.cwd()
-    os.chdir(cwd)
-    try:
-        result = CliRunner().invoke(main, args, catch_exceptions=False)
-    finally:
-        os.chdir(old)
-    return result.exit_code, result.output
+invoke = run  # the CLI in ``cwd``: (exit code, output)
 
 
 def diag(
