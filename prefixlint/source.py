@@ -76,7 +76,14 @@ def decode(data: bytes) -> str:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as e:
-        raise SourceError(f"cannot decode file: {e.msg}") from None
+        # No usable cookie and not UTF-8 in the first lines: say where UTF-8 fails.
+        encoding = "utf-8"
+        try:
+            data.decode(encoding)
+        except UnicodeDecodeError:
+            pass  # reported with its position below
+        else:
+            raise SourceError(f"cannot decode file: {e.msg}") from None
     try:
         text = data.decode(encoding)
     except (UnicodeDecodeError, LookupError) as e:

@@ -75,3 +75,26 @@ def test_random_model_like_text_never_crashes(parts: list[str]) -> None:
     for d in lint("".join(parts).encode()):
         assert d.code.startswith("PFX") and d.code != "PFX000"
         assert d.location.row >= 1 and d.location.column >= 1
+
+
+def test_non_utf8_without_cookie_says_where() -> None:
+    diag = lint(b'x = "\xff"\n')[0]
+    assert diag.code == "PFX001" and "utf-8" in diag.message
+    assert (diag.location.row, diag.location.column) == (1, 6)
+
+
+def test_text_frame_of_long_and_binary_lines(tmp_path) -> None:
+    import io
+
+    from prefixlint.reporters.text import report_text
+
+    (tmp_path / "long.py").write_text("x = " + "(" * 3000 + ")" * 3000 + "\n")
+    (tmp_path / "bin.py").write_bytes(b"\x89PNG\x00\x01\x1b[31m\n")
+    diags = [
+        LINTER.lint_path(tmp_path / name, str(tmp_path / name))[0] for name in ("long.py", "bin.py")
+    ]
+    out = io.StringIO()
+    report_text(diags, out, {"files": 2})
+    text = out.getvalue()
+    assert max(len(line) for line in text.splitlines()) < 400
+    assert "\x00" not in text and "\x1b" not in text

@@ -9,6 +9,8 @@ from typing import TextIO
 
 from prefixlint.diagnostic import Diagnostic, Severity
 
+_FRAME_WIDTH = 120
+
 
 def _use_colour(out: TextIO) -> bool:
     if os.environ.get("NO_COLOR"):
@@ -53,6 +55,12 @@ def report_text(diagnostics: list[Diagnostic], out: TextIO, options: dict) -> No
         if line is not None:
             gutter = " " * len(str(d.location.row))
             start = d.location.column - 1
+            # Control bytes of a binary file would garble the terminal.
+            line = "".join(ch if ch.isprintable() or ch == "\t" else "?" for ch in line)
+            if len(line) > _FRAME_WIDTH:  # show a window around the column, not the line
+                left = max(0, start - _FRAME_WIDTH // 2)
+                line = ("…" if left else "") + line[left : left + _FRAME_WIDTH] + "…"
+                start = start - left + (1 if left else 0)
             if d.end_location.row == d.location.row:
                 width = max(1, d.end_location.column - d.location.column)
             else:
