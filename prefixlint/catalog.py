@@ -26,9 +26,22 @@ from prefixlint.index import (
     summary_to_json,
 )
 
+# vLLM's attention layers of a decoder (each registers a KV cache under its prefix).
+DECODER_ATTENTION_LAYERS: frozenset[str] = frozenset(
+    {
+        "Attention",
+        "EncoderOnlyAttention",
+        "CrossAttention",
+        "ChunkedLocalAttention",
+        "StaticSinkAttention",
+        "MLAAttention",
+        "MultiHeadLatentAttentionWrapper",
+    }
+)
+
 # vLLM's layer classes that take ``prefix``, used when vLLM's source cannot be read
 # (prefixlint installed without vLLM) or a name cannot be resolved to a file.
-BUILTIN_PREFIX_LAYERS: frozenset[str] = frozenset(
+BUILTIN_PREFIX_LAYERS: frozenset[str] = DECODER_ATTENTION_LAYERS | frozenset(
     {
         "LinearBase",
         "ColumnParallelLinear",
@@ -40,13 +53,6 @@ BUILTIN_PREFIX_LAYERS: frozenset[str] = frozenset(
         "ReplicatedLinear",
         "VocabParallelEmbedding",
         "ParallelLMHead",
-        "Attention",
-        "EncoderOnlyAttention",
-        "CrossAttention",
-        "ChunkedLocalAttention",
-        "StaticSinkAttention",
-        "MLAAttention",
-        "MultiHeadLatentAttentionWrapper",
         "MMEncoderAttention",
         "FusedMoE",
         "SharedFusedMoE",

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from prefixlint.catalog import DECODER_ATTENTION_LAYERS
 from prefixlint.diagnostic import Severity
 from prefixlint.rules.base import FileContext, Invalid, LintRule, Where
 from prefixlint.rules.prefixes import dotted_name
@@ -361,17 +362,7 @@ class MLP(nn.Module):
 
 # -- decoder classes (PFX402, PFX403) ---------------------------------------------------------
 
-_DECODER_ATTENTION = frozenset(
-    {
-        "Attention",
-        "EncoderOnlyAttention",
-        "CrossAttention",
-        "ChunkedLocalAttention",
-        "StaticSinkAttention",
-        "MLAAttention",
-        "MultiHeadLatentAttentionWrapper",
-    }
-)
+_DECODER_ATTENTION = DECODER_ATTENTION_LAYERS
 _LM_LAYERS = frozenset({"VocabParallelEmbedding", "ParallelLMHead", "make_layers"})
 _DECODER_NAME = re.compile(r"(DecoderLayer|DecoderBlock|ForCausalLM)$")
 # Classes of encoders and adapters: a vision or audio tower legitimately uses plain layers
