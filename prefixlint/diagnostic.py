@@ -10,10 +10,26 @@ from typing import Any
 class Severity(str, Enum):
     ERROR = "error"
     WARNING = "warning"
+    # "Not verified": something prefixlint could not check (a build it could not make, a
+    # tool it lacks). Shown in every format, never a finding against the user's model, and
+    # it never fails a run (only ``--strict`` makes it count).
+    NOTE = "note"
 
     @property
     def rank(self) -> int:
-        return 2 if self is Severity.ERROR else 1
+        return {Severity.ERROR: 2, Severity.WARNING: 1, Severity.NOTE: 0}[self]
+
+    @property
+    def sarif_level(self) -> str:
+        return self.value  # SARIF's levels are "error", "warning" and "note"
+
+    @property
+    def github_command(self) -> str:
+        return "notice" if self is Severity.NOTE else self.value
+
+    @property
+    def rdjson_severity(self) -> str:
+        return "INFO" if self is Severity.NOTE else self.value.upper()
 
 
 @dataclass(frozen=True, order=True)

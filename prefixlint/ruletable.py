@@ -142,6 +142,16 @@ if __name__ == "__main__":
 
 # Phase 2 (``prefixlint introspect``): code -> (name, default severity, summary, documentation)
 INTROSPECT_RULES: dict[str, tuple[str, str, str, str]] = {
+    "PFX600": (
+        "not-verified",
+        "note",
+        "Phase 2 could not build or check the target; nothing was verified",
+        "A note, never a finding against the model: the build failed for a reason outside "
+        "the model under check (config synthesis, a missing package or kernel, a CUDA-only "
+        "path, no torch/vLLM in this environment). The message says why and what would fix "
+        "it (for example `--config path/to/config.json`). It does not fail the run unless "
+        "`--strict` is given.",
+    ),
     "PFX601": (
         "prefix-path-mismatch",
         "error",

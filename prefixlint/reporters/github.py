@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from prefixlint.diagnostic import Diagnostic, Severity
+from prefixlint.diagnostic import Diagnostic
 
 
 def escape_data(value: str) -> str:
@@ -21,7 +21,7 @@ def escape_property(value: str) -> str:
 
 
 def annotation(d: Diagnostic) -> str:
-    command = "error" if d.severity is Severity.ERROR else "warning"
+    command = d.severity.github_command
     props = {
         "file": d.filename,
         "line": str(max(1, d.location.row)),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, TextIO
 
-from prefixlint.diagnostic import Diagnostic, Position, Severity
+from prefixlint.diagnostic import Diagnostic, Position
 from prefixlint.reporters.ruledocs import PROJECT_URL, lookup
 from prefixlint.reporters.text import _source_line
 
@@ -47,7 +47,7 @@ def to_rdjson(diagnostics: list[Diagnostic]) -> dict[str, Any]:
                 "path": d.filename,
                 "range": _range(cols, d.filename, d.location, d.end_location),
             },
-            "severity": "ERROR" if d.severity is Severity.ERROR else "WARNING",
+            "severity": d.severity.rdjson_severity,
             "code": {"value": d.code, "url": d.url or (doc.url if doc else PROJECT_URL)},
         }
         if d.fix is not None and d.fix.edits:

@@ -23,8 +23,7 @@ SRCROOT = "%SRCROOT%"
 
 
 def _level(severity: str | Severity) -> str:
-    value = severity.value if isinstance(severity, Severity) else severity
-    return "error" if value == "error" else "warning"
+    return Severity(severity).sarif_level
 
 
 def _rule(doc: RuleDoc) -> dict[str, Any]:

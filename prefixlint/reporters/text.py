@@ -45,7 +45,7 @@ def report_text(diagnostics: list[Diagnostic], out: TextIO, options: dict) -> No
     show_source = options.get("show_source", True)
     sources: dict[str, list[str] | None] = {}
     for d in diagnostics:
-        colour = "31" if d.severity is Severity.ERROR else "33"
+        colour = {Severity.ERROR: "31", Severity.WARNING: "33"}.get(d.severity, "36")
         head = (
             f"{style(d.filename, '1')}:{d.location.row}:{d.location.column}: "
             f"{style(d.code, '1;' + colour)} {d.message}"
@@ -67,6 +67,10 @@ def report_text(diagnostics: list[Diagnostic], out: TextIO, options: dict) -> No
                 width = max(1, len(line.rstrip()) - start)
             out.write(f"{gutter} |\n{d.location.row} | {line.rstrip()}\n")
             out.write(f"{gutter} | {' ' * start}{style('^' * width, colour)}\n\n")
+    notes = [d for d in diagnostics if d.severity is Severity.NOTE]
+    if notes:
+        out.write(f"Not verified: {len(notes)} (see the PFX600 notes above).\n")
+    diagnostics = [d for d in diagnostics if d.severity is not Severity.NOTE]
     counts = Counter(d.code for d in diagnostics)
     if diagnostics:
         errors = sum(d.severity is Severity.ERROR for d in diagnostics)
@@ -81,5 +85,7 @@ def report_text(diagnostics: list[Diagnostic], out: TextIO, options: dict) -> No
             f"{warnings} warning{'s' if warnings != 1 else ''}) "
             f"in {options.get('files', '?')} files.\n"
         )
+    elif notes:
+        out.write("No findings in what was verified.\n")
     else:
         out.write(f"All checks passed ({options.get('files', '?')} files).\n")
