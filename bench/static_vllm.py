@@ -22,7 +22,7 @@ from pathlib import Path
 import libcst as cst
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from prefixlint.discovery import installed_vllm_model_dirs
+from prefixlint.static.discovery import installed_vllm_model_dirs
 
 
 def parse_all(paths: list[str]) -> int:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -16,14 +18,6 @@ FORMATS = ["text", "json", "sarif", "github", "rdjson"]
 
 def _split(values: tuple[str, ...]) -> list[str]:
     return [v.strip().upper() for value in values for v in value.split(",") if v.strip()]
-
-
-def _rule_table() -> dict[str, tuple[str, str, bool, str]]:
-    """code -> (name, default severity, default-enabled, summary); importing the rules
-    themselves (and libcst) waits until a file actually needs linting."""
-    from prefixlint.ruletable import RULE_TABLE
-
-    return RULE_TABLE
 
 
 class _Group(click.Group):
@@ -102,80 +96,72 @@ def main() -> None:
     help="Report only findings on lines added or changed since the merge base of REV and "
     "HEAD (committed, staged, unstaged and untracked changes).",
 )
-def check(
-    paths: tuple[Path, ...],
-    select: tuple[str, ...],
-    ignore: tuple[str, ...],
-    output_format: str,
-    fail_on: str,
-    no_cache: bool,
-    cache_dir: Path | None,
-    jobs: int | None,
-    config_path: Path | None,
-    installed_vllm: bool,
-    no_source: bool,
-    output: Path | None,
-    with_introspect: bool,
-    tp: str,
-    pp: str,
-    fix: bool,
-    show_diff: bool,
-    diff_base: str | None,
-) -> None:
+def check(paths: tuple[Path, ...], **options: Any) -> None:
     """Check model files (default: the current folder) and report findings."""
-    from prefixlint.diagnostic import Severity
-    from prefixlint.reporters import REPORTERS
-    from prefixlint.runner import INTERNAL_ERROR
-
+    opts = CheckOptions(paths=paths, **options)
     started = time.perf_counter()
-    changes = _changed_lines(diff_base) if diff_base else None
-    files, result = _lint(
-        paths, select, ignore, config_path, installed_vllm, no_cache, cache_dir, jobs
-    )
-    if fix or show_diff:
-        changed = _apply_fixes(result.diagnostics, write=fix and not show_diff)
-        if show_diff:
+    changes = _changed_lines(opts.diff_base) if opts.diff_base else None
+    files, codes, result = _lint(opts)
+    if opts.fix or opts.show_diff:
+        changed = _apply_fixes(result.diagnostics, write=opts.fix and not opts.show_diff)
+        if opts.show_diff:
             sys.exit(EXIT_FINDINGS if changed else EXIT_OK)
         if changed:  # report what the fixes left
-            files, result = _lint(
-                paths, select, ignore, config_path, installed_vllm, no_cache, cache_dir, jobs
-            )
-    if with_introspect:
-        result.diagnostics.extend(_introspect_files(files, _int_list(tp), _int_list(pp)))
+            files, codes, result = _lint(opts)
+    if opts.with_introspect:
+        found = _introspect_files(files, _int_list(opts.tp), _int_list(opts.pp))
+        result.diagnostics.extend(d for d in found if d.code in codes)
     if changes is not None:
         result.diagnostics = changes.filter(result.diagnostics)
-    reporter = REPORTERS[output_format]
-    options = {
-        "files": result.files,
-        "names": _names(),
-        "show_source": not no_source,
-        "elapsed": time.perf_counter() - started,
-        "root": Path.cwd(),
-    }
-    if output is not None:
-        with output.open("w", encoding="utf-8") as fh:
-            reporter(result.diagnostics, fh, options)
-    else:
-        reporter(result.diagnostics, sys.stdout, options)
+    _report(
+        result.diagnostics,
+        opts.output_format,
+        result.files,
+        opts.output,
+        show_source=not opts.no_source,
+        elapsed=time.perf_counter() - started,
+    )
     if result.internal_errors:
+        from prefixlint.static.runner import INTERNAL_ERROR
+
         click.echo(
             f"prefixlint: {result.internal_errors} file(s) hit an internal error "
             f"({INTERNAL_ERROR}); please report it",
             err=True,
         )
         sys.exit(EXIT_ERROR)
-    threshold = Severity.ERROR.rank if fail_on == "error" else Severity.WARNING.rank
-    failing = any(d.severity.rank >= threshold for d in result.diagnostics)
-    sys.exit(EXIT_FINDINGS if failing else EXIT_OK)
+    _exit_for(result.diagnostics, opts.fail_on)
 
 
-FIXABLE = ("PFX301", "PFX302")
+@dataclass
+class CheckOptions:
+    """``check``'s options, as click passes them."""
+
+    paths: tuple[Path, ...]
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    output_format: str = "text"
+    fail_on: str = "warning"
+    no_cache: bool = False
+    cache_dir: Path | None = None
+    jobs: int | None = None
+    config_path: Path | None = None
+    installed_vllm: bool = False
+    no_source: bool = False
+    output: Path | None = None
+    with_introspect: bool = False
+    tp: str = "1,2,4,8"
+    pp: str = "2"
+    fix: bool = False
+    show_diff: bool = False
+    diff_base: str | None = None
 
 
 def _apply_fixes(diagnostics: list, write: bool) -> int:
     """Fix (or, without ``write``, print the diff of) every file with a fixable finding.
     Returns how many files change; what is left alone and why goes to stderr."""
-    from prefixlint.fix import fix_file
+    from prefixlint.codes import FIXABLE
+    from prefixlint.static.fix import fix_file
 
     by_file: dict[str, set[str]] = {}
     for d in diagnostics:
@@ -205,49 +191,46 @@ def _changed_lines(rev: str):
         raise click.UsageError(str(e)) from None
 
 
-def _lint(
-    paths: tuple[Path, ...],
-    select: tuple[str, ...],
-    ignore: tuple[str, ...],
-    config_path: Path | None,
-    installed_vllm: bool,
-    no_cache: bool,
-    cache_dir: Path | None,
-    jobs: int | None,
-):
-    """The static phase over PATHS: (the files checked, the runner's result)."""
+def _lint(opts: CheckOptions):
+    """The static phase over the paths: (the files checked, the selected codes of every
+    phase, the runner's result)."""
+    from prefixlint.codes import CODES, STATIC
     from prefixlint.config import ConfigError, load_config, select_codes, validate_selectors
-    from prefixlint.discovery import MissingPath, discover, installed_vllm_model_dirs
-    from prefixlint.runner import run_static
+    from prefixlint.static.discovery import MissingPath, discover, installed_vllm_model_dirs
+    from prefixlint.static.runner import run_static
 
     try:
-        config = load_config(config_path)
+        config = load_config(opts.config_path)
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
-    targets = list(paths)
-    if installed_vllm:
+    targets = list(opts.paths)
+    if opts.installed_vllm:
         found = installed_vllm_model_dirs()
         if not found:
             raise click.UsageError("--installed-vllm: no vLLM installation found on sys.path")
         targets.extend(found)
     if not targets:
         targets = [Path(".")]
-    table = _rule_table()
-    selectors = _split(select) or config.select
-    ignores = config.ignore + _split(ignore)
-    bad = validate_selectors(selectors + ignores, table)
+    selectors = _split(opts.select) or config.select
+    ignores = config.ignore + _split(opts.ignore)
+    bad = validate_selectors(selectors + ignores, CODES)
     if bad:
         raise click.UsageError(f"unknown rule code or prefix: {', '.join(bad)}")
-    codes = select_codes({c: v[2] for c, v in table.items()}, selectors, ignores)
+    codes = select_codes({c: e.default_enabled for c, e in CODES.items()}, selectors, ignores)
     try:
         files = discover(targets, config)
     except MissingPath as e:
         raise click.UsageError(f"path does not exist: {e}") from None
-
+    static = {c for c in codes if CODES[c].phase == STATIC}
     result = run_static(
-        files, config, codes, jobs=jobs, use_cache=not no_cache, cache_dir=cache_dir
+        files,
+        config,
+        static,
+        jobs=opts.jobs,
+        use_cache=not opts.no_cache,
+        cache_dir=opts.cache_dir,
     )
-    return files, result
+    return files, codes, result
 
 
 def _int_list(value: str) -> list[int]:
@@ -262,33 +245,38 @@ def _int_list(value: str) -> list[int]:
 
 def _config_table() -> tuple[dict[str, str], str | None]:
     """``[tool.prefixlint.configs]``: architecture -> config path (relative to pyproject)."""
-    from prefixlint.config import ConfigError, find_pyproject
-
-    path = find_pyproject(Path.cwd())
-    if path is None:
-        return {}, None
-    import tomllib
+    from prefixlint.config import ConfigError, load_configs_table
 
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        raise click.UsageError(str(ConfigError(f"cannot read {path}: {e}"))) from None
-    table = data.get("tool", {}).get("prefixlint", {}).get("configs", {})
-    if not isinstance(table, dict):
-        raise click.UsageError(f"{path}: [tool.prefixlint.configs] must be a table")
-    return {str(k): str(v) for k, v in table.items()}, str(path.parent)
+        return load_configs_table()
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from None
 
 
 def _names() -> dict[str, str]:
-    from prefixlint.ruletable import RULE_TABLE, phase_rules
+    from prefixlint.codes import CODES
 
-    return {c: v[0] for c, v in (RULE_TABLE | phase_rules()).items()}
+    return {c: entry.name for c, entry in CODES.items()}
 
 
-def _report(diagnostics, output_format: str, files: int, output: Path | None = None) -> None:
+def _report(
+    diagnostics,
+    output_format: str,
+    files: int,
+    output: Path | None = None,
+    *,
+    show_source: bool = True,
+    elapsed: float | None = None,
+) -> None:
     from prefixlint.reporters import REPORTERS
 
-    options = {"files": files, "names": _names(), "show_source": True, "root": Path.cwd()}
+    options = {
+        "files": files,
+        "names": _names(),
+        "show_source": show_source,
+        "root": Path.cwd(),
+        "elapsed": elapsed,
+    }
     if output is not None:
         with output.open("w", encoding="utf-8") as fh:
             REPORTERS[output_format](diagnostics, fh, options)
@@ -307,9 +295,9 @@ def _introspect_files(files: list[Path], tp: list[int], pp: list[int]) -> list:
     """Phase 2 for the model classes defined in ``files`` (found statically first)."""
     import re
 
-    from prefixlint.catalog import summarize_file
     from prefixlint.introspect import introspect as run
     from prefixlint.introspect.worker import Worker
+    from prefixlint.static.resolve import summarize_file
 
     arch_like = re.compile(r"For[A-Z]\w*$|Model$")
     table, base = _config_table()
@@ -515,10 +503,19 @@ def review(
     import json
 
     from prefixlint.review import ReviewError, build_review, post_review
-    from prefixlint.runner import INTERNAL_ERROR
+    from prefixlint.static.runner import INTERNAL_ERROR
 
     changes = _changed_lines(diff_base)
-    _, result = _lint(paths, select, ignore, config_path, False, no_cache, cache_dir, jobs)
+    opts = CheckOptions(
+        paths=paths,
+        select=select,
+        ignore=ignore,
+        config_path=config_path,
+        no_cache=no_cache,
+        cache_dir=cache_dir,
+        jobs=jobs,
+    )
+    _, _, result = _lint(opts)
     if result.internal_errors:
         click.echo(
             f"prefixlint: {result.internal_errors} file(s) hit an internal error "
@@ -550,64 +547,62 @@ def review(
 @main.command()
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
 def rules(output_format: str) -> None:
-    """List every rule: code, name, default severity, whether it is on by default."""
+    """List every code of every phase: name, default severity, default state, phase, fixable."""
     import json
 
-    table = _rule_table()
-    if output_format == "json":
-        click.echo(
-            json.dumps(
-                [
-                    {"code": c, "name": n, "severity": s, "default_enabled": on, "summary": summ}
-                    for c, (n, s, on, summ) in table.items()
-                ],
-                indent=2,
-            )
-        )
-        return
-    from prefixlint.ruletable import phase_rules
+    from prefixlint.codes import CODES
 
-    rows = [
-        (c, n, sev, "on" if on else "off", "static", summ)
-        for c, (n, sev, on, summ) in table.items()
-    ]
-    rows += [
-        (c, n, sev, "on", phase, summ) for c, (n, sev, summ, _, phase) in phase_rules().items()
-    ]
-    name_w = max(len(r[1]) for r in rows)
+    if output_format == "json":
+        rows = [
+            {
+                "code": c.code,
+                "name": c.name,
+                "severity": c.severity.value,
+                "default_enabled": c.default_enabled,
+                "phase": c.phase,
+                "fixable": c.fixable,
+                "summary": c.summary,
+                "url": c.url,
+            }
+            for c in CODES.values()
+        ]
+        click.echo(json.dumps(rows, indent=2))
+        return
+    name_w = max(len(c.name) for c in CODES.values())
     click.echo(
-        f"{'code':<7} {'name':<{name_w}} {'severity':<8} {'default':<7} {'phase':<10} summary"
+        f"{'code':<7} {'name':<{name_w}} {'severity':<8} {'default':<7} {'phase':<10} "
+        f"{'fix':<3} summary"
     )
-    for code, name, severity, on, phase, summary in rows:
-        click.echo(f"{code:<7} {name:<{name_w}} {severity:<8} {on:<7} {phase:<10} {summary}")
+    for c in CODES.values():
+        on = "on" if c.default_enabled else "off"
+        fix = "yes" if c.fixable else ""
+        click.echo(
+            f"{c.code:<7} {c.name:<{name_w}} {c.severity.value:<8} {on:<7} {c.phase:<10} "
+            f"{fix:<3} {c.summary}"
+        )
 
 
 @main.command()
 @click.argument("code")
 def rule(code: str) -> None:
-    """Show a rule's documentation: what it does, why, example, use instead."""
-    from prefixlint.rules import RULES_BY_CODE
-    from prefixlint.ruletable import phase_rules
+    """Show a code's documentation: what it does, why, example, use instead."""
+    from prefixlint.codes import CODES
 
-    key = code.strip().upper()
-    later = phase_rules()
-    match = next(
-        ((c, v) for c, v in later.items() if key == c or v[0] == code.strip().lower()), None
+    key = code.strip()
+    found = CODES.get(key.upper()) or next(
+        (c for c in CODES.values() if c.name == key.lower()), None
     )
-    if match is not None:
-        found_code, (name, severity, summary, doc, phase) = match
-        click.echo(f"# {name} ({found_code})\n")
-        click.echo(f"Phase: {phase}. Default severity: {severity}.\n\n{summary}.\n\n{doc}")
-        return
-    found = RULES_BY_CODE.get(key)
-    if found is None:
-        by_name = {r.name: r for r in RULES_BY_CODE.values()}
-        found = by_name.get(code.strip().lower())
     if found is None:
         raise click.UsageError(f"unknown rule: {code} (see `prefixlint rules`)")
     default = "on" if found.default_enabled else "off (enable with --select)"
     click.echo(f"# {found.name} ({found.code})\n")
-    click.echo(f"Default severity: {found.severity.value}. Default: {default}.\n")
+    click.echo(
+        f"Phase: {found.phase}. Default severity: {found.severity.value}. Default: {default}."
+        + (" Fixable with `--fix`." if found.fixable else "")
+        + "\n"
+    )
+    if found.phase != "static":
+        click.echo(f"{found.summary}.\n")
     click.echo(found.documentation())
 
 

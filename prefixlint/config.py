@@ -88,15 +88,30 @@ def find_pyproject(start: Path) -> Path | None:
     return None
 
 
+def _read_toml(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"cannot read {path}: {e}") from None
+
+
+def load_configs_table(start: Path | None = None) -> tuple[dict[str, str], str | None]:
+    """``[tool.prefixlint.configs]``: architecture -> config path, and the folder the paths
+    are relative to (the pyproject's)."""
+    path = find_pyproject(start or Path.cwd())
+    if path is None:
+        return {}, None
+    table = _read_toml(path).get("tool", {}).get("prefixlint", {}).get("configs", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [tool.prefixlint.configs] must be a table")
+    return {str(k): str(v) for k, v in table.items()}, str(path.parent)
+
+
 def load_config(explicit: Path | None = None, start: Path | None = None) -> Config:
     path = explicit or find_pyproject(start or Path.cwd())
     if path is None:
         return Config()
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise ConfigError(f"cannot read {path}: {e}") from None
-    table = data.get("tool", {}).get("prefixlint", {})
+    table = _read_toml(path).get("tool", {}).get("prefixlint", {})
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: [tool.prefixlint] must be a table")
     known = {"select", "ignore", "per-file-ignores", "exclude", "extend-prefix-layers", "configs"}

@@ -69,6 +69,8 @@ class Diagnostic:
     url: str | None = None
     # Extra, phase-specific facts (tp size, architecture, ...); kept out of equality.
     data: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # Why a fixable finding carries no fix (``--fix`` says so); not part of the JSON.
+    no_fix: str | None = field(default=None, compare=False, hash=False)
 
     def sort_key(self) -> tuple[str, int, int, str]:
         return (self.filename, self.location.row, self.location.column, self.code)

@@ -17,9 +17,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from prefixlint.codes import lookup
 from prefixlint.diagnostic import Diagnostic, Severity
 from prefixlint.diffbase import ChangedLines
-from prefixlint.reporters.ruledocs import lookup
 from prefixlint.reporters.text import _source_line
 
 DEFAULT_API_URL = "https://api.github.com"

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from prefixlint.index import find_installed_package
+from prefixlint.static.index import find_installed_package
 
 VLLM = find_installed_package("vllm")
 requires_vllm = pytest.mark.skipif(VLLM is None, reason="vLLM is not installed")

@@ -7,9 +7,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixlint.catalog import ModuleLoader, Resolver
-from prefixlint.engine import Linter
 from prefixlint.rules import ALL_RULES
+from prefixlint.static.engine import Linter
+from prefixlint.static.resolve import ModuleLoader, Resolver
 
 LINTER = Linter(ALL_RULES, Resolver(ModuleLoader()))
 

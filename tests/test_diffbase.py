@@ -248,7 +248,9 @@ def test_review_has_exactly_one_comment_at_the_new_line(repo: Path) -> None:
     assert (comment["line"], comment["side"]) == (BUG_LINE, "RIGHT")
     assert comment["body"].startswith("**PFX302** ")
     assert "`named_modules()` reports the attribute path" in comment["body"]  # the why
-    assert "```suggestion" not in comment["body"]  # no fix, no suggestion
+    # The finding's fix, as a GitHub suggestion of the whole line.
+    fixed_line = BUGGY_MODEL.splitlines()[BUG_LINE - 1].replace(".head", ".lm_head")
+    assert f"```suggestion\n{fixed_line}\n```" in comment["body"]
 
 
 def test_review_suggestion_for_a_single_line_fix(repo: Path) -> None:

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from prefixlint.catalog import ModuleLoader, Resolver
-from prefixlint.engine import Linter
-from prefixlint.fix import fix_file, fix_source, unified_diff
 from prefixlint.rules import RULES_BY_CODE
-from prefixlint.testing import lint_source
+from prefixlint.static.engine import Linter
+from prefixlint.static.fix import fix_file, fix_source, unified_diff
+from prefixlint.static.resolve import ModuleLoader, Resolver
+from prefixlint.static.testing import lint_source
 from tests.conftest import requires_vllm
 
 PREFIX_RULES = [RULES_BY_CODE["PFX301"], RULES_BY_CODE["PFX302"]]
@@ -75,7 +75,7 @@ def llama(vllm_copy):
     text = clean.read_text()
     result = fixed(clean)
     assert [(a.code, a.description) for a in result.applied] == [
-        ("PFX301", 'added `prefix=maybe_prefix(prefix, "embed_tokens")`')
+        ("PFX301", 'Add `prefix=maybe_prefix(prefix, "embed_tokens")`')
     ]
     assert result.skipped == []
     fixed_embed = LLAMA_EMBED.replace(

@@ -13,13 +13,12 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from prefixlint.codes import CODES, url_for
 from prefixlint.diagnostic import Diagnostic, Edit, Fix, Position, Severity
 from prefixlint.reporters import REPORTERS
 from prefixlint.reporters.github import annotation, escape_data, escape_property
 from prefixlint.reporters.rdjson import to_rdjson
-from prefixlint.reporters.ruledocs import DOCS_URL, catalog
 from prefixlint.reporters.sarif import to_sarif
-from prefixlint.ruletable import RULE_TABLE, phase_rules
 from tests.conftest import VLLM, requires_vllm
 from tests.test_cli import run
 
@@ -59,7 +58,7 @@ def diag(
         location=Position(row, col),
         end_location=Position(end_row, end_col),
         fix=fix,
-        url=DOCS_URL.format(code=code.lower()),
+        url=url_for(code),
     )
 
 
@@ -86,13 +85,11 @@ def test_sarif_of_real_run_validates_against_official_schema(vllm_sample) -> Non
     run = sarif["runs"][0]
     rules = run["tool"]["driver"]["rules"]
     # Every rule, static and introspect, with help text and its default level.
-    later = phase_rules()
-    assert [r["id"] for r in rules] == list(RULE_TABLE) + list(later)
+    assert [r["id"] for r in rules] == list(CODES)
     for r in rules:
-        assert r["help"]["text"] and r["helpUri"].startswith("https://")
-        table = RULE_TABLE.get(r["id"]) or later[r["id"]]
-        assert r["defaultConfiguration"]["level"] == table[1]
-    assert "## Why is this bad?" in rules[list(RULE_TABLE).index("PFX302")]["help"]["markdown"]
+        assert r["help"]["text"] and r["helpUri"] == CODES[r["id"]].url
+        assert r["defaultConfiguration"]["level"] == CODES[r["id"]].severity.value
+    assert "## Why is this bad?" in rules[list(CODES).index("PFX302")]["help"]["markdown"]
     assert len(run["results"]) == len(plain) > 5
     for result, finding in zip(run["results"], plain, strict=True):
         assert result["ruleId"] == finding["code"]
@@ -203,7 +200,7 @@ def test_rdjson_validates_and_carries_suggestions(tmp_path: Path) -> None:
     first, second = data["diagnostics"]
     assert data["source"]["name"] == "prefixlint"
     assert first["severity"] == "ERROR" and second["severity"] == "WARNING"
-    assert first["code"] == {"value": "PFX302", "url": DOCS_URL.format(code="pfx302")}
+    assert first["code"] == {"value": "PFX302", "url": url_for("PFX302")}
     # Columns count UTF-8 bytes: `é` before column 14 takes two.
     assert first["location"]["range"]["start"] == {"line": 3, "column": 15}
     assert first["suggestions"] == [
@@ -263,15 +260,12 @@ def test_zoo_findings_in_machine_formats(monkeypatch, tmp_path: Path) -> None:
     assert json.loads(out)["summary"]["findings"] == 1  # the summary stays in json/text
 
 
-def test_catalog_matches_rule_classes() -> None:
+def test_codes_table_matches_rule_classes() -> None:
     from prefixlint.rules import RULES_BY_CODE
-    from prefixlint.rules.base import DOCS_URL as RULES_DOCS_URL
 
-    assert DOCS_URL == RULES_DOCS_URL
-    docs = catalog()
     for code, rule in RULES_BY_CODE.items():
-        assert docs[code].markdown == rule.documentation()
-        assert docs[code].explanation and "\n" not in docs[code].explanation
+        assert CODES[code].documentation() == rule.documentation()
+        assert CODES[code].explanation and "\n" not in CODES[code].explanation
 
 
 def test_example_workflow_is_a_valid_github_workflow() -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from prefixlint.fix import fix_source
+from prefixlint.static.fix import fix_source
 from tests.conftest import VLLM
 
 CHECKOUT = Path(__file__).resolve().parents[1]

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from prefixlint.catalog import ModuleLoader, Resolver
-from prefixlint.engine import Linter
-from prefixlint.index import package_root_for
 from prefixlint.rules import ALL_RULES
+from prefixlint.static.engine import Linter
+from prefixlint.static.index import package_root_for
+from prefixlint.static.resolve import ModuleLoader, Resolver
 from tests.conftest import requires_vllm
 
 pytestmark = requires_vllm

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prefixlint.codes import url_for
 from prefixlint.diagnostic import Diagnostic, Position, Severity
-from prefixlint.index import find_installed_package
 from prefixlint.introspect.worker import Worker, WorkerDied, WorkerTimeout
+from prefixlint.static.index import find_installed_package
 
 DEFAULT_TP = (1, 2, 4, 8)
 DEFAULT_PP = (2,)
@@ -83,7 +84,7 @@ def to_diagnostics(result: dict[str, Any]) -> list[Diagnostic]:
                 location=pos,
                 end_location=pos,
                 phase="introspect",
-                url=f"https://github.com/prefixlint/prefixlint/blob/main/docs/rules.md#{f['code'].lower()}",
+                url=url_for(f["code"]),
                 data={"architecture": result.get("arch"), "layouts": f.get("layouts", [])},
             )
         )

@@ -81,7 +81,7 @@ def _registry() -> Any:
 def _import_file(path: Path) -> Any:
     """A file inside a package is imported as its package module (relative imports work);
     a loose file as itself."""
-    from prefixlint.index import module_name_for, package_root_for
+    from prefixlint.static.index import module_name_for, package_root_for
 
     module_name, _ = module_name_for(path)
     root = package_root_for(path)

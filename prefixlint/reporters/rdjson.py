@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any, TextIO
 
+from prefixlint.codes import PROJECT_URL, lookup
 from prefixlint.diagnostic import Diagnostic, Position
-from prefixlint.reporters.ruledocs import PROJECT_URL, lookup
 from prefixlint.reporters.text import _source_line
 
 

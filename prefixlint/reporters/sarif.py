@@ -15,8 +15,8 @@ from typing import Any, TextIO
 from urllib.parse import quote
 
 from prefixlint import __version__
+from prefixlint.codes import CODES, PROJECT_URL, Code
 from prefixlint.diagnostic import Diagnostic, Fix, Severity
-from prefixlint.reporters.ruledocs import PROJECT_URL, RuleDoc, catalog
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 SRCROOT = "%SRCROOT%"
@@ -26,8 +26,8 @@ def _level(severity: str | Severity) -> str:
     return Severity(severity).sarif_level
 
 
-def _rule(doc: RuleDoc) -> dict[str, Any]:
-    markdown = doc.markdown or doc.summary
+def _rule(doc: Code) -> dict[str, Any]:
+    markdown = doc.documentation() or doc.summary
     return {
         "id": doc.code,
         "name": doc.name,
@@ -35,7 +35,10 @@ def _rule(doc: RuleDoc) -> dict[str, Any]:
         "fullDescription": {"text": doc.explanation},
         "help": {"text": markdown, "markdown": markdown},
         "helpUri": doc.url,
-        "defaultConfiguration": {"level": _level(doc.severity), "enabled": doc.enabled},
+        "defaultConfiguration": {
+            "level": _level(doc.severity),
+            "enabled": doc.default_enabled,
+        },
         "properties": {"phase": doc.phase, "tags": [doc.phase]},
     }
 
@@ -91,12 +94,10 @@ def _fix(fix: Fix, location: dict[str, Any]) -> dict[str, Any]:
 
 def to_sarif(diagnostics: list[Diagnostic], root: Path | None = None) -> dict[str, Any]:
     root = Path(os.path.abspath(root or Path.cwd()))
-    docs = dict(catalog())
+    docs = dict(CODES)
     for d in diagnostics:  # a code outside the catalog (PFX000, an internal error) too
         if d.code not in docs:
-            docs[d.code] = RuleDoc(
-                d.code, d.code.lower(), d.severity.value, True, d.phase, d.message, ""
-            )
+            docs[d.code] = Code(d.code, d.code.lower(), d.severity, d.phase, d.message)
     index = {code: i for i, code in enumerate(docs)}
     results = []
     for d in diagnostics:

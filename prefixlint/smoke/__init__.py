@@ -31,31 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prefixlint.codes import SMOKE, codes_of, url_for
 from prefixlint.diagnostic import Diagnostic, Position, Severity
 
 # code -> (name, summary)
-CHECKS: dict[str, tuple[str, str]] = {
-    "PFX801": (
-        "greedy-mismatch",
-        "vLLM's greedy tokens differ from the transformers reference on the same weights",
-    ),
-    "PFX802": (
-        "batch-dependence",
-        "A request's greedy tokens change when other requests share its batch",
-    ),
-    "PFX803": (
-        "chunked-prefill-mismatch",
-        "A prompt prefilled in chunks decodes differently from one prefilled at once",
-    ),
-    "PFX804": (
-        "prefix-cache-mismatch",
-        "A prompt decodes differently when its prefix comes from the prefix cache",
-    ),
-    "PFX805": ("tp-mismatch", "Tensor parallel 2 decodes differently from tensor parallel 1"),
-    "PFX806": ("compile-mismatch", "The compiled model decodes differently from eager mode"),
-}
+# code -> (name, summary), from the one codes table.
+CHECKS: dict[str, tuple[str, str]] = {c: (e.name, e.summary) for c, e in codes_of(SMOKE).items()}
 DEFAULT_TIMEOUT = 900.0
-URL = "https://github.com/prefixlint/prefixlint/blob/main/docs/rules.md#{}"
 
 _WHAT = {
     "PFX801": "vLLM's greedy tokens differ from transformers' `generate` on the same weights",
@@ -160,7 +142,7 @@ def _diagnostic(code: str, finding: dict[str, Any], file: str, line: int, arch: 
         location=pos,
         end_location=pos,
         phase="smoke",
-        url=URL.format(code.lower()),
+        url=url_for(code),
         data={"architecture": arch, **finding},
     )
 

@@ -279,7 +279,7 @@ def resolve(job: dict[str, Any]) -> dict[str, Any]:
 def plugin_models(resolved: dict[str, Any]) -> list[dict[str, Any]]:
     import inspect
 
-    from prefixlint.index import package_root_for
+    from prefixlint.static.index import package_root_for
 
     if not resolved["registered"]:
         return []

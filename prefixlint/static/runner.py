@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prefixlint.cache import ResultCache, content_hash, stat_key
 from prefixlint.config import Config
 from prefixlint.diagnostic import Diagnostic, Position, Severity
-from prefixlint.index import find_installed_package, package_root_for
+from prefixlint.static.cache import ResultCache, content_hash, stat_key
+from prefixlint.static.index import find_installed_package, package_root_for
 
 INTERNAL_ERROR = "PFX000"
 _REGISTRY_ENTRY = re.compile(r"\"(\w+)\"\s*:\s*\(\s*\"[\w.]+\"\s*,\s*\"(\w+)\"\s*\)")
@@ -51,10 +51,10 @@ _WORKER: Any = None
 def _make_linter(
     codes: list[str], layers: list[str], package_dirs: list[str], cache_dir: str | None = None
 ) -> Any:
-    from prefixlint.cache import SummaryCache
-    from prefixlint.catalog import ModuleLoader, Resolver
-    from prefixlint.engine import Linter
     from prefixlint.rules import RULES_BY_CODE
+    from prefixlint.static.cache import SummaryCache
+    from prefixlint.static.engine import Linter
+    from prefixlint.static.resolve import ModuleLoader, Resolver
 
     summaries = SummaryCache(Path(cache_dir)) if cache_dir else None
     loader = ModuleLoader(roots=[Path(p) for p in package_dirs], summary_cache=summaries)
@@ -251,7 +251,7 @@ def _lint_parallel(
             outcomes.extend(part)
             new_summaries.update(summaries)
     if cache_dir is not None and new_summaries:
-        from prefixlint.cache import SummaryCache
+        from prefixlint.static.cache import SummaryCache
 
         store = SummaryCache(Path(cache_dir))
         store.merge(new_summaries)

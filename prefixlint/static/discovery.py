@@ -46,7 +46,7 @@ def discover(paths: Iterable[Path], config: Config) -> list[Path]:
 
 def installed_vllm_model_dirs() -> list[Path]:
     """The installed vLLM's model folders, found on disk without importing vLLM."""
-    from prefixlint.index import find_installed_package
+    from prefixlint.static.index import find_installed_package
 
     vllm = find_installed_package("vllm")
     if vllm is None:

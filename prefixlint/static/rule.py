@@ -9,17 +9,18 @@ analyses (prefix sites, class facts) are computed once per file, on first use.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
 import libcst as cst
 
-from prefixlint.catalog import Resolver, Symbol
+from prefixlint.codes import CODES
 from prefixlint.diagnostic import Severity
-from prefixlint.index import ClassSummary, FunctionSig, ModuleSummary
-from prefixlint.rules.prefixes import Hooks, PrefixAnalysis, Site, dotted_name
-
-DOCS_URL = "https://github.com/prefixlint/prefixlint/blob/main/docs/rules.md#{code}"
+from prefixlint.static.index import ClassSummary, FunctionSig, ModuleSummary
+from prefixlint.static.prefix_fixes import NoFix, PlannedFix
+from prefixlint.static.prefix_sites import Hooks, PrefixAnalysis, Site, dotted_name
+from prefixlint.static.resolve import Resolver, Symbol
 
 # Class names that vLLM's registry (or a plugin) maps an architecture to look like this.
 ARCHITECTURE_NAME = re.compile(
@@ -29,13 +30,49 @@ ARCHITECTURE_NAME = re.compile(
 )
 
 
+# The imports every rule example starts with, so that examples read as model files do.
+EXAMPLE_HEADER = """
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from vllm.config import VllmConfig
+from vllm.distributed import get_pp_group, get_tp_group, tensor_model_parallel_all_reduce
+from vllm.model_executor.layers.attention import Attention
+from vllm.model_executor.layers.linear import QKVParallelLinear, RowParallelLinear
+from vllm.model_executor.layers.vocab_parallel_embedding import (
+    ParallelLMHead,
+    VocabParallelEmbedding,
+)
+from vllm.model_executor.models.interfaces import SupportsMultiModal, SupportsPP
+from vllm.model_executor.models.llama import LlamaForCausalLM, LlamaModel
+from vllm.model_executor.models.utils import PPMissingLayer, make_layers, maybe_prefix
+from vllm.multimodal import MULTIMODAL_REGISTRY
+"""
+
+
+def example(body: str) -> str:
+    """A VALID or INVALID example: the shared imports, then ``body``."""
+    return EXAMPLE_HEADER + body
+
+
 @dataclass(frozen=True)
 class Invalid:
-    """An INVALID example: the code, and optionally the expected line and message fragment."""
+    """An INVALID example: the code, and optionally the expected line (counted in the
+    example's body), a fragment of the message, and the code after the fix (Fixit's
+    ``expected_replacement``, as a body too)."""
 
     code: str
     line: int | None = None
     contains: str | None = None
+    fixed: str | None = None
+
+    @property
+    def header_lines(self) -> int:
+        return EXAMPLE_HEADER.count("\n") if self.code.startswith(EXAMPLE_HEADER) else 0
+
+    def file_line(self) -> int | None:
+        return None if self.line is None else self.line + self.header_lines
 
 
 @dataclass(frozen=True)
@@ -55,7 +92,8 @@ class Report:
     severity: Severity
     item: object  # the source.Item the node belongs to
     anchors: tuple[cst.CSTNode, ...]  # enclosing function/statement nodes, outermost first
-    replacement: cst.CSTNode | None = None  # a fix: the node that replaces ``node``
+    fix: PlannedFix | None = None  # what replaces which node (``node`` itself or inside it)
+    no_fix: str | None = None  # why a fixable rule has no fix for this finding
 
 
 class FileContext:
@@ -99,6 +137,11 @@ class FileContext:
             if sig is not None:
                 return sig if sig.param("prefix") is not None else None
         return None
+
+    @property
+    def uses_maybe_prefix(self) -> bool:
+        """The file binds ``maybe_prefix`` (imports or defines it): fixes use its style."""
+        return "maybe_prefix" in self.summary.imports or "maybe_prefix" in self.summary.functions
 
     # Set by the linter before the walk; rules read sites from it in ``leave_Module``.
     prefixes: PrefixAnalysis
@@ -167,13 +210,21 @@ class LintRule:
     """
 
     code: ClassVar[str]
+    # Filled from ``prefixlint.codes`` by the code: the table is the one source.
     name: ClassVar[str]
-    severity: ClassVar[Severity] = Severity.ERROR
+    severity: ClassVar[Severity]
     summary: ClassVar[str]
-    # Rules that fire on correct code too often are off unless selected (see docs/precision.md).
-    default_enabled: ClassVar[bool] = True
+    default_enabled: ClassVar[bool]
     VALID: ClassVar[list[str]] = []
     INVALID: ClassVar[list[Invalid]] = []
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        entry = CODES[cls.code]
+        cls.name = entry.name
+        cls.severity = entry.severity
+        cls.summary = entry.summary
+        cls.default_enabled = entry.default_enabled
 
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
@@ -186,13 +237,33 @@ class LintRule:
         *,
         severity: Severity | None = None,
         replacement: cst.CSTNode | None = None,
+        fix: Callable[[], PlannedFix] | None = None,
         site: Site | Where | None = None,
     ) -> None:
+        """Report ``node``. A fix is ``replacement`` (replaces ``node``, as in Fixit) or
+        ``fix``, a planner that returns what replaces which node, or raises ``NoFix`` with
+        the reason the finding then carries."""
         walk = self.ctx.prefixes
         item = site.item if site is not None else walk.item
         anchors = site.anchors if site is not None else tuple(walk.anchors)
+        planned = PlannedFix(node, replacement, "Replace") if replacement is not None else None
+        no_fix = None
+        if fix is not None:
+            try:
+                planned = fix()
+            except NoFix as e:
+                no_fix = str(e)
         self.reports.append(
-            Report(type(self), node, message, severity or self.severity, item, anchors, replacement)
+            Report(
+                type(self),
+                node,
+                message,
+                severity or self.severity,
+                item,
+                anchors,
+                planned,
+                no_fix,
+            )
         )
 
     def here(self, *extra: cst.CSTNode) -> Where:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from prefixlint.index import ModuleSummary, summarize
+from prefixlint.static.index import ModuleSummary, summarize
 
 # Methods a rule always needs in full, whatever they contain.
 # Other methods keep their signature, and their body only when a trigger word is in it.
@@ -156,10 +156,6 @@ class ParsedFile:
     summary: ModuleSummary
     items: list[Item]
 
-    @property
-    def parsed_lines(self) -> int:
-        return sum(i.module.code.count("\n") for i in self.items)
-
 
 def _start(node: ast.stmt) -> int:
     decorators = getattr(node, "decorator_list", None) or []
@@ -283,38 +279,24 @@ def node_is_def_container(node: ast.stmt) -> bool:
 
 
 def parse_file(
-    data: bytes,
+    data: bytes | str,
     path: str,
     module: str | None,
     is_package: bool,
     extra_triggers_for: object = None,
-    full: bool = False,
 ) -> ParsedFile:
-    """Decode, index and sketch one file. Raises SourceError for unusable input.
+    """Decode (unless ``data`` is text already), index and sketch one file. Raises
+    SourceError for unusable input.
 
     ``extra_triggers_for`` is a callable taking the module summary and returning the local
     names that denote prefix-taking callables (so methods calling them are kept).
-    ``full`` parses every top-level statement in full (fixes rewrite the file).
     """
-    text = decode(data)
+    text = data if isinstance(data, str) else decode(data)
     tree = parse_ast(text)
     summary = summarize(tree, path, module, is_package)
     lines = split_lines(text)
-    if full:
-        specs = [
-            (
-                "\n".join(lines[_start(n) - 1 : n.end_lineno]) + "\n",
-                LineMap([1], [_start(n)]),
-                _start(n),
-                n.end_lineno or n.lineno,
-                getattr(n, "name", ""),
-            )
-            for n in tree.body
-            if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.If, ast.Try))
-        ]
-    else:
-        extra = extra_triggers_for(summary, text) if callable(extra_triggers_for) else ()
-        specs = sketch_items(tree, lines, extra)
+    extra = extra_triggers_for(summary, text) if callable(extra_triggers_for) else ()
+    specs = sketch_items(tree, lines, extra)
     items: list[Item] = []
     for sketch_text, line_map, first, last, name in specs:
         try:

@@ -10,14 +10,15 @@ PFX301-PFX304 are thin rules over these sites.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import libcst as cst
 
-from prefixlint.catalog import LAYER_FACTORIES
-from prefixlint.index import KEYWORD_ONLY, FunctionSig, Param
-from prefixlint.rules.walk import children
+from prefixlint.static.index import KEYWORD_ONLY, FunctionSig, Param
+from prefixlint.static.resolve import LAYER_FACTORIES
+from prefixlint.static.walk import children
 
 # -- symbolic prefix values -------------------------------------------------------------
 
@@ -706,3 +707,14 @@ def _target_names(target: cst.CSTNode) -> Iterator[str]:
             yield from _target_names(el.value)
     elif isinstance(target, cst.StarredElement):
         yield from _target_names(target.value)
+
+
+MODULE_FACTORY = re.compile(r"(^|_)(init|build|make|create|get)_|model|layer|Model|Layer")
+
+
+def builds_module(site: Site) -> bool:
+    """Classes build modules; functions only when their name says they build one."""
+    short = site.callee.rsplit(".", 1)[-1]
+    if short[:1].isupper():
+        return True
+    return bool(MODULE_FACTORY.search(short)) and not short.startswith(("is_", "resolve_"))

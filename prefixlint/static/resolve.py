@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from prefixlint.cache import SummaryCache
-from prefixlint.index import (
+from prefixlint.static.cache import SummaryCache
+from prefixlint.static.index import (
     KEYWORD_ONLY,
     ClassSummary,
     FunctionSig,

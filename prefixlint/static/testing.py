@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 
-from prefixlint.catalog import ModuleLoader, Resolver
 from prefixlint.diagnostic import Diagnostic
-from prefixlint.engine import Linter
-from prefixlint.rules.base import LintRule
+from prefixlint.static.engine import Linter
+from prefixlint.static.resolve import ModuleLoader, Resolver
+from prefixlint.static.rule import LintRule
 
 
 @lru_cache(maxsize=1)

@@ -1,9 +1,8 @@
-"""PFX001: the file cannot be read, decoded or parsed."""
+"""PFX001 syntax-error."""
 
 from __future__ import annotations
 
-from prefixlint.diagnostic import Severity
-from prefixlint.rules.base import Invalid, LintRule
+from prefixlint.static.rule import Invalid, LintRule
 
 
 class SyntaxErrorRule(LintRule):
@@ -31,9 +30,6 @@ class SyntaxErrorRule(LintRule):
     """
 
     code = "PFX001"
-    name = "syntax-error"
-    severity = Severity.ERROR
-    summary = "The file cannot be read, decoded or parsed"
 
     VALID = ["x = 1\n", "", "# -*- coding: latin-1 -*-\nname = 'caf\xe9'\n"]
     INVALID = [
@@ -41,4 +37,3 @@ class SyntaxErrorRule(LintRule):
         Invalid("def f():\n    return (\n", line=2),
         Invalid("x = 1\n\x00\n", contains="null"),
     ]
-    # The engine itself emits this code; the class carries its documentation and examples.

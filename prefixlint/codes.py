@@ -1,0 +1,444 @@
+"""The one table of every code prefixlint reports, in every phase.
+
+Each code has its name, default severity, phase, one-line summary, whether ``--fix`` can
+repair it, whether it is on by default, and the source of its documentation: a static
+rule's docstring (``rule:module:Class``, imported only when the documentation is asked
+for), or the text itself for the phase-2 and phase-3 codes. The rule classes, the CLI
+(``rules``, ``rule``), every reporter (SARIF's rule catalog, URLs) and the generated
+``docs/rules.md`` read this table; it imports nothing but the ``Diagnostic`` types, so a
+warm run or a reporter never pays for libcst, torch or vLLM.
+
+Codes are a public contract: never renumber, only deprecate.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from dataclasses import dataclass
+
+from prefixlint.diagnostic import Severity
+
+STATIC = "static"
+INTROSPECT = "introspect"
+SMOKE = "smoke"
+PHASES = (STATIC, INTROSPECT, SMOKE)
+
+PROJECT_URL = "https://github.com/prefixlint/prefixlint"
+DOCS_URL = f"{PROJECT_URL}/blob/main/docs/rules.md"
+
+
+@dataclass(frozen=True)
+class Code:
+    code: str
+    name: str
+    severity: Severity
+    phase: str
+    summary: str
+    fixable: bool = False
+    doc: str = ""  # "rule:module:Class" for a static rule, else the documentation itself
+    default_enabled: bool = True
+
+    @property
+    def anchor(self) -> str:
+        """The GitHub anchor of this code's heading in docs/rules.md."""
+        return github_anchor(f"{self.code} {self.name}")
+
+    @property
+    def url(self) -> str:
+        return f"{DOCS_URL}#{self.anchor}"
+
+    @property
+    def explanation(self) -> str:
+        """The short explanation: the "Why is this bad?" paragraph, else the documentation
+        of a later phase, else the summary."""
+        text = self.documentation()
+        found = re.search(r"## Why is this bad\?\s*\n(.*?)(?:\n\s*\n|\n##|\Z)", text, re.S)
+        if found:
+            return " ".join(found.group(1).split())
+        if self.phase != STATIC and text:
+            return " ".join(text.split())
+        return self.summary.rstrip(".") + "."
+
+    def documentation(self) -> str:
+        if not self.doc.startswith("rule:"):
+            return self.doc
+        module, _, cls = self.doc.removeprefix("rule:").partition(":")
+        rule = getattr(importlib.import_module(module), cls)
+        return inspect.cleandoc(rule.__doc__ or "")
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading: lower case, punctuation dropped,
+    spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+CODES: dict[str, Code] = {
+    c.code: c
+    for c in (
+        Code(
+            "PFX001",
+            "syntax-error",
+            Severity.ERROR,
+            STATIC,
+            "The file cannot be read, decoded or parsed",
+            fixable=False,
+            doc="rule:prefixlint.rules.pfx001_syntax_error:SyntaxErrorRule",
+        ),
+        Code(
+            "PFX101",
+            "init-signature",
+            Severity.ERROR,
+            STATIC,
+            "A model class's `__init__` does not take `vllm_config` and `prefix` as vLLM calls it",
+            fixable=False,
+            doc="rule:prefixlint.rules.pfx101_init_signature:InitSignature",
+        ),
+        Code(
+            "PFX102",
+            "prefix-unused",
+            Severity.WARNING,
+            STATIC,
+            "`prefix` is taken but never used, while prefix-taking layers are built",
+            fixable=False,
+            doc="rule:prefixlint.rules.pfx102_prefix_unused:PrefixUnused",
+        ),
+        Code(
+            "PFX201",
+            "forward-signature",
+            Severity.ERROR,
+            STATIC,
+            "An architecture's `forward` does not have vLLM's signature",
+            fixable=False,
+            doc="rule:prefixlint.rules.pfx201_forward_signature:ForwardSignature",
+        ),
+        Code(
+            "PFX202",
+            "hf-forward-leftover",
+            Severity.ERROR,
+            STATIC,
+            "A model class's `forward` takes a Hugging Face-only parameter",
+            fixable=False,
+            doc="rule:prefixlint.rules.pfx202_hf_forward_leftover:HFForwardLeftover",
+        ),
+        Code(
+            "PFX203",
+            "missing-embed-input-ids",
+            Severity.WARNING,
+            STATIC,
+            "An architecture class has no `embed_input_ids`",
+            fixable=False,
+            doc="rule:prefixlint.rules.pfx203_missing_embed_input_ids:MissingEmbedInputIds",
+        ),
+        Code(
+            "PFX301",
+            "missing-prefix",
+            Severity.WARNING,
+            STATIC,
+            "A prefix-taking layer is constructed without `prefix`",
+            fixable=True,
+            doc="rule:prefixlint.rules.pfx301_missing_prefix:MissingPrefix",
+        ),
+        Code(
+            "PFX302",
+            "prefix-attribute-mismatch",
+            Severity.ERROR,
+            STATIC,
+            "The prefix names another attribute than the one the module is stored at",
+            fixable=True,
+            doc="rule:prefixlint.rules.pfx302_prefix_attribute_mismatch:PrefixAttributeMismatch",
+        ),
+        Code(
+            "PFX303",
+            "prefix-not-derived",
+            Severity.ERROR,
+            STATIC,
+            "A prefix is a literal instead of being built from the enclosing `prefix`",
+            fixable=False,
+            doc="rule:prefixlint.rules.pfx303_prefix_not_derived:PrefixNotDerived",
+        ),
+        Code(
+            "PFX304",
+            "loop-prefix-without-index",
+            Severity.ERROR,
+            STATIC,
+            "A module built in a loop has a prefix without the loop index",
+            fixable=False,
+            doc="rule:prefixlint.rules.pfx304_loop_prefix_without_index:LoopPrefixWithoutIndex",
+        ),
+        Code(
+            "PFX401",
+            "direct-collective",
+            Severity.WARNING,
+            STATIC,
+            "Model code calls a collective itself instead of leaving it to parallel layers",
+            fixable=False,
+            doc="rule:prefixlint.rules.pfx401_direct_collective:DirectCollective",
+        ),
+        Code(
+            "PFX402",
+            "non-parallel-layer",
+            Severity.WARNING,
+            STATIC,
+            "A decoder projection, embedding or head is a plain `nn.Linear`/`nn.Embedding`",
+            fixable=False,
+            doc="rule:prefixlint.rules.pfx402_non_parallel_layer:NonParallelLayer",
+        ),
+        Code(
+            "PFX403",
+            "own-attention",
+            Severity.WARNING,
+            STATIC,
+            "A decoder computes attention itself instead of using vLLM's `Attention`",
+            fixable=False,
+            doc="rule:prefixlint.rules.pfx403_own_attention:OwnAttention",
+        ),
+        Code(
+            "PFX404",
+            "generation-leftover",
+            Severity.WARNING,
+            STATIC,
+            "A model class generates, samples or handles a KV cache itself",
+            fixable=False,
+            doc="rule:prefixlint.rules.pfx404_generation_leftover:GenerationLeftover",
+        ),
+        Code(
+            "PFX501",
+            "pp-interface-incomplete",
+            Severity.ERROR,
+            STATIC,
+            "A `SupportsPP` class lacks `make_empty_intermediate_tensors` or the PP forward",
+            fixable=False,
+            doc="rule:prefixlint.rules.pfx501_pp_interface_incomplete:PPInterfaceIncomplete",
+        ),
+        Code(
+            "PFX502",
+            "pp-undeclared",
+            Severity.WARNING,
+            STATIC,
+            "An architecture built on pipeline-stage logic does not declare `SupportsPP`",
+            fixable=False,
+            doc="rule:prefixlint.rules.pfx502_pp_undeclared:PPUndeclared",
+        ),
+        Code(
+            "PFX503",
+            "multimodal-interface-incomplete",
+            Severity.ERROR,
+            STATIC,
+            "A `SupportsMultiModal` class lacks `embed_multimodal` or a registered processor",
+            fixable=False,
+            doc=(
+                "rule:prefixlint.rules.pfx503_multimodal_interface_incomplete:MultiModa"
+                "lInterfaceInco"
+                "mplete"
+            ),
+        ),
+        Code(
+            "PFX504",
+            "plugin-registration",
+            Severity.WARNING,
+            STATIC,
+            "A plugin registers a model without the registry guard, or names a missing class",
+            fixable=False,
+            doc="rule:prefixlint.rules.pfx504_plugin_registration:PluginRegistration",
+        ),
+        Code(
+            "PFX600",
+            "not-verified",
+            Severity.NOTE,
+            INTROSPECT,
+            "Phase 2 could not build or check the target; nothing was verified",
+            doc=(
+                "A note, never a finding against the model: the build failed for a "
+                "reason outside the"
+                " model under check (config synthesis, a missing package or kernel, a "
+                "CUDA-only path,"
+                " no torch/vLLM in this environment). The message says why and what "
+                "would fix it (for"
+                " example `--config path/to/config.json`). It does not fail the run "
+                "unless `--strict`"
+                " is given."
+            ),
+        ),
+        Code(
+            "PFX601",
+            "prefix-path-mismatch",
+            Severity.ERROR,
+            INTROSPECT,
+            "A built module's prefix differs from its path in `named_modules()`",
+            doc=(
+                "The prefix a module received at construction is compared with where it ends up in "
+                "the built model. A difference means quantization, LoRA and the KV cache look the "
+                "layer up under a name the checkpoint does not use. A container built without "
+                "`prefix` is reported once, at its own construction, not at each layer inside it. "
+                "Modules that hand their own name to a wrapped child on purpose (vLLM's"
+                " MLA and MTP "
+                "wrappers) are accepted. Reported at the line of the model that built the module."
+            ),
+        ),
+        Code(
+            "PFX602",
+            "duplicate-layer-name",
+            Severity.ERROR,
+            INTROSPECT,
+            "Two layers are registered under one name",
+            doc=(
+                "vLLM's own 'Duplicate layer name' error, or two leaf layers (linear, attention, "
+                "embedding) given the same prefix: they would share one quantization "
+                "lookup and one "
+                "KV-cache slot. Usually a literal prefix, or a loop whose prefix lacks the index."
+            ),
+        ),
+        Code(
+            "PFX603",
+            "heads-not-divisible",
+            Severity.WARNING,
+            INTROSPECT,
+            "Query or KV heads do not divide for a tensor-parallel size of the grid",
+            doc=(
+                "For each TP size of the grid, the query heads must divide by it and the KV heads "
+                "must divide by it or it by them. The message names the TP sizes that work."
+            ),
+        ),
+        Code(
+            "PFX604",
+            "construction-failed",
+            Severity.ERROR,
+            INTROSPECT,
+            "The class raised, hung or crashed while being built for a layout",
+            doc=(
+                "Reported at the innermost frame in the model's own file. A hang or a crash of the "
+                "worker process is reported too, never a dead run."
+            ),
+        ),
+        Code(
+            "PFX605",
+            "pp-stage-placement",
+            Severity.ERROR,
+            INTROSPECT,
+            "A pipeline stage builds layers it does not own, or misses the head it needs",
+            doc=(
+                "At pp > 1, layers outside the stage's range must be `PPMissingLayer` (as "
+                "`make_layers` builds them), and the last stage must hold the LM head."
+            ),
+        ),
+        Code(
+            "PFX606",
+            "interface-inconsistent",
+            Severity.ERROR,
+            INTROSPECT,
+            "A declared capability does not hold in the built model",
+            doc=(
+                "`SupportsPP` without a working `make_empty_intermediate_tensors`; a "
+                "`packed_modules_mapping` none of whose names was built."
+            ),
+        ),
+        Code(
+            "PFX801",
+            "greedy-mismatch",
+            Severity.ERROR,
+            SMOKE,
+            "vLLM's greedy tokens differ from the transformers reference on the same weights",
+            doc=(
+                "A smoke run compares greedy tokens on a tiny random-weight checkpoint:"
+                " vLLM's greedy"
+                " tokens differ from transformers' `generate` on the same weights. A divergence in "
+                "the first tokens is a bug in the model's use of the engine; the finding gives the "
+                "first divergent position and both tokens."
+            ),
+        ),
+        Code(
+            "PFX802",
+            "batch-dependence",
+            Severity.ERROR,
+            SMOKE,
+            "A request's greedy tokens change when other requests share its batch",
+            doc=(
+                "A smoke run compares greedy tokens on a tiny random-weight checkpoint:"
+                " the request's"
+                " greedy tokens change when 30 other requests share its batch. A divergence in the "
+                "first tokens is a bug in the model's use of the engine; the finding "
+                "gives the first "
+                "divergent position and both tokens."
+            ),
+        ),
+        Code(
+            "PFX803",
+            "chunked-prefill-mismatch",
+            Severity.ERROR,
+            SMOKE,
+            "A prompt prefilled in chunks decodes differently from one prefilled at once",
+            doc=(
+                "A smoke run compares greedy tokens on a tiny random-weight checkpoint:"
+                " the prompt's "
+                "greedy tokens change when its prefill is split into chunks "
+                "(max_num_batched_tokens=32). A divergence in the first tokens is a bug in the "
+                "model's use of the engine; the finding gives the first divergent "
+                "position and both "
+                "tokens."
+            ),
+        ),
+        Code(
+            "PFX804",
+            "prefix-cache-mismatch",
+            Severity.ERROR,
+            SMOKE,
+            "A prompt decodes differently when its prefix comes from the prefix cache",
+            doc=(
+                "A smoke run compares greedy tokens on a tiny random-weight checkpoint:"
+                " the prompt's "
+                "greedy tokens change when its prefix is served from the prefix cache. "
+                "A divergence "
+                "in the first tokens is a bug in the model's use of the engine; the "
+                "finding gives the"
+                " first divergent position and both tokens."
+            ),
+        ),
+        Code(
+            "PFX805",
+            "tp-mismatch",
+            Severity.ERROR,
+            SMOKE,
+            "Tensor parallel 2 decodes differently from tensor parallel 1",
+            doc=(
+                "A smoke run compares greedy tokens on a tiny random-weight checkpoint:"
+                " greedy tokens"
+                " at tensor parallel 2 differ from tensor parallel 1. A divergence in the first "
+                "tokens is a bug in the model's use of the engine; the finding gives the first "
+                "divergent position and both tokens."
+            ),
+        ),
+        Code(
+            "PFX806",
+            "compile-mismatch",
+            Severity.ERROR,
+            SMOKE,
+            "The compiled model decodes differently from eager mode",
+            doc=(
+                "A smoke run compares greedy tokens on a tiny random-weight checkpoint:"
+                " greedy tokens"
+                " of the compiled model differ from eager mode. A divergence in the "
+                "first tokens is a"
+                " bug in the model's use of the engine; the finding gives the first divergent "
+                "position and both tokens."
+            ),
+        ),
+    )
+}
+
+FIXABLE: frozenset[str] = frozenset(c.code for c in CODES.values() if c.fixable)
+
+
+def codes_of(phase: str) -> dict[str, Code]:
+    return {k: c for k, c in CODES.items() if c.phase == phase}
+
+
+def lookup(code: str) -> Code | None:
+    return CODES.get(code)
+
+
+def url_for(code: str) -> str | None:
+    entry = CODES.get(code)
+    return entry.url if entry else None

@@ -1,0 +1,274 @@
+"""PFX201 forward-signature."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from prefixlint.diagnostic import Severity
+from prefixlint.static.model_classes import (
+    KWONLY,
+    VARARGS,
+    VARKW,
+    is_draft_model,
+    is_method_of,
+    is_model_architecture,
+    named_params,
+    param_kinds,
+)
+from prefixlint.static.rule import Invalid, LintRule, example
+
+
+def _is_none(node: cst.BaseExpression | None) -> bool:
+    return isinstance(node, cst.Name) and node.value == "None"
+
+
+# -- PFX201 --------------------------------------------------------------------------------
+
+_FORWARD_HEAD = ("input_ids", "positions", "intermediate_tensors", "inputs_embeds")
+_FORWARD_SHAPE = (
+    "forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None, ...)"
+)
+
+
+class ForwardSignature(LintRule):
+    """
+    ## What it does
+    Checks that an architecture class's own `forward` has vLLM's signature:
+    `forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None,
+    ...)`. The four names come first, in this order; `intermediate_tensors` and
+    `inputs_embeds` default to `None` (they may be keyword-only); any further parameter
+    has a default or is `*args`/`**kwargs`.
+
+    Draft models of speculative decoding (EAGLE, MTP, Medusa, DFlash: listed in the
+    registry's speculative section, named like one, or a `forward` that takes
+    `hidden_states`) follow their proposer's calling convention and are not checked. A
+    `forward` without `intermediate_tensors` but with `**kwargs` has opted out of pipeline
+    parallelism (encoder-decoder and audio models): the runner's keyword lands in
+    `**kwargs`, and the order of its other parameters is not checked.
+
+    A missing default of `intermediate_tensors` or `inputs_embeds` is a warning: today's
+    runners always pass both, but the `VllmModel` protocol requires only `input_ids` and
+    `positions`.
+
+    ## Why is this bad?
+    The model runner calls every model the same way: `input_ids` and `positions` (flat,
+    one batch dimension), `intermediate_tensors` on later pipeline stages, `inputs_embeds`
+    for multimodal input, by keyword. A renamed or reordered parameter makes that call fail,
+    or (worse, for the two first positional ones) silently swaps tensors; a parameter
+    without default is never passed.
+
+    ## Example
+    ```python
+    def forward(self, input_ids, attention_mask, positions):
+        ...
+    ```
+
+    Use instead:
+    ```python
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        positions: torch.Tensor,
+        intermediate_tensors: IntermediateTensors | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor | IntermediateTensors:
+        ...
+    ```
+    """
+
+    code = "PFX201"
+
+    VALID = [
+        example(
+            """
+class MyForCausalLM(nn.Module, SupportsPP):
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
+        super().__init__()
+
+    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
+        return input_ids
+
+    def load_weights(self, weights):
+        return set()
+"""
+        ),
+        example(
+            """
+class MyForConditionalGeneration(LlamaForCausalLM):
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        positions: torch.Tensor,
+        *,
+        intermediate_tensors=None,
+        inputs_embeds: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        **kwargs: object,
+    ):
+        return input_ids
+"""
+        ),
+        example(
+            """
+class MyForConditionalGeneration(LlamaForCausalLM):  # encoder-decoder, no pipeline stages
+    def forward(self, input_ids, positions, encoder_outputs=None, **kwargs):
+        return input_ids
+"""
+        ),
+        example(
+            """
+class MyMTPForCausalLM(LlamaForCausalLM):  # a draft model: the proposer's convention
+    def forward(self, input_ids, positions, hidden_states, inputs_embeds=None):
+        return hidden_states
+"""
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            example(
+                """
+class MyForCausalLM(LlamaForCausalLM):
+    def forward(self, input_ids, positions, inputs_embeds=None, intermediate_tensors=None):
+        return input_ids
+"""
+            ),
+            line=3,
+            contains="`intermediate_tensors`",
+        ),
+        Invalid(
+            example(
+                """
+class MyForCausalLM(LlamaForCausalLM):
+    def forward(self, input_ids, positions, intermediate_tensors, inputs_embeds=None):
+        return input_ids
+"""
+            ),
+            line=3,
+            contains="default `None`",
+        ),
+        Invalid(
+            example(
+                """
+class MyForCausalLM(LlamaForCausalLM):
+    def forward(
+        self,
+        input_ids,
+        positions,
+        intermediate_tensors=None,
+        inputs_embeds=None,
+        *,
+        pixel_values=None,
+        image_sizes,
+    ):
+        return input_ids
+"""
+            ),
+            line=11,
+            contains="`image_sizes`",
+        ),
+        Invalid(
+            example(
+                """
+class MyForCausalLM(LlamaForCausalLM):
+    def forward(self, input_ids, positions, inputs_embeds=None):
+        return input_ids
+"""
+            ),
+            line=3,
+            contains="takes no `intermediate_tensors`",
+        ),
+    ]
+
+    def visit_FunctionDef(self, node: cst.FunctionDef, class_node: cst.ClassDef | None) -> None:
+        if node.name.value != "forward" or not is_method_of(self.ctx, node, class_node):
+            return
+        assert class_node is not None
+        cls = class_node.name.value
+        if not is_model_architecture(self.ctx, class_node) or is_draft_model(self.ctx, class_node):
+            return
+        params = param_kinds(node)
+        at = self.here(node)
+        if any(p.name.value == "hidden_states" for p, _ in params[:5]):
+            return  # a draft model: EAGLE/MTP/Medusa take the target's hidden states
+        named = named_params(params)
+        positional = [p for p, k in named if k != KWONLY]
+        by_name = {p.name.value: (p, k) for p, k in named}
+        varkw = any(k == VARKW for _, k in params)
+        splat = varkw or any(k == VARARGS for _, k in params)
+        where = f"`{cls}.forward`"
+        # input_ids, positions: the first two, positional (callers pass them positionally).
+        for i, want in enumerate(_FORWARD_HEAD[:2]):
+            if i < len(positional) and positional[i].name.value == want:
+                continue
+            if i < len(positional):
+                got = positional[i].name.value
+                self.report(
+                    positional[i],
+                    f"parameter {i + 1} of {where} is `{got}`, expected `{want}`; "
+                    f"vLLM calls `{_FORWARD_SHAPE}`",
+                    site=at,
+                )
+            elif want in by_name:
+                self.report(
+                    by_name[want][0],
+                    f"`{want}` of {where} is keyword-only; make it positional (before `*`): "
+                    f"`{_FORWARD_SHAPE}`",
+                    site=at,
+                )
+            elif not splat:
+                self.report(
+                    node.name,
+                    f"{where} takes no `{want}`; vLLM calls `{_FORWARD_SHAPE}`",
+                    site=at,
+                )
+            return
+        # intermediate_tensors, inputs_embeds: the runner always passes both, by keyword.
+        for want in _FORWARD_HEAD[2:]:
+            if want not in by_name:
+                if not varkw:
+                    self.report(
+                        node.name,
+                        f"{where} takes no `{want}`, but the model runner always passes it "
+                        f"(by keyword); add `{want}=None`: `{_FORWARD_SHAPE}`",
+                        site=at,
+                    )
+                continue
+            param, _ = by_name[want]
+            if not _is_none(param.default):
+                now = "no default" if param.default is None else "another default"
+                self.report(
+                    param,
+                    f"`{want}` of {where} has {now}; give it the default `None`, as the "
+                    "`VllmModel` protocol requires only `input_ids` and `positions`",
+                    severity=Severity.WARNING,
+                    site=at,
+                )
+        # Positional callers (a multimodal model's language model, pooling adapters) pass
+        # ``(input_ids, positions, intermediate_tensors, inputs_embeds)`` in this order.
+        # A model without ``intermediate_tensors`` (no pipeline parallelism) has opted out.
+        if "intermediate_tensors" in by_name:
+            for i, want in ((2, "intermediate_tensors"), (3, "inputs_embeds")):
+                param, kind = by_name.get(want, (None, KWONLY))
+                if kind == KWONLY:
+                    break  # this one and the rest keyword-only: the order is free
+                got = positional[i] if i < len(positional) else None
+                if got is not param:
+                    shown = f"`{got.name.value}`" if got is not None else "missing"
+                    self.report(
+                        got or param,
+                        f"parameter {i + 1} of {where} is {shown}, expected `{want}`; "
+                        f"positional callers pass `{_FORWARD_SHAPE}`",
+                        site=at,
+                    )
+                    break
+        for param, _ in named:
+            name = param.name.value
+            if name in _FORWARD_HEAD or param.default is not None:
+                continue
+            self.report(
+                param,
+                f"`{name}` of {where} has no default, but the model runner passes only "
+                f"`{'`, `'.join(_FORWARD_HEAD)}` and model-specific keyword inputs; give "
+                f"`{name}` a default (e.g. `None`)",
+                site=at,
+            )

@@ -1,0 +1,128 @@
+"""PFX203 missing-embed-input-ids."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from prefixlint.static.model_classes import is_draft_model, is_model_architecture
+from prefixlint.static.rule import Invalid, LintRule, example
+
+# -- PFX203 --------------------------------------------------------------------------------
+
+
+class MissingEmbedInputIds(LintRule):
+    """
+    ## What it does
+    Checks that an architecture class has an `embed_input_ids` method, its own or one of
+    a base class. It reports only when every base class can be read; a base outside the
+    checked files and vLLM could define it. Draft models of speculative decoding (MTP,
+    Medusa, ...) are not checked: their proposer embeds the tokens itself unless the draft
+    is multimodal.
+
+    ## Why is this bad?
+    The engine calls `model.embed_input_ids(input_ids)` to obtain the text embeddings
+    separately, for multimodal input (placeholder positions are overwritten before the
+    layers run), prompt embeddings and speculative decoding. The registry's check of the
+    model interface fails without it ("The model is missing the `embed_input_ids`
+    method").
+
+    ## Example
+    ```python
+    class MyModelForCausalLM(nn.Module):
+        def forward(self, input_ids, positions, ...): ...
+    ```
+
+    Use instead:
+    ```python
+    class MyModelForCausalLM(nn.Module):
+        def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+            return self.model.embed_input_ids(input_ids)
+
+        def forward(self, input_ids, positions, ...): ...
+    ```
+    """
+
+    code = "PFX203"
+
+    VALID = [
+        example(
+            """
+class MyForCausalLM(LlamaForCausalLM):
+    pass
+"""
+        ),
+        example(
+            """
+class MyForCausalLM(nn.Module, SupportsPP):
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
+        super().__init__()
+        self.embed_tokens = VocabParallelEmbedding(8, 8, prefix=maybe_prefix(prefix, "embed"))
+
+    def embed_input_ids(self, input_ids):
+        return self.embed_tokens(input_ids)
+
+    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
+        return input_ids
+"""
+        ),
+        example(
+            """
+from some_plugin.base import PluginBase  # cannot be read: unknowable
+
+class MyForCausalLM(PluginBase):
+    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
+        return input_ids
+"""
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            example(
+                """
+class MyForCausalLM(nn.Module, SupportsPP):
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
+        super().__init__()
+
+    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
+        return input_ids
+"""
+            ),
+            line=2,
+            contains="embed_input_ids",
+        ),
+        Invalid(
+            example(
+                """
+class MyForCausalLM(nn.Module):
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
+        super().__init__()
+        self.model = LlamaModel(vllm_config=vllm_config, prefix=maybe_prefix(prefix, "model"))
+
+    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
+        return self.model(input_ids, positions, intermediate_tensors, inputs_embeds)
+"""
+            ),
+            line=2,
+            contains="self.model.embed_input_ids",
+        ),
+    ]
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        if len(self.ctx.prefixes.class_stack) != 1 or not is_model_architecture(self.ctx, node):
+            return
+        if is_draft_model(self.ctx, node):
+            return
+        symbol = self.ctx.symbol(node)
+        if symbol is None or self.ctx.resolver.class_has(symbol, "embed_input_ids") is not False:
+            return
+        cls = node.name.value
+        inner = ""
+        summary = self.ctx.class_summary(node)
+        if summary is not None and "model" in summary.attributes:
+            inner = ": e.g. `return self.model.embed_input_ids(input_ids)`"
+        self.report(
+            node.name,
+            f"architecture `{cls}` has no `embed_input_ids` (own or inherited); the engine "
+            f"calls it to embed text separately from `forward`. Add "
+            f"`def embed_input_ids(self, input_ids)`{inner}",
+        )

@@ -1,0 +1,113 @@
+"""PFX301 missing-prefix."""
+
+from __future__ import annotations
+
+from prefixlint.diagnostic import Severity
+from prefixlint.static.prefix_fixes import missing_prefix_fix
+from prefixlint.static.rule import Invalid, LintRule, example
+
+
+class MissingPrefix(LintRule):
+    """
+    ## What it does
+    Checks that every call of a layer that takes a `prefix` (vLLM's parallel linear and
+    embedding layers, `Attention`, `FusedMoE`, and any class or function whose signature has
+    a `prefix` parameter) passes one.
+
+    ## Why is this bad?
+    The prefix defaults to `""`, so the model builds and runs. But quantization configs
+    look layers up by that name: a layer listed in a checkpoint's `ignored_layers` gets
+    quantized anyway, a per-layer scheme is missed, LoRA cannot find the layer. The bug
+    ships silently and breaks the first quantized checkpoint. It is an error when
+    `quant_config` is passed to the same call (the name is then certainly consulted), and a
+    warning otherwise.
+
+    ## Example
+    ```python
+    self.lm_head = ParallelLMHead(vocab_size, hidden_size, quant_config=quant_config)
+    ```
+
+    Use instead:
+    ```python
+    self.lm_head = ParallelLMHead(
+        vocab_size, hidden_size, quant_config=quant_config,
+        prefix=maybe_prefix(prefix, "lm_head"),
+    )
+    ```
+    """
+
+    code = "PFX301"
+
+    VALID = [
+        example(
+            """
+class Head(nn.Module):
+    def __init__(self, vocab, hidden, quant_config, prefix: str = ""):
+        super().__init__()
+        self.lm_head = ParallelLMHead(vocab, hidden, quant_config=quant_config,
+                                      prefix=maybe_prefix(prefix, "lm_head"))
+"""
+        ),
+        example(
+            """
+class Wrapper(nn.Module):
+    def __init__(self, prefix: str = "", **kwargs):
+        super().__init__()
+        self.proj = RowParallelLinear(**kwargs)  # may carry prefix
+"""
+        ),
+        example(
+            """
+class Experts(nn.Module):
+    def gate(self, x, prefix: str = ""):
+        return x
+
+
+class Shared(nn.Module):
+    def __init__(self, gate: nn.Module, prefix: str = ""):
+        super().__init__()
+        self.gate = gate
+        self.probe = self.gate(None)  # calls a module: another class's method is no match
+"""
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            example(
+                """
+class Head(nn.Module):
+    def __init__(self, vocab, hidden, quant_config, prefix: str = ""):
+        super().__init__()
+        self.lm_head = ParallelLMHead(vocab, hidden, quant_config=quant_config)
+"""
+            ),
+            line=5,
+            contains="ParallelLMHead",
+        ),
+        Invalid(
+            example(
+                """
+class MLP(nn.Module):
+    def __init__(self, hidden, prefix: str = ""):
+        super().__init__()
+        self.down_proj = RowParallelLinear(hidden, hidden, bias=False)
+"""
+            ),
+            line=5,
+        ),
+    ]
+
+    def leave_Module(self) -> None:
+        for site in self.ctx.prefixes.sites:
+            if site.prefix_arg is not None or site.has_splat:
+                continue
+            severity = Severity.ERROR if site.passes_quant_config else Severity.WARNING
+            why = " while `quant_config` is passed" if site.passes_quant_config else ""
+            self.report(
+                site.call,
+                f"`{site.callee}` is constructed without `prefix`{why}; "
+                "quantization, LoRA and the weight loader find layers by that name",
+                severity=severity,
+                site=site,
+                fix=lambda site=site: missing_prefix_fix(site, self.ctx.uses_maybe_prefix),
+            )

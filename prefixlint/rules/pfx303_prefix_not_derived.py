@@ -1,0 +1,101 @@
+"""PFX303 prefix-not-derived."""
+
+from __future__ import annotations
+
+from prefixlint.static.prefix_sites import (
+    has_root,
+    is_known,
+    render,
+)
+from prefixlint.static.rule import Invalid, LintRule, example
+
+
+class PrefixNotDerived(LintRule):
+    """
+    ## What it does
+    Checks that a prefix is built from the enclosing `prefix` parameter rather than written
+    as a literal (`prefix="lm_head"`, `prefix="attn"`, `prefix=f"model.layers.{i}"`).
+
+    ## Why is this bad?
+    A literal is right only while the class is the root of the model. As soon as it is
+    nested (a language model inside a multimodal one, a draft model, a pooling adapter), the
+    name loses its parents: two layers collide on `attn` ("Duplicate layer name"), and the
+    quantization config compares the wrong name.
+
+    ## Example
+    ```python
+    self.attn = Attention(num_heads, head_dim, scale, prefix="attn")
+    ```
+
+    Use instead:
+    ```python
+    self.attn = Attention(num_heads, head_dim, scale, prefix=f"{prefix}.attn")
+    ```
+    """
+
+    code = "PFX303"
+
+    VALID = [
+        example(
+            """
+class Attn(nn.Module):
+    def __init__(self, layer_prefix: str = ""):
+        super().__init__()
+        self.attn = Attention(4, 2, 1.0, prefix=f"{layer_prefix}.attn")
+"""
+        ),
+        example(
+            """
+def build(name: str):
+    return RowParallelLinear(8, 8, prefix=name)
+"""
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            example(
+                """
+class Attn(nn.Module):
+    def __init__(self, prefix: str = ""):
+        super().__init__()
+        self.attn = Attention(4, 2, 1.0, prefix="attn")
+"""
+            ),
+            line=5,
+            contains="attn",
+        ),
+        Invalid(
+            example(
+                """
+class Model(nn.Module):
+    def __init__(self, prefix: str = ""):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            [RowParallelLinear(8, 8, prefix=f"model.layers.{i}") for i in range(2)]
+        )
+"""
+            ),
+            line=6,
+        ),
+    ]
+
+    def leave_Module(self) -> None:
+        for site in self.ctx.prefixes.sites:
+            value = site.value
+            if value is None or has_root(value) or not is_known(value):
+                continue
+            if value and value[0][0] != "lit":
+                continue  # starts from a name we cannot follow
+            shown = render(value) if value else ""
+            hint = ""
+            if site.scope.roots:
+                root = sorted(site.scope.roots)[0]
+                hint = f"; build it from `{root}` (e.g. `maybe_prefix({root}, ...)`)"
+            else:
+                hint = "; take a `prefix` parameter and build it from that"
+            self.report(
+                site.prefix_arg or site.call,
+                f"prefix `{shown}` is a literal, not derived from the enclosing prefix: "
+                f"it breaks as soon as this module is nested{hint}",
+                site=site,
+            )

@@ -1,0 +1,112 @@
+"""PFX304 loop-prefix-without-index."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from prefixlint.static.prefix_sites import (
+    Site,
+    has_variable,
+    is_known,
+    render,
+)
+from prefixlint.static.rule import Invalid, LintRule, example
+from prefixlint.static.walk import walk
+
+
+def _passes_any(site: Site, names: list[str]) -> bool:
+    wanted = set(names)
+    for arg in site.call.args:
+        if arg is site.prefix_arg:
+            continue
+        for node in walk(arg.value):
+            if isinstance(node, cst.Name) and node.value in wanted:
+                return True
+    return False
+
+
+class LoopPrefixWithoutIndex(LintRule):
+    """
+    ## What it does
+    Checks that a prefix-taking module built in a loop or a comprehension puts the loop
+    variable (the layer or expert index) into its prefix.
+
+    ## Why is this bad?
+    Every iteration gets the same name. Attention layers then fail at start-up with
+    "Duplicate layer name"; linear layers all share one quantization lookup, and
+    `extract_layer_index()` cannot find the layer number.
+
+    ## Example
+    ```python
+    self.experts = nn.ModuleList(
+        [MLP(config, prefix=f"{prefix}.experts") for _ in range(n)]
+    )
+    ```
+
+    Use instead:
+    ```python
+    self.experts = nn.ModuleList(
+        [MLP(config, prefix=f"{prefix}.experts.{i}") for i in range(n)]
+    )
+    ```
+    """
+
+    code = "PFX304"
+
+    VALID = [
+        example(
+            """
+class Model(nn.Module):
+    def __init__(self, prefix: str = ""):
+        super().__init__()
+        self.layers = nn.ModuleList()
+        for idx in range(4):
+            self.layers.append(RowParallelLinear(8, 8, prefix=f"{prefix}.layers.{idx}"))
+"""
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            example(
+                """
+class Model(nn.Module):
+    def __init__(self, prefix: str = ""):
+        super().__init__()
+        self.experts = nn.ModuleList(
+            [RowParallelLinear(8, 8, prefix=f"{prefix}.experts") for _ in range(4)]
+        )
+"""
+            ),
+            line=6,
+            contains="loop",
+        ),
+        Invalid(
+            example(
+                """
+class Model(nn.Module):
+    def __init__(self, prefix: str = ""):
+        super().__init__()
+        self.layers = nn.ModuleList()
+        for idx in range(4):
+            self.layers.append(Attention(4, 2, 1.0, prefix=maybe_prefix(prefix, "attn")))
+"""
+            ),
+            line=7,
+        ),
+    ]
+
+    def leave_Module(self) -> None:
+        for site in self.ctx.prefixes.sites:
+            value = site.value
+            if not site.in_loop or value is None or not is_known(value) or has_variable(value):
+                continue
+            loop_vars = sorted(set().union(*site.loop_vars) - {"<while>", "_"})
+            if _passes_any(site, loop_vars):
+                continue  # ``Layer(layer_idx=i, prefix=prefix)`` builds its name from the index
+            var = f"`{loop_vars[0]}`" if loop_vars else "the loop index"
+            self.report(
+                site.prefix_arg or site.call,
+                f"`{site.callee}` is built in a loop with the same prefix `{render(value)}` "
+                f"every time; put {var} in it, or the names collide",
+                site=site,
+            )

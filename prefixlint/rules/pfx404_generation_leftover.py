@@ -1,0 +1,210 @@
+"""PFX404 generation-leftover."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from prefixlint.static.decoder_classes import qualified_callee
+from prefixlint.static.prefix_sites import dotted_name
+from prefixlint.static.rule import FileContext, Invalid, LintRule, Where, example
+
+# -- PFX404 ---------------------------------------------------------------------------------
+
+_GENERATION_METHODS = frozenset({"generate", "prepare_inputs_for_generation", "_reorder_cache"})
+_KV_NAMES = frozenset({"past_key_values", "past_key_value", "layer_past", "use_cache"})
+_SAMPLING = frozenset(
+    {
+        "torch.multinomial",
+        "torch.distributions.Categorical",
+        "torch.distributions.categorical.Categorical",
+    }
+)
+_SAMPLING_SHORT = frozenset({"top_k_top_p_filtering", "sample_top_p"})
+
+
+class GenerationLeftover(LintRule):
+    """
+    ## What it does
+    Checks model classes (`nn.Module`s) for what belongs to a generation loop: a `generate`,
+    `prepare_inputs_for_generation` or `_reorder_cache` method; sampling
+    (`torch.multinomial`, `torch.distributions.Categorical`, top-k/top-p filtering); and
+    KV-cache plumbing (`past_key_values`, `past_key_value`, `layer_past`, `use_cache`).
+    KV-cache names are reported once per function. Classes that subclass a Transformers
+    model (vLLM occasionally runs one as a tower) are not checked.
+
+    ## Why is this bad?
+    vLLM's engine runs the loop, samples and owns the paged KV cache. A `generate` method
+    is never called; a model that samples returns tokens where logits are expected;
+    `past_key_values` is always `None` (the cache lives inside `Attention`), so code that
+    depends on it silently recomputes or drops the context. Such leftovers mark a port
+    that was not finished.
+
+    ## Example
+    ```python
+    def forward(self, input_ids, positions, past_key_values=None, use_cache=False):
+        ...
+    ```
+
+    Use instead:
+    ```python
+    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
+        ...
+    ```
+    """
+
+    code = "PFX404"
+
+    VALID = [
+        example(
+            """
+class MyForCausalLM(nn.Module):
+    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
+        return self.model(input_ids, positions, intermediate_tensors, inputs_embeds)
+
+    def compute_logits(self, hidden_states):
+        return self.logits_processor(self.lm_head, hidden_states)
+"""
+        ),
+        example(
+            """
+from transformers import PretrainedConfig
+
+class MyConfig(PretrainedConfig):
+    def __init__(self, use_cache=True, **kwargs):
+        self.use_cache = use_cache
+
+def sample_noise(n):
+    return torch.multinomial(torch.ones(n), 1)
+"""
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            example(
+                """
+class MyForCausalLM(nn.Module):
+    def forward(self, input_ids, positions):
+        return self.model(input_ids, positions)
+
+    def generate(self, input_ids, max_new_tokens=16):
+        for _ in range(max_new_tokens):
+            logits = self.forward(input_ids, None)
+        return input_ids
+"""
+            ),
+            line=6,
+            contains="generate",
+        ),
+        Invalid(
+            example(
+                """
+class MyAttention(nn.Module):
+    def forward(self, hidden_states, layer_past=None, use_cache=False):
+        if layer_past is not None:
+            hidden_states = torch.cat([layer_past, hidden_states])
+        return hidden_states
+"""
+            ),
+            line=3,
+            contains="layer_past",
+        ),
+        Invalid(
+            example(
+                """
+class MyForCausalLM(nn.Module):
+    def forward(self, input_ids, positions):
+        logits = self.model(input_ids, positions)
+        return torch.multinomial(torch.softmax(logits, -1), 1)
+"""
+            ),
+            line=5,
+            contains="multinomial",
+        ),
+    ]
+
+    def __init__(self, ctx: FileContext) -> None:
+        super().__init__(ctx)
+        self._module_cache: dict[int, bool] = {}
+        self._kv_reported: set[int] = set()
+
+    def _in_model_class(self) -> bool:
+        stack = self.ctx.prefixes.class_stack
+        if not stack:
+            return False
+        node = stack[-1]
+        key = id(node)
+        if key not in self._module_cache:
+            self._module_cache[key] = self._is_model_class(node)
+        return self._module_cache[key]
+
+    def _is_model_class(self, node: cst.ClassDef) -> bool:
+        bases = [dotted_name(b.value) for b in node.bases]
+        for base in bases:
+            if base and (qualified_callee(self, base) or "").startswith("transformers."):
+                return False  # a Transformers model run as is
+        stack = self.ctx.prefixes.class_stack
+        if node is stack[0] and self.ctx.class_summary(node) is not None:
+            return self.ctx.is_module_class(node)
+        return any(b and b.rsplit(".", 1)[-1] == "Module" for b in bases)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef, class_node: cst.ClassDef | None) -> None:
+        if class_node is None or not self._in_model_class():
+            return
+        name = node.name.value
+        if name in _GENERATION_METHODS and self.ctx.prefixes.class_stack[-1] is class_node:
+            self.report(
+                node.name,
+                f"`{name}` in a model class: vLLM's engine runs the generation loop and "
+                "never calls it; delete it",
+                site=self._inside(node),
+            )
+        p = node.params
+        params = [*p.posonly_params, *p.params, *p.kwonly_params]
+        for param in params:
+            if param.name.value in _KV_NAMES:
+                self._kv(node, param.name, param.name.value, self._inside(node))
+                break
+
+    def visit_Call(self, node: cst.Call, callee: str | None) -> None:
+        if not self._in_model_class():
+            return
+        if callee is not None:
+            short = callee.rsplit(".", 1)[-1]
+            qualified = qualified_callee(self, callee) or callee
+            if qualified in _SAMPLING or short in _SAMPLING_SHORT:
+                self.report(
+                    node,
+                    f"`{callee}` samples inside the model: vLLM's sampler does that from "
+                    "the logits `compute_logits` returns",
+                    site=self.here(),
+                )
+        for arg in node.args:
+            if arg.keyword is not None and arg.keyword.value in _KV_NAMES:
+                self._kv_current(arg.keyword, arg.keyword.value)
+                break
+
+    def visit_Name(self, node: cst.CSTNode, name: str) -> None:
+        last = name.rsplit(".", 1)[-1]
+        if last in _KV_NAMES and self._in_model_class():
+            self._kv_current(node, last)
+
+    def _inside(self, function: cst.FunctionDef) -> Where:
+        """Locate within ``function``, whether or not the walk has pushed it yet."""
+        return self.here(function)
+
+    def _kv_current(self, node: cst.CSTNode, name: str) -> None:
+        functions = self.ctx.prefixes.function_stack
+        if functions:
+            self._kv(functions[-1], node, name, self.here())
+
+    def _kv(self, function: cst.FunctionDef, node: cst.CSTNode, name: str, where: Where) -> None:
+        if id(function) in self._kv_reported:
+            return
+        self._kv_reported.add(id(function))
+        self.report(
+            node,
+            f"`{name}` in `{function.name.value}`: KV-cache handling from the reference "
+            "implementation; in vLLM the paged cache lives inside `Attention` and this is "
+            "never set",
+            site=where,
+        )

@@ -1,0 +1,181 @@
+"""Which classes are model architectures, drafts and interface implementers: facts the
+contract and interface rules share."""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+import libcst as cst
+
+from prefixlint.static.index import ClassSummary, FunctionSig
+from prefixlint.static.resolve import Symbol
+from prefixlint.static.rule import FileContext, LintRule
+
+# ``For`` + an upper-case word: ``LlamaForCausalLM``, not ``FeedForward`` or ``QFormerModel``.
+STRICT_ARCHITECTURE_NAME = re.compile(r"For[A-Z0-9]\w*$")
+
+# Methods that only a model the engine drives has, own or inherited.
+MODEL_METHODS = ("load_weights", "compute_logits", "embed_input_ids")
+
+KWONLY = "kwonly"
+POS = "pos"
+POSONLY = "posonly"
+VARARGS = "varargs"
+VARKW = "varkw"
+
+
+def param_kinds(fn: cst.FunctionDef) -> list[tuple[cst.Param, str]]:
+    """Parameters in order, each with its kind (as in ``inspect.Parameter``)."""
+    p = fn.params
+    out = [(x, POSONLY) for x in p.posonly_params]
+    out += [(x, POS) for x in p.params]
+    if isinstance(p.star_arg, cst.Param):
+        out.append((p.star_arg, VARARGS))
+    out += [(x, KWONLY) for x in p.kwonly_params]
+    if isinstance(p.star_kwarg, cst.Param):
+        out.append((p.star_kwarg, VARKW))
+    return out
+
+
+def named_params(params: list[tuple[cst.Param, str]]) -> list[tuple[cst.Param, str]]:
+    """Parameters without ``self``/``cls`` and without ``*args``/``**kwargs``."""
+    named = [(p, k) for p, k in params if k not in (VARARGS, VARKW)]
+    if named and named[0][1] != KWONLY and named[0][0].name.value in ("self", "cls"):
+        named = named[1:]
+    return named
+
+
+def is_method_of(ctx: FileContext, node: cst.FunctionDef, class_node: cst.ClassDef | None) -> bool:
+    """``node`` is a method written directly in the body of a top-level class."""
+    if class_node is None or len(ctx.prefixes.class_stack) != 1:
+        return False
+    body = class_node.body.body if isinstance(class_node.body, cst.IndentedBlock) else ()
+    return any(stmt is node for stmt in body)
+
+
+def is_model_architecture(ctx: FileContext, node: cst.ClassDef) -> bool:
+    """A class the engine instantiates and drives as a whole model.
+
+    Named in the model registry; or named like an architecture (``...ForCausalLM``) and an
+    ``nn.Module`` that has, itself or through a resolvable base, a method only such models
+    have (``load_weights``, ``compute_logits``, ``embed_input_ids``) or a ``forward`` that
+    takes ``input_ids``. The name alone also matches poolers (``JinaForRankingPool``) and,
+    through the loose base pattern, ``FeedForward`` and ``QFormer`` blocks.
+    """
+    if len(ctx.prefixes.class_stack) > 1 and ctx.prefixes.class_stack[-1] is node:
+        return False  # a nested class
+    name = node.name.value
+    if name in ctx.architectures:
+        # Same name, other class: models/config.py has config fixers named like models.
+        return ctx.is_module_class(node) or not all_bases_resolve(ctx, node)
+    if not ctx.is_architecture(node) or not STRICT_ARCHITECTURE_NAME.search(name):
+        return False
+    cls = ctx.class_summary(node)
+    if cls is None:
+        return False
+    forward = cls.methods.get("forward")
+    if forward is not None and forward.param("input_ids") is not None:
+        return True
+    if any(m in cls.methods and not cls.methods[m].is_stub for m in MODEL_METHODS):
+        return True
+    symbol = ctx.symbol(node)
+    return symbol is not None and any(
+        ctx.resolver.class_has(symbol, m) is True for m in MODEL_METHODS
+    )
+
+
+def all_bases_resolve(ctx: FileContext, node: cst.ClassDef) -> bool:
+    cls = ctx.class_summary(node)
+    if cls is None:
+        return False
+    return all(
+        b in ctx.summary.classes or ctx.resolver.resolve(ctx.summary, b) is not None
+        for b in cls.bases
+    )
+
+
+# Draft models of speculative decoding, called by their proposer, not by the model runner.
+DRAFT_MODEL_NAME = re.compile(r"^(Eagle\d*|DFlash\d*)|DSpark|MTP|Medusa|Speculator|Drafter")
+SPECULATIVE_SECTION = re.compile(r"^_SPECULATIVE_DECODING_MODELS\s*=\s*\{(.*?)^\}", re.S | re.M)
+REGISTRY_ENTRY = re.compile(r"\(\s*\"[\w.]+\"\s*,\s*\"(\w+)\"\s*,?\s*\)")
+
+
+@functools.lru_cache(maxsize=4)
+def speculative_classes(registry: Path | None) -> frozenset[str]:
+    """Classes in the ``_SPECULATIVE_DECODING_MODELS`` section of vLLM's registry."""
+    try:
+        text = registry.read_text("utf-8") if registry is not None else ""
+    except (OSError, UnicodeDecodeError):
+        return frozenset()
+    m = SPECULATIVE_SECTION.search(text)
+    return frozenset(REGISTRY_ENTRY.findall(m.group(1))) if m else frozenset()
+
+
+def is_draft_model(ctx: FileContext, node: cst.ClassDef) -> bool:
+    """A draft model of speculative decoding (EAGLE, MTP, Medusa, DFlash, ...): listed as
+    one in vLLM's registry, or named like one. Its proposer calls it, with its own
+    arguments, and embeds tokens itself unless the draft is multimodal."""
+    name = node.name.value
+    if DRAFT_MODEL_NAME.search(name):
+        return True
+    registry = ctx.resolver.loader.path_for("vllm.model_executor.models.registry")
+    return name in speculative_classes(registry)
+
+
+def anchors_to(anchors: tuple[cst.CSTNode, ...], node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
+    """The anchors down to ``node``, included: a report then points inside ``node``."""
+    for i, a in enumerate(anchors):
+        if a is node:
+            return anchors[: i + 1]
+    return anchors
+
+
+def top_level_class(rule: LintRule, node: cst.ClassDef) -> ClassSummary | None:
+    """The summary of ``node`` when it is a top-level class (nested names may collide)."""
+    stack = rule.ctx.prefixes.class_stack
+    if len(stack) != 1 or stack[0] is not node or rule.ctx.prefixes.function_stack:
+        return None
+    return rule.ctx.class_summary(node)
+
+
+def is_protocol(cls: ClassSummary) -> bool:
+    return any(b.rsplit(".", 1)[-1] == "Protocol" for b in cls.bases)
+
+
+def accepts_param(sig: FunctionSig, name: str) -> bool:
+    return sig.param(name) is not None or sig.has_var_keyword
+
+
+def interface_mro(rule: LintRule, cls: ClassSummary) -> tuple[list[Symbol], bool]:
+    """The class and its resolvable bases, and whether every base could be read."""
+    return rule.ctx.resolver.class_mro(Symbol(rule.ctx.summary, cls.name, cls=cls))
+
+
+def forward_of(rule: LintRule, cls: ClassSummary) -> FunctionSig | None:
+    """The ``forward`` the class runs: its own, else the first one along resolvable bases."""
+    own = cls.methods.get("forward")
+    if own is not None:
+        return own
+    mro, _ = interface_mro(rule, cls)
+    for entry in mro[1:]:
+        if entry.cls is None or is_protocol(entry.cls):
+            continue
+        sig = entry.cls.methods.get("forward")
+        if sig is not None and not sig.is_stub:
+            return sig
+    return None
+
+
+DRAFTER_NAME = re.compile(r"(MTP|Mtp|Eagle|DFlash|DSpark|Medusa|Speculator|Draft)")
+
+
+def is_drafter(rule: LintRule, cls: ClassSummary) -> bool:
+    """A speculative-decoding drafter: its forward consumes the target's hidden states."""
+    if DRAFTER_NAME.search(cls.name):
+        return True
+    sig = forward_of(rule, cls)
+    return sig is not None and any(
+        sig.param(p) is not None for p in ("hidden_states", "previous_hidden_states")
+    )
