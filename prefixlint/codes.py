@@ -442,3 +442,41 @@ def lookup(code: str) -> Code | None:
 def url_for(code: str) -> str | None:
     entry = CODES.get(code)
     return entry.url if entry else None
+
+
+def render_rules_markdown() -> str:
+    """docs/rules.md: every code's table row and documentation, generated from this table
+    (``python -m prefixlint.codes > docs/rules.md``; a test fails when it is stale)."""
+    out = [
+        "# prefixlint rules",
+        "",
+        "Generated from `prefixlint/codes.py` and the rules' docstrings by "
+        "`python -m prefixlint.codes > docs/rules.md`; do not edit by hand.",
+        "",
+        "| code | name | phase | default severity | on by default | fixable | summary |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in CODES.values():
+        out.append(
+            f"| [{c.code}](#{c.anchor}) | {c.name} | {c.phase} | {c.severity.value} | "
+            f"{'yes' if c.default_enabled else 'no'} | {'yes' if c.fixable else ''} | "
+            f"{c.summary} |"
+        )
+    for c in CODES.values():
+        facts = f"Phase: {c.phase}. Default severity: {c.severity.value}."
+        if not c.default_enabled:
+            facts += " Off by default (enable with `--select`)."
+        if c.fixable:
+            facts += " Fixable with `--fix`."
+        # The rule's own "## What it does" sections nest under the code's heading.
+        doc = re.sub(r"^## ", "### ", c.documentation(), flags=re.M)
+        if c.phase != STATIC:
+            doc = f"{c.summary}.\n\n{doc}"
+        out += ["", f"## {c.code} {c.name}", "", facts, "", doc.rstrip()]
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(render_rules_markdown())

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from prefixlint.codes import lookup
-from prefixlint.diagnostic import Diagnostic, Severity
+from prefixlint.diagnostic import Diagnostic, Edit, Severity
 from prefixlint.diffbase import ChangedLines
-from prefixlint.reporters.text import _source_line
+from prefixlint.sourcelines import SourceLines
 
 DEFAULT_API_URL = "https://api.github.com"
 
@@ -29,25 +29,37 @@ class ReviewError(Exception):
     """A review that cannot be posted: missing settings, or GitHub refused it."""
 
 
-def _suggestion(d: Diagnostic, sources: dict[str, list[str] | None]) -> tuple[int, str] | None:
-    """(row, the whole replacement line) for a fix whose edits all sit on one line."""
+def _suggestion(d: Diagnostic, sources: SourceLines) -> tuple[int, int, str] | None:
+    """(first row, last row, the replacement of those whole lines) for a finding's fix:
+    a GitHub suggestion replaces whole lines, so the edits are applied to the lines they
+    touch."""
     if d.fix is None or not d.fix.edits:
         return None
-    rows = {e.location.row for e in d.fix.edits} | {e.end_location.row for e in d.fix.edits}
-    if len(rows) != 1 or any("\n" in e.content or "\r" in e.content for e in d.fix.edits):
+    first = min(e.location.row for e in d.fix.edits)
+    last = max(e.end_location.row for e in d.fix.edits)
+    lines = sources.lines(d.filename)
+    if lines is None or not 1 <= first <= last <= len(lines):
         return None
-    row = rows.pop()
-    line = _source_line(d.filename, row, sources)
-    if line is None:
-        return None
-    out = line
-    # Right to left, so earlier columns stay valid.
-    for e in sorted(d.fix.edits, key=lambda e: e.location.column, reverse=True):
-        start, end = e.location.column - 1, e.end_location.column - 1
-        if not 0 <= start <= end <= len(out):
+    block = "\n".join(lines[first - 1 : last])
+    starts = [0]
+    for line in lines[first - 1 : last]:
+        starts.append(starts[-1] + len(line) + 1)
+
+    def offset(row: int, column: int) -> int:
+        return starts[row - first] + column - 1
+
+    # Right to left, so earlier offsets stay valid.
+    for e in sorted(d.fix.edits, key=lambda e: (e.location.row, e.location.column), reverse=True):
+        start, end = offset(e.location.row, e.location.column), offset(*_end(e))
+        if not 0 <= start <= end <= len(block):
             return None
-        out = out[:start] + e.content + out[end:]
-    return row, out
+        content = e.content.replace("\r\n", "\n").replace("\r", "\n")
+        block = block[:start] + content + block[end:]
+    return first, last, block
+
+
+def _end(e: Edit) -> tuple[int, int]:
+    return e.end_location.row, e.end_location.column
 
 
 def comment_body(d: Diagnostic, suggestion: str | None = None) -> str:
@@ -64,7 +76,7 @@ def build_review(
     diagnostics: list[Diagnostic], changes: ChangedLines, cwd: Path | None = None
 ) -> dict[str, Any]:
     """The review payload for the findings on changed lines (others are left out)."""
-    sources: dict[str, list[str] | None] = {}
+    sources = SourceLines()
     comments = []
     kept: list[Diagnostic] = []
     for d in diagnostics:
@@ -76,18 +88,26 @@ def build_review(
             continue
         suggestion = _suggestion(d, sources)
         text = None
-        if suggestion is not None and changes.first_changed(path, suggestion[0], suggestion[0]):
-            line, text = suggestion
+        comment: dict[str, Any] = {"path": path, "side": "RIGHT"}
+        if suggestion is not None and _all_changed(changes, path, suggestion[0], suggestion[1]):
+            first, line, text = suggestion
+            if first != line:  # a multi-line suggestion replaces the whole range
+                comment |= {"start_line": first, "start_side": "RIGHT"}
         kept.append(d)
-        comments.append(
-            {"path": path, "line": line, "side": "RIGHT", "body": comment_body(d, text)}
-        )
+        comments.append(comment | {"line": line, "body": comment_body(d, text)})
     return {
         "commit_id": changes.head,
         "event": "COMMENT",
         "body": summary(kept, changes),
         "comments": comments,
     }
+
+
+def _all_changed(changes: ChangedLines, path: str, first: int, last: int) -> bool:
+    """GitHub takes a suggestion only on lines of the pull request's diff (None: a new
+    file, every line)."""
+    rows = changes.changed_rows(path)
+    return rows is None or all(r in rows for r in range(first, last + 1))
 
 
 def summary(diagnostics: list[Diagnostic], changes: ChangedLines) -> str:

@@ -286,3 +286,92 @@ def test_example_workflow_is_a_valid_github_workflow() -> None:
     text = path.read_text()
     assert "pre-commit/action" in text and "github/codeql-action/upload-sarif" in text
     assert "--format sarif" in text and "prefixlint review" in text and "--post" in text
+
+
+# -- fixes carried by findings, in every format ---------------------------------------------
+def _broken_llama(vllm_copy) -> Path:
+    """llama.py with an `o_proj` that lost its prefix (PFX301, multi-line call) and a
+    renamed `down_proj` prefix (PFX302, one line), besides its own PFX301 (`embed_tokens`)."""
+
+    def edit(text: str) -> str:
+        for old, new in (
+            ('            prefix=f"{prefix}.o_proj",\n', ""),
+            ('prefix=f"{prefix}.down_proj"', 'prefix=f"{prefix}.down_projection"'),
+        ):
+            assert old in text, f"vLLM changed: {old!r} not found"
+            text = text.replace(old, new, 1)
+        return text
+
+    return vllm_copy("llama.py", edit)
+
+
+def _apply_edits(text: str, edits: list[dict]) -> str:
+    lines = text.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+
+    def offset(pos: dict) -> int:
+        return starts[pos["row"] - 1] + pos["column"] - 1
+
+    for e in sorted(edits, key=lambda e: offset(e["location"]), reverse=True):
+        text = text[: offset(e["location"])] + e["content"] + text[offset(e["end_location"]) :]
+    return text
+
+
+@requires_vllm
+def test_fixable_findings_carry_their_fix_in_every_format(vllm_copy, tmp_path, monkeypatch) -> None:
+    from prefixlint.diffbase import ChangedLines
+    from prefixlint.review import build_review
+
+    path = _broken_llama(vllm_copy)
+    broken = path.read_text()
+    common = ["check", "--no-cache", "--select", "PFX301,PFX302", str(path)]
+    _code, out = invoke([*common, "--format", "json"], tmp_path)
+    findings = json.loads(out)
+    assert sorted(f["code"] for f in findings) == ["PFX301", "PFX301", "PFX302"]
+    assert all(f["fix"] and f["fix"]["edits"] for f in findings), findings
+    # JSON: the edits are exactly what --fix writes.
+    edits = [e for f in findings for e in f["fix"]["edits"]]
+    by_json = _apply_edits(broken, edits)
+    assert invoke([*common[:-1], "--fix", str(path)], tmp_path)[0] == 0
+    assert path.read_text() == by_json
+    assert (
+        'prefix=maybe_prefix(prefix, "o_proj")' in by_json
+        and 'prefix=f"{prefix}.down_proj"' in by_json
+    )
+    path.write_text(broken)
+
+    # SARIF: one `fix` per result, with the same replacement text.
+    _, out = invoke([*common, "--format", "sarif"], tmp_path)
+    results = json.loads(out)["runs"][0]["results"]
+    assert len(results) == 3
+    for result, finding in zip(results, findings, strict=True):
+        [change] = result["fixes"][0]["artifactChanges"]
+        [replacement] = change["replacements"]
+        assert replacement["insertedContent"]["text"] == finding["fix"]["edits"][0]["content"]
+
+    # rdjson: one suggestion per finding.
+    _, out = invoke([*common, "--format", "rdjson"], tmp_path)
+    for item, finding in zip(json.loads(out)["diagnostics"], findings, strict=True):
+        assert item["suggestions"][0]["text"] == finding["fix"]["edits"][0]["content"]
+
+    # Review: a GitHub suggestion block holding the fixed lines (several for PFX301).
+    diagnostics = [Diagnostic.from_json(f) for f in findings]
+    root = tmp_path.resolve()
+    rel = path.resolve().relative_to(root).as_posix()
+    changes = ChangedLines(root=root, base="b", head="h", whole={rel})
+    monkeypatch.chdir(tmp_path)  # as `prefixlint review` runs: filenames relative to the cwd
+    review = build_review(diagnostics, changes)
+    assert len(review["comments"]) == 3
+    for comment, finding in zip(review["comments"], findings, strict=True):
+        alone = _apply_edits(broken, finding["fix"]["edits"])
+        first = comment.get("start_line", comment["line"])
+        grown = alone.count("\n") - broken.count("\n")
+        want = "\n".join(alone.splitlines()[first - 1 : comment["line"] + grown])
+        assert f"```suggestion\n{want}\n```" in comment["body"]
+    # The o_proj fix adds a line: the suggestion replaces one line with two.
+    assert any(
+        'prefix=maybe_prefix(prefix, "o_proj")' in c["body"] and c["body"].count("\n") > 6
+        for c in review["comments"]
+    )

@@ -12,17 +12,17 @@ from typing import Any, TextIO
 
 from prefixlint.codes import PROJECT_URL, lookup
 from prefixlint.diagnostic import Diagnostic, Position
-from prefixlint.reporters.text import _source_line
+from prefixlint.sourcelines import SourceLines
 
 
 class _Columns:
     """Character columns to UTF-8 byte columns, reading each file once."""
 
     def __init__(self) -> None:
-        self.sources: dict[str, list[str] | None] = {}
+        self.sources = SourceLines()
 
     def byte_column(self, path: str, pos: Position) -> int:
-        line = _source_line(path, pos.row, self.sources)
+        line = self.sources.line(path, pos.row)
         column = max(1, pos.column)
         if line is None:
             return column

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from prefixlint.sourcelines import split_lines
 from prefixlint.static.index import ModuleSummary, summarize
 
 # Methods a rule always needs in full, whatever they contain.
@@ -99,14 +100,6 @@ def decode(data: bytes) -> str:
     if text.startswith("\ufeff"):
         text = text[1:]
     return text
-
-
-_NEWLINE = re.compile(r"\r\n|\r|\n")
-
-
-def split_lines(text: str) -> list[str]:
-    """Lines as Python numbers them (``str.splitlines`` also splits at form feeds)."""
-    return _NEWLINE.split(text)
 
 
 def parse_ast(text: str) -> ast.Module:
