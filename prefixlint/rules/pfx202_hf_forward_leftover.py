@@ -73,6 +73,7 @@ class HFForwardLeftover(LintRule):
     """
 
     code = "PFX202"
+    triggers = ("past_key_value", "layer_past", "use_cache")
 
     VALID = [
         example(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prefixlint.diagnostic import Severity
 from prefixlint.static.prefix_fixes import missing_prefix_fix
-from prefixlint.static.rule import Invalid, LintRule, example
+from prefixlint.static.rule import PREFIX_CALLS, Invalid, LintRule, example
 
 
 class MissingPrefix(LintRule):
@@ -37,6 +37,7 @@ class MissingPrefix(LintRule):
     """
 
     code = "PFX301"
+    triggers = (PREFIX_CALLS,)
 
     VALID = [
         example(

@@ -12,7 +12,7 @@ from prefixlint.static.prefix_sites import (
     is_known,
     render,
 )
-from prefixlint.static.rule import Invalid, LintRule, example
+from prefixlint.static.rule import PREFIX_CALLS, Invalid, LintRule, example
 
 
 class PrefixAttributeMismatch(LintRule):
@@ -40,6 +40,7 @@ class PrefixAttributeMismatch(LintRule):
     """
 
     code = "PFX302"
+    triggers = (PREFIX_CALLS,)
 
     VALID = [
         example(

@@ -7,7 +7,7 @@ from prefixlint.static.prefix_sites import (
     is_known,
     render,
 )
-from prefixlint.static.rule import Invalid, LintRule, example
+from prefixlint.static.rule import PREFIX_CALLS, Invalid, LintRule, example
 
 
 class PrefixNotDerived(LintRule):
@@ -34,6 +34,7 @@ class PrefixNotDerived(LintRule):
     """
 
     code = "PFX303"
+    triggers = (PREFIX_CALLS,)
 
     VALID = [
         example(

@@ -10,7 +10,7 @@ from prefixlint.static.prefix_sites import (
     is_known,
     render,
 )
-from prefixlint.static.rule import Invalid, LintRule, example
+from prefixlint.static.rule import PREFIX_CALLS, Invalid, LintRule, example
 from prefixlint.static.walk import walk
 
 
@@ -52,6 +52,7 @@ class LoopPrefixWithoutIndex(LintRule):
     """
 
     code = "PFX304"
+    triggers = (PREFIX_CALLS,)
 
     VALID = [
         example(

@@ -142,6 +142,16 @@ class DirectCollective(LintRule):
     """
 
     code = "PFX401"
+    triggers = (
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "all_to_all",
+        "broadcast(",
+        "torch.distributed",
+        "dist.",
+        "get_tp_group",
+    )
 
     VALID = [
         example(

@@ -88,6 +88,7 @@ class NonParallelLayer(LintRule):
     """
 
     code = "PFX402"
+    triggers = ("Linear(", "Embedding(")
 
     VALID = [
         example(

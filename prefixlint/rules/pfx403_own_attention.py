@@ -85,6 +85,17 @@ class OwnAttention(LintRule):
     """
 
     code = "PFX403"
+    triggers = (
+        "scaled_dot_product_attention",
+        "softmax",
+        "flash_attn",
+        "xformers",
+        "matmul(",
+        "bmm(",
+        " @ ",
+        "transpose(",
+        ".mT",
+    )
 
     VALID = [
         example(
@@ -143,6 +154,21 @@ class MyDecoderLayer(nn.Module):
 """
             ),
             line=5,
+            contains="softmax",
+        ),
+        Invalid(
+            example(
+                """
+class MyDecoderLayer(nn.Module):
+    def _scores(self, q, k):  # the score matmul in one method...
+        return torch.matmul(q, k.mT) * self.scale
+
+    def forward(self, q, k, v):  # ...the softmax in another
+        probs = torch.softmax(self._scores(q, k), dim=-1)
+        return torch.matmul(probs, v)
+"""
+            ),
+            line=7,
             contains="softmax",
         ),
     ]

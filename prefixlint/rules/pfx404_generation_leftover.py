@@ -53,6 +53,15 @@ class GenerationLeftover(LintRule):
     """
 
     code = "PFX404"
+    triggers = (
+        "multinomial",
+        "Categorical",
+        "past_key_value",
+        "layer_past",
+        "use_cache",
+        "top_k_top_p",
+        "sample_top_p",
+    )
 
     VALID = [
         example(

@@ -69,6 +69,13 @@ class PPInterfaceIncomplete(LintRule):
     """
 
     code = "PFX501"
+    triggers = (
+        "get_pp_group",
+        "PPMissingLayer",
+        "make_layers",
+        "SupportsPP",
+        "intermediate_tensors",
+    )
 
     VALID = [
         example(

@@ -64,6 +64,7 @@ class PPUndeclared(LintRule):
     """
 
     code = "PFX502"
+    triggers = ("get_pp_group", "PPMissingLayer", "make_layers", "SupportsPP")
 
     VALID = [
         example(

@@ -55,6 +55,7 @@ class MultiModalInterfaceIncomplete(LintRule):
     """
 
     code = "PFX503"
+    triggers = ("SupportsMultiModal",)
 
     VALID = [
         example(

@@ -153,6 +153,7 @@ class PluginRegistration(LintRule):
     """
 
     code = "PFX504"
+    triggers = ("register_model",)
 
     VALID = [
         """

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import libcst as cst
@@ -14,7 +14,7 @@ from prefixlint.diagnostic import Diagnostic, Edit, Fix, Position, Severity
 from prefixlint.static.index import ModuleSummary, module_name_for
 from prefixlint.static.prefix_sites import PrefixAnalysis
 from prefixlint.static.resolve import Resolver
-from prefixlint.static.rule import FileContext, LintRule, Report, RuleHooks
+from prefixlint.static.rule import PREFIX_CALLS, FileContext, LintRule, Report, RuleHooks
 from prefixlint.static.source import Item, ParsedFile, SourceError, parse_file
 
 SYNTAX_ERROR = "PFX001"
@@ -91,6 +91,14 @@ class Linter:
         self.report_syntax_errors = len(self.rules) != len(rules)
         self.resolver = resolver
         self.architectures = architectures
+        words = {w for rule in self.rules for w in rule.triggers}
+        self.needs_prefix_calls = PREFIX_CALLS in words
+        self.triggers = frozenset(words - {PREFIX_CALLS})
+
+    def _triggers_for(self, summary: ModuleSummary, text: str) -> Iterable[str]:
+        if not self.needs_prefix_calls:
+            return self.triggers
+        return self.triggers | set(prefix_callable_names(self.resolver, summary, text))
 
     def lint_path(self, path: Path, display: str | None = None) -> list[Diagnostic]:
         display = display or str(path)
@@ -115,7 +123,7 @@ class Linter:
                 str(path),
                 module,
                 is_package,
-                extra_triggers_for=lambda s, text: prefix_callable_names(self.resolver, s, text),
+                triggers_for=self._triggers_for,
             )
         except SourceError as e:
             return [syntax_error(display, e)] if self.report_syntax_errors else []

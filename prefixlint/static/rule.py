@@ -75,6 +75,10 @@ class Invalid:
         return None if self.line is None else self.line + self.header_lines
 
 
+# A rule trigger: a method that calls a prefix-taking callable (names resolved per file).
+PREFIX_CALLS = "<prefix-taking calls>"
+
+
 @dataclass(frozen=True)
 class Where:
     """A place in the walk (the item and its enclosing nodes), kept for a report made
@@ -215,6 +219,9 @@ class LintRule:
     severity: ClassVar[Severity]
     summary: ClassVar[str]
     default_enabled: ClassVar[bool]
+    # Words that make a method body worth parsing for this rule (other methods keep only
+    # their signature); ``PREFIX_CALLS`` stands for calls of prefix-taking callables.
+    triggers: ClassVar[tuple[str, ...]] = ()
     VALID: ClassVar[list[str]] = []
     INVALID: ClassVar[list[Invalid]] = []
 

@@ -15,7 +15,7 @@ import bisect
 import io
 import re
 import tokenize
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import libcst as cst
@@ -26,37 +26,6 @@ from prefixlint.static.index import ModuleSummary, summarize
 # Methods a rule always needs in full, whatever they contain.
 # Other methods keep their signature, and their body only when a trigger word is in it.
 ALWAYS_PARSED_METHODS: frozenset[str] = frozenset({"__init__", "register"})
-
-# Words that make a method or function worth parsing. Names of prefix-taking callables are
-# added per file, since a call without ``prefix`` is exactly what PFX301 looks for; the word
-# "prefix" itself is not needed (and is in most weight loaders). Calls are matched with
-# their parenthesis: "Embedding" alone is in every ``MultiModalEmbeddings`` type hint.
-STATIC_TRIGGERS: tuple[str, ...] = (
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "all_to_all",
-    "broadcast(",
-    "torch.distributed",
-    "dist.",
-    "get_tp_group",
-    "get_pp_group",
-    "PPMissingLayer",
-    "Linear(",
-    "Embedding(",
-    "scaled_dot_product_attention",
-    "softmax",
-    "multinomial",
-    "past_key_value",
-    "past_key_values",
-    "layer_past",
-    "use_cache",
-    "register_model",
-    "make_layers",
-    "SupportsPP",
-    "SupportsMultiModal",
-)
-
 
 # Architecture classes are kept even when they only set class attributes (interfaces).
 ARCHITECTURE_CLASS = re.compile(r"For[A-Z]\w*$")
@@ -205,11 +174,16 @@ def _one_statement_per_line(stmts: list[ast.stmt]) -> bool:
 
 
 def sketch_items(
-    tree: ast.Module, lines: list[str], extra_triggers: Iterable[str] = ()
+    tree: ast.Module, lines: list[str], triggers: Iterable[str] = ()
 ) -> list[tuple[str, LineMap, int, int, str]]:
-    """The sketch of each relevant top-level statement: (text, line map, first, last, name)."""
-    words = sorted(set(STATIC_TRIGGERS) | set(extra_triggers), key=len, reverse=True)
-    trigger = re.compile("|".join(re.escape(w) for w in words))
+    """The sketch of each relevant top-level statement: (text, line map, first, last, name).
+
+    ``triggers`` are the words that make a method worth parsing in full: the rules of the
+    run declare them (``LintRule.triggers``).
+    """
+    words = sorted(set(triggers), key=len, reverse=True)
+    # No word: nothing beyond the always-parsed methods (a pattern that never matches).
+    trigger = re.compile("|".join(re.escape(w) for w in words) if words else r"(?!)")
     out: list[tuple[str, LineMap, int, int, str]] = []
 
     def matters(node: ast.stmt) -> bool:
@@ -276,20 +250,20 @@ def parse_file(
     path: str,
     module: str | None,
     is_package: bool,
-    extra_triggers_for: object = None,
+    triggers_for: Callable[[ModuleSummary, str], Iterable[str]] | None = None,
 ) -> ParsedFile:
     """Decode (unless ``data`` is text already), index and sketch one file. Raises
     SourceError for unusable input.
 
-    ``extra_triggers_for`` is a callable taking the module summary and returning the local
-    names that denote prefix-taking callables (so methods calling them are kept).
+    ``triggers_for`` takes the module summary and the text and returns the words that make
+    a method worth parsing (the rules' triggers and, for the prefix rules, the local names
+    of prefix-taking callables).
     """
     text = data if isinstance(data, str) else decode(data)
     tree = parse_ast(text)
     summary = summarize(tree, path, module, is_package)
     lines = split_lines(text)
-    extra = extra_triggers_for(summary, text) if callable(extra_triggers_for) else ()
-    specs = sketch_items(tree, lines, extra)
+    specs = sketch_items(tree, lines, triggers_for(summary, text) if triggers_for else ())
     items: list[Item] = []
     for sketch_text, line_map, first, last, name in specs:
         try:
