@@ -21,6 +21,21 @@ def _split(values: tuple[str, ...]) -> list[str]:
 
 
 class _Group(click.Group):
+    # Commands whose module is imported only when they run: a one-file `check` (the
+    # pre-commit case) does not pay for the smoke package.
+    lazy: dict[str, tuple[str, str]] = {"smoke": ("prefixlint.smoke.cli", "smoke")}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.lazy])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy and cmd_name not in self.commands:
+            import importlib
+
+            module, attr = self.lazy[cmd_name]
+            self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
@@ -605,14 +620,6 @@ def rule(code: str) -> None:
         click.echo(f"{found.summary}.\n")
     click.echo(found.documentation())
 
-
-def _register_phase3() -> None:
-    from prefixlint.smoke.cli import smoke  # light: the engine runs in a child process
-
-    main.add_command(smoke)
-
-
-_register_phase3()
 
 if __name__ == "__main__":
     main()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from prefixlint.codes import url_for
 from prefixlint.diagnostic import Diagnostic, Edit, Fix, Position, Severity
@@ -195,11 +195,14 @@ class Positions:
 
     def __init__(self, text: str) -> None:
         self.newline = "\r\n" if "\r\n" in text[: text.find("\n") + 1 or None] else "\n"
-        self._metadata: dict[int, Mapping[cst.CSTNode, CodeRange]] = {}
+        self._metadata: dict[int, Mapping[cst.CSTNode, Any]] = {}
 
     def span(self, item: Item, node: cst.CSTNode) -> tuple[Position, Position]:
         ranges = self._metadata.get(id(item))
         if ranges is None:
+            # Imported here: only files with a finding need positions.
+            from libcst.metadata import MetadataWrapper, PositionProvider
+
             wrapper = MetadataWrapper(item.module, unsafe_skip_copy=True)
             ranges = wrapper.resolve(PositionProvider)
             self._metadata[id(item)] = ranges
