@@ -125,8 +125,10 @@ def check(paths: tuple[Path, ...], **options: Any) -> None:
         if changed:  # report what the fixes left
             run = _lint(opts)
     result = run.result
+    phases = ""
     if opts.with_introspect:
-        result.diagnostics.extend(d for d in _phase2(run, opts) if run.selected(d))
+        found, phases = _phase2(run, opts)
+        result.diagnostics.extend(d for d in found if run.selected(d))
         result.diagnostics.sort(key=lambda d: d.sort_key())
     if changes is not None:
         result.diagnostics = changes.filter(result.diagnostics)
@@ -137,6 +139,7 @@ def check(paths: tuple[Path, ...], **options: Any) -> None:
         opts.output,
         show_source=not opts.no_source,
         elapsed=time.perf_counter() - started,
+        phases=phases,
     )
     if result.internal_errors:
         from prefixlint.static.runner import INTERNAL_ERROR
@@ -176,6 +179,33 @@ class CheckOptions:
     diff_base: str | None = None
 
 
+def _skipped_notes(report: Any) -> list:
+    """A PFX600 note for each target phase 2 skipped without saying so itself: a skip
+    verified nothing and must not read as passed."""
+    from prefixlint.check_introspect import note, public_name
+    from prefixlint.introspect import target_file
+    from prefixlint.static.runner import display_path
+
+    out = []
+    for result in report.results:
+        arch = result.get("arch")
+        if result.get("status") != "skipped":
+            continue
+        if any(d.data.get("architecture") == arch for d in report.diagnostics):
+            continue
+        file = result.get("class_file") or target_file(result["target"])
+        out.append(
+            note(
+                display_path(Path(file)) if Path(file).is_file() else file,
+                int(result.get("class_line") or 1),
+                f"`{public_name(str(arch))}` not verified: phase 2 skipped it: "
+                f"{public_name(result.get('reason') or 'no reason given')}",
+                str(arch),
+            )
+        )
+    return out
+
+
 def _refuse_conflicts(opts: CheckOptions) -> None:
     """Options that would do nothing are refused, never silently ignored."""
     if not opts.with_introspect:
@@ -199,8 +229,9 @@ def _writable(output: Path | None) -> None:
         raise click.UsageError(f"--output {output}: folder {output.parent} does not exist")
 
 
-def _phase2(run: LintRun, opts: CheckOptions) -> list:
-    """Phase 2 for the architecture classes of the checked files, with live progress."""
+def _phase2(run: LintRun, opts: CheckOptions) -> tuple[list, str]:
+    """Phase 2 for the architecture classes of the checked files, with live progress:
+    (its findings and notes, what it verified in words)."""
     from prefixlint.check_introspect import polish, run_phase2
     from prefixlint.progress import Progress
 
@@ -213,7 +244,12 @@ def _phase2(run: LintRun, opts: CheckOptions) -> list:
             _configs_for,
             progress,
         )
-    return polish(out.diagnostics)
+    verified = (
+        f"phase 2 built {out.built} architecture class{'es' if out.built != 1 else ''}"
+        if out.built or out.diagnostics
+        else "phase 2: no architecture class in these files"
+    )
+    return polish(out.diagnostics), verified
 
 
 def _configs_for(path: Path) -> tuple[dict[str, str], str | None]:
@@ -405,10 +441,12 @@ def _report(
     *,
     show_source: bool = True,
     elapsed: float | None = None,
+    phases: str = "",
 ) -> None:
     from prefixlint.reporters import REPORTERS
 
     options = {
+        "phases": phases,
         "files": files,
         "names": _names(),
         "show_source": show_source,
@@ -444,6 +482,7 @@ def _exit_for(diagnostics, fail_on: str, strict: bool = False) -> None:
 @click.option("--format", "output_format", type=click.Choice(FORMATS), default="text")
 @click.option("--fail-on", type=click.Choice(["error", "warning"]), default="warning")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds per build.")
+@click.option("--strict", is_flag=True, help=STRICT_HELP)
 def introspect(
     target: str,
     config_path: str | None,
@@ -452,12 +491,14 @@ def introspect(
     output_format: str,
     fail_on: str,
     timeout: float,
+    strict: bool,
 ) -> None:
     """Build TARGET on the meta device for several TP/PP layouts and check what it built.
 
     TARGET is an architecture of the installed vLLM registry (LlamaForCausalLM),
     module:Class, or path/to/file.py[:Class].
     """
+    from prefixlint.check_introspect import polish, public_name
     from prefixlint.introspect import introspect as run
 
     table, base = _config_table()
@@ -471,11 +512,13 @@ def introspect(
         timeout=timeout,
     )
     if report.error:
-        raise click.UsageError(f"cannot introspect {target}: {report.error}")
+        raise click.UsageError(f"cannot introspect {target}: {public_name(report.error)}")
+    report.diagnostics = polish(report.diagnostics + _skipped_notes(report))
     # The layout table goes to stderr in every format: JSON on stdout stays parseable.
     for result in report.results:
         click.echo(
-            f"{result['arch']}: {result['status']} (config: {result['config_source'] or '-'})"
+            f"{public_name(result['arch'])}: {result['status']} "
+            f"(config: {result['config_source'] or '-'})"
             + (f" {result['reason']}" if result["reason"] else ""),
             err=True,
         )
@@ -486,7 +529,7 @@ def introspect(
                 err=True,
             )
     _report(report.diagnostics, output_format, len(report.results))
-    _exit_for(report.diagnostics, fail_on)
+    _exit_for(report.diagnostics, fail_on, strict)
 
 
 @main.command()
