@@ -259,6 +259,6 @@ def test_pyproject_is_found_from_the_checked_files(project: Path, tmp_path_facto
 
 def test_summary_wording(project: Path) -> None:
     code, out = run(["check", "--no-cache", "--no-source", "."], project)
-    assert "in 1 file (2 files checked)" in out, out
+    assert code == 1 and "in 1 file (2 files checked)" in out, out
     code, out = run(["check", "--no-cache", "clean.py"], project)
-    assert "All checks passed (1 file)." in out, out
+    assert code == 0 and "All checks passed (1 file)." in out, out
