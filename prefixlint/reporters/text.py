@@ -97,7 +97,7 @@ def _plural(n: int, word: str) -> str:
 def _summary(diagnostics: list[Diagnostic], out: TextIO, options: dict) -> None:
     notes = [d for d in diagnostics if d.severity is Severity.NOTE]
     if notes:
-        out.write(f"Not verified: {len(notes)} (see the PFX600 notes above).\n")
+        out.write(f"Not verified: {len(notes)} (see the notes above).\n")
     diagnostics = [d for d in diagnostics if d.severity is not Severity.NOTE]
     counts = Counter(d.code for d in diagnostics)
     checked = options.get("files")
