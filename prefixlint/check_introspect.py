@@ -83,8 +83,10 @@ def architectures_in(path: Path, registry: frozenset[str]) -> list[Candidate]:
         registered = registered_classes(path.read_text("utf-8", "replace"))
     except OSError:
         registered = {}
-    out = []
+    out: list[Candidate] = []
     for cls in summary.classes.values():
+        if any(c.name == cls.name for c in out):
+            continue  # the summary lists a class again under its aliases
         init = cls.methods.get("__init__")
         takes_config = init is not None and init.param("vllm_config") is not None
         if cls.name.startswith("_"):

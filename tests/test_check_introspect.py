@@ -39,6 +39,10 @@ def test_only_architectures_are_built(tmp_path: Path) -> None:
     assert [(c.name, c.registered_as) for c in found] == [
         ("MyQwen2ForCausalLM", "MyQwen2ForCausalLM")
     ]
+    llama = VLLM / "model_executor" / "models" / "llama.py"
+    assert [c.name for c in architectures_in(llama, registry_architectures(VLLM))].count(
+        "LlamaForCausalLM"
+    ) == 1
     assert registered_classes('ModelRegistry.register_model("A", "pkg.mod:AForX")') == {
         "AForX": "A"
     }

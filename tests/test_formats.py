@@ -286,3 +286,40 @@ def test_example_workflow_is_a_valid_github_workflow() -> None:
     text = path.read_text()
     assert "pre-commit/action" in text and "github/codeql-action/upload-sarif" in text
     assert "--format sarif" in text and "prefixlint review" in text and "--post" in text
+
+
+def test_action_yml_matches_githubs_action_schema() -> None:
+    """action.yml at the repository root (the one-line `uses: prefixlint/prefixlint@SHA`)
+    against the GitHub action schema vendored by check-jsonschema."""
+    import shutil
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    if shutil.which("check-jsonschema", path=str(Path(sys.executable).parent)) is None:
+        pytest.skip("check-jsonschema is not installed (pip install .[dev])")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "check_jsonschema",
+            "--builtin-schema",
+            "vendor.github-actions",
+            str(root / "action.yml"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    yaml = pytest.importorskip("yaml")
+    action = yaml.safe_load((root / "action.yml").read_text())
+    steps = " ".join(
+        str(s.get("run", "")) + str(s.get("uses", "")) for s in action["runs"]["steps"]
+    )
+    for needed in (
+        "prefixlint check",
+        "--diff-base",
+        "upload-sarif",
+        "prefixlint review --diff-base",
+    ):
+        assert needed in steps

@@ -138,10 +138,19 @@ def test_hook_passes_clean_file_and_fails_broken_one(snapshot, project, home) ->
     assert second < 60, f"a run in the built environment took {second:.0f}s"
 
 
-def test_introspect_hook_runs_phase2_where_vllm_is(snapshot, project, home, tmp_path) -> None:
+def test_introspect_hook_runs_phase2_where_vllm_is(snapshot, home, tmp_path) -> None:
     """The `language: system` hook runs the environment's `prefixlint` (here: this checkout
     on the Python that has vLLM) and builds the model: a phase-2 finding fails it."""
+    from tests.plugin_qwen import make_plugin
+
     repo, _ = snapshot
+    project = tmp_path / "plugin-project"
+    make_plugin(
+        project,
+        lambda s: s.replace('prefix=f"{prefix}.mlp",', 'prefix=f"{prefix}.ffn",  # noqa: PFX302'),
+    )
+    git(project, "init", "-q")
+    git(project, "add", "-A")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     launcher = bin_dir / "prefixlint"
@@ -161,22 +170,24 @@ def test_introspect_hook_runs_phase2_where_vllm_is(snapshot, project, home, tmp_
             "--hook-stage",
             "manual",
             "--files",
-            "bad.py",
+            "myplugin/models.py",
         )
     finally:
         os.environ["PATH"] = saved
     assert rc == 1, out
-    assert "PFX601" in out and "out_proj" in out and "phase 2" in out, out
+    assert "PFX601" in out and "model.layers.0.ffn" in out and "phase 2" in out, out
 
 
 def test_introspect_without_vllm_fails_with_a_message(snapshot, project, home) -> None:
     """In the static hook's own virtualenv (no torch, no vLLM), `check --introspect` used to
     print "All checks passed"; it must fail and say why."""
-    repo, _ = snapshot
-    rc, out, _ = pre_commit(
-        project, home, "try-repo", str(repo), "prefixlint", "--files", "good.py"
-    )
+    repo, rev = snapshot
+    config = project / "pre-commit-config.yaml"
+    hooks = [{"id": "prefixlint"}]
+    config.write_text(json.dumps({"repos": [{"repo": str(repo), "rev": rev, "hooks": hooks}]}))
+    rc, out, _ = pre_commit(project, home, "run", "--config", str(config), "--files", "good.py")
     assert rc == 0, out
+    # The hook's virtualenv in the pre-commit store: prefixlint and its deps, no vLLM.
     found = sorted(home.glob("repo*/py_env-*/bin/prefixlint"))
     assert found, list(home.iterdir())
     done = subprocess.run(
