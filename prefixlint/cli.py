@@ -14,6 +14,7 @@ from prefixlint import __version__
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 FORMATS = ["text", "json", "sarif", "github", "rdjson"]
+STRICT_HELP = "Also exit 1 when something could not be verified (a PFX600 note)."
 
 
 def _split(values: tuple[str, ...]) -> list[str]:
@@ -91,8 +92,14 @@ def main() -> None:
     is_flag=True,
     help="After the static phase, build the model classes these files define (phase 2).",
 )
-@click.option("--tp", default="1,2,4,8", show_default=True, help="With --introspect: TP sizes.")
-@click.option("--pp", default="2", show_default=True, help="With --introspect: PP sizes.")
+@click.option("--tp", help="With --introspect: TP sizes.  [default: 1,2,4,8]")
+@click.option("--pp", help="With --introspect: PP sizes.  [default: 2]")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    help="With --introspect: seconds per class build.  [default: 300]",
+)
+@click.option("--strict", is_flag=True, help=STRICT_HELP)
 @click.option(
     "--fix",
     is_flag=True,
@@ -114,18 +121,30 @@ def main() -> None:
 def check(paths: tuple[Path, ...], **options: Any) -> None:
     """Check model files (default: the current folder) and report findings."""
     opts = CheckOptions(paths=paths, **options)
+    _refuse_conflicts(opts)
+    if opts.with_introspect:
+        from prefixlint.check_introspect import Phase2Unavailable, require_phase2
+
+        try:
+            require_phase2()
+        except Phase2Unavailable as e:
+            raise click.UsageError(str(e)) from None
+    _writable(opts.output)
     started = time.perf_counter()
     changes = _changed_lines(opts.diff_base) if opts.diff_base else None
-    files, codes, result = _lint(opts)
+    run = _lint(opts)
     if opts.fix or opts.show_diff:
-        changed = _apply_fixes(result.diagnostics, write=opts.fix and not opts.show_diff)
+        changed = _apply_fixes(run.result.diagnostics, write=opts.fix)
         if opts.show_diff:
             sys.exit(EXIT_FINDINGS if changed else EXIT_OK)
         if changed:  # report what the fixes left
-            files, codes, result = _lint(opts)
+            run = _lint(opts)
+    result = run.result
+    phases = ""
     if opts.with_introspect:
-        found = _introspect_files(files, _int_list(opts.tp), _int_list(opts.pp))
-        result.diagnostics.extend(d for d in found if d.code in codes)
+        found, phases = _phase2(run, opts)
+        result.diagnostics.extend(d for d in found if run.selected(d))
+        result.diagnostics.sort(key=lambda d: d.sort_key())
     if changes is not None:
         result.diagnostics = changes.filter(result.diagnostics)
     _report(
@@ -135,6 +154,7 @@ def check(paths: tuple[Path, ...], **options: Any) -> None:
         opts.output,
         show_source=not opts.no_source,
         elapsed=time.perf_counter() - started,
+        phases=phases,
     )
     if result.internal_errors:
         from prefixlint.static.runner import INTERNAL_ERROR
@@ -145,7 +165,7 @@ def check(paths: tuple[Path, ...], **options: Any) -> None:
             err=True,
         )
         sys.exit(EXIT_ERROR)
-    _exit_for(result.diagnostics, opts.fail_on)
+    _exit_for(result.diagnostics, opts.fail_on, opts.strict)
 
 
 @dataclass
@@ -165,11 +185,91 @@ class CheckOptions:
     no_source: bool = False
     output: Path | None = None
     with_introspect: bool = False
-    tp: str = "1,2,4,8"
-    pp: str = "2"
+    tp: str | None = None
+    pp: str | None = None
+    timeout: float | None = None
+    strict: bool = False
     fix: bool = False
     show_diff: bool = False
     diff_base: str | None = None
+
+
+def _skipped_notes(report: Any) -> list:
+    """A PFX600 note for each target phase 2 skipped without saying so itself: a skip
+    verified nothing and must not read as passed."""
+    from prefixlint.check_introspect import note, public_name
+    from prefixlint.introspect import target_file
+    from prefixlint.static.runner import display_path
+
+    out = []
+    for result in report.results:
+        arch = result.get("arch")
+        if result.get("status") != "skipped":
+            continue
+        if any(d.data.get("architecture") == arch for d in report.diagnostics):
+            continue
+        file = result.get("class_file") or target_file(result["target"])
+        out.append(
+            note(
+                display_path(Path(file)) if Path(file).is_file() else file,
+                int(result.get("class_line") or 1),
+                f"`{public_name(str(arch))}` not verified: phase 2 skipped it: "
+                f"{public_name(result.get('reason') or 'no reason given')}",
+                str(arch),
+            )
+        )
+    return out
+
+
+def _refuse_conflicts(opts: CheckOptions) -> None:
+    """Options that would do nothing are refused, never silently ignored."""
+    if not opts.with_introspect:
+        given = [f"--{n}" for n in ("tp", "pp", "timeout") if getattr(opts, n) is not None]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} only apply with --introspect")
+    if opts.fix and opts.show_diff:
+        raise click.UsageError(
+            "--fix writes the fixes and --diff prints them without writing: choose one"
+        )
+
+
+def _writable(output: Path | None) -> None:
+    """-o must name a file that can be written: a usage error now, not a traceback after
+    the run."""
+    if output is None:
+        return
+    if output.is_dir():
+        raise click.UsageError(f"--output {output} is a folder; name a file")
+    if not output.parent.is_dir():
+        raise click.UsageError(f"--output {output}: folder {output.parent} does not exist")
+
+
+def _phase2(run: LintRun, opts: CheckOptions) -> tuple[list, str]:
+    """Phase 2 for the architecture classes of the checked files, with live progress:
+    (its findings and notes, what it verified in words)."""
+    from prefixlint.check_introspect import polish, run_phase2
+    from prefixlint.progress import Progress
+
+    with Progress() as progress:  # stderr: stdout stays parseable in every format
+        out = run_phase2(
+            run.files,
+            _int_list(opts.tp or "1,2,4,8", "--tp"),
+            _int_list(opts.pp or "2", "--pp"),
+            opts.timeout or 300.0,
+            _configs_for,
+            progress,
+        )
+    verified = (
+        f"phase 2 built {out.built} architecture class{'es' if out.built != 1 else ''}"
+        if out.built or out.diagnostics
+        else "phase 2: no architecture class in these files"
+    )
+    return polish(out.diagnostics), verified
+
+
+def _configs_for(path: Path) -> tuple[dict[str, str], str | None]:
+    """``[tool.prefixlint.configs]`` of the pyproject closest to ``path``."""
+    return _config_table(path.parent)
 
 
 def _apply_fixes(diagnostics: list, write: bool) -> int:
@@ -206,64 +306,138 @@ def _changed_lines(rev: str):
         raise click.UsageError(str(e)) from None
 
 
-def _lint(opts: CheckOptions):
-    """The static phase over the paths: (the files checked, the selected codes of every
-    phase, the runner's result)."""
-    from prefixlint.codes import CODES, STATIC
-    from prefixlint.config import ConfigError, load_config, select_codes, validate_selectors
-    from prefixlint.static.discovery import MissingPath, discover, installed_vllm_model_dirs
-    from prefixlint.static.runner import run_static
+@dataclass
+class _Group:
+    """Files that share one pyproject, its configuration and its selected codes."""
 
+    config: Any
+    codes: set[str]
+    files: list[Path]
+
+
+@dataclass
+class LintRun:
+    files: list[Path]
+    groups: list[_Group]
+    result: Any  # the runner's RunResult, over every group
+
+    def selected(self, d: Any) -> bool:
+        """Whether a finding of another phase is selected for its file (codes and
+        per-file-ignores of the file's configuration)."""
+        path = Path(d.filename).resolve()
+        for g in self.groups:
+            if any(f.resolve() == path for f in g.files):
+                ignored = g.config.ignored_for(path)
+                return d.code in g.codes and not any(d.code.startswith(i) for i in ignored)
+        return True  # a file the run did not list (an imported module): its finding stays
+
+
+def _lint(opts: CheckOptions) -> LintRun:
+    """The static phase over the paths. Each file uses the configuration of the closest
+    pyproject.toml above it (or --config for all)."""
+    from prefixlint.codes import CODES, STATIC
+    from prefixlint.config import ConfigError, validate_selectors
+    from prefixlint.static.discovery import MissingPath, NotAFile, discover
+    from prefixlint.static.runner import RunResult, run_static
+
+    targets = _targets(opts)
+    bad = validate_selectors(_split(opts.select) + _split(opts.ignore), CODES)
+    if bad:
+        raise click.UsageError(f"unknown rule code or prefix: {', '.join(bad)}")
+    groups: dict[Any, _Group] = {}
+    seen: dict[Any, Any] = {}
     try:
-        config = load_config(opts.config_path)
+        for target in targets:
+            config = _config_at(opts.config_path, target, seen)
+            for f in discover([target], config):
+                own = config if opts.config_path else _config_at(None, f, seen)
+                if own is not config and own.is_excluded(f):
+                    continue
+                group = groups.setdefault(own.source, _Group(own, _codes(opts, own), []))
+                if f not in group.files:
+                    group.files.append(f)
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
+    except MissingPath as e:
+        raise click.UsageError(f"path does not exist: {e}") from None
+    except NotAFile as e:
+        raise click.UsageError(str(e)) from None
+    result = RunResult()
+    for g in groups.values():
+        static = {c for c in g.codes if CODES[c].phase == STATIC}
+        part = run_static(
+            g.files,
+            g.config,
+            static,
+            jobs=opts.jobs,
+            use_cache=not opts.no_cache,
+            cache_dir=opts.cache_dir,
+        )
+        result.diagnostics += part.diagnostics
+        result.files += part.files
+        result.cached += part.cached
+        result.internal_errors += part.internal_errors
+    result.diagnostics.sort(key=lambda d: d.sort_key())
+    files = [f for g in groups.values() for f in g.files]
+    return LintRun(files, list(groups.values()), result)
+
+
+def _targets(opts: CheckOptions) -> list[Path]:
+    from prefixlint.static.discovery import installed_vllm_model_dirs
+
     targets = list(opts.paths)
     if opts.installed_vllm:
         found = installed_vllm_model_dirs()
         if not found:
             raise click.UsageError("--installed-vllm: no vLLM installation found on sys.path")
         targets.extend(found)
-    if not targets:
-        targets = [Path(".")]
+    return targets or [Path(".")]
+
+
+def _config_at(explicit: Path | None, path: Path, seen: dict[Any, Any]) -> Any:
+    """The configuration for ``path``: --config, else the closest pyproject above it
+    (``seen``: the configurations this run has read, by source)."""
+    from prefixlint.config import Config, find_config_file, load_config
+
+    start = path if path.is_dir() else path.parent
+    source = explicit or find_config_file(start if start.exists() else Path.cwd())
+    if source not in seen:
+        seen[source] = load_config(source) if source else Config()
+    return seen[source]
+
+
+def _codes(opts: CheckOptions, config: Any) -> set[str]:
+    from prefixlint.codes import CODES
+    from prefixlint.config import ConfigError, select_codes, validate_selectors
+
     selectors = _split(opts.select) or config.select
     ignores = config.ignore + _split(opts.ignore)
     bad = validate_selectors(selectors + ignores, CODES)
     if bad:
-        raise click.UsageError(f"unknown rule code or prefix: {', '.join(bad)}")
-    codes = select_codes({c: e.default_enabled for c, e in CODES.items()}, selectors, ignores)
-    try:
-        files = discover(targets, config)
-    except MissingPath as e:
-        raise click.UsageError(f"path does not exist: {e}") from None
-    static = {c for c in codes if CODES[c].phase == STATIC}
-    result = run_static(
-        files,
-        config,
-        static,
-        jobs=opts.jobs,
-        use_cache=not opts.no_cache,
-        cache_dir=opts.cache_dir,
-    )
-    return files, codes, result
+        raise ConfigError(f"{config.source}: unknown rule code or prefix: {', '.join(bad)}")
+    return select_codes({c: e.default_enabled for c, e in CODES.items()}, selectors, ignores)
 
 
-def _int_list(value: str) -> list[int]:
+def _int_list(value: str, hint: str | None = None) -> list[int]:
     try:
         out = [int(v) for v in value.split(",") if v.strip()]
     except ValueError:
-        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
+        raise click.BadParameter(
+            f"expected comma-separated integers, got {value!r}", param_hint=hint
+        ) from None
     if not out or any(v < 1 for v in out):
-        raise click.BadParameter(f"expected positive integers, got {value!r}")
+        raise click.BadParameter(f"expected positive integers, got {value!r}", param_hint=hint)
     return out
 
 
-def _config_table() -> tuple[dict[str, str], str | None]:
-    """``[tool.prefixlint.configs]``: architecture -> config path (relative to pyproject)."""
-    from prefixlint.config import ConfigError, load_configs_table
+def _config_table(start: Path | None = None) -> tuple[dict[str, str], str | None]:
+    """``[tool.prefixlint.configs]`` of the closest pyproject above ``start`` (default:
+    the current folder): architecture -> config path (relative to the pyproject)."""
+    from prefixlint.config import ConfigError, find_config_file, load_configs_table
 
     try:
-        return load_configs_table()
+        found = find_config_file(start or Path.cwd())
+        return load_configs_table(found.parent) if found else ({}, None)
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
 
@@ -282,10 +456,12 @@ def _report(
     *,
     show_source: bool = True,
     elapsed: float | None = None,
+    phases: str = "",
 ) -> None:
     from prefixlint.reporters import REPORTERS
 
     options = {
+        "phases": phases,
         "files": files,
         "names": _names(),
         "show_source": show_source,
@@ -293,56 +469,22 @@ def _report(
         "elapsed": elapsed,
     }
     if output is not None:
-        with output.open("w", encoding="utf-8") as fh:
-            REPORTERS[output_format](diagnostics, fh, options)
+        try:
+            with output.open("w", encoding="utf-8") as fh:
+                REPORTERS[output_format](diagnostics, fh, options)
+        except OSError as e:
+            raise click.UsageError(f"cannot write {output}: {e.strerror or e}") from None
     else:
         REPORTERS[output_format](diagnostics, sys.stdout, options)
 
 
-def _exit_for(diagnostics, fail_on: str) -> None:
+def _exit_for(diagnostics, fail_on: str, strict: bool = False) -> None:
     from prefixlint.diagnostic import Severity
 
     threshold = Severity.ERROR.rank if fail_on == "error" else Severity.WARNING.rank
+    if strict:  # a "not verified" note fails the run too
+        threshold = Severity.NOTE.rank
     sys.exit(EXIT_FINDINGS if any(d.severity.rank >= threshold for d in diagnostics) else EXIT_OK)
-
-
-def _introspect_files(files: list[Path], tp: list[int], pp: list[int]) -> list:
-    """Phase 2 for the model classes defined in ``files`` (found statically first)."""
-    import re
-
-    from prefixlint.introspect import introspect as run
-    from prefixlint.introspect.worker import Worker
-    from prefixlint.static.resolve import summarize_file
-
-    arch_like = re.compile(r"For[A-Z]\w*$|Model$")
-    table, base = _config_table()
-    worker = Worker()
-    out = []
-    try:
-        for path in files:
-            summary = summarize_file(path)
-            if summary is None:
-                continue
-            for cls in summary.classes.values():
-                init = cls.methods.get("__init__")
-                if init is None or init.param("vllm_config") is None:
-                    continue
-                if not arch_like.search(cls.name) or cls.name.startswith("_"):
-                    continue
-                report = run(
-                    f"{path}:{cls.name}",
-                    tp=tp,
-                    pp=pp,
-                    configs=table,
-                    config_base=base,
-                    worker=worker,
-                )
-                out.extend(report.diagnostics)
-    finally:
-        worker.close()
-    # Subclasses inherit their base's construction: one finding per place, not per class.
-    unique = {(d.code, d.filename, d.location.row, d.message): d for d in out}
-    return sorted(unique.values(), key=lambda d: d.sort_key())
 
 
 @main.command()
@@ -355,6 +497,7 @@ def _introspect_files(files: list[Path], tp: list[int], pp: list[int]) -> list:
 @click.option("--format", "output_format", type=click.Choice(FORMATS), default="text")
 @click.option("--fail-on", type=click.Choice(["error", "warning"]), default="warning")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds per build.")
+@click.option("--strict", is_flag=True, help=STRICT_HELP)
 def introspect(
     target: str,
     config_path: str | None,
@@ -363,12 +506,14 @@ def introspect(
     output_format: str,
     fail_on: str,
     timeout: float,
+    strict: bool,
 ) -> None:
     """Build TARGET on the meta device for several TP/PP layouts and check what it built.
 
     TARGET is an architecture of the installed vLLM registry (LlamaForCausalLM),
     module:Class, or path/to/file.py[:Class].
     """
+    from prefixlint.check_introspect import polish, public_name
     from prefixlint.introspect import introspect as run
 
     table, base = _config_table()
@@ -382,11 +527,13 @@ def introspect(
         timeout=timeout,
     )
     if report.error:
-        raise click.UsageError(f"cannot introspect {target}: {report.error}")
+        raise click.UsageError(f"cannot introspect {target}: {public_name(report.error)}")
+    report.diagnostics = polish(report.diagnostics + _skipped_notes(report))
     # The layout table goes to stderr in every format: JSON on stdout stays parseable.
     for result in report.results:
         click.echo(
-            f"{result['arch']}: {result['status']} (config: {result['config_source'] or '-'})"
+            f"{public_name(result['arch'])}: {result['status']} "
+            f"(config: {result['config_source'] or '-'})"
             + (f" {result['reason']}" if result["reason"] else ""),
             err=True,
         )
@@ -397,7 +544,7 @@ def introspect(
                 err=True,
             )
     _report(report.diagnostics, output_format, len(report.results))
-    _exit_for(report.diagnostics, fail_on)
+    _exit_for(report.diagnostics, fail_on, strict)
 
 
 @main.command()
@@ -530,7 +677,8 @@ def review(
         cache_dir=cache_dir,
         jobs=jobs,
     )
-    _, _, result = _lint(opts)
+    _writable(output)
+    result = _lint(opts).result
     if result.internal_errors:
         click.echo(
             f"prefixlint: {result.internal_errors} file(s) hit an internal error "
@@ -540,7 +688,10 @@ def review(
     payload = build_review(result.diagnostics, changes)
     text = json.dumps(payload, indent=2)
     if output is not None:
-        output.write_text(text + "\n", encoding="utf-8")
+        try:
+            output.write_text(text + "\n", encoding="utf-8")
+        except OSError as e:
+            raise click.UsageError(f"cannot write {output}: {e.strerror or e}") from None
     else:
         click.echo(text)
     if not post:

@@ -79,6 +79,12 @@ def _codes(value: object, key: str) -> list[str]:
     return [v.strip().upper() for v in value]
 
 
+def _strings(value: object, path: Path, key: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{path}: [tool.prefixlint] {key} must be a list of strings")
+    return list(value)
+
+
 def find_pyproject(start: Path) -> Path | None:
     start = start.resolve()
     for folder in (start, *start.parents):
@@ -86,6 +92,21 @@ def find_pyproject(start: Path) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def find_config_file(start: Path) -> Path | None:
+    """The closest ``pyproject.toml`` above ``start`` that has a ``[tool.prefixlint]``
+    table (as ruff looks for ``[tool.ruff]``); else the closest one at all."""
+    start = start.resolve()
+    nearest = None
+    for folder in (start, *start.parents):
+        candidate = folder / "pyproject.toml"
+        if not candidate.is_file():
+            continue
+        nearest = nearest or candidate
+        if "prefixlint" in _read_toml(candidate).get("tool", {}):
+            return candidate
+    return nearest
 
 
 def _read_toml(path: Path) -> dict:
@@ -97,14 +118,36 @@ def _read_toml(path: Path) -> dict:
 
 def load_configs_table(start: Path | None = None) -> tuple[dict[str, str], str | None]:
     """``[tool.prefixlint.configs]``: architecture -> config path, and the folder the paths
-    are relative to (the pyproject's)."""
+    are relative to (the pyproject's). A path that does not exist is an error: a build
+    must never fall back to a guessed config in its place."""
     path = find_pyproject(start or Path.cwd())
     if path is None:
         return {}, None
-    table = _read_toml(path).get("tool", {}).get("prefixlint", {}).get("configs", {})
+    return configs_table(_read_toml(path).get("tool", {}).get("prefixlint", {}), path)
+
+
+def configs_table(table: object, path: Path) -> tuple[dict[str, str], str | None]:
+    """Validate ``[tool.prefixlint.configs]`` of the pyproject at ``path``."""
     if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [tool.prefixlint] must be a table")
+    configs = table.get("configs", {})
+    if not isinstance(configs, dict):
         raise ConfigError(f"{path}: [tool.prefixlint.configs] must be a table")
-    return {str(k): str(v) for k, v in table.items()}, str(path.parent)
+    out = {}
+    for arch, value in configs.items():
+        if not isinstance(value, str):
+            raise ConfigError(
+                f"{path}: [tool.prefixlint.configs] {arch} must be the path of a config.json "
+                f"(or of a folder holding one), got {value!r}"
+            )
+        target = Path(value) if Path(value).is_absolute() else path.parent / value
+        file = target / "config.json" if target.is_dir() else target
+        if not file.is_file():
+            raise ConfigError(
+                f"{path}: [tool.prefixlint.configs] {arch} = {value!r}: {file} does not exist"
+            )
+        out[str(arch)] = value
+    return out, str(path.parent)
 
 
 def load_config(explicit: Path | None = None, start: Path | None = None) -> Config:
@@ -118,18 +161,18 @@ def load_config(explicit: Path | None = None, start: Path | None = None) -> Conf
     unknown = set(table) - known
     if unknown:
         raise ConfigError(f"{path}: unknown [tool.prefixlint] keys: {', '.join(sorted(unknown))}")
+    configs_table(table, path)  # a bad config path is an error for every command
     cfg = Config(source=path)
     if "select" in table:
         cfg.select = _codes(table["select"], "select")
     if "ignore" in table:
         cfg.ignore = _codes(table["ignore"], "ignore")
     if "exclude" in table:
-        cfg.exclude = list(table["exclude"])
+        cfg.exclude = _strings(table["exclude"], path, "exclude")
     if "extend-prefix-layers" in table:
-        layers = table["extend-prefix-layers"]
-        if not isinstance(layers, list):
-            raise ConfigError(f"{path}: extend-prefix-layers must be a list of class names")
-        cfg.extend_prefix_layers = [str(x) for x in layers]
+        cfg.extend_prefix_layers = _strings(
+            table["extend-prefix-layers"], path, "extend-prefix-layers"
+        )
     pfi = table.get("per-file-ignores", {})
     if not isinstance(pfi, dict):
         raise ConfigError(f"{path}: per-file-ignores must be a table of glob = [codes]")

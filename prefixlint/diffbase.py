@@ -33,6 +33,9 @@ class ChangedLines:
     head: str  # HEAD's commit
     lines: dict[str, set[int]] = field(default_factory=dict)  # repo-relative path -> rows
     whole: set[str] = field(default_factory=set)  # untracked files: every line is new
+    # repo-relative path -> new-side rows after which old lines were deleted (0: before
+    # the first row). A deletion inside a finding's span changes that finding.
+    deleted_after: dict[str, set[int]] = field(default_factory=dict)
 
     def repo_path(self, filename: str, cwd: Path | None = None) -> str | None:
         """A finding's filename as a repository-relative POSIX path, or None if outside."""
@@ -52,12 +55,14 @@ class ChangedLines:
         return self.lines.get(path, set())
 
     def first_changed(self, path: str, start: int, end: int) -> int | None:
-        """The first changed row in ``start..end``, or None."""
+        """The first changed row in ``start..end``, or None. A deletion between two rows
+        of the span counts: the row above it is returned (GitHub shows it as context)."""
         rows = self.changed_rows(path)
         for row in range(start, max(start, end) + 1):
             if rows is None or row in rows:
                 return row
-        return None
+        deleted = [r for r in self.deleted_after.get(path, ()) if start <= r < end]
+        return min(deleted) if deleted else None
 
     def touches(self, d: Diagnostic, cwd: Path | None = None) -> bool:
         path = self.repo_path(d.filename, cwd)
@@ -110,7 +115,15 @@ def _unquote(path: str) -> str:
 
 def parse_diff(text: str) -> dict[str, set[int]]:
     """Added rows per new-side path of a ``git diff -U0`` (``+++ b/path`` and hunks)."""
+    return parse_diff_full(text)[0]
+
+
+def parse_diff_full(text: str) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
+    """(added rows, rows after which lines were deleted) per new-side path of a
+    ``git diff -U0``. A pure deletion hunk ``@@ -284 +288,0 @@`` adds no row: it sits
+    between new rows 288 and 289."""
     lines: dict[str, set[int]] = {}
+    deleted: dict[str, set[int]] = {}
     current: str | None = None
     for line in text.splitlines():
         if line.startswith("+++ "):
@@ -127,8 +140,10 @@ def parse_diff(text: str) -> dict[str, set[int]]:
         if hunk:
             start = int(hunk.group(1))
             count = int(hunk.group(2)) if hunk.group(2) is not None else 1
+            if count == 0:
+                deleted.setdefault(current, set()).add(start)
             lines[current].update(range(start, start + count))
-    return lines
+    return lines, deleted
 
 
 def changed_lines(rev: str, cwd: Path | None = None) -> ChangedLines:
@@ -159,10 +174,12 @@ def changed_lines(rev: str, cwd: Path | None = None) -> ChangedLines:
         root,
     )
     untracked = _git(["ls-files", "--others", "--exclude-standard", "-z"], root)
+    added, deleted = parse_diff_full(diff)
     return ChangedLines(
         root=root,
         base=base,
         head=head,
-        lines=parse_diff(diff),
+        lines=added,
         whole={p for p in untracked.split("\0") if p},
+        deleted_after=deleted,
     )

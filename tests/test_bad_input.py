@@ -98,3 +98,27 @@ def test_text_frame_of_long_and_binary_lines(tmp_path) -> None:
     text = out.getvalue()
     assert max(len(line) for line in text.splitlines()) < 400
     assert "\x00" not in text and "\x1b" not in text
+
+
+def test_python_312_syntax_is_not_a_syntax_error(tmp_path) -> None:
+    """``type X = str``, ``class Box[T]`` and PEP 701 f-strings are valid Python 3.12: on an
+    older interpreter the file is "not checked" (a note naming the version it needs), never
+    a PFX001 error; on 3.12+ it is checked like any file."""
+    import json
+    import sys
+
+    from click.testing import CliRunner
+
+    from prefixlint.cli import main
+
+    sources = ["type X = str\n", "class Box[T]:\n    pass\n", 'x = f"{\'a\' + "b"}"\n']
+    for i, text in enumerate(sources):
+        (tmp_path / f"m{i}.py").write_text(text)
+    result = CliRunner().invoke(main, ["check", "--no-cache", "--format", "json", str(tmp_path)])
+    found = json.loads(result.stdout)
+    assert result.exit_code == 0, result.output
+    if sys.version_info >= (3, 12):
+        assert found == []
+    else:
+        assert [f["severity"] for f in found] == ["note"] * len(sources)
+        assert all("Python 3.12 syntax" in f["message"] for f in found)

@@ -200,3 +200,65 @@ def test_fix_and_diff(project: Path) -> None:
     fixed = (project / "model.py").read_text()
     assert 'quant_config=quant_config, prefix=f"{prefix}.lm_head")' in fixed
     assert run(["check", "--diff", "--no-cache", "model.py"], project)[0] == 0  # idempotent
+
+
+def test_output_that_cannot_be_written_is_a_usage_error(project: Path) -> None:
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    for args in (
+        ["init", "-q"],
+        ["add", "."],
+        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"],
+    ):
+        subprocess.run(["git", *args], cwd=project, check=True, env=env)
+    for target in ("missing-dir/out.json", "."):
+        for command in (["check"], ["review", "--diff-base", "HEAD"]):
+            code, out = run([*command, "--no-cache", "-o", target], project)
+            assert code == 2 and "Traceback" not in out, (command, target, out)
+            assert "--output" in out, out
+
+
+def test_named_pipe_in_a_folder_is_skipped_and_named_is_refused(project: Path) -> None:
+    os.mkfifo(project / "pipe.py")
+    done = subprocess.run(
+        [sys.executable, "-m", "prefixlint", "check", "--no-cache", "."],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=60,  # it used to block forever in read_bytes
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    assert done.returncode == 1 and "model.py" in done.stdout, done.stdout + done.stderr
+    code, out = run(["check", "--no-cache", "pipe.py"], project)
+    assert code == 2 and "not a regular file" in out
+
+
+def test_configs_table_errors(project: Path) -> None:
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text('[tool.prefixlint.configs]\nMyForCausalLM = "configs/missing.json"\n')
+    code, out = run(["check", "--no-cache", "."], project)
+    assert code == 2 and "missing.json" in out and "does not exist" in out
+    pyproject.write_text("[tool.prefixlint.configs]\nFoo = 3\n")
+    code, out = run(["check", "--no-cache", "."], project)
+    assert code == 2 and "Foo" in out
+
+
+def test_pyproject_is_found_from_the_checked_files(project: Path, tmp_path_factory) -> None:
+    """ruff's rule: the closest pyproject.toml above each file, wherever the cwd is."""
+    (project / "pyproject.toml").write_text('[tool.prefixlint]\nignore = ["PFX3"]\n')
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    code, out = run(["check", "--no-cache", str(project)], elsewhere)
+    assert code == 0, out
+    # A nested project with its own configuration: its files follow it.
+    nested = project / "sub"
+    nested.mkdir()
+    (nested / "pyproject.toml").write_text("[tool.prefixlint]\nselect = []\n")
+    (nested / "model.py").write_text(BAD_MODEL)
+    code, out = run(["check", "--no-cache", "--no-source", str(project)], elsewhere)
+    assert code == 1 and "sub/model.py" in out and "\nmodel.py" not in "\n" + out, out
+
+
+def test_summary_wording(project: Path) -> None:
+    code, out = run(["check", "--no-cache", "--no-source", "."], project)
+    assert code == 1 and "in 1 file (2 files checked)" in out, out
+    code, out = run(["check", "--no-cache", "clean.py"], project)
+    assert code == 0 and "All checks passed (1 file)." in out, out

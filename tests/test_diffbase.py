@@ -405,3 +405,53 @@ def test_changed_lines_paths(tmp_path: Path) -> None:
     assert changes.first_changed("a/m.py", 1, 5) == 3
     assert changes.first_changed("a/m.py", 4, 5) is None
     assert changes.first_changed("other.py", 1, 9) is None
+
+
+MULTILINE = textwrap.dedent(
+    """\
+    from torch import nn
+    from vllm.model_executor.layers.linear import RowParallelLinear
+
+
+    class MLP(nn.Module):
+        def __init__(self, hidden, quant_config, prefix: str = ""):
+            super().__init__()
+            self.down_proj = RowParallelLinear(
+                hidden,
+                hidden,
+                quant_config=quant_config,
+                prefix=f"{prefix}.down_proj",
+            )
+    """
+)
+
+
+def test_a_deleted_argument_reports_the_call_it_was_deleted_from(repo: Path) -> None:
+    """Deleting the ``prefix=`` line adds no line (hunk ``@@ -12 +11,0 @@``); the PFX301 on
+    the call that spans the deletion is still new, in check and in review."""
+    models = repo / "pkg" / "models"
+    (models / "mlp.py").write_text(MULTILINE)
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "mlp")
+    git(repo, "tag", "with-mlp")
+    (models / "mlp.py").write_text(
+        MULTILINE.replace('            prefix=f"{prefix}.down_proj",\n', "")
+    )
+    diff = git(repo, "diff", "-U0", "with-mlp")
+    assert "@@ -12 +11,0 @@" in diff
+    new = findings(["--diff-base", "with-mlp"], repo)
+    assert [(f["code"], f["filename"], f["location"]["row"]) for f in new] == [
+        ("PFX301", "pkg/models/mlp.py", 8)
+    ]
+    code, out = invoke(["review", "--no-cache", "--diff-base", "with-mlp"], repo)
+    assert code == 0, out
+    [comment] = json.loads(out)["comments"]
+    # The row above the deletion: inside the call, and shown by GitHub as diff context.
+    assert (comment["path"], comment["line"]) == ("pkg/models/mlp.py", 11)
+    # A deletion next to a one-line finding does not make that finding new.
+    changes = changed_lines("with-mlp", repo)
+    assert changes.deleted_after == {"pkg/models/mlp.py": {11}}
+    one_line = Diagnostic(
+        "PFX302", "m", Severity.ERROR, "pkg/models/mlp.py", Position(11, 1), Position(11, 5)
+    )
+    assert not changes.touches(one_line, repo)

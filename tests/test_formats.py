@@ -375,3 +375,40 @@ def test_fixable_findings_carry_their_fix_in_every_format(vllm_copy, tmp_path, m
         'prefix=maybe_prefix(prefix, "o_proj")' in c["body"] and c["body"].count("\n") > 6
         for c in review["comments"]
     )
+
+
+def test_action_yml_matches_githubs_action_schema() -> None:
+    """action.yml at the repository root (the one-line `uses: prefixlint/prefixlint@SHA`)
+    against the GitHub action schema vendored by check-jsonschema."""
+    import shutil
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    if shutil.which("check-jsonschema", path=str(Path(sys.executable).parent)) is None:
+        pytest.skip("check-jsonschema is not installed (pip install .[dev])")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "check_jsonschema",
+            "--builtin-schema",
+            "vendor.github-actions",
+            str(root / "action.yml"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    yaml = pytest.importorskip("yaml")
+    action = yaml.safe_load((root / "action.yml").read_text())
+    steps = " ".join(
+        str(s.get("run", "")) + str(s.get("uses", "")) for s in action["runs"]["steps"]
+    )
+    for needed in (
+        "prefixlint check",
+        "--diff-base",
+        "upload-sarif",
+        "prefixlint review --diff-base",
+    ):
+        assert needed in steps

@@ -53,7 +53,8 @@ def test_manifest_declares_both_hooks() -> None:
     assert static["language"] == "python" and static["types"] == ["python"]
     assert static["require_serial"] is False
     assert "stages" not in static  # runs on every commit
-    assert introspect["entry"] == "prefixlint check --introspect"
+    assert introspect["entry"] == "prefixlint check --introspect --strict"
+    assert introspect["language"] == "system"  # where vLLM is, not an isolated venv
     assert introspect["stages"] == ["manual"]  # opt in
 
 
@@ -135,3 +136,67 @@ def test_hook_passes_clean_file_and_fails_broken_one(snapshot, project, home) ->
     assert rc == 1, out
     assert "PFX302" in out and "bad.py:" in out and "good.py" not in out, out
     assert second < 60, f"a run in the built environment took {second:.0f}s"
+
+
+def test_introspect_hook_runs_phase2_where_vllm_is(snapshot, home, tmp_path) -> None:
+    """The `language: system` hook runs the environment's `prefixlint` (here: this checkout
+    on the Python that has vLLM) and builds the model: a phase-2 finding fails it."""
+    from tests.plugin_qwen import make_plugin
+
+    repo, _ = snapshot
+    project = tmp_path / "plugin-project"
+    make_plugin(
+        project,
+        lambda s: s.replace('prefix=f"{prefix}.mlp",', 'prefix=f"{prefix}.ffn",  # noqa: PFX302'),
+    )
+    git(project, "init", "-q")
+    git(project, "add", "-A")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    launcher = bin_dir / "prefixlint"
+    launcher.write_text(
+        f'#!/bin/sh\nPYTHONPATH={CHECKOUT} exec {sys.executable} -m prefixlint "$@"\n'
+    )
+    launcher.chmod(0o755)
+    env_path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    os.environ["PATH"], saved = env_path, os.environ["PATH"]
+    try:
+        rc, out, _ = pre_commit(
+            project,
+            home,
+            "try-repo",
+            str(repo),
+            "prefixlint-introspect",
+            "--hook-stage",
+            "manual",
+            "--files",
+            "myplugin/models.py",
+        )
+    finally:
+        os.environ["PATH"] = saved
+    assert rc == 1, out
+    assert "PFX601" in out and "model.layers.0.ffn" in out and "phase 2" in out, out
+
+
+def test_introspect_without_vllm_fails_with_a_message(snapshot, project, home) -> None:
+    """In the static hook's own virtualenv (no torch, no vLLM), `check --introspect` used to
+    print "All checks passed"; it must fail and say why."""
+    repo, rev = snapshot
+    config = project / "pre-commit-config.yaml"
+    hooks = [{"id": "prefixlint"}]
+    config.write_text(json.dumps({"repos": [{"repo": str(repo), "rev": rev, "hooks": hooks}]}))
+    rc, out, _ = pre_commit(project, home, "run", "--config", str(config), "--files", "good.py")
+    assert rc == 0, out
+    # The hook's virtualenv in the pre-commit store: prefixlint and its deps, no vLLM.
+    found = sorted(home.glob("repo*/py_env-*/bin/prefixlint"))
+    assert found, list(home.iterdir())
+    done = subprocess.run(
+        [str(found[0]), "check", "--introspect", "good.py"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "passed" not in done.stdout.lower()
+    assert "needs torch and vllm" in done.stderr and "nothing was built" in done.stderr

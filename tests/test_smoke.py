@@ -176,6 +176,7 @@ def test_cli_rejects_unknown_check():
 
 
 @engine_run
+@pytest.mark.slow
 def test_phase2_errors_block_the_run(tmp_path: Path):
     models, _ = _planted(tmp_path, [])
     report = smoke(f"{models}:DuplicatePrefixLlama")
@@ -184,6 +185,7 @@ def test_phase2_errors_block_the_run(tmp_path: Path):
 
 
 @engine_run
+@pytest.mark.slow
 def test_llama_passes(capsys):
     started = time.perf_counter()
     report = smoke("LlamaForCausalLM", device="cpu")
@@ -205,6 +207,7 @@ def test_llama_passes(capsys):
 
 
 @engine_run
+@pytest.mark.slow
 def test_planted_defects_are_reported(tmp_path: Path, capsys):
     defects = ["scale", "leak", "positions", "tp", "compile"]
     models, config = _planted(tmp_path, defects)
@@ -227,3 +230,62 @@ def test_planted_defects_are_reported(tmp_path: Path, capsys):
         assert d.phase == "smoke" and Path(d.filename).name == "planted_models.py"
         assert d.location.row == line
         assert d.data["position"] >= 0 and d.data["expected"] != d.data["got"]
+
+
+def test_verdict_never_says_passed_for_checks_that_did_not_run(capsys):
+    """Every check errored (the run timed out): "Not verified", exit 2, never "passed"."""
+    from prefixlint.smoke import CheckResult
+    from prefixlint.smoke.cli import _verdict
+
+    report = SmokeReport("A", error="the smoke run did not finish within 20 s")
+    report.checks = [CheckResult(c, "error", report.error) for c in ("PFX801", "PFX802")]
+    with pytest.raises(SystemExit) as done:
+        _verdict(report, "text")
+    out = capsys.readouterr().out
+    assert done.value.code == 2
+    assert "passed" not in out.lower() and "Not verified: PFX801, PFX802" in out
+    report = SmokeReport("A")
+    report.checks = [CheckResult("PFX801", "pass"), CheckResult("PFX805", "skip", "one core")]
+    with pytest.raises(SystemExit) as done:
+        _verdict(report, "text")
+    out = capsys.readouterr().out
+    assert done.value.code == 0
+    assert "Passed: PFX801." in out and "Not verified: PFX805 (one core)." in out
+
+
+def _qwen2_project(tmp_path: Path) -> Path:
+    """The plugin package, and a pyproject that names its qwen2 config."""
+    from transformers import Qwen2Config
+
+    from tests.plugin_qwen import make_plugin
+
+    models = make_plugin(tmp_path)
+    Qwen2Config(num_hidden_layers=2).to_json_file(str(tmp_path / "qwen2.json"))
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.prefixlint.configs]\nMyQwen2ForCausalLM = "qwen2.json"\n'
+    )
+    return models
+
+
+@engine_run
+@pytest.mark.slow
+def test_plugin_smoke_uses_the_pyproject_config_and_says_so(tmp_path: Path):
+    """A Qwen2-derived plugin on a Llama-shaped checkpoint left the qkv bias unloaded
+    (noise findings); with its config from [tool.prefixlint.configs] it matches."""
+    import subprocess
+    import sys
+
+    models = _qwen2_project(tmp_path)
+    args = [sys.executable, "-m", "prefixlint", "smoke", f"{models}:MyQwen2ForCausalLM"]
+    args += ["--checks", "PFX801,PFX804", "--device", "cpu"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert "config: pyproject" in done.stderr and "qwen2.json" in done.stderr, done.stderr
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "Passed: PFX801, PFX804." in done.stdout
+    # Without the table entry: the Llama-shaped fallback, said out loud, and refused.
+    (tmp_path / "pyproject.toml").unlink()
+    done = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert "llama-shaped" in done.stderr, done.stderr
+    assert "qkv_proj.bias" in done.stdout and "not compared" in done.stdout, done.stdout
+    assert done.returncode == 2 and "passed" not in done.stdout.lower()

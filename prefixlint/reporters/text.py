@@ -1,4 +1,7 @@
-"""Text in ruff's shape: ``path:row:col: CODE message``, a source frame, a summary."""
+"""Text in ruff's shape: ``path:row:col: CODE message``, a source frame, a summary.
+
+Colours come from rich, only on a terminal and never with ``NO_COLOR`` (``FORCE_COLOR``
+forces them); without colour the output is plain text, byte for byte."""
 
 from __future__ import annotations
 
@@ -20,12 +23,29 @@ def _use_colour(out: TextIO) -> bool:
     return hasattr(out, "isatty") and out.isatty()
 
 
+_STYLES = {"1": "bold", "31": "red", "33": "yellow", "36": "cyan"}
+
+
 class _Style:
+    """Styles a piece of text with rich (its ANSI rendering), or leaves it plain."""
+
     def __init__(self, on: bool) -> None:
         self.on = on
+        self.console = None
+        if on:
+            from rich.console import Console
+
+            self.console = Console(force_terminal=True, color_system="standard", no_color=False)
 
     def __call__(self, text: str, code: str) -> str:
-        return f"\x1b[{code}m{text}\x1b[0m" if self.on else text
+        if self.console is None:
+            return text
+        from rich.text import Text
+
+        style = " ".join(_STYLES.get(part, "") for part in code.split(";")).strip()
+        with self.console.capture() as captured:
+            self.console.print(Text(text, style=style), end="", soft_wrap=True)
+        return captured.get()
 
 
 def _source_line(path: str, row: int, cache: dict[str, list[str] | None]) -> str | None:
@@ -67,11 +87,21 @@ def report_text(diagnostics: list[Diagnostic], out: TextIO, options: dict) -> No
                 width = max(1, len(line.rstrip()) - start)
             out.write(f"{gutter} |\n{d.location.row} | {line.rstrip()}\n")
             out.write(f"{gutter} | {' ' * start}{style('^' * width, colour)}\n\n")
+    _summary(diagnostics, out, options)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _summary(diagnostics: list[Diagnostic], out: TextIO, options: dict) -> None:
     notes = [d for d in diagnostics if d.severity is Severity.NOTE]
     if notes:
-        out.write(f"Not verified: {len(notes)} (see the PFX600 notes above).\n")
+        out.write(f"Not verified: {len(notes)} (see the notes above).\n")
     diagnostics = [d for d in diagnostics if d.severity is not Severity.NOTE]
     counts = Counter(d.code for d in diagnostics)
+    checked = options.get("files")
+    checked_text = _plural(checked, "file") if isinstance(checked, int) else "? files"
     if diagnostics:
         errors = sum(d.severity is Severity.ERROR for d in diagnostics)
         warnings = len(diagnostics) - errors
@@ -79,13 +109,14 @@ def report_text(diagnostics: list[Diagnostic], out: TextIO, options: dict) -> No
         width = max(len(str(n)) for n in counts.values())
         for code, n in sorted(counts.items()):
             out.write(f"{n:>{width}}  {code}  {names.get(code, '')}\n")
+        with_findings = len({d.filename for d in diagnostics})
         out.write(
-            f"Found {len(diagnostics)} finding{'s' if len(diagnostics) != 1 else ''} "
-            f"({errors} error{'s' if errors != 1 else ''}, "
-            f"{warnings} warning{'s' if warnings != 1 else ''}) "
-            f"in {options.get('files', '?')} files.\n"
+            f"Found {_plural(len(diagnostics), 'finding')} ({_plural(errors, 'error')}, "
+            f"{_plural(warnings, 'warning')}) in {_plural(with_findings, 'file')} "
+            f"({checked_text} checked).\n"
         )
     elif notes:
         out.write("No findings in what was verified.\n")
     else:
-        out.write(f"All checks passed ({options.get('files', '?')} files).\n")
+        ran = options.get("phases") or ""
+        out.write(f"All checks passed ({checked_text}{'; ' + ran if ran else ''}).\n")

@@ -81,6 +81,7 @@ class SmokeReport:
     error: str = ""  # the run itself failed (timeout, crash, unresolvable target)
     timings: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
+    config_source: str = ""  # which config the checkpoint was made from
 
 
 def parse_checks(value: str | None) -> list[str]:
@@ -157,6 +158,8 @@ def smoke(
     config: str | None = None,
     configs: dict[str, str] | None = None,
     log: Path | None = None,
+    config_base: str | None = None,
+    progress: Any = None,
 ) -> SmokeReport:
     """Gate on phase 2, then run the checks in a child process (see ``child.py``)."""
     started = time.perf_counter()
@@ -171,8 +174,15 @@ def smoke(
         from prefixlint.introspect import introspect
 
         t = time.perf_counter()
+        if progress is not None:
+            progress("phase 2: building the model on the meta device for tp=1,2 and pp=2")
         gated = introspect(
-            spec, tp=(1, 2), pp=(2,), config=config or config_folder, configs=configs
+            spec,
+            tp=(1, 2),
+            pp=(2,),
+            config=config or config_folder,
+            configs=configs,
+            config_base=config_base,
         )
         report.timings["phase 2"] = time.perf_counter() - t
         if gated.error:
@@ -189,7 +199,8 @@ def smoke(
             report.checks = [CheckResult(c, "skip", "blocked by phase 2 errors") for c in codes]
             report.seconds = time.perf_counter() - started
             return report
-    _run_child(report, target, device, codes, timeout, config, configs, log)
+    job = {"config": config, "configs": configs, "config_base": config_base}
+    _run_child(report, target, device, codes, timeout, job, log, progress)
     report.seconds = time.perf_counter() - started
     return report
 
@@ -200,9 +211,9 @@ def _run_child(
     device: str,
     codes: list[str],
     timeout: float,
-    config: str | None,
-    configs: dict[str, str] | None,
+    config_job: dict[str, Any],
     log: Path | None,
+    progress: Any = None,
 ) -> None:
     work = Path(tempfile.mkdtemp(prefix="prefixlint-smoke-"))
     results = work / "results.jsonl"
@@ -213,8 +224,7 @@ def _run_child(
         "checks": codes,
         "workdir": str(work),
         "results": str(results),
-        "config": config,
-        "configs": configs,
+        **config_job,
     }
     (work / "job.json").write_text(json.dumps(job), "utf-8")
     env = dict(os.environ)
@@ -234,7 +244,7 @@ def _run_child(
                 start_new_session=True,  # its own process group: engines die with it
             )
             try:
-                proc.wait(timeout=timeout)
+                _wait(proc, timeout, results, progress)
             except subprocess.TimeoutExpired:
                 timed_out = True
             except KeyboardInterrupt:
@@ -245,6 +255,38 @@ def _run_child(
         _collect(report, results, codes, log_path, timed_out, timeout, proc.returncode)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _wait(proc: subprocess.Popen[Any], timeout: float, results: Path, progress: Any) -> None:
+    """Wait for the child; meanwhile show the step it reached (its results file grows one
+    JSON line per step)."""
+    deadline = time.monotonic() + timeout
+    seen = 0
+    while True:
+        try:
+            proc.wait(timeout=min(1.0, max(deadline - time.monotonic(), 0.01)))
+            return
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                raise
+        if progress is None or not results.exists():
+            continue
+        lines = results.read_text("utf-8", "replace").splitlines()
+        for line in lines[seen:]:
+            with contextlib.suppress(ValueError):
+                progress(_describe_event(json.loads(line)))
+        seen = len(lines)
+
+
+def _describe_event(e: dict[str, Any]) -> str:
+    kind = e.get("event")
+    if kind == "target":
+        return f"{e.get('arch')}: config {e.get('config_source')}"
+    if kind == "timing":
+        return f"done: {e.get('step')} ({e.get('seconds', 0):.1f}s)"
+    if kind == "check":
+        return f"{e.get('code')} {CHECKS.get(e.get('code', ''), ('?',))[0]}: {e.get('status')}"
+    return str(kind)
 
 
 def _kill_group(proc: subprocess.Popen[Any]) -> None:
@@ -285,6 +327,7 @@ def _collect(
         kind = e.get("event")
         if kind == "target":
             report.arch, file, line = e["arch"], e["file"], int(e["line"] or 1)
+            report.config_source = e.get("config_source", "")
         elif kind == "timing":
             report.timings[e["step"]] = e["seconds"]
         elif kind == "error":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -13,6 +14,19 @@ class MissingPath(Exception):
     pass
 
 
+class NotAFile(Exception):
+    """A path named on the command line that is neither a regular file nor a folder (a
+    named pipe, a socket, a device): reading it could block forever."""
+
+
+def _regular(path: Path) -> bool:
+    """A regular file (following links). ``os.walk`` lists pipes and sockets as files."""
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return False
+
+
 def discover(paths: Iterable[Path], config: Config) -> list[Path]:
     """Python files under ``paths``: files as given, folders recursively (sorted)."""
     out: list[Path] = []
@@ -20,6 +34,8 @@ def discover(paths: Iterable[Path], config: Config) -> list[Path]:
     for path in paths:
         if not path.exists():
             raise MissingPath(str(path))
+        if not path.is_dir() and not _regular(path):
+            raise NotAFile(f"{path} is not a regular file or a folder (a pipe or a device?)")
         if path.is_file():
             # An explicitly named file is checked even if its suffix differs (ruff does too).
             if path not in seen:
@@ -38,7 +54,8 @@ def discover(paths: Iterable[Path], config: Config) -> list[Path]:
             for name in sorted(files):
                 if name.endswith((".py", ".pyi")):
                     f = base / name
-                    if f not in seen and not config.is_excluded(f):
+                    # A named pipe called f.py would block the reader forever: skipped.
+                    if f not in seen and _regular(f) and not config.is_excluded(f):
                         seen.add(f)
                         out.append(f)
     return out

@@ -52,7 +52,8 @@ def syntax_error(display: str, err: SourceError) -> Diagnostic:
     return Diagnostic(
         code=SYNTAX_ERROR,
         message=err.message,
-        severity=Severity.ERROR,
+        # Newer syntax than this interpreter's: "not verified", not an error in the file.
+        severity=Severity.NOTE if getattr(err, "newer_python", False) else Severity.ERROR,
         filename=display,
         location=pos,
         end_location=pos,

@@ -14,6 +14,7 @@ import ast
 import bisect
 import io
 import re
+import sys
 import tokenize
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -34,11 +35,16 @@ ARCHITECTURE_CLASS = re.compile(r"For[A-Z]\w*$")
 class SourceError(Exception):
     """The file cannot be read, decoded or parsed; carries a 1-based position."""
 
-    def __init__(self, message: str, row: int = 1, column: int = 1) -> None:
+    def __init__(
+        self, message: str, row: int = 1, column: int = 1, newer_python: bool = False
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.row = max(row, 1)
         self.column = max(column, 1)
+        # Valid for a newer Python than this one (libcst's grammar accepts it): a gap of
+        # the running interpreter, not an error in the file.
+        self.newer_python = newer_python
 
 
 def decode(data: bytes) -> str:
@@ -75,10 +81,44 @@ def parse_ast(text: str) -> ast.Module:
     try:
         return ast.parse(text)
     except SyntaxError as e:
+        maybe_newer = _NEWER_SYNTAX.search(text) and "nested" not in (e.msg or "")
+        newer = _newer_grammar(text) if maybe_newer else None
+        if newer:
+            raise SourceError(
+                f"not checked: this file uses Python {newer} syntax (line {e.lineno}: "
+                f"{e.msg}) and prefixlint runs on Python {sys.version_info[0]}."
+                f"{sys.version_info[1]}; run prefixlint on Python {newer} or later",
+                e.lineno or 1,
+                e.offset or 1,
+                newer_python=True,
+            ) from None
         raise SourceError(f"syntax error: {e.msg}", e.lineno or 1, e.offset or 1) from None
     except (ValueError, MemoryError, RecursionError) as e:
         # null bytes, or nesting too deep for the parser
         raise SourceError(f"cannot parse file: {e}") from None
+
+
+# What only newer grammars accept: ``type X = ...``, ``class Box[T]``/``def f[T]``, an
+# f-string (PEP 701 nests quotes). Only then is libcst asked: its native parser can crash
+# on input the stdlib rejects for depth.
+_NEWER_SYNTAX = re.compile(r"^\s*type\s+\w+|^\s*(?:class|def)\s+\w+\[|\bf[\"']", re.M)
+
+
+def _newer_grammar(text: str) -> str | None:
+    """The Python version whose grammar accepts ``text`` when this interpreter's does not
+    (``type X = ...``, ``class Box[T]``, PEP 701 f-strings need 3.12), else None."""
+    import libcst as cst
+
+    running = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    for version in ("3.12", "3.13", "3.14"):
+        if version <= running:
+            continue
+        try:
+            cst.parse_module(text, config=cst.PartialParserConfig(python_version=version))
+        except Exception:
+            continue
+        return version
+    return None
 
 
 @dataclass
