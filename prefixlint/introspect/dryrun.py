@@ -243,6 +243,27 @@ class Sites:
             return record.site_file, record.site_line
         return _source_site(type(module)) if path else self.class_site
 
+    def prefix_root(self, path: str) -> tuple[str, int]:
+        """Where the wrong name starts: the outermost module on ``path`` built with a
+        prefix that is not its own path (what PFX601 reports)."""
+        parts = path.split(".")
+        for i in range(1, len(parts) + 1):
+            sub = ".".join(parts[:i])
+            try:
+                module = self.model.get_submodule(sub)
+            except AttributeError:
+                break
+            record = self.recorder.records.get(id(module))
+            if (
+                record is not None
+                and record.module is module
+                and isinstance(record.prefix, str)
+                and record.prefix != sub
+                and record.site_file
+            ):
+                return record.site_file, record.site_line
+        return self.module(path)
+
     def loader(self, name: str) -> tuple[str, int]:
         """The ``load_weights`` of the deepest module on ``name``'s path that has its own:
         vLLM's loader hands a checkpoint name down to it."""
@@ -471,21 +492,29 @@ def merge(findings: list[Finding]) -> list[Finding]:
 # -- PFX702 -------------------------------------------------------------------------------------
 
 
-def layer_sources(stream: Stream, model: nn.Module) -> dict[str, set[str]]:
+def layer_sources(stream: Stream, model: nn.Module) -> dict[str, list[str]]:
     """vLLM linear module path -> the checkpoint layers (names without the tensor's last
-    component) whose tensors were written into its parameters."""
+    component) whose tensors were written into its parameters, in the order of the
+    regions they fill (q, k, v)."""
     from vllm.model_executor.layers.linear import LinearBase
 
     linear = {path for path, m in model.named_modules() if isinstance(m, LinearBase)}
-    out: dict[str, set[str]] = {}
+    first: dict[str, dict[str, int]] = {}
     for t in stream.recorder.by_storage.values():
         path = t.name.rpartition(".")[0]
-        if t.is_param and path in linear and t.sources:
-            out.setdefault(path, set()).update(s.rpartition(".")[0] for s in t.sources)
-    return out
+        if not (t.is_param and path in linear and t.sources):
+            continue
+        where = first.setdefault(path, {})
+        for lo, _, tags in t.writes:
+            for tag in tags:
+                layer = tag.rpartition(".")[0]
+                where[layer] = min(where.get(layer, lo), lo)
+        for tag in t.sources:
+            where.setdefault(tag.rpartition(".")[0], 1 << 62)
+    return {path: sorted(w, key=lambda k: (w[k], k)) for path, w in first.items()}
 
 
-def ignore_sets(sources: dict[str, set[str]]) -> list[set[str]]:
+def ignore_sets(sources: dict[str, list[str]]) -> list[set[str]]:
     """Two ``ignored_layers`` lists that split the kinds of linear layers between them, so
     that each layer is checked once ignored and once quantized."""
     kinds: dict[str, set[str]] = {}
@@ -498,7 +527,7 @@ def ignore_sets(sources: dict[str, set[str]]) -> list[set[str]]:
 
 
 def quant_findings(
-    cls: type | None, model_config: Any, base: Any, sources: dict[str, set[str]], sites: Sites
+    cls: type | None, model_config: Any, base: Any, sources: dict[str, list[str]], sites: Sites
 ) -> tuple[list[Finding], str]:
     """Build under vLLM's Fp8Config for each ignore set and compare each linear layer's
     method with the checkpoint layers it loads. Returns findings and a reason when the
@@ -523,8 +552,8 @@ def quant_findings(
                 continue
             return out, f"building under `Fp8Config` failed: {_describe(build.error)}"
         for path, layers in sorted(sources.items()):
-            skipped = layers & ignored
-            if skipped and skipped != layers:
+            skipped = set(layers) & ignored
+            if skipped and skipped != set(layers):
                 continue  # a layer fed by several kinds: no single expectation
             try:
                 module = build.model.get_submodule(path)
@@ -540,19 +569,20 @@ def quant_findings(
 
 
 def _quant_mismatch(
-    cls: type | None, path: str, module: nn.Module, layers: set[str], ignored: bool, sites: Sites
+    cls: type | None, path: str, module: nn.Module, layers: list[str], ignored: bool, sites: Sites
 ) -> Finding:
     prefix = getattr(module, "prefix", path)
-    names = ", ".join(f"`{n}`" for n in sorted(layers))
+    names = ", ".join(f"`{n}`" for n in layers)
     if ignored:
         what = f"`{path}` is quantized although the checkpoint lists {names} in `ignored_layers`"
     else:
         what = f"`{path}` is left unquantized although the checkpoint quantizes {names}"
     leaf = module_leaf(path)
-    leaves = sorted({module_leaf(n) for n in layers})
+    leaves = list(dict.fromkeys(module_leaf(n) for n in layers))
     packed = getattr(cls, "packed_modules_mapping", None) or {}
     site = sites.module(path)
     if prefix != path:
+        site = sites.prefix_root(path)
         why = (
             f"its prefix `{prefix}` is not its path, and the quantization config matches the prefix"
         )
@@ -563,8 +593,8 @@ def _quant_mismatch(
         else:
             why = f"`packed_modules_mapping[{leaf!r}]` is {list(entry)}, not {leaves}"
         site = sites.packed_mapping()
-    elif {n for n in layers} != {path}:
-        (name,) = sorted(layers)[:1]
+    elif layers != [path]:
+        name = layers[0]
         why = (
             f"the checkpoint calls it `{name}` and no `hf_to_vllm_mapper` entry renames that "
             f"to `{path}`"
