@@ -85,6 +85,11 @@ def main() -> None:
 @click.option("--tp", default="1,2,4,8", show_default=True, help="With --introspect: TP sizes.")
 @click.option("--pp", default="2", show_default=True, help="With --introspect: PP sizes.")
 @click.option(
+    "--no-dryrun",
+    is_flag=True,
+    help="Phase 2 without the checkpoint and quantization dry-run (PFX701, PFX702).",
+)
+@click.option(
     "--fix",
     is_flag=True,
     help="Apply the mechanical fixes (PFX301 adds the prefix, PFX302 renames it), then report "
@@ -118,6 +123,7 @@ def check(
     with_introspect: bool,
     tp: str,
     pp: str,
+    no_dryrun: bool,
     fix: bool,
     show_diff: bool,
     diff_base: str | None,
@@ -141,7 +147,9 @@ def check(
                 paths, select, ignore, config_path, installed_vllm, no_cache, cache_dir, jobs
             )
     if with_introspect:
-        result.diagnostics.extend(_introspect_files(files, _int_list(tp), _int_list(pp)))
+        result.diagnostics.extend(
+            _introspect_files(files, _int_list(tp), _int_list(pp), dryrun=not no_dryrun)
+        )
     if changes is not None:
         result.diagnostics = changes.filter(result.diagnostics)
     reporter = REPORTERS[output_format]
@@ -303,7 +311,7 @@ def _exit_for(diagnostics, fail_on: str) -> None:
     sys.exit(EXIT_FINDINGS if any(d.severity.rank >= threshold for d in diagnostics) else EXIT_OK)
 
 
-def _introspect_files(files: list[Path], tp: list[int], pp: list[int]) -> list:
+def _introspect_files(files: list[Path], tp: list[int], pp: list[int], dryrun: bool = True) -> list:
     """Phase 2 for the model classes defined in ``files`` (found statically first)."""
     import re
 
@@ -333,6 +341,7 @@ def _introspect_files(files: list[Path], tp: list[int], pp: list[int]) -> list:
                     configs=table,
                     config_base=base,
                     worker=worker,
+                    dryrun=dryrun,
                 )
                 out.extend(report.diagnostics)
     finally:
@@ -352,6 +361,11 @@ def _introspect_files(files: list[Path], tp: list[int], pp: list[int]) -> list:
 @click.option("--format", "output_format", type=click.Choice(FORMATS), default="text")
 @click.option("--fail-on", type=click.Choice(["error", "warning"]), default="warning")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds per build.")
+@click.option(
+    "--no-dryrun",
+    is_flag=True,
+    help="Phase 2 without the checkpoint and quantization dry-run (PFX701, PFX702).",
+)
 def introspect(
     target: str,
     config_path: str | None,
@@ -360,6 +374,7 @@ def introspect(
     output_format: str,
     fail_on: str,
     timeout: float,
+    no_dryrun: bool,
 ) -> None:
     """Build TARGET on the meta device for several TP/PP layouts and check what it built.
 
@@ -377,6 +392,7 @@ def introspect(
         configs=table,
         config_base=base,
         timeout=timeout,
+        dryrun=not no_dryrun,
     )
     if report.error:
         raise click.UsageError(f"cannot introspect {target}: {report.error}")
@@ -387,6 +403,13 @@ def introspect(
             + (f" {result['reason']}" if result["reason"] else ""),
             err=True,
         )
+        if result.get("dryrun"):
+            why = f": {result['dryrun_reason']}" if result.get("dryrun_reason") else ""
+            click.echo(
+                f"  checkpoint/quantization dry-run: {result['dryrun']}{why} "
+                f"({result.get('dryrun_seconds', 0):.2f}s)",
+                err=True,
+            )
         for layout in result["layouts"]:
             extra = f" {layout['reason']}" if layout["reason"] else ""
             click.echo(
@@ -415,6 +438,11 @@ def introspect(
     "--timeout", type=float, default=120.0, show_default=True, help="Seconds per architecture."
 )
 @click.option("--only", multiple=True, help="Restrict to these architectures (repeatable).")
+@click.option(
+    "--no-dryrun",
+    is_flag=True,
+    help="Phase 2 without the checkpoint and quantization dry-run (PFX701, PFX702).",
+)
 @click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the report here.")
 def zoo(
     output_format: str,
@@ -424,6 +452,7 @@ def zoo(
     pp: str,
     timeout: float,
     only: tuple[str, ...],
+    no_dryrun: bool,
     output: Path | None,
 ) -> None:
     """Build every architecture of the installed vLLM registry and summarise."""
@@ -443,6 +472,7 @@ def zoo(
         timeout=timeout,
         only=list(only),
         progress=output_format == "text" or output is not None,
+        dryrun=not no_dryrun,
     )
     if output_format in ("text", "json"):
         text = summary.to_json_text() if output_format == "json" else summary.to_text()
