@@ -7,6 +7,10 @@ were skipped or failed (with the reason classes: config-synthesis gap, environme
 finding), the share of the registry's text-generation architectures that build, the
 median build time and the wall time. Targets from the issue: >= 90% of text-generation
 architectures build at tp=1, median build <= 2 s, whole sweep <= 10 minutes.
+
+It also prints the share of text-generation architectures that build which the checkpoint
+and quantization dry-run (PFX701/PFX702) verifies (target >= 80%), and the dry-run's median
+cost per architecture, timed around the dry-run alone in the worker (target <= 1 s).
 """
 
 from __future__ import annotations
@@ -49,6 +53,12 @@ def main() -> None:
         f"({ratio * 100:.1f}%)   target >= 90%"
     )
     print(f"median build (tp=1)         {s['median_build_seconds']} s   target <= 2 s")
+    dry = s.get("text_generation_dryrun_ratio") or 0
+    print(
+        f"dry-run (PFX701/702)        {s.get('text_generation_dryrun')}/"
+        f"{s['text_generation_built']} text-generation builds ({dry * 100:.1f}%)   target >= 80%"
+    )
+    print(f"median dry-run cost         {s.get('median_dryrun_seconds')} s   target <= 1 s")
     print(f"wall                        {wall:.1f} s   target <= 600 s")
 
 

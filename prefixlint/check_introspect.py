@@ -183,6 +183,7 @@ def run_phase2(
     timeout: float,
     configs_for: Callable[[Path], tuple[dict[str, str], str | None]],
     progress: Callable[[str], None] = lambda text: None,
+    dryrun: bool = True,
 ) -> Phase2Result:
     """Phase 2 for every architecture class of ``files``; see ``architectures_in``."""
     from prefixlint.introspect import introspect as build
@@ -209,6 +210,7 @@ def run_phase2(
                 config_base=base,
                 timeout=timeout,
                 worker=worker,
+                dryrun=dryrun,
             )
             for result in report.results:
                 layouts = result.get("layouts", [])

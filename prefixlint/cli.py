@@ -101,6 +101,11 @@ def main() -> None:
 )
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
 @click.option(
+    "--no-dryrun",
+    is_flag=True,
+    help="Phase 2 without the checkpoint and quantization dry-run (PFX701, PFX702).",
+)
+@click.option(
     "--fix",
     is_flag=True,
     help="Apply the mechanical fixes (PFX301 adds the prefix, PFX302 renames it), then report "
@@ -185,6 +190,7 @@ class CheckOptions:
     no_source: bool = False
     output: Path | None = None
     with_introspect: bool = False
+    no_dryrun: bool = False
     tp: str | None = None
     pp: str | None = None
     timeout: float | None = None
@@ -225,6 +231,7 @@ def _refuse_conflicts(opts: CheckOptions) -> None:
     """Options that would do nothing are refused, never silently ignored."""
     if not opts.with_introspect:
         given = [f"--{n}" for n in ("tp", "pp", "timeout") if getattr(opts, n) is not None]
+        given += ["--no-dryrun"] if opts.no_dryrun else []
         if given:
             raise click.UsageError(f"{', '.join(given)} only apply with --introspect")
     if opts.fix and opts.show_diff:
@@ -258,6 +265,7 @@ def _phase2(run: LintRun, opts: CheckOptions) -> tuple[list, str]:
             opts.timeout or 300.0,
             _configs_for,
             progress,
+            dryrun=not opts.no_dryrun,
         )
     verified = (
         f"phase 2 built {out.built} architecture class{'es' if out.built != 1 else ''}"
@@ -498,6 +506,11 @@ def _exit_for(diagnostics, fail_on: str, strict: bool = False) -> None:
 @click.option("--fail-on", type=click.Choice(["error", "warning"]), default="warning")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds per build.")
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
+@click.option(
+    "--no-dryrun",
+    is_flag=True,
+    help="Phase 2 without the checkpoint and quantization dry-run (PFX701, PFX702).",
+)
 def introspect(
     target: str,
     config_path: str | None,
@@ -507,6 +520,7 @@ def introspect(
     fail_on: str,
     timeout: float,
     strict: bool,
+    no_dryrun: bool,
 ) -> None:
     """Build TARGET on the meta device for several TP/PP layouts and check what it built.
 
@@ -525,6 +539,7 @@ def introspect(
         configs=table,
         config_base=base,
         timeout=timeout,
+        dryrun=not no_dryrun,
     )
     if report.error:
         raise click.UsageError(f"cannot introspect {target}: {public_name(report.error)}")
@@ -537,6 +552,13 @@ def introspect(
             + (f" {result['reason']}" if result["reason"] else ""),
             err=True,
         )
+        if result.get("dryrun"):
+            why = f": {result['dryrun_reason']}" if result.get("dryrun_reason") else ""
+            click.echo(
+                f"  checkpoint/quantization dry-run: {result['dryrun']}{why} "
+                f"({result.get('dryrun_seconds', 0):.2f}s)",
+                err=True,
+            )
         for layout in result["layouts"]:
             extra = f" {layout['reason']}" if layout["reason"] else ""
             click.echo(
@@ -565,6 +587,11 @@ def introspect(
     "--timeout", type=float, default=120.0, show_default=True, help="Seconds per architecture."
 )
 @click.option("--only", multiple=True, help="Restrict to these architectures (repeatable).")
+@click.option(
+    "--no-dryrun",
+    is_flag=True,
+    help="Phase 2 without the checkpoint and quantization dry-run (PFX701, PFX702).",
+)
 @click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the report here.")
 def zoo(
     output_format: str,
@@ -574,6 +601,7 @@ def zoo(
     pp: str,
     timeout: float,
     only: tuple[str, ...],
+    no_dryrun: bool,
     output: Path | None,
 ) -> None:
     """Build every architecture of the installed vLLM registry and summarise."""
@@ -593,6 +621,7 @@ def zoo(
         timeout=timeout,
         only=list(only),
         progress=output_format == "text" or output is not None,
+        dryrun=not no_dryrun,
     )
     if output_format in ("text", "json"):
         text = summary.to_json_text() if output_format == "json" else summary.to_text()

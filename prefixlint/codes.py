@@ -336,6 +336,51 @@ CODES: dict[str, Code] = {
             ),
         ),
         Code(
+            "PFX701",
+            "checkpoint-coverage",
+            Severity.ERROR,
+            INTROSPECT,
+            (
+                "A checkpoint tensor is never loaded, a parameter (or shard) never written, "
+                "or `load_weights` raises"
+            ),
+            doc=(
+                "The reference `transformers` class of the same config is built on the meta "
+                "device; its `state_dict()` as `save_pretrained` writes it (tied copies "
+                "dropped, transformers' weight conversions reverted) is what a checkpoint "
+                "holds. Each tensor is streamed, as a meta tensor of the reference shape, "
+                "through the model's own `load_weights` (mapper, stacked-params mapping, tie "
+                "branch, skips included), and every write into a parameter is recorded with "
+                "the region it covers. Reported: a tensor never loaded (at the `load_weights`"
+                " that drops it), a parameter or a shard of a stacked parameter never written"
+                " (at the line that built the module, or at the mapping entry that sends "
+                "another tensor into its shard), and a `load_weights` that raises on a name. "
+                "Where there is no reference class (remote code, a vLLM-only architecture) or"
+                " a weight loader needs real data, a PFX600 note says so. Runs on the tp=1 "
+                "build; `--no-dryrun` turns it off."
+            ),
+        ),
+        Code(
+            "PFX702",
+            "quantization-mismatch",
+            Severity.ERROR,
+            INTROSPECT,
+            ("A layer's quantization method disagrees with the checkpoint's `ignored_layers`"),
+            doc=(
+                "Using the checkpoint-name to module mapping PFX701 recorded, the model is "
+                "built twice more under vLLM's real `Fp8Config`, whose `ignored_layers` name "
+                "alternate kinds of checkpoint linear layers (so every layer is checked once "
+                "ignored, once quantized). Every linear layer built with a quant config must "
+                "get `UnquantizedLinearMethod` exactly when all the checkpoint layers it "
+                "loads are ignored. A mismatch names the checkpoint layers, the module and "
+                "its prefix, and the cause: a prefix that is not the module's path, a "
+                "`packed_modules_mapping` without (or with a wrong) entry for a fused layer, "
+                "or a renamed layer no `hf_to_vllm_mapper` entry covers. Layers built with "
+                "`quant_config=None` (a model that opts a layer out) and fused MoE experts "
+                "are not judged."
+            ),
+        ),
+        Code(
             "PFX801",
             "greedy-mismatch",
             Severity.ERROR,

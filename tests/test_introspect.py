@@ -126,8 +126,14 @@ def test_planted_bug_is_reported_at_its_line(
     found = [(d.code, Path(d.filename).name, d.location.row) for d in report.diagnostics]
     expected = (code, path.name, line_in_class(text, cls, at))
     assert expected in found, (expected, found, [d.message for d in report.diagnostics])
-    # Nothing else is wrong with the copy: every finding is the planted one's code.
-    assert {c for c, _, _ in found} == {code}, [d.message for d in report.diagnostics]
+    # Nothing else is wrong with the copy: every finding is the planted one's code, or
+    # PFX702's consequence for quantization (a wrong prefix: at the same line).
+    others = {(c, f, line) for c, f, line in found if c != code}
+    if code in ("PFX601", "PFX602", "PFX606"):
+        others = {(c, f, line) for c, f, line in others if (c, f) != ("PFX702", path.name)}
+    if code in ("PFX601", "PFX602"):
+        assert all(line == expected[2] for c, _, line in found if c == "PFX702"), found
+    assert not others, [d.message for d in report.diagnostics]
 
 
 def test_heads_not_divisible_names_working_sizes(worker, tmp_path: Path) -> None:

@@ -114,6 +114,7 @@ def introspect(
     config_base: str | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     worker: Worker | None = None,
+    dryrun: bool = True,
 ) -> IntrospectReport:
     """Build ``target`` (an architecture of the installed registry, ``module:Class`` or
     ``path/to/file.py[:Class]``) for each layout in a worker process and check it."""
@@ -128,6 +129,7 @@ def introspect(
         "config": config,
         "configs": configs,
         "config_base": config_base,
+        "dryrun": dryrun,
     }
     try:
         answer = worker.run(job, timeout)

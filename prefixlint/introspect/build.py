@@ -66,6 +66,9 @@ class TargetResult:
     layouts: list[LayoutOutcome] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     seconds: float = 0.0
+    dryrun: str = ""  # PFX701/702: verified | not verified | off | "" (nothing built)
+    dryrun_reason: str = ""
+    dryrun_seconds: float = 0.0
 
 
 def _registry() -> Any:
@@ -235,7 +238,7 @@ class Build:
     error_tb: Any = None
 
 
-def build_layout(model_config: Any, layout: Layout) -> Build:
+def build_layout(model_config: Any, layout: Layout, quant_config: Any = None) -> Build:
     from vllm.model_executor.model_loader.utils import initialize_model
 
     try:
@@ -249,6 +252,8 @@ def build_layout(model_config: Any, layout: Layout) -> Build:
     started = time.perf_counter()
     try:
         vllm_config = _vllm_config(model_config, layout)
+        if quant_config is not None:  # the quantization dry-run's synthetic config
+            vllm_config.quant_config = quant_config
     except Exception as e:
         return Build(layout, None, None, recorder, 0.0, e, e.__traceback__)
     model = None
@@ -286,6 +291,7 @@ def run_target(
     config: str | None = None,
     config_table: dict[str, str] | None = None,
     config_base: str | None = None,
+    dryrun: bool = True,
 ) -> TargetResult:
     started = time.perf_counter()
     result = TargetResult(target=target.spec, arch=target.arch)
@@ -333,6 +339,7 @@ def run_target(
         status = "built" if build.error is None else "failed"
         result.layouts.append(LayoutOutcome(layout, status, build.seconds, _describe(build.error)))
     result.findings = check_build(cls, model_config, builds)
+    _dry_run(result, cls, model_config, builds, dryrun)
     failed = [b for b in builds if b.error is not None]
     if len(failed) == len(builds) and builds:
         result.status = "failed"
@@ -345,6 +352,26 @@ def run_target(
     for build in builds:
         build.model = None
     return result
+
+
+def _dry_run(
+    result: TargetResult, cls: type | None, model_config: Any, builds: list[Build], enabled: bool
+) -> None:
+    """PFX701/PFX702 (``dryrun.py``) on the tp=1 build; a failure of the dry-run itself is
+    a PFX600 note, never a lost target."""
+    from prefixlint.introspect import dryrun
+
+    started = time.perf_counter()
+    try:
+        outcome = dryrun.run(cls, model_config, builds, enabled)
+    except Exception as e:
+        file, line = class_location(cls)
+        note = f"not verified: the checkpoint dry-run failed: {_describe(e)}"
+        finding = Finding("PFX600", "note", note, file, line)
+        outcome = dryrun.DryRun("not verified", _describe(e), [finding])
+    result.findings += outcome.findings
+    result.dryrun, result.dryrun_reason = outcome.status, outcome.reason
+    result.dryrun_seconds = time.perf_counter() - started
 
 
 def _config_objects(model_config: Any) -> list[Any]:

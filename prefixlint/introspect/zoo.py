@@ -32,6 +32,10 @@ class Row:
     build_seconds: float = 0.0  # the tp=1 build alone
     config_source: str = ""
     findings: list[dict[str, Any]] = field(default_factory=list)
+    dryrun: str = ""  # PFX701/702: verified | not verified | off | "" (not built)
+    dryrun_reason: str = ""
+    dryrun_seconds: float = 0.0
+    notes: list[dict[str, Any]] = field(default_factory=list)  # PFX600: not verified
 
 
 @dataclass
@@ -49,6 +53,8 @@ class ZooSummary:
         text = [r for r in self.rows if r.group == "text_generation_models"]
         built_text = [r for r in text if r.status == "built"]
         builds = [r.build_seconds for r in self.rows if r.status == "built" and r.build_seconds]
+        dry = [r for r in built_text if r.dryrun == "verified"]
+        dry_seconds = [r.dryrun_seconds for r in self.rows if r.dryrun == "verified"]
         return {
             "architectures": len(self.rows),
             "built": by_status.get("built", 0),
@@ -61,6 +67,13 @@ class ZooSummary:
             "text_generation_built": len(built_text),
             "text_generation_built_ratio": round(len(built_text) / len(text), 3) if text else None,
             "median_build_seconds": round(statistics.median(builds), 3) if builds else None,
+            "text_generation_dryrun": len(dry),
+            "text_generation_dryrun_ratio": round(len(dry) / len(built_text), 3)
+            if built_text
+            else None,
+            "median_dryrun_seconds": round(statistics.median(dry_seconds), 3)
+            if dry_seconds
+            else None,
             "median_arch_seconds": round(
                 statistics.median([r.seconds for r in self.rows if r.status == "built"]), 3
             )
@@ -102,6 +115,12 @@ class ZooSummary:
             f"({(c['text_generation_built_ratio'] or 0) * 100:.1f}%); median build "
             f"{c['median_build_seconds']} s; wall {c['wall_seconds']} s"
         )
+        lines.append(
+            f"checkpoint/quantization dry-run (PFX701/702): {c['text_generation_dryrun']}/"
+            f"{c['text_generation_built']} text-generation architectures that build "
+            f"({(c['text_generation_dryrun_ratio'] or 0) * 100:.1f}%); median "
+            f"{c['median_dryrun_seconds']} s"
+        )
         for key, n in c["by_category"].items():
             lines.append(f"  {key}: {n}")
         return "\n".join(lines)
@@ -114,6 +133,7 @@ def _row(arch: str, group: str, answer: Any, seconds: float) -> Row:
     built = [lay for lay in result["layouts"] if lay["status"] == "built"]
     first = next((lay for lay in result["layouts"] if lay["tp"] == 1 and lay["pp"] == 1), None)
     status = result["status"]
+    diagnostics = to_diagnostics(result)
     return Row(
         arch=arch,
         group=group,
@@ -124,12 +144,17 @@ def _row(arch: str, group: str, answer: Any, seconds: float) -> Row:
         build_seconds=first["seconds"] if first and first["status"] == "built" else 0.0,
         config_source=result.get("config_source", ""),
         # A build that failed for a gap of config synthesis or of this machine says
-        # nothing about the model: its PFX604 is not counted as a finding.
+        # nothing about the model: its PFX604 is not counted as a finding. Nor is a note.
         findings=[
             d.to_json()
-            for d in to_diagnostics(result)
-            if not (d.code == "PFX604" and result.get("category") in ("config-gap", "environment"))
+            for d in diagnostics
+            if d.code != "PFX600"
+            and not (d.code == "PFX604" and result.get("category") in ("config-gap", "environment"))
         ],
+        notes=[d.to_json() for d in diagnostics if d.code == "PFX600"],
+        dryrun=result.get("dryrun", ""),
+        dryrun_reason=result.get("dryrun_reason", ""),
+        dryrun_seconds=result.get("dryrun_seconds", 0.0),
     )
 
 
@@ -141,6 +166,7 @@ def run_zoo(
     timeout: float = 120.0,
     only: list[str] | None = None,
     progress: bool = True,
+    dryrun: bool = True,
 ) -> ZooSummary:
     started = time.perf_counter()
     lister = Worker()
@@ -166,7 +192,14 @@ def run_zoo(
         t = time.perf_counter()
         try:
             answer = worker.run(
-                {"kind": "build", "target": arch, "tp": tp or [1], "pp": pp or [1]}, timeout
+                {
+                    "kind": "build",
+                    "target": arch,
+                    "tp": tp or [1],
+                    "pp": pp or [1],
+                    "dryrun": dryrun,
+                },
+                timeout,
             )
             row = _row(arch, groups[arch], answer, time.perf_counter() - t)
         except (WorkerTimeout, WorkerDied) as e:

@@ -1,0 +1,729 @@
+"""PFX701/PFX702: a checkpoint and a quantization config dry-run on the meta device.
+
+PFX701: the reference ``transformers`` class of the same config, built on meta, says which
+tensors a checkpoint holds (its ``state_dict`` as ``save_pretrained`` writes it: tied
+copies dropped, transformers' own weight conversions reverted). Each is streamed, as a
+tagged meta tensor, through the vLLM model's own ``load_weights``; ``tagged.py`` records
+which parameter regions each checkpoint tensor reached. Dropped tensors, parameters (or
+shards of stacked parameters) never written, and a ``load_weights`` that raises on a name
+are reported.
+
+PFX702: the model is built again under vLLM's real ``Fp8Config`` with ``ignored_layers``
+naming whole kinds of checkpoint layers, and every linear layer's method is compared with
+what the checkpoint names that PFX701 saw reach it demand.
+
+Where the dry-run cannot run, a PFX600 note says why; it never guesses a finding.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import re
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from prefixlint.introspect.checks import Finding
+from prefixlint.introspect.tagged import Tagged, WriteRecorder, make, recording, tags_of
+
+MAX_RETRIES = 8  # load_weights raising on distinct kinds of names
+
+
+@dataclass
+class DryRun:
+    status: str = "off"  # verified | not verified | off
+    reason: str = ""
+    findings: list[Finding] = field(default_factory=list)
+    # checkpoint layer name -> vLLM module path, for PFX702 and the report
+    mapping: dict[str, str] = field(default_factory=dict)
+
+
+class NotVerified(Exception):
+    """The dry-run cannot answer; the message says why (a PFX600 note)."""
+
+
+# -- the reference checkpoint ---------------------------------------------------------------
+
+
+Reference = dict[str, tuple[tuple[int, ...], torch.dtype]]
+
+
+def reference_tensors(hf_config: Any, cls: type | None = None) -> Reference:
+    return reference_layouts(hf_config, cls)[0]
+
+
+def reference_layouts(hf_config: Any, cls: type | None = None) -> list[Reference]:
+    """The checkpoint layouts (name -> (shape, dtype)) of the transformers class of the
+    architecture (the config's, or the vLLM class's own name: an out-of-tree copy of a
+    known class): the original layout first, then transformers' own when it differs."""
+    import transformers
+
+    archs = [
+        a.removesuffix("__prefixlint")
+        for a in (getattr(hf_config, "architectures", None) or [])
+        if isinstance(a, str)
+    ]
+    if cls is not None and cls.__name__ not in archs:
+        archs.append(cls.__name__)
+    found = [getattr(transformers, a) for a in archs if hasattr(transformers, a)]
+    ref_cls = found[0] if found else None
+    if ref_cls is None:
+        raise NotVerified(
+            f"transformers has no reference class for {', '.join(archs) or 'this config'} "
+            "(remote code or a vLLM-only architecture): no checkpoint layout to compare with"
+        )
+    try:
+        with torch.device("meta"), _quiet():
+            ref = ref_cls(hf_config)
+        state = ref.state_dict()
+        from transformers import modeling_utils as mu
+
+        for key in getattr(ref, "_keys_to_ignore_on_save", None) or ():
+            state.pop(key, None)
+        if hasattr(mu, "remove_tied_weights_from_state_dict"):
+            state = mu.remove_tied_weights_from_state_dict(state, ref)
+        native = dict(state)
+        if hasattr(mu, "revert_weight_conversion"):
+            state = mu.revert_weight_conversion(ref, state)
+    except Exception as e:
+        raise NotVerified(
+            f"the reference `{ref_cls.__name__}` cannot be built on meta for this config: "
+            f"{type(e).__name__}: {str(e).strip()[:160]}"
+        ) from None
+    # save_pretrained writes the original (reverted) layout; checkpoints saved without
+    # reverting, in transformers' own layout, exist too: either is a valid checkpoint.
+    layouts = [{k: (tuple(v.shape), v.dtype) for k, v in state.items()}]
+    if set(native) != set(state):
+        layouts.append({k: (tuple(v.shape), v.dtype) for k, v in native.items()})
+    return layouts
+
+
+@contextlib.contextmanager
+def _quiet() -> Any:
+    import logging
+    import warnings
+
+    log = logging.getLogger("transformers")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            yield
+        finally:
+            log.setLevel(level)
+
+
+# -- streaming through load_weights ----------------------------------------------------------
+
+_META_LIMITS = (
+    "meta tensor",
+    "on meta",
+    "'Meta' backend",
+    "Meta backend",
+    "data-dependent",
+    "data dependent",
+    "Cannot access data pointer",
+    "cannot be called on meta",
+    "Could not run",
+    "item()",
+)
+_FINDING_ERRORS = (KeyError, ValueError, AssertionError, IndexError)
+
+
+@dataclass
+class Stream:
+    recorder: WriteRecorder
+    raised: list[tuple[str, BaseException]] = field(default_factory=list)
+    complete: bool = False
+    limit: str = ""  # why the stream could not run (a meta limitation)
+    limit_error: BaseException | None = None
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"\.\d+(?=\.|$)", ".N", name)
+
+
+def _targets(model: nn.Module) -> dict[str, tuple[torch.Tensor, bool]]:
+    out: dict[str, tuple[torch.Tensor, bool]] = {}
+    for name, p in model.named_parameters():
+        out[name] = (p, True)
+    for name, b in model.named_buffers():
+        out.setdefault(name, (b, False))
+    return out
+
+
+def _failing_name(error: BaseException, names: list[str], last: str | None) -> str | None:
+    """The checkpoint tensor being loaded when ``error`` was raised."""
+    for frame, _ in reversed(list(traceback.walk_tb(error.__traceback__))):
+        for value in frame.f_locals.values():
+            if isinstance(value, Tagged):
+                tags = sorted(tags_of(value))
+                if tags:
+                    return tags[0]
+    text = str(error)
+    hits = [n for n in names if n in text or n.rsplit(".", 1)[0] in text]
+    if hits:
+        return max(hits, key=len)
+    return last
+
+
+def _is_meta_limit(error: BaseException) -> bool:
+    text = f"{type(error).__name__}: {error}"
+    return isinstance(error, NotImplementedError) or any(w in text for w in _META_LIMITS)
+
+
+def stream(model: nn.Module, reference: dict[str, Any], context: Any) -> Stream:
+    """Feed every reference tensor to ``model.load_weights``; on a name that raises, record
+    it and feed again without that kind of name (a few times at most)."""
+    names = sorted(reference)
+    excluded: set[str] = set()
+    out = Stream(WriteRecorder({}))
+    for _ in range(MAX_RETRIES + 1):
+        recorder = WriteRecorder(_targets(model))
+        last: list[str | None] = [None]
+
+        def weights(recorder=recorder, last=last) -> Any:
+            for name in names:
+                if _normal(name) in excluded:
+                    continue
+                last[0] = name
+                shape, dtype = reference[name]
+                yield name, make(name, shape, dtype)
+
+        out.recorder = recorder
+        try:
+            with context(), recording(recorder), _quiet():
+                model.load_weights(weights())
+        except Exception as e:
+            if _is_meta_limit(e) or not _is_finding_error(e):
+                out.limit, out.limit_error = _describe(e), e
+                return out
+            name = _failing_name(e, names, last[0]) or "?"
+            out.raised.append((name, e))
+            if name == "?" or _normal(name) in excluded:
+                return out
+            excluded.add(_normal(name))
+            continue
+        out.complete = True
+        return out
+    return out
+
+
+def _is_finding_error(error: BaseException) -> bool:
+    if isinstance(error, _FINDING_ERRORS):
+        return True
+    return isinstance(error, RuntimeError) and ("shape" in str(error) or "size" in str(error))
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {text}"[:240]
+
+
+# -- where to report ---------------------------------------------------------------------------
+
+
+class Sites:
+    """Lines of the model's own files: where a module was built, a ``load_weights``, a
+    mapping entry."""
+
+    def __init__(self, cls: type | None, model: nn.Module, recorder: Any) -> None:
+        self.cls = cls
+        self.model = model
+        self.recorder = recorder
+        self.class_site = _source_site(cls)
+
+    def model_file(self, filename: str) -> bool:
+        if not filename or not self.recorder._external(filename):
+            return False
+        norm = filename.replace("\\", "/")
+        if "/vllm/" in norm and not re.search(r"/vllm/(model_executor/)?models/", norm):
+            return False  # vLLM's loader machinery (decorators, weight utils)
+        return not filename.replace("\\", "/").endswith(
+            ("/models/utils.py", "/models/interfaces.py", "/models/adapters.py")
+        )
+
+    def module(self, path: str) -> tuple[str, int]:
+        try:
+            module = self.model.get_submodule(path)
+        except AttributeError:
+            return self.class_site
+        record = self.recorder.records.get(id(module))
+        if record is not None and record.module is module and record.site_file:
+            return record.site_file, record.site_line
+        return _source_site(type(module)) if path else self.class_site
+
+    def prefix_root(self, path: str) -> tuple[str, int]:
+        """Where the wrong name starts: the outermost module on ``path`` built with a
+        prefix that is not its own path (what PFX601 reports)."""
+        parts = path.split(".")
+        for i in range(1, len(parts) + 1):
+            sub = ".".join(parts[:i])
+            try:
+                module = self.model.get_submodule(sub)
+            except AttributeError:
+                break
+            record = self.recorder.records.get(id(module))
+            if (
+                record is not None
+                and record.module is module
+                and isinstance(record.prefix, str)
+                and record.prefix != sub
+                and record.site_file
+            ):
+                return record.site_file, record.site_line
+        return self.module(path)
+
+    def loader(self, name: str) -> tuple[str, int]:
+        """The ``load_weights`` of the deepest module on ``name``'s path that has its own:
+        vLLM's loader hands a checkpoint name down to it."""
+        best = self._loader_of(type(self.model))
+        path = ""
+        for part in name.split(".")[:-1]:
+            path = f"{path}.{part}" if path else part
+            try:
+                module = self.model.get_submodule(path)
+            except AttributeError:
+                break
+            best = self._loader_of(type(module)) or best
+        return best or self.class_site
+
+    def _loader_of(self, klass: type) -> tuple[str, int] | None:
+        fn = getattr(klass, "load_weights", None)
+        if not callable(fn):
+            return None
+        site = _source_site(fn)
+        return site if self.model_file(site[0]) else None
+
+    def frame(self, error: BaseException) -> tuple[str, int] | None:
+        best = None
+        for frame, line in traceback.walk_tb(error.__traceback__):
+            if self.model_file(frame.f_code.co_filename):
+                best = (frame.f_code.co_filename, line)
+        return best
+
+    def files(self) -> list[str]:
+        out = []
+        for klass in {type(m) for m in self.model.modules()} | {self.cls}:
+            for base in getattr(klass, "__mro__", ()):
+                f = _source_site(base)[0]
+                if self.model_file(f) and f not in out:
+                    out.append(f)
+        return out
+
+    def mapping_line(self, *words: str) -> tuple[str, int] | None:
+        """The first line of the model's files that quotes every word (a stacked-params
+        or mapper entry such as ``(".qkv_proj", "v_proj", "v")``)."""
+        patterns = [
+            re.compile(rf"\b{w}\b" if w.isdigit() else rf"[\"']\.?{re.escape(w)}\.?[\"']")
+            for w in words
+        ]
+        for f in self.files():
+            try:
+                with open(f, encoding="utf-8") as handle:
+                    lines = handle.read().splitlines()
+            except OSError:
+                continue
+            for i, text in enumerate(lines, 1):
+                if all(p.search(text) for p in patterns):
+                    return f, i
+        return None
+
+    def packed_mapping(self) -> tuple[str, int]:
+        for klass in getattr(self.cls, "__mro__", ()):
+            if "packed_modules_mapping" in vars(klass):
+                file, start = _source_site(klass)
+                try:
+                    lines, _ = inspect.getsourcelines(klass)
+                except (OSError, TypeError):
+                    return file, start
+                for i, text in enumerate(lines):
+                    if "packed_modules_mapping" in text:
+                        return file, start + i
+                return file, start
+        return self.class_site
+
+
+def _source_site(obj: Any) -> tuple[str, int]:
+    try:
+        return inspect.getsourcefile(obj) or "", inspect.getsourcelines(obj)[1]
+    except (OSError, TypeError):
+        return "", 0
+
+
+# -- PFX701 findings ---------------------------------------------------------------------------
+
+
+def _shards(module: nn.Module, param: torch.Tensor) -> list[tuple[str, int, int]] | None:
+    """(label, start, end) along the output dim for the shards of a stacked parameter."""
+    sizes = getattr(module, "output_sizes", None)
+    dim = getattr(param, "output_dim", None)
+    if not isinstance(sizes, (list, tuple)) or len(sizes) < 2 or dim is None:
+        return None
+    if param.dim() <= dim or sum(sizes) != param.shape[dim]:
+        return None
+    qkv = "QKV" in type(module).__name__ and len(sizes) == 3
+    labels = ["q", "k", "v"] if qkv else [str(i) for i in range(len(sizes))]
+    out, start = [], 0
+    for label, size in zip(labels, sizes, strict=True):
+        out.append((label, start, start + size))
+        start += size
+    return out
+
+
+def _shard_findings(stream: Stream, target: Any, sites: Sites) -> list[Finding]:
+    path = target.name.rpartition(".")[0]
+    try:
+        module = sites.model.get_submodule(path)
+    except AttributeError:
+        return []
+    covered = stream.recorder.covered(target)
+    rows = getattr(module, "org_vocab_size", None)
+    if covered is not None and isinstance(rows, int) and 0 < rows < covered.shape[0]:
+        covered = covered[:rows]  # vocabulary padding rows are never in a checkpoint
+    shards = _shards(module, target.tensor) if covered is not None else None
+    if covered is None or covered.all():
+        return []
+    if shards is None:
+        missing = int((~covered).sum())
+        msg = (
+            f"{missing} of {covered.numel()} elements of `{target.name}` are never written "
+            "by `load_weights`: they stay random"
+        )
+        return [Finding("PFX701", "error", msg, *sites.module(path))]
+    dim = target.tensor.output_dim
+    row = target.tensor.stride(dim)
+    base = target.tensor.storage_offset()
+    writers: dict[str, set[str]] = {}
+    for label, lo, hi in shards:
+        flat = (base + lo * row, base + hi * row)
+        writers[label] = {
+            t for wlo, whi, tags in target.writes if wlo < flat[1] and whi > flat[0] for t in tags
+        }
+    out = []
+    for label, lo, hi in shards:
+        if covered.narrow(dim, lo, hi - lo).all():
+            continue
+        msg = (
+            f"shard `{label}` of `{target.name}` is never written by `load_weights`: "
+            "it stays random"
+        )
+        site = sites.module(path)
+        for other, names in writers.items():
+            if len(names) < 2 or dim != 0:
+                continue
+            msg += (
+                f"; shard `{other}` is written by {' and '.join(f'`{n}`' for n in sorted(names))}"
+                " instead: a stacked-params mapping entry names the wrong shard"
+            )
+            site = _wrong_entry(sites, path, other, names) or site
+        out.append(Finding("PFX701", "error", msg, *site))
+    return out
+
+
+def _owner(sites: Sites, path: str, label: str) -> str | None:
+    """The checkpoint layer that should fill shard ``label`` of the stacked module."""
+    packed = getattr(sites.cls, "packed_modules_mapping", None) or {}
+    parts = packed.get(module_leaf(path)) if isinstance(packed, dict) else None
+    if label.isdigit():
+        return parts[int(label)] if parts and int(label) < len(parts) else None
+    return next((p for p in parts or () if p.startswith(f"{label}_")), f"{label}_proj")
+
+
+def _wrong_entry(sites: Sites, path: str, label: str, names: set[str]) -> tuple[str, int] | None:
+    """The mapping line that sends a checkpoint layer into shard ``label`` it does not own."""
+    leaves = sorted({n.rsplit(".", 2)[-2] for n in names if n.count(".") >= 1})
+    owner = _owner(sites, path, label)
+    culprits = [leaf for leaf in leaves if leaf != owner] or leaves
+    for leaf in culprits:
+        found = sites.mapping_line(leaf, module_leaf(path), label)
+        if found:
+            return found
+    return None
+
+
+def module_leaf(path: str) -> str:
+    return path.rsplit(".", 1)[-1]
+
+
+def coverage_findings(stream: Stream, reference: dict[str, Any], sites: Sites) -> list[Finding]:
+    out = [_raise_finding(name, error, sites) for name, error in stream.raised]
+    if not stream.complete:
+        return out
+    raised = {_normal(n) for n, _ in stream.raised}
+    targets = [t for t in stream.recorder.by_storage.values() if t.is_param]
+    unwritten = {t.name: t for t in targets if not t.written}
+    # With every parameter written, a dropped tensor has no place it was meant for in the
+    # built model: an unused head or statistic, most likely on purpose. Still reported, as
+    # a warning, since a renamed module that vLLM builds fresh would look the same.
+    nothing_random = not unwritten and not _partial(stream, sites)
+    for name in sorted(reference):
+        if name in stream.recorder.consumed or _normal(name) in raised:
+            continue
+        severity = "error"
+        if name in unwritten:
+            unwritten.pop(name)
+            msg = (
+                f"checkpoint tensor `{name}` is never loaded and the parameter of that name "
+                "stays random: `load_weights` skips it"
+            )
+        elif nothing_random:
+            severity = "warning"
+            msg = (
+                f"checkpoint tensor `{name}` is never loaded: `load_weights` drops it, and "
+                "every parameter of the model is written without it (unused by vLLM?)"
+            )
+        else:
+            msg = f"checkpoint tensor `{name}` is never loaded: `load_weights` drops it silently"
+        out.append(Finding("PFX701", severity, msg, *sites.loader(name)))
+    for name in sorted(unwritten):
+        path = name.rpartition(".")[0]
+        msg = (
+            f"`{name}` is never written by `load_weights`: no checkpoint tensor reaches it, "
+            "so it stays random"
+        )
+        out.append(Finding("PFX701", "error", msg, *sites.module(path)))
+    for t in targets:
+        if t.written:
+            out.extend(_shard_findings(stream, t, sites))
+    return out
+
+
+def _partial(stream: Stream, sites: Sites) -> bool:
+    return any(
+        _shard_findings(stream, t, sites)
+        for t in stream.recorder.by_storage.values()
+        if t.is_param and t.written
+    )
+
+
+def _raise_finding(name: str, error: BaseException, sites: Sites) -> Finding:
+    leaf = name.rsplit(".", 2)[-2] if name.count(".") >= 1 else name
+    site = sites.frame(error) or sites.loader(name)
+    entry = sites.mapping_line(leaf) if isinstance(error, ValueError) else None
+    if entry is not None and "shard" in str(error).lower():
+        site = entry
+    msg = f"`load_weights` raises on checkpoint tensor `{name}`: {_describe(error)}"
+    return Finding("PFX701", "error", msg, *site)
+
+
+def _kind(message: str) -> str:
+    """A message with layer numbers, and for a raise the tensor name, left out."""
+    if message.startswith("`load_weights` raises on checkpoint tensor"):
+        message = re.sub(r"^[^:]*:", "", message)[:120]
+    return _normal(message)
+
+
+def merge(findings: list[Finding]) -> list[Finding]:
+    """One finding per line and kind of message: layer 0's, with how many layers repeat it."""
+    groups: dict[tuple[str, str, int, str], list[Finding]] = {}
+    for f in findings:
+        groups.setdefault((f.code, f.file, f.line, _kind(f.message)), []).append(f)
+    out = []
+    for same in groups.values():
+        first = same[0]
+        if len(same) > 1:
+            first.message += f" (and {len(same) - 1} more like it)"
+        out.append(first)
+    return out
+
+
+# -- PFX702 -------------------------------------------------------------------------------------
+
+
+def layer_sources(stream: Stream, model: nn.Module) -> dict[str, list[str]]:
+    """vLLM linear module path -> the checkpoint layers (names without the tensor's last
+    component) whose tensors were written into its parameters, in the order of the
+    regions they fill (q, k, v)."""
+    from vllm.model_executor.layers.linear import LinearBase
+
+    linear = {path for path, m in model.named_modules() if isinstance(m, LinearBase)}
+    first: dict[str, dict[str, int]] = {}
+    for t in stream.recorder.by_storage.values():
+        path = t.name.rpartition(".")[0]
+        if not (t.is_param and path in linear and t.sources):
+            continue
+        where = first.setdefault(path, {})
+        for lo, _, tags in t.writes:
+            for tag in tags:
+                layer = tag.rpartition(".")[0]
+                where[layer] = min(where.get(layer, lo), lo)
+        for tag in t.sources:
+            where.setdefault(tag.rpartition(".")[0], 1 << 62)
+    return {path: sorted(w, key=lambda k: (w[k], k)) for path, w in first.items()}
+
+
+def ignore_sets(sources: dict[str, list[str]]) -> list[set[str]]:
+    """Two ``ignored_layers`` lists that split the kinds of linear layers between them, so
+    that each layer is checked once ignored and once quantized."""
+    kinds: dict[str, set[str]] = {}
+    for path, layers in sources.items():
+        kinds.setdefault(module_leaf(path), set()).update(layers)
+    names = sorted(kinds)
+    first = set().union(*(kinds[k] for k in names[0::2])) if names else set()
+    second = set().union(*(kinds[k] for k in names[1::2])) if names[1:] else set()
+    return [first, second]
+
+
+def quant_findings(
+    cls: type | None, model_config: Any, base: Any, sources: dict[str, list[str]], sites: Sites
+) -> tuple[list[Finding], str]:
+    """Build under vLLM's Fp8Config for each ignore set and compare each linear layer's
+    method with the checkpoint layers it loads. Returns findings and a reason when the
+    check could not run."""
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+    from vllm.model_executor.layers.quantization.fp8 import Fp8Config
+
+    from prefixlint.introspect.build import build_layout
+
+    out: list[Finding] = []
+    for ignored in ignore_sets(sources):
+        config = Fp8Config(ignored_layers=sorted(ignored))
+        build = build_layout(model_config, base.layout, quant_config=config)
+        if build.error is not None:
+            if "same" in str(build.error) and "precision" in str(build.error).lower():
+                msg = (
+                    "a fused layer mixes checkpoint layers the checkpoint ignores with ones it "
+                    "quantizes; `packed_modules_mapping` does not match the checkpoint: "
+                    f"vLLM: {_describe(build.error)}"
+                )
+                out.append(Finding("PFX702", "error", msg, *sites.packed_mapping()))
+                continue
+            return out, f"building under `Fp8Config` failed: {_describe(build.error)}"
+        for path, layers in sorted(sources.items()):
+            skipped = set(layers) & ignored
+            if skipped and skipped != set(layers):
+                continue  # a layer fed by several kinds: no single expectation
+            try:
+                module = build.model.get_submodule(path)
+            except AttributeError:
+                continue
+            method = getattr(module, "quant_method", None)
+            if method is None or getattr(module, "quant_config", None) is None:
+                continue  # built without a quant config: the model opts the layer out
+            actual = isinstance(method, UnquantizedLinearMethod)
+            if actual != bool(skipped):
+                out.append(_quant_mismatch(cls, path, module, layers, bool(skipped), sites))
+    return out, ""
+
+
+def _quant_mismatch(
+    cls: type | None, path: str, module: nn.Module, layers: list[str], ignored: bool, sites: Sites
+) -> Finding:
+    prefix = getattr(module, "prefix", path)
+    names = ", ".join(f"`{n}`" for n in layers)
+    if ignored:
+        what = f"`{path}` is quantized although the checkpoint lists {names} in `ignored_layers`"
+    else:
+        what = f"`{path}` is left unquantized although the checkpoint quantizes {names}"
+    leaf = module_leaf(path)
+    leaves = list(dict.fromkeys(module_leaf(n) for n in layers))
+    packed = getattr(cls, "packed_modules_mapping", None) or {}
+    site = sites.module(path)
+    if prefix != path:
+        site = sites.prefix_root(path)
+        why = (
+            f"its prefix `{prefix}` is not its path, and the quantization config matches the prefix"
+        )
+    elif len(layers) > 1 and leaves != [leaf]:
+        entry = packed.get(leaf)
+        if entry is None:
+            why = f"`packed_modules_mapping` has no entry `{leaf!r}: {leaves}`"
+        else:
+            why = f"`packed_modules_mapping[{leaf!r}]` is {list(entry)}, not {leaves}"
+        site = sites.packed_mapping()
+    elif layers != [path]:
+        name = layers[0]
+        why = (
+            f"the checkpoint calls it `{name}` and no `hf_to_vllm_mapper` entry renames that "
+            f"to `{path}`"
+        )
+    else:
+        why = "vLLM's `is_layer_skipped` decides otherwise for this prefix"
+    return Finding("PFX702", "error", f"{what} (prefix `{prefix}`): {why}", *site)
+
+
+# -- entry point ------------------------------------------------------------------------------
+
+
+def _note(message: str, site: tuple[str, int]) -> Finding:
+    return Finding("PFX600", "note", f"not verified: {message}", *site)
+
+
+def _stream_context(base: Any, model_config: Any) -> Any:
+    from vllm.config import set_current_vllm_config
+
+    from prefixlint.introspect.parallel import fake_parallel_state
+
+    try:
+        from vllm.utils.torch_utils import set_default_torch_dtype
+    except ImportError:  # older layouts of vLLM
+        from vllm.model_executor.model_loader.utils import set_default_torch_dtype
+
+    @contextlib.contextmanager
+    def context() -> Any:
+        with (
+            fake_parallel_state(base.layout, moe=True),
+            set_current_vllm_config(base.vllm_config),
+            set_default_torch_dtype(model_config.dtype),
+        ):
+            yield
+
+    return context
+
+
+def _base_build(model_config: Any, builds: list[Any]) -> Any:
+    base = next(
+        (b for b in builds if b.error is None and b.layout.tp == 1 and b.layout.pp == 1), None
+    )
+    if base is not None or not any(b.error is None for b in builds):
+        return base
+    from prefixlint.introspect.build import build_layout
+    from prefixlint.introspect.parallel import Layout
+
+    fresh = build_layout(model_config, Layout())
+    return fresh if fresh.error is None else None
+
+
+def run(cls: type | None, model_config: Any, builds: list[Any], enabled: bool = True) -> DryRun:
+    """PFX701 and PFX702 for one target; the tp=1 build is reused."""
+    if not enabled:
+        return DryRun("off")
+    base = _base_build(model_config, builds)
+    if base is None:
+        return DryRun("", "the model did not build")
+    sites = Sites(cls, base.model, base.recorder)
+    try:
+        layouts = reference_layouts(model_config.hf_config, cls)
+        if not callable(getattr(base.model, "load_weights", None)):
+            raise NotVerified("the model has no `load_weights`")
+    except NotVerified as e:
+        return DryRun("not verified", str(e), [_note(f"checkpoint dry-run: {e}", sites.class_site)])
+    tried = []
+    for reference in layouts:
+        s = stream(base.model, reference, _stream_context(base, model_config))
+        tried.append((s, reference, coverage_findings(s, reference, sites)))
+        if not tried[-1][2] and not s.limit:
+            break
+    # the layout vLLM loads best: a loader need only accept one of them
+    s, reference, findings = min(tried, key=lambda t: (not t[0].complete, len(t[2])))
+    if s.limit:
+        reason = f"a weight loader needs real data on meta tensors ({s.limit})"
+        site = (s.limit_error and sites.frame(s.limit_error)) or sites.loader("")
+        findings.append(_note(f"checkpoint dry-run: {reason}", site))
+        return DryRun("not verified", reason, merge(findings))
+    if not s.complete:
+        reason = "`load_weights` raised on too many kinds of names to check the rest"
+        return DryRun("not verified", reason, merge(findings))
+    sources = layer_sources(s, base.model)
+    mapping = {layer: path for path, layers in sources.items() for layer in layers}
+    quant, reason = quant_findings(cls, model_config, base, sources, sites)
+    findings += quant
+    if reason:
+        findings.append(_note(f"quantization dry-run: {reason}", sites.class_site))
+    return DryRun("verified", reason, merge(findings), mapping)

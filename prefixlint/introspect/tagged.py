@@ -1,0 +1,169 @@
+"""Meta tensors that remember which checkpoint tensors they came from.
+
+A weight loader transposes, narrows, concatenates and splits what it is given before it
+writes into a parameter. Each checkpoint tensor is fed as a ``Tagged`` meta tensor whose
+tags (checkpoint names) flow through every torch operation into its results. A write
+(``copy_``, ``__setitem__``, any in-place op) whose destination shares storage with a
+vLLM parameter is recorded, with the region it covers, and not executed: on meta it
+would do nothing but check shapes, which the recorder checks itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+_ACTIVE: list[WriteRecorder] = []
+
+
+@dataclass
+class Target:
+    """A parameter or buffer a loader may write into."""
+
+    name: str
+    tensor: torch.Tensor
+    is_param: bool
+    coverage: torch.Tensor | None  # flat bool over the storage; None: too big to track
+    sources: set[str] = field(default_factory=set)
+    writes: list[tuple[int, int, frozenset[str]]] = field(default_factory=list)
+    written: bool = False
+
+
+_MAX_TRACKED = 64_000_000  # elements; a larger parameter is tracked as written or not
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    with torch._C.DisableTorchFunctionSubclass():
+        return t.untyped_storage()._cdata
+
+
+class WriteRecorder:
+    def __init__(self, targets: dict[str, tuple[torch.Tensor, bool]]) -> None:
+        self.by_storage: dict[int, Target] = {}
+        self.consumed: set[str] = set()
+        for name, (tensor, is_param) in targets.items():
+            key = _storage_key(tensor)
+            if key in self.by_storage:
+                continue  # a tied alias: the first name owns the storage
+            numel = tensor.untyped_storage().nbytes() // max(tensor.element_size(), 1)
+            cov = torch.zeros(numel, dtype=torch.bool) if numel <= _MAX_TRACKED else None
+            self.by_storage[key] = Target(name, tensor, is_param, cov)
+
+    def owner(self, t: torch.Tensor) -> Target | None:
+        try:
+            return self.by_storage.get(_storage_key(t))
+        except (RuntimeError, NotImplementedError):
+            return None
+
+    def mark(self, target: Target, region: torch.Tensor, tags: frozenset[str]) -> None:
+        target.written = True
+        target.sources |= tags
+        self.consumed |= tags
+        lo = region.storage_offset()
+        hi = lo + sum((s - 1) * st for s, st in zip(region.shape, region.stride(), strict=True))
+        if region.numel() == 0:
+            return
+        target.writes.append((lo, hi + 1, tags))
+        if target.coverage is not None:
+            target.coverage.as_strided(tuple(region.shape), region.stride(), lo).fill_(True)
+
+    def covered(self, target: Target) -> torch.Tensor | None:
+        """The coverage of the target's own elements, shaped like it."""
+        if target.coverage is None:
+            return None
+        t = target.tensor
+        return target.coverage.as_strided(tuple(t.shape), t.stride(), t.storage_offset())
+
+
+@contextlib.contextmanager
+def recording(recorder: WriteRecorder) -> Iterator[WriteRecorder]:
+    _ACTIVE.append(recorder)
+    try:
+        yield recorder
+    finally:
+        _ACTIVE.pop()
+
+
+def tags_of(value: Any) -> frozenset[str]:
+    if isinstance(value, Tagged):
+        return value.__dict__.get("_pl_src", frozenset())
+    if isinstance(value, (list, tuple)):
+        out: frozenset[str] = frozenset()
+        for v in value:
+            if isinstance(v, Tagged):
+                out |= v.__dict__.get("_pl_src", frozenset())
+        return out
+    return frozenset()
+
+
+def make(name: str, shape: tuple[int, ...], dtype: torch.dtype) -> Tagged:
+    t = torch.empty(shape, dtype=dtype, device="meta").as_subclass(Tagged)
+    t._pl_src = frozenset({name})
+    return t
+
+
+def _tag(out: Any, tags: frozenset[str], args: tuple) -> Any:
+    if isinstance(out, torch.Tensor):
+        if any(out is a for a in args) or isinstance(out, torch.nn.Parameter):
+            return out
+        with torch._C.DisableTorchFunctionSubclass():
+            tagged = out if isinstance(out, Tagged) else out.as_subclass(Tagged)
+        tagged._pl_src = tags
+        return tagged
+    if isinstance(out, (list, tuple)) and out and all(isinstance(o, torch.Tensor) for o in out):
+        return type(out)(_tag(o, tags, args) for o in out)
+    return out
+
+
+def _is_write(func: Any) -> bool:
+    name = getattr(func, "__name__", "")
+    return name == "__setitem__" or (name.endswith("_") and not name.startswith("_"))
+
+
+def _intercept(func: Any, args: tuple, kwargs: dict, tags: frozenset[str]) -> tuple[bool, Any]:
+    """A write of tagged data into a parameter's storage: record it, check the shapes."""
+    if not _ACTIVE or not args or not isinstance(args[0], torch.Tensor):
+        return False, None
+    dst = args[0]
+    if isinstance(dst, Tagged) or not _is_write(func):
+        return False, None
+    recorder = _ACTIVE[-1]
+    target = recorder.owner(dst)
+    if target is None:
+        return False, None
+    name = func.__name__
+    with torch._C.DisableTorchFunctionSubclass():
+        region = dst[args[1]] if name == "__setitem__" else dst
+        src = args[2] if name == "__setitem__" else (args[1] if len(args) > 1 else None)
+        if isinstance(src, torch.Tensor) and name in ("copy_", "__setitem__"):
+            try:
+                fits = torch.broadcast_shapes(tuple(src.shape), tuple(region.shape))
+            except RuntimeError:
+                fits = None
+            if fits != tuple(region.shape):
+                raise RuntimeError(
+                    f"shape mismatch: a tensor of shape {tuple(src.shape)} is written into "
+                    f"`{target.name}` region of shape {tuple(region.shape)}"
+                )
+    recorder.mark(target, region, tags)
+    return True, (None if name == "__setitem__" else dst)
+
+
+class Tagged(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: Any = None):
+        kwargs = kwargs or {}
+        tags: frozenset[str] = frozenset()
+        for value in (*args, *kwargs.values()):
+            tags |= tags_of(value)
+        if tags:
+            handled, result = _intercept(func, args, kwargs, tags)
+            if handled:
+                return result
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **kwargs)
+        return _tag(out, tags, args) if tags else out

@@ -1,0 +1,198 @@
+"""PFX701/PFX702 against the real installed vLLM: clean llama.py and qwen2.py dry-run with
+nothing to report, and out-of-tree copies with one planted loading or quantization bug
+are caught at the responsible line. One worker serves the module (vLLM imports once)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from prefixlint.introspect import introspect
+from prefixlint.introspect.worker import Worker
+from tests.conftest import VLLM, requires_vllm
+
+pytestmark = requires_vllm
+
+
+@pytest.fixture(scope="module")
+def worker():
+    w = Worker()
+    yield w
+    w.close()
+
+
+def model_copy(folder: Path, source: str, name: str, edits) -> tuple[Path, str]:
+    """vLLM's ``source``.py as an out-of-tree file (relative imports made absolute), with
+    each (class, old, new) edit applied inside that class."""
+    assert VLLM is not None
+    text = (VLLM / "model_executor" / "models" / f"{source}.py").read_text()
+    text = re.sub(r"^from \.(\w+)", r"from vllm.model_executor.models.\1", text, flags=re.M)
+    for cls, old, new in edits:
+        start = text.index(f"class {cls}(")
+        at = text.index(old, start)
+        text = text[:at] + new + text[at + len(old) :]
+    path = folder / f"{name}.py"
+    path.write_text(text)
+    return path, text
+
+
+def line_of(text: str, cls: str, needle: str) -> int:
+    at = text.index(needle, text.index(f"class {cls}("))
+    return text.count("\n", 0, at) + 1
+
+
+def findings(report, codes=("PFX701", "PFX702", "PFX600")) -> list[tuple[str, str, int]]:
+    return [
+        (d.code, Path(d.filename).name, d.location.row)
+        for d in report.diagnostics
+        if d.code in codes
+    ]
+
+
+@pytest.mark.parametrize(("source", "cls"), [("llama", "Llama"), ("qwen2", "Qwen2")])
+def test_clean_copies_dry_run_with_nothing_to_report(worker, tmp_path, source, cls) -> None:
+    path, _ = model_copy(tmp_path, source, f"clean_{source}", [])
+    report = introspect(f"{path}:{cls}ForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    assert report.error is None, report.error
+    [result] = report.results
+    assert result["dryrun"] == "verified", result["dryrun_reason"]
+    assert report.diagnostics == [], [d.message for d in report.diagnostics]
+
+
+def test_registry_llama_is_dry_run(worker) -> None:
+    report = introspect("LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    assert report.results[0]["dryrun"] == "verified"
+    assert report.diagnostics == []
+
+
+SKIP_HEAD = (
+    "LlamaForCausalLM",
+    "        loader = AutoWeightsLoader(self)\n        return loader.load_weights(weights)",
+    "        loader = AutoWeightsLoader(self)\n"
+    '        weights = ((n, w) for n, w in weights if not n.startswith("lm_head."))\n'
+    "        return loader.load_weights(weights)",
+)
+
+
+def test_unconditional_lm_head_skip_on_an_untied_head(worker, tmp_path) -> None:
+    path, text = model_copy(tmp_path, "llama", "skip_head", [SKIP_HEAD])
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    line = line_of(text, "LlamaForCausalLM", "def load_weights")
+    assert findings(report) == [("PFX701", path.name, line)], report.diagnostics
+    [diag] = report.diagnostics
+    assert "`lm_head.weight`" in diag.message and "stays random" in diag.message
+
+
+def test_the_same_skip_on_a_tied_head_is_fine(worker, tmp_path) -> None:
+    from transformers import LlamaConfig
+
+    LlamaConfig(
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=512,
+        tie_word_embeddings=True,
+    ).save_pretrained(tmp_path / "cfg")
+    path, _ = model_copy(tmp_path, "llama", "skip_tied", [SKIP_HEAD])
+    report = introspect(
+        f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), config=str(tmp_path / "cfg"), worker=worker
+    )
+    assert report.results[0]["dryrun"] == "verified"
+    assert report.diagnostics == [], [d.message for d in report.diagnostics]
+
+
+@pytest.mark.parametrize(
+    ("source", "old", "new", "shard"),
+    [
+        ("llama", '".v_proj": (".qkv_proj", "v"),', '".v_proj": (".qkv_proj", "k"),', "v"),
+        ("qwen2", '".up_proj": (".gate_up_proj", 1),', '".up_proj": (".gate_up_proj", 0),', "1"),
+    ],
+    ids=["llama-qkv", "qwen2-gate-up"],
+)
+def test_stacked_mapping_shard_typo_is_reported_at_the_entry(
+    worker, tmp_path, source, old, new, shard
+) -> None:
+    cls = "Llama" if source == "llama" else "Qwen2"
+    path, text = model_copy(tmp_path, source, f"typo_{source}", [(f"{cls}Model", old, new)])
+    report = introspect(f"{path}:{cls}ForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    line = line_of(text, f"{cls}Model", new)
+    assert findings(report) == [("PFX701", path.name, line)], report.diagnostics
+    assert f"shard `{shard}`" in report.diagnostics[0].message
+
+
+def test_packed_mapping_without_a_fused_layer_quantizes_an_ignored_layer(worker, tmp_path) -> None:
+    edit = ("Qwen2ForCausalLM", '        "gate_up_proj": ["gate_proj", "up_proj"],\n', "")
+    path, text = model_copy(tmp_path, "qwen2", "packed", [edit])
+    report = introspect(f"{path}:Qwen2ForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    line = line_of(text, "Qwen2ForCausalLM", "packed_modules_mapping = {")
+    assert findings(report) == [("PFX702", path.name, line)], report.diagnostics
+    message = report.diagnostics[0].message
+    assert "gate_up_proj" in message and "ignored_layers" in message
+    assert "`packed_modules_mapping` has no entry" in message
+
+
+def test_prefix_unlike_the_checkpoint_name_quantizes_an_ignored_layer(worker, tmp_path) -> None:
+    edit = ("LlamaAttention", 'prefix=f"{prefix}.o_proj",', 'prefix=f"{prefix}.out_proj",')
+    path, text = model_copy(tmp_path, "llama", "prefix", [edit])
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    line = line_of(text, "LlamaAttention", "self.o_proj = RowParallelLinear(")
+    assert ("PFX702", path.name, line) in findings(report), report.diagnostics
+    [quant] = [d for d in report.diagnostics if d.code == "PFX702"]
+    assert "out_proj" in quant.message and "o_proj" in quant.message
+    # PFX601 says the same from the prefix alone; nothing else fires
+    assert {d.code for d in report.diagnostics} == {"PFX601", "PFX702"}
+
+
+def test_renamed_layer_without_mapper_entry(worker, tmp_path) -> None:
+    edits = [
+        (
+            "LlamaAttention",
+            "self.o_proj = RowParallelLinear(",
+            "self.out_proj = RowParallelLinear(",
+        ),
+        ("LlamaAttention", 'prefix=f"{prefix}.o_proj",', 'prefix=f"{prefix}.out_proj",'),
+        ("LlamaAttention", "self.o_proj(attn_output)", "self.out_proj(attn_output)"),
+    ]
+    path, text = model_copy(tmp_path, "llama", "renamed", edits)
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    line = line_of(text, "LlamaAttention", "self.out_proj = RowParallelLinear(")
+    found = findings(report)
+    assert ("PFX701", path.name, line) in found, report.diagnostics
+    messages = " ".join(d.message for d in report.diagnostics)
+    assert "raises on checkpoint tensor `model.layers.0.self_attn.o_proj.weight`" in messages
+    assert "`model.layers.0.self_attn.out_proj.weight` is never written" in messages
+
+
+def test_weight_loader_needing_real_data_is_a_note(worker, tmp_path) -> None:
+    edit = (
+        "LlamaForCausalLM",
+        "        loader = AutoWeightsLoader(self)\n",
+        "        loader = AutoWeightsLoader(self)\n"
+        "        weights = ((n, w / float(w.abs().max())) for n, w in weights)\n",
+    )
+    path, _ = model_copy(tmp_path, "llama", "needs_data", [edit])
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    [diag] = report.diagnostics
+    assert diag.code == "PFX600" and diag.severity.value == "note"
+    assert "needs real data" in diag.message
+    assert report.results[0]["dryrun"] == "not verified"
+
+
+def test_no_reference_class_is_a_note(worker, tmp_path) -> None:
+    path, text = model_copy(tmp_path, "llama", "homebrew", [])
+    # A class transformers does not know, even if it loads like its base.
+    path.write_text(text + "\n\nclass HomebrewForCausalLM(LlamaForCausalLM):\n    pass\n")
+    report = introspect(f"{path}:HomebrewForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    [diag] = report.diagnostics
+    assert diag.code == "PFX600" and "no reference class" in diag.message
+
+
+def test_no_dryrun_turns_both_checks_off(worker, tmp_path) -> None:
+    path, _ = model_copy(tmp_path, "llama", "skip_head_off", [SKIP_HEAD])
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker, dryrun=False)
+    assert report.diagnostics == []
+    assert report.results[0]["dryrun"] == "off"
