@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from prefixlint.static.model_classes import in_draft_file
 from prefixlint.static.prefix_sites import (
     has_root,
     is_known,
     render,
 )
 from prefixlint.static.rule import Invalid, LintRule, example
+
+# Root names a draft model shares with its target on purpose.
+_TARGET_NAMES = frozenset({"lm_head"})
 
 
 class PrefixNotDerived(LintRule):
@@ -21,6 +25,10 @@ class PrefixNotDerived(LintRule):
     nested (a language model inside a multimodal one, a draft model, a pooling adapter), the
     name loses its parents: two layers collide on `attn` ("Duplicate layer name"), and the
     quantization config compares the wrong name.
+
+    A draft model (MTP, EAGLE) that names its head `lm_head` literally is not reported: it
+    shares the target's name on purpose, so that the quantization config's exclusions
+    (`exclude_modules: ["lm_head"]`) apply to both.
 
     ## Example
     ```python
@@ -48,6 +56,18 @@ class Attn(nn.Module):
             """
 def build(name: str):
     return RowParallelLinear(8, 8, prefix=name)
+"""
+        ),
+        example(
+            """
+class SharedHead(nn.Module):
+    def __init__(self, config, quant_config=None):
+        super().__init__()
+        self.head = ParallelLMHead(8, 8, quant_config=quant_config, prefix="lm_head")
+
+
+class MyMTP(nn.Module):
+    pass
 """
         ),
     ]
@@ -87,6 +107,10 @@ class Model(nn.Module):
             if value and value[0][0] != "lit":
                 continue  # starts from a name we cannot follow
             shown = render(value) if value else ""
+            if shown in _TARGET_NAMES and in_draft_file(self.ctx):
+                # A draft's head named as the target's, on purpose: the quantization
+                # config's exclusion lists (``lm_head``) then apply to both.
+                continue
             hint = ""
             if site.scope.roots:
                 root = sorted(site.scope.roots)[0]

@@ -79,7 +79,8 @@ def dotted_name(node: cst.BaseExpression) -> str | None:
     return None
 
 
-def _string_value(node: cst.BaseExpression) -> str | None:
+def string_value(node: cst.BaseExpression) -> str | None:
+    """The value of a string literal (implicitly concatenated or not); None otherwise."""
     if isinstance(node, cst.SimpleString):
         try:
             value = node.evaluated_value
@@ -87,7 +88,7 @@ def _string_value(node: cst.BaseExpression) -> str | None:
             return None
         return value if isinstance(value, str) else None
     if isinstance(node, cst.ConcatenatedString):
-        left, right = _string_value(node.left), _string_value(node.right)
+        left, right = string_value(node.left), string_value(node.right)
         return left + right if left is not None and right is not None else None
     return None
 
@@ -576,7 +577,7 @@ class PrefixAnalysis:
         scope.env[name] = v
 
     def evaluate(self, node: cst.BaseExpression, scope: Scope) -> Value:
-        s = _string_value(node)
+        s = string_value(node)
         if s is not None:
             return lit(s)
         if isinstance(node, (cst.Name, cst.Attribute)):
@@ -617,7 +618,7 @@ class PrefixAnalysis:
                 return name
             return concat(base, lit("."), name)
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "format":
-            template = _string_value(node.func.value)
+            template = string_value(node.func.value)
             if template is not None and "{}" in template and "{{" not in template:
                 pieces = template.split("{}")
                 if len(pieces) - 1 == len(args):
@@ -627,7 +628,7 @@ class PrefixAnalysis:
                     return concat(*out)
             return UNKNOWN
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "join":
-            sep = _string_value(node.func.value)
+            sep = string_value(node.func.value)
             if (
                 sep is not None
                 and len(args) == 1
