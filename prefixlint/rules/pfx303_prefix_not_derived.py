@@ -6,6 +6,7 @@ from prefixlint.static.model_classes import in_draft_file
 from prefixlint.static.prefix_sites import (
     has_root,
     is_known,
+    is_layer_site,
     render,
 )
 from prefixlint.static.rule import Invalid, LintRule, example
@@ -104,6 +105,8 @@ class Model(nn.Module):
             value = site.value
             if value is None or has_root(value) or not is_known(value):
                 continue
+            if not is_layer_site(site):
+                continue  # ``_iter_tensors_in_value("impl", ...)`` walks names, builds nothing
             if value and value[0][0] != "lit":
                 continue  # starts from a name we cannot follow
             shown = render(value) if value else ""

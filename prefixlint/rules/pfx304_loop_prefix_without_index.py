@@ -8,6 +8,7 @@ from prefixlint.static.prefix_sites import (
     Site,
     has_variable,
     is_known,
+    is_layer_site,
     render,
 )
 from prefixlint.static.rule import Invalid, LintRule, example
@@ -99,6 +100,8 @@ class Model(nn.Module):
         for site in self.ctx.prefixes.sites:
             value = site.value
             if not site.in_loop or value is None or not is_known(value) or has_variable(value):
+                continue
+            if not is_layer_site(site):
                 continue
             loop_vars = sorted(set().union(*site.loop_vars) - {"<while>", "_"})
             if _passes_any(site, loop_vars):

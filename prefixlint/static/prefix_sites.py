@@ -194,6 +194,13 @@ class PrefixAnalysis:
 
     def __init__(self, prefix_signature, hooks: Hooks | None = None) -> None:
         self._prefix_signature = prefix_signature  # callee dotted name -> FunctionSig | None
+        # Names bound to ``maybe_prefix``: its own, import aliases (read from the file's
+        # summary when the signature lookup is a ``FileContext``'s) and ``mp = maybe_prefix``.
+        self.prefix_helpers: set[str] = {"maybe_prefix"}
+        summary = getattr(getattr(prefix_signature, "__self__", None), "summary", None)
+        for local, (_, attr) in getattr(summary, "imports", {}).items():
+            if attr == "maybe_prefix":
+                self.prefix_helpers.add(local)
         self.hooks = hooks or Hooks()
         self.sites: list[Site] = []
         self.prefix_params: list[PrefixParam] = []
@@ -214,8 +221,20 @@ class PrefixAnalysis:
             if own:
                 self.anchors.pop()
 
+    def _is_prefix_helper(self, value: cst.BaseExpression) -> bool:
+        name = dotted_name(value) if isinstance(value, (cst.Name, cst.Attribute)) else None
+        return name is not None and (
+            name in self.prefix_helpers or name.rsplit(".", 1)[-1] == "maybe_prefix"
+        )
+
     # -- traversal --------------------------------------------------------------------
     def _top_level(self, stmt: cst.CSTNode) -> None:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:  # ``mp = maybe_prefix`` at module level
+                if isinstance(small, cst.Assign) and self._is_prefix_helper(small.value):
+                    for t in small.targets:
+                        if isinstance(t.target, cst.Name):
+                            self.prefix_helpers.add(t.target.value)
         if isinstance(stmt, cst.ClassDef):
             self._class(stmt)
         elif isinstance(stmt, cst.FunctionDef):
@@ -480,20 +499,22 @@ class PrefixAnalysis:
             for arg in node.args:
                 self._expr(arg.value, scope, loops, inner)
             return
-        signature = self._prefix_signature(callee) if callee else None
+        computes_name = callee in self.prefix_helpers
+        signature = self._prefix_signature(callee) if callee and not computes_name else None
         if signature is None and callee in scope.aliases:
             for target in scope.aliases[callee]:
                 signature = self._prefix_signature(target)
                 if signature is not None:
                     break
-        if (
-            signature is None
-            and expected is not None
-            and expected.whole
-            and any(a.keyword is not None and a.keyword.value == "prefix" for a in node.args)
-        ):
-            # make_layers' layer function builds the layer, whatever its callee is called.
-            signature = _ANY_LAYER
+        keywords = {a.keyword.value for a in node.args if a.keyword is not None}
+        if signature is None and "prefix" in keywords:
+            if expected is not None and expected.whole:
+                # make_layers' layer function builds the layer, whatever its callee is called.
+                signature = _ANY_LAYER
+            elif "vllm_config" in keywords:
+                # ``self.model_cls(vllm_config=..., prefix=...)``: a model constructor,
+                # however the callee is spelled.
+                signature = _ANY_LAYER
         if signature is not None:
             self._site(node, callee or "", signature, scope, loops, expected)
         # arguments: nested constructions are not the stored module
@@ -562,6 +583,9 @@ class PrefixAnalysis:
     # -- environment ------------------------------------------------------------------
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression, scope: Scope) -> None:
         name = dotted_name(target)
+        if name is not None and self._is_prefix_helper(value):
+            self.prefix_helpers.add(name)  # ``mp = maybe_prefix``
+            return
         if name is not None and (names := _class_names(value)):
             scope.aliases[name] = names
         elif name is not None:
@@ -611,7 +635,10 @@ class PrefixAnalysis:
     def _evaluate_call(self, node: cst.Call, scope: Scope) -> Value:
         callee = dotted_name(node.func)
         args = [a for a in node.args if a.keyword is None and not a.star]
-        if callee and callee.rsplit(".", 1)[-1] == "maybe_prefix" and len(args) == 2:
+        helper = callee is not None and (
+            callee in self.prefix_helpers or callee.rsplit(".", 1)[-1] == "maybe_prefix"
+        )
+        if helper and len(args) == 2:
             base = self.evaluate(args[0].value, scope)
             name = self.evaluate(args[1].value, scope)
             if base == ():
@@ -710,12 +737,30 @@ def _target_names(target: cst.CSTNode) -> Iterator[str]:
         yield from _target_names(target.value)
 
 
+CLASS_VARIABLE = re.compile(r"(_cls|_class|_type)$")
 MODULE_FACTORY = re.compile(r"(^|_)(init|build|make|create|get)_|model|layer|Model|Layer")
 
 
 def builds_module(site: Site) -> bool:
     """Classes build modules; functions only when their name says they build one."""
     short = site.callee.rsplit(".", 1)[-1]
-    if short[:1].isupper():
-        return True
-    return bool(MODULE_FACTORY.search(short)) and not short.startswith(("is_", "resolve_"))
+    if short[:1].isupper() or site.callee in site.scope.aliases or CLASS_VARIABLE.search(short):
+        return True  # a class, or a name bound to one (``attn_cls``, ``layer_type``)
+    return bool(MODULE_FACTORY.search(short)) and not short.startswith(
+        ("is_", "resolve_", "iter", "_iter")
+    )
+
+
+def is_root_construction(site: Site) -> bool:
+    """The call that creates the whole model (``get_model(vllm_config=...)`` in a worker):
+    it passes ``vllm_config`` from a scope that has no prefix to build one from, and the
+    root's prefix is rightly empty."""
+    return not site.scope.roots and any(
+        a.keyword is not None and a.keyword.value == "vllm_config" for a in site.call.args
+    )
+
+
+def is_layer_site(site: Site) -> bool:
+    """A site that builds a layer the prefix rules judge: a module class, or a function
+    that builds one; not the root construction of the model."""
+    return builds_module(site) and not is_root_construction(site)
