@@ -210,6 +210,23 @@ SILENT_CASES = [
         "self.model",
     ),
     (
+        "nn-linear-router-in-moe-block",
+        "mixtral.py",
+        _replace_once(
+            "        self.gate = GateLinear(\n"
+            "            hidden_size,\n"
+            "            num_experts,\n"
+            "            params_dtype=params_dtype,\n"
+            '            prefix=f"{prefix}.gate",\n'
+            "        )\n",
+            "        self.gate = nn.Linear(hidden_size, num_experts, bias=False)\n",
+        ),
+        "self.gate = nn.Linear(hidden_size, num_experts, bias=False)",
+        "PFX402",
+        "warning",
+        "router",
+    ),
+    (
         "maybe-prefix-alias",
         "llama.py",
         lambda text: (
