@@ -16,6 +16,7 @@ from prefixlint.static.prefix_sites import (
     builds_module,
     has_variable,
     is_known,
+    quant_reaches,
     render,
 )
 from prefixlint.static.rule import Invalid, LintRule, example
@@ -221,7 +222,7 @@ class Attn(nn.Module):
                 "applies it to the quantization config, so only the attribute path can "
                 "match the checkpoint's ignore list"
             )
-            severity = Severity.ERROR if _quant_reaches(site) else Severity.WARNING
+            severity = Severity.ERROR if quant_reaches(site) else Severity.WARNING
         elif loader is not None:
             why = (
                 f"; only `load_weights` bridges the two names (`{loader[0]}` / "
@@ -233,7 +234,7 @@ class Attn(nn.Module):
                 "renaming the prefix would move the quantization lookup off the checkpoint's "
                 "name; map the name with a `WeightsMapper` entry first"
             )
-        elif _quant_reaches(site):
+        elif quant_reaches(site):
             why = "; nothing in the file renames one to the other, and `quant_config` reaches it"
             severity = Severity.ERROR
         else:
@@ -247,14 +248,6 @@ def _no_fix(reason: str):
         raise NoFix(reason)
 
     return plan
-
-
-def _quant_reaches(site: Site) -> bool:
-    """A quantization config reaches the module: passed itself, inside ``vllm_config``, or
-    possibly through ``**kwargs``."""
-    if site.passes_quant_config or site.has_splat:
-        return True
-    return any(a.keyword is not None and a.keyword.value == "vllm_config" for a in site.call.args)
 
 
 def _shape(value: Value) -> str:

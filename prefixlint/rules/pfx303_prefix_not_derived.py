@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from prefixlint.diagnostic import Severity
 from prefixlint.static.model_classes import in_draft_file
 from prefixlint.static.prefix_sites import (
     has_root,
     is_known,
     is_layer_site,
+    name_has_consumer,
     render,
 )
 from prefixlint.static.rule import Invalid, LintRule, example
+
+_NO_CONSUMER = (
+    " (a warning: no `quant_config` reaches it and it is no attention layer, so no "
+    "consumer looks the name up yet)"
+)
 
 # Root names a draft model shares with its target on purpose.
 _TARGET_NAMES = frozenset({"lm_head"})
@@ -25,7 +32,9 @@ class PrefixNotDerived(LintRule):
     A literal is right only while the class is the root of the model. As soon as it is
     nested (a language model inside a multimodal one, a draft model, a pooling adapter), the
     name loses its parents: two layers collide on `attn` ("Duplicate layer name"), and the
-    quantization config compares the wrong name.
+    quantization config compares the wrong name. It is an error when someone looks the
+    name up (a `quant_config` reaches the module, or it is an attention layer, whose KV
+    cache is registered by name), a warning otherwise.
 
     A draft model (MTP, EAGLE) that names its head `lm_head` literally is not reported: it
     shares the target's name on purpose, so that the quantization config's exclusions
@@ -120,9 +129,12 @@ class Model(nn.Module):
                 hint = f"; build it from `{root}` (e.g. `maybe_prefix({root}, ...)`)"
             else:
                 hint = "; take a `prefix` parameter and build it from that"
+            consumer = name_has_consumer(site)
             self.report(
                 site.prefix_arg or site.call,
                 f"prefix `{shown}` is a literal, not derived from the enclosing prefix: "
-                f"it breaks as soon as this module is nested{hint}",
+                f"it breaks as soon as this module is nested{hint}"
+                + ("" if consumer else _NO_CONSUMER),
+                severity=None if consumer else Severity.WARNING,
                 site=site,
             )

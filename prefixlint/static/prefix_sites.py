@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from prefixlint.static.index import KEYWORD_ONLY, FunctionSig, Param
-from prefixlint.static.resolve import LAYER_FACTORIES
+from prefixlint.static.resolve import DECODER_ATTENTION_LAYERS, LAYER_FACTORIES
 from prefixlint.static.walk import children
 
 # -- symbolic prefix values -------------------------------------------------------------
@@ -764,3 +764,17 @@ def is_layer_site(site: Site) -> bool:
     """A site that builds a layer the prefix rules judge: a module class, or a function
     that builds one; not the root construction of the model."""
     return builds_module(site) and not is_root_construction(site)
+
+
+def quant_reaches(site: Site) -> bool:
+    """A quantization config reaches the module: passed itself, inside ``vllm_config``, or
+    possibly through ``**kwargs``."""
+    if site.passes_quant_config or site.has_splat:
+        return True
+    return any(a.keyword is not None and a.keyword.value == "vllm_config" for a in site.call.args)
+
+
+def name_has_consumer(site: Site) -> bool:
+    """Someone looks the layer up by its prefix: a quantization config reaches it, or it
+    is an attention layer (the KV cache is registered under its name)."""
+    return quant_reaches(site) or site.callee.rsplit(".", 1)[-1] in DECODER_ATTENTION_LAYERS
