@@ -14,8 +14,8 @@ from prefixlint.static.prefix_sites import (
 from prefixlint.static.rule import Invalid, LintRule, example
 
 _NO_CONSUMER = (
-    " (a warning: no `quant_config` reaches it and it is no attention layer, so no "
-    "consumer looks the name up yet)"
+    " (a warning: no `quant_config` is passed to it and it is not one of vLLM's KV-cache "
+    "attention layers, so nothing looks the name up yet)"
 )
 
 # Root names a draft model shares with its target on purpose.

@@ -119,8 +119,8 @@ class Model(nn.Module):
                 + (
                     ""
                     if consumer
-                    else " (a warning: no `quant_config` reaches it and it is no attention "
-                    "layer, so no consumer looks the name up yet)"
+                    else " (a warning: no `quant_config` is passed to it and it is not one of "
+                    "vLLM's KV-cache attention layers, so nothing looks the name up yet)"
                 ),
                 severity=None if consumer else Severity.WARNING,
                 site=site,
