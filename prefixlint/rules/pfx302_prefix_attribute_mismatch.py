@@ -92,8 +92,69 @@ class Model(nn.Module):
         )
 """
         ),
+        example(
+            """
+class _MTPLayers(nn.Module):
+    def __init__(self, prefix: str = ""):
+        super().__init__()
+        self.layers = nn.ModuleDict(
+            {str(i): RowParallelLinear(8, 8, prefix=f"{prefix}.{i}") for i in range(2)}
+        )
+
+
+class MultiTokenPredictor(nn.Module):
+    def __init__(self, prefix: str = ""):
+        super().__init__()
+        # the offsets cancel: the composed name is {prefix}.mtp.layers.{i}, as the path
+        self.mtp = _MTPLayers(prefix=maybe_prefix(prefix, "mtp.layers"))
+"""
+        ),
+        example(
+            """
+class MLAWrapper(nn.Module):
+    def __init__(self, quant_config=None, prefix: str = ""):
+        super().__init__()
+        # vLLM's MLA convention (layers/mla.py): stored at mla_attn, named attn
+        self.mla_attn = Attention(4, 2, 1.0, quant_config=quant_config, prefix=f"{prefix}.attn")
+"""
+        ),
     ]
     INVALID = [
+        Invalid(
+            example(
+                """
+from vllm.model_executor.models.utils import WeightsMapper
+
+class Layer(nn.Module):
+    def __init__(self, quant_config=None, prefix: str = ""):
+        super().__init__()
+        self.short_conv = RowParallelLinear(8, 8, quant_config=quant_config,
+                                            prefix=f"{prefix}.conv")
+
+class MyForCausalLM(nn.Module):
+    hf_to_vllm_mapper = WeightsMapper(orig_to_new_substr={".conv.": ".short_conv."})
+"""
+            ),
+            line=8,
+            contains="WeightsMapper",
+        ),
+        Invalid(
+            example(
+                """
+class MLP(nn.Module):
+    def __init__(self, quant_config=None, prefix: str = ""):
+        super().__init__()
+        self.down_proj = RowParallelLinear(8, 8, quant_config=quant_config,
+                                           prefix=f"{prefix}.w2")
+
+    def load_weights(self, weights):
+        for name, w in weights:
+            name = name.replace(".w2.", ".down_proj.")
+"""
+            ),
+            line=6,
+            contains="only `load_weights` bridges",
+        ),
         Invalid(
             example(
                 """
