@@ -334,7 +334,9 @@ class MLP(nn.Module):
         """Under an ``if`` on parallel state, or in a function that reads it."""
         own = _names_in(node)
         functions = self.ctx.prefixes.function_stack
-        tp_names = _tp_size_names(functions[-1]) if functions else set()
+        classes = self.ctx.prefixes.class_stack
+        owner = classes[-1] if classes else None
+        tp_names = _tp_size_names(owner, functions[-1]) if functions else set()
         for anchor in self.ctx.prefixes.anchors:
             if isinstance(anchor, (cst.If, cst.While)) and _tests_parallel_state(
                 anchor.test, tp_names
@@ -456,15 +458,19 @@ def _is_tp_size(node: cst.BaseExpression, known: set[str]) -> bool:
 _TP_GROUP = "get_tensor_model_parallel_group"
 
 
-def _tp_size_names(function: cst.FunctionDef) -> set[str]:
-    """Names (``tp_world``, ``self.tp_size``) the function binds to the TP world size."""
+def _tp_size_names(class_node: cst.ClassDef | None, function: cst.FunctionDef) -> set[str]:
+    """Names the function binds to the TP world size (``tp_world``), and attributes any
+    method of its class does (``self.degree = get_tensor_model_parallel_world_size()``)."""
     known: set[str] = set()
-    for sub in walk(function.body):
-        if isinstance(sub, cst.Assign) and _is_tp_size(sub.value, known):
-            for t in sub.targets:
-                name = dotted_name(t.target)
-                if name is not None:
-                    known.add(name)
+    for scope, attributes_only in ((class_node, True), (function, False)):
+        if scope is None:
+            continue
+        for sub in walk(scope.body):
+            if isinstance(sub, cst.Assign) and _is_tp_size(sub.value, known):
+                for t in sub.targets:
+                    name = dotted_name(t.target)
+                    if name is not None and (name.startswith("self.") or not attributes_only):
+                        known.add(name)
     return known
 
 
