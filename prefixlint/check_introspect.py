@@ -189,7 +189,7 @@ def run_phase2(
     from prefixlint.introspect import introspect as build
     from prefixlint.introspect.worker import Worker
     from prefixlint.static.index import find_installed_package
-    from prefixlint.static.runner import registry_architectures
+    from prefixlint.static.model_classes import registry_architectures
 
     registry = registry_architectures(find_installed_package("vllm"))
     candidates = [c for path in files for c in architectures_in(path, registry)]

@@ -130,3 +130,178 @@ def test_recreated_contract_bug(vllm_copy, code: str, edit, at: str) -> None:
     text = broken.read_text()
     expected = text.count("\n", 0, text.index(at, text.index("class LlamaForCausalLM("))) + 1
     assert [(d.code, d.location.row) for d in new] == [(code, expected)], after
+
+
+# -- patterns the static phase used to stay silent on ------------------------------------------
+
+
+def _new_findings(vllm_copy, name: str, edit) -> tuple[list, str]:
+    """The findings an edit of a copy of ``name`` adds (rows matched by code and message)."""
+    before = {(d.code, d.message) for d in lint(vllm_copy(name))}
+    broken = vllm_copy(name, edit)
+    new = [d for d in lint(broken) if (d.code, d.message) not in before]
+    return new, broken.read_text()
+
+
+def _replace_once(old: str, new: str):
+    def edit(text: str) -> str:
+        assert old in text, "the vLLM file changed: update the case"
+        return text.replace(old, new, 1)
+
+    return edit
+
+
+SILENT_CASES = [
+    # (id, file, edit, text on the reported line, code, severity, message fragment)
+    (
+        "stale-prefix-after-weights-mapper-rename",
+        "lfm2.py",
+        _replace_once('prefix=f"{prefix}.short_conv"', 'prefix=f"{prefix}.conv"'),
+        'prefix=f"{prefix}.conv"',
+        "PFX302",
+        "error",
+        "WeightsMapper",
+    ),
+    (
+        "guarded-all-reduce-after-row-parallel",
+        "llama.py",
+        lambda text: _replace_once(
+            "        output, _ = self.o_proj(attn_output)\n",
+            "        output, _ = self.o_proj(attn_output)\n"
+            "        if get_tensor_model_parallel_world_size() > 1:\n"
+            "            output = tensor_model_parallel_all_reduce(output)\n",
+        )(
+            _replace_once(
+                "from vllm.distributed import get_pp_group, get_tensor_model_parallel_world_size",
+                "from vllm.distributed import (\n    get_pp_group,\n"
+                "    get_tensor_model_parallel_world_size,\n"
+                "    tensor_model_parallel_all_reduce,\n)",
+            )(text)
+        ),
+        "output = tensor_model_parallel_all_reduce(output)",
+        "PFX401",
+        "error",
+        "self.o_proj",
+    ),
+    (
+        "nested-attribute-target",
+        "llama_eagle3.py",
+        _replace_once(
+            'prefix=maybe_prefix(prefix, "self_attn.qkv_proj")',
+            'prefix=maybe_prefix(prefix, "qkv_proj")',
+        ),
+        'prefix=maybe_prefix(prefix, "qkv_proj")',
+        "PFX302",
+        "error",
+        "self.self_attn.qkv_proj",
+    ),
+    (
+        "model-constructor-in-a-variable",
+        "deepseek_v2.py",
+        _replace_once(
+            'vllm_config=vllm_config, prefix=maybe_prefix(prefix, "model")\n        )\n'
+            "        if get_pp_group().is_last_rank:",
+            'vllm_config=vllm_config, prefix=maybe_prefix(prefix, "transformer")\n        )\n'
+            "        if get_pp_group().is_last_rank:",
+        ),
+        'prefix=maybe_prefix(prefix, "transformer")',
+        "PFX302",
+        "error",
+        "self.model",
+    ),
+    (
+        "nn-linear-router-in-moe-block",
+        "mixtral.py",
+        _replace_once(
+            "        self.gate = GateLinear(\n"
+            "            hidden_size,\n"
+            "            num_experts,\n"
+            "            params_dtype=params_dtype,\n"
+            '            prefix=f"{prefix}.gate",\n'
+            "        )\n",
+            "        self.gate = nn.Linear(hidden_size, num_experts, bias=False)\n",
+        ),
+        "self.gate = nn.Linear(hidden_size, num_experts, bias=False)",
+        "PFX402",
+        "warning",
+        "router",
+    ),
+    (
+        "maybe-prefix-alias",
+        "llama.py",
+        lambda text: (
+            _replace_once('prefix=maybe_prefix(prefix, "lm_head"),', 'prefix=mp(prefix, "head"),')(
+                text
+            )
+            + "\n\nmp = maybe_prefix\n"
+        ),
+        'prefix=mp(prefix, "head"),',
+        "PFX302",
+        "error",
+        "lm_head",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "edit", "at", "code", "severity", "fragment"),
+    [c[1:] for c in SILENT_CASES],
+    ids=[c[0] for c in SILENT_CASES],
+)
+def test_silent_pattern_is_reported_at_the_edit(
+    vllm_copy, name: str, edit, at: str, code: str, severity: str, fragment: str
+) -> None:
+    new, text = _new_findings(vllm_copy, name, edit)
+    assert [(d.code, d.location.row) for d in new] == [(code, line_of(text, at))], new
+    assert new[0].severity.value == severity
+    assert fragment in new[0].message
+
+
+def test_positions_ignore_an_earlier_identical_call(vllm_copy) -> None:
+    """The same call text stands earlier in the file, correct there: the finding points at
+    the later, wrong copy, not at the first occurrence of its text."""
+    call = 'RowParallelLinear(8, 8, prefix=f"{prefix}.probe")'
+    anchor = "        self.hidden_size = config.hidden_size\n"
+
+    def edit(text: str) -> str:
+        first = text.index(anchor)
+        text = text[:first] + f"        self.probe = {call}\n" + text[first:]
+        second = text.index(anchor, text.index("class LlamaDecoderLayer"))
+        return text[:second] + f"        self.other = {call}\n" + text[second:]
+
+    new, text = _new_findings(vllm_copy, "llama.py", edit)
+    assert text.index(f"self.probe = {call}") < text.index(f"self.other = {call}")
+    wrong_line = line_of(text, f"self.other = {call}")
+    assert [(d.code, d.location.row) for d in new] == [("PFX302", wrong_line)], new
+
+
+def test_positions_ignore_a_commented_out_copy(vllm_copy) -> None:
+    """A commented-out copy of the call stands before it: the finding points at the code."""
+    old = 'prefix=f"{prefix}.o_proj"'
+
+    def edit(text: str) -> str:
+        at = text.index("        self.o_proj = RowParallelLinear(")
+        comment = '        # self.o_proj = RowParallelLinear(..., prefix=f"{prefix}.out_proj")\n'
+        text = text[:at] + comment + text[at:]
+        return text.replace(old, 'prefix=f"{prefix}.out_proj"', 1)
+
+    new, text = _new_findings(vllm_copy, "llama.py", edit)
+    code_line = next(
+        i + 1
+        for i, line in enumerate(text.splitlines())
+        if 'prefix=f"{prefix}.out_proj"' in line and not line.lstrip().startswith("#")
+    )
+    assert [(d.code, d.location.row) for d in new] == [("PFX302", code_line)], new
+
+
+# -- correct code the static phase used to report -----------------------------------------------
+
+FIXTURES = Path(__file__).parent / "fixtures" / "not_model_code"
+
+
+@pytest.mark.parametrize("name", ["compiler_pass.py", "name_walker.py", "model_collectives.py"])
+def test_false_positive_patterns_are_not_reported(name: str) -> None:
+    path = FIXTURES / name
+    loader = ModuleLoader(roots=[])
+    found = Linter(ALL_RULES, Resolver(loader)).lint_path(path, name)
+    assert [(d.code, d.location.row, d.message) for d in found] == []

@@ -57,3 +57,29 @@ def test_every_static_code_has_one_rule() -> None:
     assert static == [r.code for r in ALL_RULES]
     for rule in ALL_RULES:
         assert CODES[rule.code].doc == f"rule:{rule.__module__}:{rule.__name__}"
+
+
+def test_prefix_mismatch_severity_follows_the_evidence() -> None:
+    """PFX302: an error when the mapper maps the prefix's name to the attribute's, a warning
+    when only ``load_weights`` bridges them or no ``quant_config`` reaches the module."""
+    from prefixlint.rules.pfx302_prefix_attribute_mismatch import PrefixAttributeMismatch
+    from prefixlint.static.rule import example
+
+    def severity(code: str) -> list[str]:
+        found = lint_source(code, [PrefixAttributeMismatch])
+        return [d.severity.value for d in found if d.code == "PFX302"]
+
+    mapper, loader = PrefixAttributeMismatch.INVALID[:2]
+    assert severity(mapper.code) == ["error"]
+    assert severity(loader.code) == ["warning"]
+    no_quant = example(
+        """
+class Block(nn.Module):
+    def __init__(self, prefix: str = ""):
+        super().__init__()
+        self.mamba = RowParallelLinear(8, 8, prefix=f"{prefix}.mixer")
+"""
+    )
+    assert severity(no_quant) == ["warning"]
+    with_quant = no_quant.replace("8, 8, prefix", "8, 8, quant_config=qc, prefix")
+    assert severity(with_quant) == ["error"]

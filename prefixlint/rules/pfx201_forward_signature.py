@@ -15,7 +15,7 @@ from prefixlint.static.model_classes import (
     named_params,
     param_kinds,
 )
-from prefixlint.static.rule import Invalid, LintRule, example
+from prefixlint.static.rule import Invalid, LintRule, Where, example
 
 
 def _is_none(node: cst.BaseExpression | None) -> bool:
@@ -183,92 +183,117 @@ class MyForCausalLM(LlamaForCausalLM):
         if node.name.value != "forward" or not is_method_of(self.ctx, node, class_node):
             return
         assert class_node is not None
-        cls = class_node.name.value
         if not is_model_architecture(self.ctx, class_node) or is_draft_model(self.ctx, class_node):
             return
         params = param_kinds(node)
-        at = self.here(node)
         if any(p.name.value == "hidden_states" for p, _ in params[:5]):
             return  # a draft model: EAGLE/MTP/Medusa take the target's hidden states
-        named = named_params(params)
-        positional = [p for p, k in named if k != KWONLY]
-        by_name = {p.name.value: (p, k) for p, k in named}
-        varkw = any(k == VARKW for _, k in params)
-        splat = varkw or any(k == VARARGS for _, k in params)
-        where = f"`{cls}.forward`"
-        # input_ids, positions: the first two, positional (callers pass them positionally).
-        for i, want in enumerate(_FORWARD_HEAD[:2]):
-            if i < len(positional) and positional[i].name.value == want:
-                continue
-            if i < len(positional):
-                got = positional[i].name.value
-                self.report(
-                    positional[i],
-                    f"parameter {i + 1} of {where} is `{got}`, expected `{want}`; "
-                    f"vLLM calls `{_FORWARD_SHAPE}`",
-                    site=at,
-                )
-            elif want in by_name:
-                self.report(
-                    by_name[want][0],
-                    f"`{want}` of {where} is keyword-only; make it positional (before `*`): "
-                    f"`{_FORWARD_SHAPE}`",
-                    site=at,
-                )
-            elif not splat:
-                self.report(
-                    node.name,
-                    f"{where} takes no `{want}`; vLLM calls `{_FORWARD_SHAPE}`",
-                    site=at,
-                )
+        sig = _Forward(node, params, f"`{class_node.name.value}.forward`", self.here(node))
+        if not self._check_head(sig):
             return
-        # intermediate_tensors, inputs_embeds: the runner always passes both, by keyword.
+        self._check_runner_keywords(sig)
+        self._check_positional_order(sig)
+        self._check_defaults(sig)
+
+    def _check_head(self, sig: _Forward) -> bool:
+        """input_ids, positions: the first two, positional (callers pass them positionally).
+        False when they are not, after reporting it: the rest would only repeat it."""
+        for i, want in enumerate(_FORWARD_HEAD[:2]):
+            if i < len(sig.positional) and sig.positional[i].name.value == want:
+                continue
+            if i < len(sig.positional):
+                got = sig.positional[i].name.value
+                self.report(
+                    sig.positional[i],
+                    f"parameter {i + 1} of {sig.where} is `{got}`, expected `{want}`; "
+                    f"vLLM calls `{_FORWARD_SHAPE}`",
+                    site=sig.at,
+                )
+            elif want in sig.by_name:
+                self.report(
+                    sig.by_name[want][0],
+                    f"`{want}` of {sig.where} is keyword-only; make it positional (before `*`):"
+                    f" `{_FORWARD_SHAPE}`",
+                    site=sig.at,
+                )
+            elif not sig.splat:
+                self.report(
+                    sig.node.name,
+                    f"{sig.where} takes no `{want}`; vLLM calls `{_FORWARD_SHAPE}`",
+                    site=sig.at,
+                )
+            return False
+        return True
+
+    def _check_runner_keywords(self, sig: _Forward) -> None:
+        """intermediate_tensors, inputs_embeds: the runner always passes both, by keyword."""
         for want in _FORWARD_HEAD[2:]:
-            if want not in by_name:
-                if not varkw:
+            if want not in sig.by_name:
+                if not sig.varkw:
                     self.report(
-                        node.name,
-                        f"{where} takes no `{want}`, but the model runner always passes it "
+                        sig.node.name,
+                        f"{sig.where} takes no `{want}`, but the model runner always passes it "
                         f"(by keyword); add `{want}=None`: `{_FORWARD_SHAPE}`",
-                        site=at,
+                        site=sig.at,
                     )
                 continue
-            param, _ = by_name[want]
+            param, _ = sig.by_name[want]
             if not _is_none(param.default):
                 now = "no default" if param.default is None else "another default"
                 self.report(
                     param,
-                    f"`{want}` of {where} has {now}; give it the default `None`, as the "
+                    f"`{want}` of {sig.where} has {now}; give it the default `None`, as the "
                     "`VllmModel` protocol requires only `input_ids` and `positions`",
                     severity=Severity.WARNING,
-                    site=at,
+                    site=sig.at,
                 )
-        # Positional callers (a multimodal model's language model, pooling adapters) pass
-        # ``(input_ids, positions, intermediate_tensors, inputs_embeds)`` in this order.
-        # A model without ``intermediate_tensors`` (no pipeline parallelism) has opted out.
-        if "intermediate_tensors" in by_name:
-            for i, want in ((2, "intermediate_tensors"), (3, "inputs_embeds")):
-                param, kind = by_name.get(want, (None, KWONLY))
-                if kind == KWONLY:
-                    break  # this one and the rest keyword-only: the order is free
-                got = positional[i] if i < len(positional) else None
-                if got is not param:
-                    shown = f"`{got.name.value}`" if got is not None else "missing"
-                    self.report(
-                        got or param,
-                        f"parameter {i + 1} of {where} is {shown}, expected `{want}`; "
-                        f"positional callers pass `{_FORWARD_SHAPE}`",
-                        site=at,
-                    )
-                    break
-        for param, _ in named:
+
+    def _check_positional_order(self, sig: _Forward) -> None:
+        """Positional callers (a multimodal model's language model, pooling adapters) pass
+        ``(input_ids, positions, intermediate_tensors, inputs_embeds)`` in this order. A
+        model without ``intermediate_tensors`` (no pipeline parallelism) has opted out."""
+        if "intermediate_tensors" not in sig.by_name:
+            return
+        for i, want in ((2, "intermediate_tensors"), (3, "inputs_embeds")):
+            param, kind = sig.by_name.get(want, (None, KWONLY))
+            if kind == KWONLY:
+                return  # this one and the rest keyword-only: the order is free
+            got = sig.positional[i] if i < len(sig.positional) else None
+            if got is not param:
+                shown = f"`{got.name.value}`" if got is not None else "missing"
+                self.report(
+                    got or param,
+                    f"parameter {i + 1} of {sig.where} is {shown}, expected `{want}`; "
+                    f"positional callers pass `{_FORWARD_SHAPE}`",
+                    site=sig.at,
+                )
+                return
+
+    def _check_defaults(self, sig: _Forward) -> None:
+        for param, _ in sig.named:
             name = param.name.value
             if name in _FORWARD_HEAD or param.default is not None:
                 continue
             self.report(
                 param,
-                f"`{name}` of {where} has no default, but the model runner passes only "
+                f"`{name}` of {sig.where} has no default, but the model runner passes only "
                 f"`{'`, `'.join(_FORWARD_HEAD)}` and model-specific keyword inputs; give "
                 f"`{name}` a default (e.g. `None`)",
-                site=at,
+                site=sig.at,
             )
+
+
+class _Forward:
+    """A ``forward``'s parameters, sorted the ways the checks read them."""
+
+    def __init__(
+        self, node: cst.FunctionDef, params: list[tuple[cst.Param, str]], where: str, at: Where
+    ) -> None:
+        self.node = node
+        self.where = where
+        self.at = at
+        self.named = named_params(params)
+        self.positional = [p for p, k in self.named if k != KWONLY]
+        self.by_name = {p.name.value: (p, k) for p, k in self.named}
+        self.varkw = any(k == VARKW for _, k in params)
+        self.splat = self.varkw or any(k == VARARGS for _, k in params)

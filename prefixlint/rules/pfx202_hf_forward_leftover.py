@@ -163,31 +163,18 @@ class SelfAttention(nn.Module):
         if node.name.value != "forward" or not is_method_of(self.ctx, node, class_node):
             return
         assert class_node is not None
-        params = param_kinds(node)
-        names = {p.name.value for p, _ in params}
+        names = {p.name.value for p, _ in param_kinds(node)}
         if not names & HF_FORWARD_PARAMS.keys():
             return
         at = self.here(node)
-        if (
-            "positions" in names
-            or is_model_architecture(self.ctx, class_node)
-            or (self.ctx.takes_vllm_config(class_node) and self.ctx.is_module_class(class_node))
-        ):
+        if runs_in_vllm(self.ctx, class_node, node):
             self._report(class_node, node, at, "")
         else:
             self._pending.append((class_node, node, at))
 
     def leave_Module(self) -> None:
         for class_node, node, at in self._pending:
-            paged = next(
-                (
-                    s.callee
-                    for s in self.ctx.prefixes.sites
-                    if s.callee.rsplit(".", 1)[-1] in PAGED_ATTENTION_LAYERS
-                    and any(a is class_node for a in s.anchors)
-                ),
-                None,
-            )
+            paged = builds_paged_attention(self.ctx, class_node)
             if paged is not None:
                 self._report(class_node, node, at, f", and the class builds `{paged}`")
 
@@ -203,3 +190,36 @@ class SelfAttention(nn.Module):
                     f"`{cls}.forward` ({what}{why}); remove it and the code that reads it",
                     site=at,
                 )
+
+
+def runs_in_vllm(ctx: FileContext, class_node: cst.ClassDef, forward: cst.FunctionDef) -> bool:
+    """The class's ``forward`` is called by vLLM's runner or its layers, as the signature
+    or the class shows: it takes ``positions``, or the class is an architecture or takes
+    ``vllm_config``."""
+    names = {p.name.value for p, _ in param_kinds(forward)}
+    return (
+        "positions" in names
+        or is_model_architecture(ctx, class_node)
+        or (ctx.takes_vllm_config(class_node) and ctx.is_module_class(class_node))
+    )
+
+
+def builds_paged_attention(ctx: FileContext, class_node: cst.ClassDef) -> str | None:
+    """The paged attention layer the class builds, if any (complete after the walk)."""
+    return next(
+        (
+            s.callee
+            for s in ctx.prefixes.sites
+            if s.callee.rsplit(".", 1)[-1] in PAGED_ATTENTION_LAYERS
+            and any(a is class_node for a in s.anchors)
+        ),
+        None,
+    )
+
+
+def reports_forward(ctx: FileContext, class_node: cst.ClassDef, forward: cst.FunctionDef) -> bool:
+    """PFX202 reports this ``forward``'s Hugging Face parameters (after the walk)."""
+    return (
+        runs_in_vllm(ctx, class_node, forward)
+        or builds_paged_attention(ctx, class_node) is not None
+    )

@@ -47,6 +47,17 @@ class MissingEmbedInputIds(LintRule):
     VALID = [
         example(
             """
+class MyForConditionalGeneration(nn.Module):
+    def __init__(self, *, vllm_config, prefix: str = ""):
+        super().__init__()
+        raise NotImplementedError("not supported on this platform")
+
+    def compute_logits(self, hidden_states):
+        return hidden_states
+"""
+        ),
+        example(
+            """
 class MyForCausalLM(LlamaForCausalLM):
     pass
 """
@@ -110,8 +121,8 @@ class MyForCausalLM(nn.Module):
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         if len(self.ctx.prefixes.class_stack) != 1 or not is_model_architecture(self.ctx, node):
             return
-        if is_draft_model(self.ctx, node):
-            return
+        if is_draft_model(self.ctx, node) or always_raises(node):
+            return  # a draft's proposer embeds; a platform stub is never built
         symbol = self.ctx.symbol(node)
         if symbol is None or self.ctx.resolver.class_has(symbol, "embed_input_ids") is not False:
             return
@@ -126,3 +137,16 @@ class MyForCausalLM(nn.Module):
             f"calls it to embed text separately from `forward`. Add "
             f"`def embed_input_ids(self, input_ids)`{inner}",
         )
+
+
+def always_raises(node: cst.ClassDef) -> bool:
+    """A stub for an unsupported platform: its ``__init__`` ends in a ``raise``, so the
+    class is never built."""
+    body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
+    init = next(
+        (s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None
+    )
+    if init is None or not isinstance(init.body, cst.IndentedBlock) or not init.body.body:
+        return False
+    last = init.body.body[-1]
+    return isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[0], cst.Raise)

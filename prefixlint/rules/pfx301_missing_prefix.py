@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prefixlint.diagnostic import Severity
 from prefixlint.static.prefix_fixes import missing_prefix_fix
+from prefixlint.static.prefix_sites import is_layer_site
 from prefixlint.static.rule import PREFIX_CALLS, Invalid, LintRule, example
 
 
@@ -100,7 +101,7 @@ class MLP(nn.Module):
 
     def leave_Module(self) -> None:
         for site in self.ctx.prefixes.sites:
-            if site.prefix_arg is not None or site.has_splat:
+            if site.prefix_arg is not None or site.has_splat or not is_layer_site(site):
                 continue
             severity = Severity.ERROR if site.passes_quant_config else Severity.WARNING
             why = " while `quant_config` is passed" if site.passes_quant_config else ""

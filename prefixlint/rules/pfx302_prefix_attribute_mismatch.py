@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
+import ast
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass
 
-from prefixlint.static.prefix_fixes import mismatch_fix
+from prefixlint.diagnostic import Severity
+from prefixlint.static.model_classes import in_draft_file
+from prefixlint.static.prefix_fixes import NoFix, PlannedFix, mismatch_fix
 from prefixlint.static.prefix_sites import (
     Site,
+    Value,
     builds_module,
     has_variable,
     is_known,
+    quant_reaches,
     render,
 )
 from prefixlint.static.rule import PREFIX_CALLS, Invalid, LintRule, example
+
+# Conventions of vLLM's own layers, where the prefix names another attribute on purpose:
+# (attribute, prefix name). ``layers/mla.py`` stores ``MLAAttention`` at ``mla_attn`` with
+# the prefix ``{prefix}.attn``, the name checkpoints and KV-cache specs use.
+CONVENTIONS: frozenset[tuple[str, str]] = frozenset({("mla_attn", "attn")})
+# A draft model's own namespace, kept apart from the target's ``model.layers.N``.
+DRAFT_NAMESPACES: frozenset[str] = frozenset({"mtp", "draft_model"})
 
 
 class PrefixAttributeMismatch(LintRule):
@@ -79,8 +93,69 @@ class Model(nn.Module):
         )
 """
         ),
+        example(
+            """
+class _MTPLayers(nn.Module):
+    def __init__(self, prefix: str = ""):
+        super().__init__()
+        self.layers = nn.ModuleDict(
+            {str(i): RowParallelLinear(8, 8, prefix=f"{prefix}.{i}") for i in range(2)}
+        )
+
+
+class MultiTokenPredictor(nn.Module):
+    def __init__(self, prefix: str = ""):
+        super().__init__()
+        # the offsets cancel: the composed name is {prefix}.mtp.layers.{i}, as the path
+        self.mtp = _MTPLayers(prefix=maybe_prefix(prefix, "mtp.layers"))
+"""
+        ),
+        example(
+            """
+class MLAWrapper(nn.Module):
+    def __init__(self, quant_config=None, prefix: str = ""):
+        super().__init__()
+        # vLLM's MLA convention (layers/mla.py): stored at mla_attn, named attn
+        self.mla_attn = Attention(4, 2, 1.0, quant_config=quant_config, prefix=f"{prefix}.attn")
+"""
+        ),
     ]
     INVALID = [
+        Invalid(
+            example(
+                """
+from vllm.model_executor.models.utils import WeightsMapper
+
+class Layer(nn.Module):
+    def __init__(self, quant_config=None, prefix: str = ""):
+        super().__init__()
+        self.short_conv = RowParallelLinear(8, 8, quant_config=quant_config,
+                                            prefix=f"{prefix}.conv")
+
+class MyForCausalLM(nn.Module):
+    hf_to_vllm_mapper = WeightsMapper(orig_to_new_substr={".conv.": ".short_conv."})
+"""
+            ),
+            line=8,
+            contains="WeightsMapper",
+        ),
+        Invalid(
+            example(
+                """
+class MLP(nn.Module):
+    def __init__(self, quant_config=None, prefix: str = ""):
+        super().__init__()
+        self.down_proj = RowParallelLinear(8, 8, quant_config=quant_config,
+                                           prefix=f"{prefix}.w2")
+
+    def load_weights(self, weights):
+        for name, w in weights:
+            name = name.replace(".w2.", ".down_proj.")
+"""
+            ),
+            line=6,
+            contains="only `load_weights` bridges",
+        ),
         Invalid(
             example(
                 """
@@ -127,7 +202,11 @@ class Attn(nn.Module):
     ]
 
     def leave_Module(self) -> None:
-        for site in self.ctx.prefixes.sites:
+        self._renames: Renames | None = None
+        sites = self.ctx.prefixes.sites
+        self._built_by = _constructions(self.ctx.summary.classes, sites)
+        self._children = _children(sites)
+        for site in sites:
             self._check(site)
 
     def _check(self, site: Site) -> None:
@@ -157,46 +236,239 @@ class Attn(nn.Module):
         if exp.indexed and exp.index is None:
             if not has_variable(value):
                 return  # a loop without index: PFX304
-            want_head = "{prefix}." + exp.path + "."
-            if got.startswith(want_head) and _single_trailing_variable(value):
+            if _shape(value) == exp.render():
                 return
-            want = exp.render()
-        else:
-            if has_variable(value):
-                return
-            want = exp.render()
-            if got == want:
-                return
-            if _named_after_checkpoint(self.ctx.source_text, got, exp.path):
-                return
-        target = "self." + exp.path
-        self.report(
-            site.prefix_arg or site.call,
+        elif has_variable(value) or got == exp.render():
+            return
+        if self._deliberate(site, value):
+            return
+        self._report(site, got, exp.render())
+
+    def _deliberate(self, site: Site, value: Value) -> bool:
+        """A divergence vLLM makes on purpose, or one the composed name undoes."""
+        assert site.expected is not None
+        got_name, attr = _differing(_shape(value).removeprefix("{prefix}."), site.expected.path)
+        if (attr, got_name) in CONVENTIONS:
+            return True
+        if got_name.split(".")[0] in DRAFT_NAMESPACES and in_draft_file(self.ctx):
+            return True
+        return self._composes(site)
+
+    def _composes(self, site: Site) -> bool:
+        """The name composed across a parent and a child built in this file equals the
+        attribute path: the parent passes ``mtp.layers``, the child appends ``{i}``."""
+        owner = site.scope.class_node.name.value if site.scope.class_node else None
+        parents = self._built_by.get(owner or "", [])
+        if parents and all(_composed_match(p, site) for p in parents):
+            return True
+        children = self._children.get(site.callee.rsplit(".", 1)[-1], [])
+        return bool(children) and all(_composed_match(site, c) for c in children)
+
+    def _report(self, site: Site, got: str, want: str) -> None:
+        assert site.expected is not None and site.value is not None
+        target = "self." + site.expected.path
+        relative = _shape(site.value).removeprefix("{prefix}.")
+        path = want.removeprefix("{prefix}.")
+        got_name, attr = _differing(relative, path)
+        renames = self._renames = self._renames or Renames.of(self.ctx.source_text)
+        mapped = renames.mapper_maps(relative, path)
+        loader = None if mapped else renames.loader_maps(got_name, attr)
+        head = (
             f"prefix `{got}` does not match the attribute path: the module is stored at "
-            f"`{target}`, so its prefix must be `{want}`",
-            site=site,
-            fix=lambda: mismatch_fix(site),
+            f"`{target}`, so its prefix must be `{want}`"
         )
+        fix = lambda: mismatch_fix(site)  # noqa: E731
+        if mapped is not None:
+            why = (
+                f"; the file's `WeightsMapper` maps `{mapped[0]}` to `{mapped[1]}` and vLLM "
+                "applies it to the quantization config, so only the attribute path can "
+                "match the checkpoint's ignore list"
+            )
+            severity = Severity.ERROR if quant_reaches(site) else Severity.WARNING
+        elif loader is not None:
+            why = (
+                f"; only `load_weights` bridges the two names (`{loader[0]}` / "
+                f"`{loader[1]}`): quantization matches the checkpoint's name, but LoRA and "
+                "the KV cache see two names"
+            )
+            severity = Severity.WARNING
+            fix = _no_fix(
+                "renaming the prefix would move the quantization lookup off the checkpoint's "
+                "name; map the name with a `WeightsMapper` entry first"
+            )
+        elif quant_reaches(site):
+            why = "; nothing in the file renames one to the other, and `quant_config` reaches it"
+            severity = Severity.ERROR
+        else:
+            why = "; no `quant_config` reaches this module, so no consumer sees the divergence yet"
+            severity = Severity.WARNING
+        self.report(site.prefix_arg or site.call, head + why, severity=severity, site=site, fix=fix)
 
 
-_STRING = re.compile(r"(?P<q>[\"'])(?P<body>[^\"'\n]*)(?P=q)")
+def _no_fix(reason: str):
+    def plan() -> PlannedFix:
+        raise NoFix(reason)
+
+    return plan
 
 
-def _named_after_checkpoint(text: str, got: str, path: str) -> bool:
-    """The prefix names the checkpoint's module, and the file maps that name elsewhere
-    (a ``WeightsMapper`` or a rename in ``load_weights``): a deliberate divergence."""
-    suffix = got.removeprefix("{prefix}.")
-    if suffix == got or not suffix:
-        return False
-    word = re.compile(rf"(^|\.){re.escape(suffix)}(\.|$)")
-    for line in text.splitlines():
-        if "prefix" in line:
-            continue
-        for m in _STRING.finditer(line):
-            if word.search(m.group("body")):
-                return True
-    return False
+def _shape(value: Value) -> str:
+    """The prefix with every variable part as ``{*}`` (the root stays ``{prefix}``)."""
+    out = []
+    for kind, text in value:
+        out.append("{" + text + "}" if kind == "root" else text if kind == "lit" else "{*}")
+    return "".join(out)
 
 
-def _single_trailing_variable(value: tuple) -> bool:
-    return value[-1][0] in ("var", "unk") and sum(k in ("var", "unk") for k, _ in value) == 1
+def _differing(got: str, path: str) -> tuple[str, str]:
+    """The parts of a relative prefix and of the attribute path that differ (common leading
+    and trailing segments dropped, indices too): ``("conv", "short_conv")``."""
+    g, w = got.split("."), path.split(".")
+    while g and w and g[-1] == w[-1]:
+        g, w = g[:-1], w[:-1]
+    while g and w and g[0] == w[0]:
+        g, w = g[1:], w[1:]
+    return ".".join(x for x in g if x != "{*}"), ".".join(x for x in w if x != "{*}")
+
+
+def _constructions(classes: dict, sites: list[Site]) -> dict[str, list[Site]]:
+    """Local class name -> the sites that build it, stored at a known path."""
+    out: dict[str, list[Site]] = {}
+    for site in sites:
+        short = site.callee.rsplit(".", 1)[-1]
+        if short in classes and _composable(site):
+            out.setdefault(short, []).append(site)
+    return out
+
+
+def _children(sites: list[Site]) -> dict[str, list[Site]]:
+    """Class name -> the sites written in its methods, stored at a known path."""
+    out: dict[str, list[Site]] = {}
+    for site in sites:
+        if site.scope.class_node is not None and _composable(site):
+            out.setdefault(site.scope.class_node.name.value, []).append(site)
+    return out
+
+
+def _composable(site: Site) -> bool:
+    exp, value = site.expected, site.value
+    return (
+        exp is not None
+        and not exp.whole
+        and value is not None
+        and is_known(value)
+        and len(value) > 0
+        and value[0] == ("root", "prefix")
+    )
+
+
+def _composed_match(parent: Site, child: Site) -> bool:
+    assert parent.value is not None and child.value is not None
+    assert parent.expected is not None and child.expected is not None
+    got = _shape(parent.value) + _shape(child.value).removeprefix("{prefix}")
+    want = parent.expected.render().replace("{prefix}", "", 1)
+    want = "{prefix}" + want + child.expected.render().removeprefix("{prefix}")
+    return got == want
+
+
+# -- what renames one name to another ---------------------------------------------------------
+_LOADER_FUNCTION = re.compile(r"load|weight|rename|remap|map", re.I)
+
+
+@dataclass(frozen=True)
+class Renames:
+    """String pairs that rename a checkpoint name: a ``WeightsMapper``'s entries (applied to
+    quantization configs too) and the renames of weight-loading code."""
+
+    mapper: tuple[tuple[str, str], ...]
+    loader: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, text: str) -> Renames:
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            return cls((), ())
+        mapper: list[tuple[str, str]] = []
+        loader: list[tuple[str, str]] = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and _call_name(node) == "WeightsMapper":
+                for kw in node.keywords:
+                    mapper.extend(_dict_pairs(kw.value))
+            elif isinstance(
+                node, (ast.FunctionDef, ast.AsyncFunctionDef)
+            ) and _LOADER_FUNCTION.search(node.name):
+                loader.extend(_loader_pairs(node))
+        return cls(tuple(mapper), tuple(loader))
+
+    def mapper_maps(self, got: str, path: str) -> tuple[str, str] | None:
+        """A ``WeightsMapper`` entry that turns the prefix's name into the attribute's:
+        applied to the whole relative name (``language_model.model`` -> ``language_model``),
+        else one that names the two differing parts (``.conv.`` -> ``.short_conv.``)."""
+        old, new = _differing(got, path)
+        dotted_got, dotted_path = f".{got}.", f".{path}."
+        for a, b in self.mapper:
+            if a and a in dotted_got and dotted_got.replace(a, b, 1) == dotted_path:
+                return a, b
+        if not old or not new:
+            return None
+        for a, b in self.mapper:
+            if _has_word(a, old) and _has_word(b, new) and not _has_word(b, old):
+                return a, b
+        return None
+
+    def loader_maps(self, one: str, other: str) -> tuple[str, str] | None:
+        """A rename in weight-loading code between the two names, either way."""
+        if not one or not other:
+            return None
+        for a, b in self.loader:
+            if (_has_word(a, one) and _has_word(b, other)) or (
+                _has_word(a, other) and _has_word(b, one)
+            ):
+                return a, b
+        return None
+
+
+def _call_name(node: ast.Call) -> str | None:
+    func = node.func
+    return func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+
+
+def _const(node: ast.AST | None) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):  # f"layers.{i}.mixer." -> "layers.*.mixer."
+        return "".join(_const(v) or "*" for v in node.values)
+    return None
+
+
+def _dict_pairs(node: ast.AST) -> Iterator[tuple[str, str]]:
+    if isinstance(node, ast.Dict):
+        items = zip(node.keys, node.values, strict=True)
+    elif isinstance(node, ast.DictComp):
+        items = iter([(node.key, node.value)])
+    else:
+        return
+    for k, v in items:
+        key = _const(k)
+        value = _const(v.elts[0] if isinstance(v, ast.Tuple) and v.elts else v)
+        if key is not None and value is not None:
+            yield key, value
+
+
+def _loader_pairs(fn: ast.AST) -> Iterator[tuple[str, str]]:
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Call) and _call_name(node) == "replace" and len(node.args) >= 2:
+            a, b = _const(node.args[0]), _const(node.args[1])
+            if a is not None and b is not None:
+                yield a, b
+        elif isinstance(node, ast.Tuple):
+            texts = [t for t in (_const(e) for e in node.elts) if t is not None]
+            yield from ((texts[i], texts[j]) for i in range(len(texts)) for j in range(i))
+        elif isinstance(node, (ast.Dict, ast.DictComp)):
+            yield from _dict_pairs(node)
+
+
+def _has_word(text: str, name: str) -> bool:
+    """``name`` stands in ``text`` as whole dotted segments (``conv`` in ``.conv.``)."""
+    return bool(name) and re.search(rf"(^|[^\w]){re.escape(name)}($|[^\w])", text) is not None

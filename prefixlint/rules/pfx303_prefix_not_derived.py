@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+from prefixlint.diagnostic import Severity
+from prefixlint.static.model_classes import in_draft_file
 from prefixlint.static.prefix_sites import (
     has_root,
     is_known,
+    is_layer_site,
+    name_has_consumer,
     render,
 )
 from prefixlint.static.rule import PREFIX_CALLS, Invalid, LintRule, example
+
+_NO_CONSUMER = (
+    " (a warning: no `quant_config` is passed to it and it is not one of vLLM's KV-cache "
+    "attention layers, so nothing looks the name up yet)"
+)
+
+# Root names a draft model shares with its target on purpose.
+_TARGET_NAMES = frozenset({"lm_head"})
 
 
 class PrefixNotDerived(LintRule):
@@ -20,7 +32,13 @@ class PrefixNotDerived(LintRule):
     A literal is right only while the class is the root of the model. As soon as it is
     nested (a language model inside a multimodal one, a draft model, a pooling adapter), the
     name loses its parents: two layers collide on `attn` ("Duplicate layer name"), and the
-    quantization config compares the wrong name.
+    quantization config compares the wrong name. It is an error when someone looks the
+    name up (a `quant_config` reaches the module, or it is an attention layer, whose KV
+    cache is registered by name), a warning otherwise.
+
+    A draft model (MTP, EAGLE) that names its head `lm_head` literally is not reported: it
+    shares the target's name on purpose, so that the quantization config's exclusions
+    (`exclude_modules: ["lm_head"]`) apply to both.
 
     ## Example
     ```python
@@ -49,6 +67,18 @@ class Attn(nn.Module):
             """
 def build(name: str):
     return RowParallelLinear(8, 8, prefix=name)
+"""
+        ),
+        example(
+            """
+class SharedHead(nn.Module):
+    def __init__(self, config, quant_config=None):
+        super().__init__()
+        self.head = ParallelLMHead(8, 8, quant_config=quant_config, prefix="lm_head")
+
+
+class MyMTP(nn.Module):
+    pass
 """
         ),
     ]
@@ -85,18 +115,27 @@ class Model(nn.Module):
             value = site.value
             if value is None or has_root(value) or not is_known(value):
                 continue
+            if not is_layer_site(site):
+                continue  # ``_iter_tensors_in_value("impl", ...)`` walks names, builds nothing
             if value and value[0][0] != "lit":
                 continue  # starts from a name we cannot follow
             shown = render(value) if value else ""
+            if shown in _TARGET_NAMES and in_draft_file(self.ctx):
+                # A draft's head named as the target's, on purpose: the quantization
+                # config's exclusion lists (``lm_head``) then apply to both.
+                continue
             hint = ""
             if site.scope.roots:
                 root = sorted(site.scope.roots)[0]
                 hint = f"; build it from `{root}` (e.g. `maybe_prefix({root}, ...)`)"
             else:
                 hint = "; take a `prefix` parameter and build it from that"
+            consumer = name_has_consumer(site)
             self.report(
                 site.prefix_arg or site.call,
                 f"prefix `{shown}` is a literal, not derived from the enclosing prefix: "
-                f"it breaks as soon as this module is nested{hint}",
+                f"it breaks as soon as this module is nested{hint}"
+                + ("" if consumer else _NO_CONSUMER),
+                severity=None if consumer else Severity.WARNING,
                 site=site,
             )

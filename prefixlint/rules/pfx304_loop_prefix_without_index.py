@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import libcst as cst
 
+from prefixlint.diagnostic import Severity
 from prefixlint.static.prefix_sites import (
     Site,
     has_variable,
     is_known,
+    is_layer_site,
+    name_has_consumer,
     render,
 )
 from prefixlint.static.rule import PREFIX_CALLS, Invalid, LintRule, example
@@ -34,7 +37,9 @@ class LoopPrefixWithoutIndex(LintRule):
     ## Why is this bad?
     Every iteration gets the same name. Attention layers then fail at start-up with
     "Duplicate layer name"; linear layers all share one quantization lookup, and
-    `extract_layer_index()` cannot find the layer number.
+    `extract_layer_index()` cannot find the layer number. It is an error when someone looks
+    the name up (a `quant_config` reaches the module, or it is an attention layer), a
+    warning otherwise.
 
     ## Example
     ```python
@@ -101,13 +106,23 @@ class Model(nn.Module):
             value = site.value
             if not site.in_loop or value is None or not is_known(value) or has_variable(value):
                 continue
+            if not is_layer_site(site):
+                continue
             loop_vars = sorted(set().union(*site.loop_vars) - {"<while>", "_"})
             if _passes_any(site, loop_vars):
                 continue  # ``Layer(layer_idx=i, prefix=prefix)`` builds its name from the index
             var = f"`{loop_vars[0]}`" if loop_vars else "the loop index"
+            consumer = name_has_consumer(site)
             self.report(
                 site.prefix_arg or site.call,
                 f"`{site.callee}` is built in a loop with the same prefix `{render(value)}` "
-                f"every time; put {var} in it, or the names collide",
+                f"every time; put {var} in it, or the names collide"
+                + (
+                    ""
+                    if consumer
+                    else " (a warning: no `quant_config` is passed to it and it is not one of "
+                    "vLLM's KV-cache attention layers, so nothing looks the name up yet)"
+                ),
+                severity=None if consumer else Severity.WARNING,
                 site=site,
             )

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from prefixlint.diagnostic import Severity
 from prefixlint.static.decoder_classes import qualified_callee
-from prefixlint.static.prefix_sites import dotted_name
+from prefixlint.static.model_classes import ARCHITECTURE_NAME
+from prefixlint.static.prefix_sites import dotted_name, target_names
 from prefixlint.static.rule import FileContext, Invalid, LintRule, Where, example
 from prefixlint.static.walk import walk
 
@@ -24,32 +26,39 @@ def _names_in(node: cst.CSTNode) -> set[str]:
 
 # -- PFX401 ---------------------------------------------------------------------------------
 
-# ``torch.distributed`` functions that communicate.
-_TORCH_COLLECTIVES = frozenset(
-    {
-        "all_reduce",
-        "all_gather",
-        "all_gather_into_tensor",
-        "_all_gather_base",
-        "all_gather_object",
-        "reduce_scatter",
-        "reduce_scatter_tensor",
-        "_reduce_scatter_base",
-        "all_to_all",
-        "all_to_all_single",
-        "broadcast",
-        "broadcast_object_list",
-        "reduce",
-        "gather",
-        "scatter",
-        "send",
-        "recv",
-        "isend",
-        "irecv",
-        "batch_isend_irecv",
-        "barrier",
-    }
+# ``torch.distributed`` functions that communicate -> the position of their ``group``.
+_TORCH_COLLECTIVES: dict[str, int] = {
+    "all_reduce": 2,
+    "all_gather": 2,
+    "all_gather_into_tensor": 2,
+    "_all_gather_base": 2,
+    "all_gather_object": 2,
+    "reduce_scatter": 3,
+    "reduce_scatter_tensor": 3,
+    "_reduce_scatter_base": 3,
+    "all_to_all": 2,
+    "all_to_all_single": 4,
+    "broadcast": 2,
+    "broadcast_object_list": 2,
+    "reduce": 3,
+    "gather": 3,
+    "scatter": 3,
+    "send": 2,
+    "recv": 2,
+    "isend": 2,
+    "irecv": 2,
+    "barrier": 0,
+}
+# Layers that all-reduce their own output unless built with ``reduce_results=False``
+# (``VocabParallelEmbedding`` always does).
+REDUCING_LAYERS: frozenset[str] = frozenset(
+    {"RowParallelLinear", "FusedMoE", "SharedFusedMoE", "VocabParallelEmbedding"}
 )
+# What a TP guard compares: the TP world size, however the variable holding it is named.
+_TP_SIZE_CALLS = re.compile(
+    r"^(get_tensor_model_parallel_world_size|get_tp_world_size|get_tensor_model_parallel_rank)$"
+)
+_TP_SIZE_ATTRS = frozenset({"world_size", "rank_in_group"})
 # vLLM's functional wrappers (vllm.distributed.communication_op).
 _VLLM_COLLECTIVES = frozenset(
     {
@@ -106,20 +115,30 @@ class _Collective:
     raw_torch: bool
     where: Where
     guarded: bool
+    function: cst.FunctionDef | None  # the function it is written in
+    class_node: cst.ClassDef | None  # the top-level class it is written in
 
 
 class DirectCollective(LintRule):
     """
     ## What it does
-    Checks for collective communication written in the model: `torch.distributed`
+    Checks for collective communication written in model classes: `torch.distributed`
     collectives, vLLM's `tensor_model_parallel_all_reduce` / `_all_gather` /
     `_reduce_scatter`, and `get_tp_group().all_reduce(...)`-style calls on a process group.
 
-    Calls that are plainly deliberate are not reported: `torch.distributed` calls given an
-    explicit `group=`; an all-reduce in a file that defers a layer's reduction
-    (`reduce_results=False`, the usual fused-MoE and parallel-residual pattern); and calls
-    in code written for the sharded case (under an `if` on the TP size or a
-    sequence-parallel flag, or in a function that reads the TP size or rank).
+    A reduction of a value that flows from a call of a layer that already reduces
+    (`RowParallelLinear`, `FusedMoE`, `SharedFusedMoE` built without `reduce_results=False`,
+    following the parameter's default when the flag is a parameter; `VocabParallelEmbedding`)
+    is an error, under a TP guard or not: the guard only hides it at TP = 1.
+
+    Other collectives are reported, as warnings, only in model files (under a `models`
+    package, or building on vLLM's model layers; never compiler passes, loaders, workers or
+    distributed utilities), vLLM's own collectives only inside `nn.Module` classes, and
+    not when plainly deliberate: `torch.distributed` calls given a group (by
+    keyword or position); an all-reduce in a file that defers a layer's reduction
+    (`reduce_results=False`); code written for the sharded case (under an `if` that compares
+    the TP world size, however the variable is named, or a sequence-parallel flag, or in a
+    function that reads the TP size or rank).
 
     ## Why is this bad?
     The parallel layers own communication: `RowParallelLinear` all-reduces its output,
@@ -132,7 +151,8 @@ class DirectCollective(LintRule):
     ## Example
     ```python
     out, _ = self.o_proj(attn_output)  # RowParallelLinear: already reduced
-    out = tensor_model_parallel_all_reduce(out)
+    if self.tp_size > 1:
+        out = tensor_model_parallel_all_reduce(out)
     ```
 
     Use instead:
@@ -169,9 +189,11 @@ class Attn(nn.Module):
         example(
             """
 class MoE(nn.Module):
-    def __init__(self, prefix: str = ""):
+    def __init__(self, reduce_results: bool = False, prefix: str = ""):
         super().__init__()
-        self.down = RowParallelLinear(8, 8, reduce_results=False, prefix=f"{prefix}.down")
+        self.down = RowParallelLinear(
+            8, 8, reduce_results=reduce_results, prefix=f"{prefix}.down"
+        )
 
     def forward(self, x):
         out, _ = self.down(x)
@@ -184,8 +206,25 @@ class Block(nn.Module):
     def forward(self, x):
         if self.is_sequence_parallel:
             x = get_tp_group().all_gather(x, 0)
-        dist.all_gather([x, x], x, group=get_tp_group().device_group)
+        dist.all_gather([x, x], x, get_tp_group().device_group)
         return x
+"""
+        ),
+        example(
+            """
+class Block(nn.Module):
+    def forward(self, x):
+        tp_world = get_tensor_model_parallel_world_size()
+        if tp_world > 1:
+            x = get_tp_group().all_gather(x, 0)
+        return x
+"""
+        ),
+        example(
+            """
+def all_gather_pass(graph, x):
+    # a compiler pass: not model code
+    return tensor_model_parallel_all_gather(x, 0)
 """
         ),
     ]
@@ -197,14 +236,17 @@ class Attn(nn.Module):
     def __init__(self, prefix: str = ""):
         super().__init__()
         self.o_proj = RowParallelLinear(8, 8, prefix=f"{prefix}.o_proj")
+        self.tp_size = 2
 
     def forward(self, x):
         out, _ = self.o_proj(x)
-        return tensor_model_parallel_all_reduce(out)
+        if self.tp_size > 1:
+            out = tensor_model_parallel_all_reduce(out)
+        return out
 """
             ),
-            line=9,
-            contains="tensor_model_parallel_all_reduce",
+            line=11,
+            contains="`self.o_proj`",
         ),
         Invalid(
             example(
@@ -248,10 +290,20 @@ class MLP(nn.Module):
         if found is None:
             return
         shown, kind, raw = found
-        if raw and any(a.keyword is not None and a.keyword.value == "group" for a in node.args):
+        if raw and _passes_group(node, kind):
             return  # an explicit group: deliberate
+        walk_state = self.ctx.prefixes
         self._found.append(
-            _Collective(node, shown, kind, raw, self.here(), self._guarded(node, raw))
+            _Collective(
+                node,
+                shown,
+                kind,
+                raw,
+                self.here(),
+                self._guarded(node, raw),
+                walk_state.function_stack[-1] if walk_state.function_stack else None,
+                walk_state.class_stack[0] if walk_state.class_stack else None,
+            )
         )
 
     def _classify(self, node: cst.Call, callee: str | None) -> tuple[str, str, bool] | None:
@@ -291,44 +343,237 @@ class MLP(nn.Module):
     def _guarded(self, node: cst.Call, raw: bool) -> bool:
         """Under an ``if`` on parallel state, or in a function that reads it."""
         own = _names_in(node)
+        functions = self.ctx.prefixes.function_stack
+        classes = self.ctx.prefixes.class_stack
+        owner = classes[-1] if classes else None
+        tp_names = _tp_size_names(owner, functions[-1]) if functions else set()
         for anchor in self.ctx.prefixes.anchors:
-            if isinstance(anchor, (cst.If, cst.While)) and any(
-                _PARALLEL_STATE.search(n) for n in _names_in(anchor.test)
+            if isinstance(anchor, (cst.If, cst.While)) and _tests_parallel_state(
+                anchor.test, tp_names
             ):
                 return True
         if raw:
             return False  # a raw call without a group is wrong whatever the context
-        functions = self.ctx.prefixes.function_stack
         if functions:
             names = _names_in(functions[-1].body) - own
-            if any(_PARALLEL_STATE.search(n) for n in names):
+            if names & tp_names or any(_PARALLEL_STATE.search(n) for n in names):
                 return True
         return False
 
     def leave_Module(self) -> None:
+        reducing = _reducing_layers(self.ctx.prefixes.sites)
+        flows: dict[int, dict[str, set[str]]] = {}
+        model_file = _is_model_file(self.ctx)
         for c in self._found:
-            if c.guarded:
-                continue
-            if c.raw_torch:
-                self.report(
-                    c.node,
-                    f"`{c.shown}` runs over the default (world) process group, which spans "
-                    "pipeline and data-parallel ranks too; the parallel layers own "
-                    "communication (pass vLLM's group explicitly if this is really needed)",
-                    site=c.where,
+            if _is_reduce(c.kind) and c.function is not None and c.class_node is not None:
+                layers = reducing.get(c.class_node.name.value, {})
+                flow = flows.setdefault(id(c.function), _dataflow(c.function))
+                source = next(
+                    (s for s in _sources(_reduced_arg(c.node), flow) if s in layers), None
                 )
+                if source is not None:
+                    self._double_reduction(c, source, layers[source])
+                    continue
+            if not model_file or c.guarded:
                 continue
-            if _is_reduce(c.kind) and self._defers_reduction:
-                continue
-            why = (
-                "parallel layers already reduce their outputs (`RowParallelLinear`, "
-                "`FusedMoE`), so a second all-reduce sums complete results"
-                if _is_reduce(c.kind)
-                else "the parallel layers own communication"
-            )
+            # The world group is wrong anywhere in a model file; vLLM's collectives only
+            # inside its module classes (helpers around them communicate by design).
+            in_module = c.class_node is not None and self.ctx.is_module_class(c.class_node)
+            if c.raw_torch or in_module:
+                self._direct(c)
+
+    def _double_reduction(self, c: _Collective, attr: str, layer: str) -> None:
+        self.report(
+            c.node,
+            f"`{c.shown}` reduces the output of `self.{attr}`, a `{layer}` built without "
+            "`reduce_results=False`, which has already all-reduced it: a double reduction, "
+            "wrong at TP > 1 whether or not a TP guard runs it; drop the call, or build the "
+            "layer with `reduce_results=False`",
+            severity=Severity.ERROR,
+            site=c.where,
+        )
+
+    def _direct(self, c: _Collective) -> None:
+        if c.raw_torch:
             self.report(
                 c.node,
-                f"`{c.shown}` in model code: {why}; leave it to the layer, or build the "
-                "layer with `reduce_results=False` when the reduction is deferred on purpose",
+                f"`{c.shown}` is given no process group, so it runs over the default (world) "
+                "group, which spans pipeline and data-parallel ranks too; the parallel "
+                "layers own communication (pass vLLM's group explicitly if this is really "
+                "needed)",
                 site=c.where,
             )
+            return
+        if _is_reduce(c.kind) and self._defers_reduction:
+            return
+        why = (
+            "parallel layers already reduce their outputs (`RowParallelLinear`, "
+            "`FusedMoE`), so a second all-reduce sums complete results"
+            if _is_reduce(c.kind)
+            else "the parallel layers own communication"
+        )
+        self.report(
+            c.node,
+            f"`{c.shown}` in model code: {why}; leave it to the layer, or build the "
+            "layer with `reduce_results=False` when the reduction is deferred on purpose",
+            site=c.where,
+        )
+
+
+def _passes_group(node: cst.Call, kind: str) -> bool:
+    """A ``torch.distributed`` call given a group, by keyword or at its position."""
+    positional = [a for a in node.args if a.keyword is None]
+    if any(a.star for a in positional):
+        return True  # ``*args`` may carry it
+    if any(a.keyword is not None and a.keyword.value == "group" for a in node.args):
+        return True
+    index = _TORCH_COLLECTIVES.get(kind)
+    return index is not None and len(positional) > index
+
+
+def _is_model_file(ctx: FileContext) -> bool:
+    """A model file: under a ``models`` package, defining an architecture class, or building
+    on vLLM's model layers."""
+    parts = ctx.path.replace("\\", "/").split("/")
+    if "models" in parts[:-1]:
+        return True
+    if any(module.startswith(_MODEL_PACKAGES) for module, _ in ctx.summary.imports.values()):
+        return True
+    return any(ARCHITECTURE_NAME.search(name) for name in ctx.summary.classes)
+
+
+_MODEL_PACKAGES = ("vllm.model_executor.layers", "vllm.model_executor.models")
+
+
+def _is_tp_size(node: cst.BaseExpression, known: set[str]) -> bool:
+    """``get_tensor_model_parallel_world_size()``, ``get_tp_group().world_size``, or a name
+    bound to one of them."""
+    for sub in walk(node):
+        if isinstance(sub, cst.Call):
+            name = dotted_name(sub.func)
+            if name and _TP_SIZE_CALLS.match(name.rsplit(".", 1)[-1]):
+                return True
+        if isinstance(sub, cst.Attribute) and sub.attr.value in _TP_SIZE_ATTRS:
+            base = sub.value
+            if isinstance(base, cst.Call):
+                getter = dotted_name(base.func)
+                if getter and getter.rsplit(".", 1)[-1] in ("get_tp_group", _TP_GROUP):
+                    return True
+        name = dotted_name(sub) if isinstance(sub, (cst.Name, cst.Attribute)) else None
+        if name is not None and name in known:
+            return True
+    return False
+
+
+_TP_GROUP = "get_tensor_model_parallel_group"
+
+
+def _tp_size_names(class_node: cst.ClassDef | None, function: cst.FunctionDef) -> set[str]:
+    """Names the function binds to the TP world size (``tp_world``), and attributes any
+    method of its class does (``self.degree = get_tensor_model_parallel_world_size()``)."""
+    known: set[str] = set()
+    for scope, attributes_only in ((class_node, True), (function, False)):
+        if scope is None:
+            continue
+        for sub in walk(scope.body):
+            if isinstance(sub, cst.Assign) and _is_tp_size(sub.value, known):
+                for t in sub.targets:
+                    name = dotted_name(t.target)
+                    if name is not None and (name.startswith("self.") or not attributes_only):
+                        known.add(name)
+    return known
+
+
+def _tests_parallel_state(test: cst.BaseExpression, tp_names: set[str]) -> bool:
+    if _is_tp_size(test, tp_names):
+        return True
+    return any(_PARALLEL_STATE.search(n) for n in _names_in(test))
+
+
+def _reducing_layers(sites: list) -> dict[str, dict[str, str]]:
+    """Top-level class -> attribute -> layer, for the layers that reduce their output."""
+    out: dict[str, dict[str, str]] = {}
+    for site in sites:
+        short = site.callee.rsplit(".", 1)[-1]
+        exp = site.expected
+        if short not in REDUCING_LAYERS or exp is None or exp.whole or exp.indexed:
+            continue
+        if site.scope.class_node is None or not _reduces(site):
+            continue
+        out.setdefault(site.scope.class_node.name.value, {})[exp.path] = short
+    return out
+
+
+def _reduces(site) -> bool:
+    """``reduce_results`` left out or true; a parameter's default when it is one."""
+    arg = next(
+        (a for a in site.call.args if a.keyword and a.keyword.value == "reduce_results"), None
+    )
+    if arg is None:
+        return True
+    value = arg.value
+    if isinstance(value, cst.Name) and value.value in ("True", "False"):
+        return value.value == "True"
+    if isinstance(value, cst.Name) and isinstance(site.scope.node, cst.FunctionDef):
+        for param in _all_params(site.scope.node):
+            if param.name.value == value.value:
+                default = param.default
+                return isinstance(default, cst.Name) and default.value == "True"
+    return False  # computed: not known to reduce
+
+
+def _all_params(fn: cst.FunctionDef) -> list[cst.Param]:
+    p = fn.params
+    return [*p.posonly_params, *p.params, *p.kwonly_params]
+
+
+def _reduced_arg(node: cst.Call) -> cst.BaseExpression | None:
+    for a in node.args:
+        if a.keyword is None and not a.star:
+            return a.value
+    for a in node.args:
+        if a.keyword is not None and a.keyword.value in ("input_", "tensor", "x", "input"):
+            return a.value
+    return None
+
+
+def _self_calls(node: cst.CSTNode) -> set[str]:
+    """``self.o_proj`` of each ``self.o_proj(...)`` in ``node``: the layers it calls."""
+    out: set[str] = set()
+    for sub in walk(node):
+        if isinstance(sub, cst.Call):
+            name = dotted_name(sub.func)
+            if name and name.startswith("self.") and name.count(".") == 1:
+                out.add(name[5:])
+    return out
+
+
+def _sources(node: cst.BaseExpression | None, flow: dict[str, set[str]]) -> set[str]:
+    if node is None:
+        return set()
+    out = _self_calls(node)
+    for sub in walk(node):
+        if isinstance(sub, cst.Name):
+            out |= flow.get(sub.value, set())
+    return out
+
+
+def _dataflow(function: cst.FunctionDef) -> dict[str, set[str]]:
+    """Local name -> the layers (``self.<attr>``) whose output flows into it, by the
+    function's assignments (flow-insensitive: a union over every assignment)."""
+    flow: dict[str, set[str]] = {}
+    for _ in range(2):  # twice: a loop may feed a name back into an earlier assignment
+        for sub in walk(function.body):
+            if isinstance(sub, cst.Assign):
+                targets = [t.target for t in sub.targets]
+            elif isinstance(sub, (cst.AugAssign, cst.AnnAssign)) and sub.value is not None:
+                targets = [sub.target]
+            else:
+                continue
+            sources = _sources(sub.value, flow)
+            if not sources:
+                continue
+            for target in targets:
+                for name in target_names(target):
+                    flow.setdefault(name, set()).update(sources)
+    return flow

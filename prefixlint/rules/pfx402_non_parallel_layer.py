@@ -28,6 +28,11 @@ _SHARDED_ATTRIBUTE = re.compile(
     r"|fc_out|query_key_value|query|key|value|dense_h_to_4h|dense_4h_to_h|lm_head"
     r"|embed_tokens|wte|word_embeddings|tok_embeddings|embed_in|embed_out)$"
 )
+# A router/gate of a mixture of experts: replicated in vLLM, but a prefix-taking
+# ``ReplicatedLinear``/``GateLinear``, so that quantization configs can match or exclude it.
+_ROUTER_ATTRIBUTE = re.compile(r"^(gate|router|wg|w_gate|gating|router_gate)$")
+_MOE_LAYER = re.compile(r"^(FusedMoE\w*|SharedFusedMoE)$")
+_MOE_CLASS = re.compile(r"(MoE|Moe|MoeBlock|MixtureOfExperts|SparseMoe)")
 _REPLACEMENT = {
     "nn.Linear": "`ColumnParallelLinear`/`RowParallelLinear` (or `QKVParallelLinear`, "
     "`MergedColumnParallelLinear`; `ParallelLMHead` for the head)",
@@ -59,7 +64,9 @@ class NonParallelLayer(LintRule):
     ## What it does
     Checks for `nn.Linear` and `nn.Embedding` (however imported) used in a text decoder
     where vLLM shards the layer: the attention and MLP projections (`q_proj`, `o_proj`,
-    `gate_up_proj`, `down_proj`, `fc1`, `c_attn`, ...), the token embedding and the LM head.
+    `gate_up_proj`, `down_proj`, `fc1`, `c_attn`, ...), the token embedding and the LM head;
+    and a plain `nn.Linear` router (`gate`, `router`) in an MoE block (a class that builds
+    vLLM's `FusedMoE`, or is named like an MoE block), which takes no prefix.
 
     Decoder classes are the classes that build vLLM's `Attention`, a vocab-parallel
     embedding or head, or call `make_layers`; classes named `...DecoderLayer` or
@@ -119,6 +126,21 @@ class ForCausalLM(nn.Module):
         Invalid(
             example(
                 """
+from vllm.model_executor.layers.fused_moe import FusedMoE
+
+class MyMoE(nn.Module):
+    def __init__(self, hidden: int, experts: int, prefix: str = ""):
+        super().__init__()
+        self.gate = nn.Linear(hidden, experts, bias=False)
+        self.experts = FusedMoE(experts, 2, hidden, 4 * hidden, prefix=f"{prefix}.experts")
+"""
+            ),
+            line=7,
+            contains="router",
+        ),
+        Invalid(
+            example(
+                """
 class Attn(nn.Module):
     def __init__(self, prefix: str = ""):
         super().__init__()
@@ -165,9 +187,14 @@ class MyForCausalLM(nn.Module):
         super().__init__(ctx)
         self._decoder = DecoderClasses()
         self._found: list[tuple[str, cst.Call, str, str, Where]] = []
+        self._routers: list[tuple[str, cst.Call, str, Where]] = []
+        self._moe: set[str] = set()  # classes that build vLLM's fused MoE layer
 
     def visit_Call(self, node: cst.Call, callee: str | None) -> None:
         self._decoder.note_call(self, callee)
+        top = top_class_name(self)
+        if callee is not None and top is not None and _MOE_LAYER.match(callee.rsplit(".", 1)[-1]):
+            self._moe.add(top)
         if callee is None or callee.rsplit(".", 1)[-1] not in ("Linear", "Embedding"):
             return
         plain = _PLAIN_LAYERS.get(qualified_callee(self, callee) or "")
@@ -175,9 +202,12 @@ class MyForCausalLM(nn.Module):
         if plain is None or top is None:
             return
         attr = _stored_at(tuple(self.ctx.prefixes.anchors), node)
-        if attr is None or not _SHARDED_ATTRIBUTE.match(attr):
+        if attr is None:
             return
-        self._found.append((top, node, plain, attr, self.here()))
+        if plain == "nn.Linear" and _ROUTER_ATTRIBUTE.match(attr):
+            self._routers.append((top, node, attr, self.here()))
+        elif _SHARDED_ATTRIBUTE.match(attr):
+            self._found.append((top, node, plain, attr, self.here()))
 
     def visit_Name(self, node: cst.CSTNode, name: str) -> None:
         self._decoder.note_name(self, name)
@@ -186,6 +216,16 @@ class MyForCausalLM(nn.Module):
         self._decoder.note_function(self, node)
 
     def leave_Module(self) -> None:
+        for top, node, attr, where in self._routers:
+            if top in self._moe or _MOE_CLASS.search(top):
+                self.report(
+                    node,
+                    f"`self.{attr}` is a plain `nn.Linear` router in MoE block `{top}`: it "
+                    "takes no prefix, so a quantization config can neither match nor "
+                    "exclude it by name, and LoRA cannot find it; use `ReplicatedLinear` "
+                    f'(or `GateLinear`) with `prefix=f"{{prefix}}.{attr}"`',
+                    site=where,
+                )
         if not self._found:
             return
         decoder = self._decoder.compute(self)

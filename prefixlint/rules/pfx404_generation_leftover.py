@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from prefixlint.rules.pfx202_hf_forward_leftover import HF_FORWARD_PARAMS, reports_forward
 from prefixlint.static.decoder_classes import qualified_callee
 from prefixlint.static.prefix_sites import dotted_name
 from prefixlint.static.rule import FileContext, Invalid, LintRule, Where, example
@@ -64,6 +65,16 @@ class GenerationLeftover(LintRule):
     )
 
     VALID = [
+        example(
+            """
+class MyForCausalLM(nn.Module):
+    # PFX202 reports the parameter (vLLM calls this forward): one finding, not two
+    def forward(self, input_ids, positions, past_key_values=None):
+        if past_key_values is not None:
+            return past_key_values
+        return input_ids
+"""
+        ),
         example(
             """
 class MyForCausalLM(nn.Module):
@@ -135,6 +146,8 @@ class MyForCausalLM(nn.Module):
         super().__init__(ctx)
         self._module_cache: dict[int, bool] = {}
         self._kv_reported: set[int] = set()
+        # ``forward`` parameters PFX202 may own: (class, forward, parameter, where)
+        self._forward_params: list[tuple[cst.ClassDef, cst.FunctionDef, cst.Name, Where]] = []
 
     def _in_model_class(self) -> bool:
         stack = self.ctx.prefixes.class_stack
@@ -170,9 +183,21 @@ class MyForCausalLM(nn.Module):
         p = node.params
         params = [*p.posonly_params, *p.params, *p.kwonly_params]
         for param in params:
-            if param.name.value in _KV_NAMES:
+            if param.name.value not in _KV_NAMES:
+                continue
+            if name == "forward" and param.name.value in HF_FORWARD_PARAMS:
+                # One finding per defect: PFX202 reports it when vLLM calls this forward.
+                self._kv_reported.add(id(node))
+                self._forward_params.append((class_node, node, param.name, self._inside(node)))
+            else:
                 self._kv(node, param.name, param.name.value, self._inside(node))
-                break
+            break
+
+    def leave_Module(self) -> None:
+        for class_node, function, name, where in self._forward_params:
+            if not reports_forward(self.ctx, class_node, function):
+                self._kv_reported.discard(id(function))
+                self._kv(function, name, name.value, where)
 
     def visit_Call(self, node: cst.Call, callee: str | None) -> None:
         if not self._in_model_class():

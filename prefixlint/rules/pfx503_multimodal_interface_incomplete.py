@@ -5,7 +5,13 @@ from __future__ import annotations
 import libcst as cst
 
 from prefixlint.static.index import ClassSummary
-from prefixlint.static.model_classes import interface_mro, is_drafter, is_protocol, top_level_class
+from prefixlint.static.model_classes import (
+    interface_mro,
+    is_draft_model,
+    is_drafter,
+    is_protocol,
+    top_level_class,
+)
 from prefixlint.static.resolve import Symbol
 from prefixlint.static.rule import Invalid, LintRule, example
 
@@ -27,7 +33,9 @@ class MultiModalInterfaceIncomplete(LintRule):
     Two kinds of classes need no `embed_multimodal`: models that set
     `supports_multimodal_raw_input_only` (media reach `forward` raw), and speculative
     drafters (MTP, EAGLE: their `forward` takes the target's `hidden_states`), which declare
-    the interface to receive the target's multimodal embeddings.
+    the interface to receive the target's multimodal embeddings. A draft (named like one, or
+    listed in the registry's `_SPECULATIVE_DECODING_MODELS`) needs no processor either: vLLM
+    looks the processor up on the target model.
 
     ## Why is this bad?
     The interface's `embed_multimodal` is a stub returning `None`: media inputs are
@@ -74,6 +82,14 @@ class MyForConditionalGeneration(LlavaForConditionalGeneration):
     pass
 """
         ),
+        example(
+            """
+class Qwen3_5MTP(nn.Module, SupportsMultiModal):
+    # a draft: it receives the target's embeddings, the target owns the processor
+    def forward(self, input_ids, positions, hidden_states, inputs_embeds=None):
+        return hidden_states
+"""
+        ),
     ]
     INVALID = [
         Invalid(
@@ -117,7 +133,11 @@ class MyForConditionalGeneration(nn.Module, SupportsMultiModal):
                 "never reach the model",
                 site=self.here(node),
             )
-        if self.ctx.is_architecture(node) and self._registered(cls) is False:
+        if (
+            self.ctx.is_architecture(node)
+            and not is_draft_model(self.ctx, node)
+            and self._registered(cls) is False
+        ):
             self.report(
                 node.name,
                 f"`{cls.name}` declares `SupportsMultiModal` but neither it nor a base is "

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from prefixlint.static.prefix_sites import dotted_name
+from prefixlint.static.prefix_sites import dotted_name, string_value
 from prefixlint.static.rule import Invalid, LintRule
 from prefixlint.static.walk import walk
 
@@ -19,13 +19,6 @@ _BLANK = cst.Module(body=[])
 
 def _code(node: cst.CSTNode) -> str:
     return _BLANK.code_for_node(node).strip()
-
-
-def _string(node: cst.BaseExpression) -> str | None:
-    if isinstance(node, cst.SimpleString):
-        value = node.evaluated_value
-        return value if isinstance(value, str) else None
-    return None
 
 
 def _argument(call: cst.Call, index: int, keyword: str) -> cst.BaseExpression | None:
@@ -241,7 +234,7 @@ def register():
         return False
 
     def _check_target(self, target: cst.BaseExpression) -> None:
-        value = _string(target)
+        value = string_value(target)
         if value is None:
             return
         if value.count(":") != 1:

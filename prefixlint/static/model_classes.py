@@ -1,20 +1,80 @@
 """Which classes are model architectures, drafts and interface implementers: facts the
-contract and interface rules share."""
+contract and interface rules share, and the one reading of vLLM's model registry.
+
+Each fact has one definition here: ``ARCHITECTURE_NAME`` (what an architecture class is
+called), ``DRAFT_NAME`` (what a speculative-decoding draft is called), and the registry's
+architectures and speculative-decoding section (``registry_architectures``,
+``speculative_classes``, ``registry_module``), read as text, never imported.
+"""
 
 from __future__ import annotations
 
 import functools
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from prefixlint.static.index import ClassSummary, FunctionSig
 from prefixlint.static.resolve import Symbol
-from prefixlint.static.rule import FileContext, LintRule
 
-# ``For`` + an upper-case word: ``LlamaForCausalLM``, not ``FeedForward`` or ``QFormerModel``.
-STRICT_ARCHITECTURE_NAME = re.compile(r"For[A-Z0-9]\w*$")
+if TYPE_CHECKING:  # rule.py imports this module: annotations only
+    from prefixlint.static.rule import FileContext, LintRule
+
+# ``For`` + an upper-case word or digit: ``LlamaForCausalLM``, ``Qwen2ForRewardModel``; not
+# ``FeedForward`` or ``QFormerModel``. The sketch (source.py) and the rules both use it.
+ARCHITECTURE_NAME = re.compile(r"For[A-Z0-9]\w*$")
+
+# Draft models of speculative decoding (EAGLE, MTP, Medusa, DFlash, speculators, ...).
+DRAFT_NAME = re.compile(r"MTP|Mtp|Eagle|DFlash|DSpark|Medusa|Speculator|Draft")
+
+# -- vLLM's model registry, read as text ----------------------------------------------------
+REGISTRY_MODULE = "vllm.model_executor.models.registry"
+# ``"LlamaForCausalLM": ("llama", "LlamaForCausalLM"),``
+_REGISTRY_ENTRY = re.compile(r"\"(\w+)\"\s*:\s*\(\s*\"([\w.]+)\"\s*,\s*\"(\w+)\"\s*,?\s*\)")
+_SPECULATIVE_SECTION = re.compile(r"^_SPECULATIVE_DECODING_MODELS\s*=\s*\{(.*?)^\}", re.S | re.M)
+
+
+def registry_path(vllm_dir: Path | None) -> Path | None:
+    """``registry.py`` of the vLLM package at ``vllm_dir``."""
+    return vllm_dir / "model_executor" / "models" / "registry.py" if vllm_dir else None
+
+
+@functools.lru_cache(maxsize=4)
+def _registry_entries(registry: Path | None) -> tuple[tuple[str, str, str], ...]:
+    """(architecture, module under ``models``, class) of every registry entry."""
+    try:
+        text = registry.read_text("utf-8") if registry is not None else ""
+    except (OSError, UnicodeDecodeError):
+        return ()
+    return tuple(m.groups() for m in _REGISTRY_ENTRY.finditer(text))  # type: ignore[misc]
+
+
+def registry_architectures(vllm_dir: Path | None) -> frozenset[str]:
+    """Class names the installed vLLM's model registry maps architectures to."""
+    return frozenset(cls for _, _, cls in _registry_entries(registry_path(vllm_dir)))
+
+
+def registry_module(vllm_dir: Path | None, architecture: str) -> str | None:
+    """The module (under ``vllm.model_executor.models``) the registry maps ``architecture``
+    to, e.g. ``llama``; None when the registry does not list it."""
+    for arch, module, _ in _registry_entries(registry_path(vllm_dir)):
+        if arch == architecture:
+            return module
+    return None
+
+
+@functools.lru_cache(maxsize=4)
+def speculative_classes(registry: Path | None) -> frozenset[str]:
+    """Classes in the ``_SPECULATIVE_DECODING_MODELS`` section of vLLM's registry."""
+    try:
+        text = registry.read_text("utf-8") if registry is not None else ""
+    except (OSError, UnicodeDecodeError):
+        return frozenset()
+    m = _SPECULATIVE_SECTION.search(text)
+    return frozenset(c for _, _, c in _REGISTRY_ENTRY.findall(m.group(1))) if m else frozenset()
+
 
 # Methods that only a model the engine drives has, own or inherited.
 MODEL_METHODS = ("load_weights", "compute_logits", "embed_input_ids")
@@ -70,7 +130,7 @@ def is_model_architecture(ctx: FileContext, node: cst.ClassDef) -> bool:
     if name in ctx.architectures:
         # Same name, other class: models/config.py has config fixers named like models.
         return ctx.is_module_class(node) or not all_bases_resolve(ctx, node)
-    if not ctx.is_architecture(node) or not STRICT_ARCHITECTURE_NAME.search(name):
+    if not ctx.is_architecture(node):
         return False
     cls = ctx.class_summary(node)
     if cls is None:
@@ -96,32 +156,23 @@ def all_bases_resolve(ctx: FileContext, node: cst.ClassDef) -> bool:
     )
 
 
-# Draft models of speculative decoding, called by their proposer, not by the model runner.
-DRAFT_MODEL_NAME = re.compile(r"^(Eagle\d*|DFlash\d*)|DSpark|MTP|Medusa|Speculator|Drafter")
-SPECULATIVE_SECTION = re.compile(r"^_SPECULATIVE_DECODING_MODELS\s*=\s*\{(.*?)^\}", re.S | re.M)
-REGISTRY_ENTRY = re.compile(r"\(\s*\"[\w.]+\"\s*,\s*\"(\w+)\"\s*,?\s*\)")
-
-
-@functools.lru_cache(maxsize=4)
-def speculative_classes(registry: Path | None) -> frozenset[str]:
-    """Classes in the ``_SPECULATIVE_DECODING_MODELS`` section of vLLM's registry."""
-    try:
-        text = registry.read_text("utf-8") if registry is not None else ""
-    except (OSError, UnicodeDecodeError):
-        return frozenset()
-    m = SPECULATIVE_SECTION.search(text)
-    return frozenset(REGISTRY_ENTRY.findall(m.group(1))) if m else frozenset()
-
-
 def is_draft_model(ctx: FileContext, node: cst.ClassDef) -> bool:
     """A draft model of speculative decoding (EAGLE, MTP, Medusa, DFlash, ...): listed as
     one in vLLM's registry, or named like one. Its proposer calls it, with its own
     arguments, and embeds tokens itself unless the draft is multimodal."""
-    name = node.name.value
-    if DRAFT_MODEL_NAME.search(name):
+    return is_draft_name(ctx, node.name.value)
+
+
+def is_draft_name(ctx: FileContext, name: str) -> bool:
+    """``name`` is named like a draft, or listed in the registry's speculative section."""
+    if DRAFT_NAME.search(name):
         return True
-    registry = ctx.resolver.loader.path_for("vllm.model_executor.models.registry")
-    return name in speculative_classes(registry)
+    return name in speculative_classes(ctx.resolver.loader.path_for(REGISTRY_MODULE))
+
+
+def in_draft_file(ctx: FileContext) -> bool:
+    """The file defines a draft model (an MTP/EAGLE module and its helper classes)."""
+    return any(is_draft_name(ctx, name) for name in ctx.summary.classes)
 
 
 def anchors_to(anchors: tuple[cst.CSTNode, ...], node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
@@ -168,12 +219,9 @@ def forward_of(rule: LintRule, cls: ClassSummary) -> FunctionSig | None:
     return None
 
 
-DRAFTER_NAME = re.compile(r"(MTP|Mtp|Eagle|DFlash|DSpark|Medusa|Speculator|Draft)")
-
-
 def is_drafter(rule: LintRule, cls: ClassSummary) -> bool:
     """A speculative-decoding drafter: its forward consumes the target's hidden states."""
-    if DRAFTER_NAME.search(cls.name):
+    if is_draft_name(rule.ctx, cls.name):
         return True
     sig = forward_of(rule, cls)
     return sig is not None and any(

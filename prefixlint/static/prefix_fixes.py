@@ -29,6 +29,7 @@ from prefixlint.static.prefix_sites import (
     dotted_name,
     has_variable,
     render,
+    string_value,
     target_names,
 )
 from prefixlint.static.walk import walk
@@ -232,14 +233,14 @@ def _literal_after_root(
             return texts[0], new
     elif isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
         right = expr.right
-        if isinstance(right, cst.SimpleString) and _string(right) == old:
+        if isinstance(right, cst.SimpleString) and string_value(right) == old:
             return right, new
     elif isinstance(expr, cst.Call):
         callee = dotted_name(expr.func)
         args = expr.args
         if callee and callee.rsplit(".", 1)[-1] == "maybe_prefix" and len(args) == 2:
             name = args[1].value
-            if isinstance(name, cst.SimpleString) and "." + (_string(name) or "") == old:
+            if isinstance(name, cst.SimpleString) and "." + (string_value(name) or "") == old:
                 return name, new.removeprefix(".")
             if isinstance(name, cst.FormattedString) and name.parts:
                 head, rest = name.parts[0], name.parts[1:]
@@ -254,18 +255,10 @@ def _literal_after_root(
             and expr.func.attr.value == "format"
             and isinstance(expr.func.value, cst.SimpleString)
         ):
-            template = _string(expr.func.value)
+            template = string_value(expr.func.value)
             if template is not None and template.startswith("{}") and template[2:] == old:
                 return expr.func.value, "{}" + new
     raise NoFix("the prefix is not a literal this fixer can rewrite (built from other parts)")
-
-
-def _string(node: cst.SimpleString) -> str | None:
-    try:
-        value = node.evaluated_value
-    except Exception:
-        return None
-    return value if isinstance(value, str) else None
 
 
 def _requote(node: cst.SimpleString, text: str) -> str:

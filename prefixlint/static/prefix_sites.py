@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from prefixlint.static.index import KEYWORD_ONLY, FunctionSig, Param
-from prefixlint.static.resolve import LAYER_FACTORIES
+from prefixlint.static.resolve import DECODER_ATTENTION_LAYERS, LAYER_FACTORIES
 from prefixlint.static.walk import children
 
 # -- symbolic prefix values -------------------------------------------------------------
@@ -79,7 +79,8 @@ def dotted_name(node: cst.BaseExpression) -> str | None:
     return None
 
 
-def _string_value(node: cst.BaseExpression) -> str | None:
+def string_value(node: cst.BaseExpression) -> str | None:
+    """The value of a string literal (implicitly concatenated or not); None otherwise."""
     if isinstance(node, cst.SimpleString):
         try:
             value = node.evaluated_value
@@ -87,7 +88,7 @@ def _string_value(node: cst.BaseExpression) -> str | None:
             return None
         return value if isinstance(value, str) else None
     if isinstance(node, cst.ConcatenatedString):
-        left, right = _string_value(node.left), _string_value(node.right)
+        left, right = string_value(node.left), string_value(node.right)
         return left + right if left is not None and right is not None else None
     return None
 
@@ -193,6 +194,13 @@ class PrefixAnalysis:
 
     def __init__(self, prefix_signature, hooks: Hooks | None = None) -> None:
         self._prefix_signature = prefix_signature  # callee dotted name -> FunctionSig | None
+        # Names bound to ``maybe_prefix``: its own, import aliases (read from the file's
+        # summary when the signature lookup is a ``FileContext``'s) and ``mp = maybe_prefix``.
+        self.prefix_helpers: set[str] = {"maybe_prefix"}
+        summary = getattr(getattr(prefix_signature, "__self__", None), "summary", None)
+        for local, (_, attr) in getattr(summary, "imports", {}).items():
+            if attr == "maybe_prefix":
+                self.prefix_helpers.add(local)
         self.hooks = hooks or Hooks()
         self.sites: list[Site] = []
         self.prefix_params: list[PrefixParam] = []
@@ -213,8 +221,20 @@ class PrefixAnalysis:
             if own:
                 self.anchors.pop()
 
+    def _is_prefix_helper(self, value: cst.BaseExpression) -> bool:
+        name = dotted_name(value) if isinstance(value, (cst.Name, cst.Attribute)) else None
+        return name is not None and (
+            name in self.prefix_helpers or name.rsplit(".", 1)[-1] == "maybe_prefix"
+        )
+
     # -- traversal --------------------------------------------------------------------
     def _top_level(self, stmt: cst.CSTNode) -> None:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:  # ``mp = maybe_prefix`` at module level
+                if isinstance(small, cst.Assign) and self._is_prefix_helper(small.value):
+                    for t in small.targets:
+                        if isinstance(t.target, cst.Name):
+                            self.prefix_helpers.add(t.target.value)
         if isinstance(stmt, cst.ClassDef):
             self._class(stmt)
         elif isinstance(stmt, cst.FunctionDef):
@@ -479,20 +499,22 @@ class PrefixAnalysis:
             for arg in node.args:
                 self._expr(arg.value, scope, loops, inner)
             return
-        signature = self._prefix_signature(callee) if callee else None
+        computes_name = callee in self.prefix_helpers
+        signature = self._prefix_signature(callee) if callee and not computes_name else None
         if signature is None and callee in scope.aliases:
             for target in scope.aliases[callee]:
                 signature = self._prefix_signature(target)
                 if signature is not None:
                     break
-        if (
-            signature is None
-            and expected is not None
-            and expected.whole
-            and any(a.keyword is not None and a.keyword.value == "prefix" for a in node.args)
-        ):
-            # make_layers' layer function builds the layer, whatever its callee is called.
-            signature = _ANY_LAYER
+        keywords = {a.keyword.value for a in node.args if a.keyword is not None}
+        if signature is None and "prefix" in keywords:
+            if expected is not None and expected.whole:
+                # make_layers' layer function builds the layer, whatever its callee is called.
+                signature = _ANY_LAYER
+            elif "vllm_config" in keywords:
+                # ``self.model_cls(vllm_config=..., prefix=...)``: a model constructor,
+                # however the callee is spelled.
+                signature = _ANY_LAYER
         if signature is not None:
             self._site(node, callee or "", signature, scope, loops, expected)
         # arguments: nested constructions are not the stored module
@@ -561,6 +583,9 @@ class PrefixAnalysis:
     # -- environment ------------------------------------------------------------------
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression, scope: Scope) -> None:
         name = dotted_name(target)
+        if name is not None and self._is_prefix_helper(value):
+            self.prefix_helpers.add(name)  # ``mp = maybe_prefix``
+            return
         if name is not None and (names := _class_names(value)):
             scope.aliases[name] = names
         elif name is not None:
@@ -576,7 +601,7 @@ class PrefixAnalysis:
         scope.env[name] = v
 
     def evaluate(self, node: cst.BaseExpression, scope: Scope) -> Value:
-        s = _string_value(node)
+        s = string_value(node)
         if s is not None:
             return lit(s)
         if isinstance(node, (cst.Name, cst.Attribute)):
@@ -610,14 +635,17 @@ class PrefixAnalysis:
     def _evaluate_call(self, node: cst.Call, scope: Scope) -> Value:
         callee = dotted_name(node.func)
         args = [a for a in node.args if a.keyword is None and not a.star]
-        if callee and callee.rsplit(".", 1)[-1] == "maybe_prefix" and len(args) == 2:
+        helper = callee is not None and (
+            callee in self.prefix_helpers or callee.rsplit(".", 1)[-1] == "maybe_prefix"
+        )
+        if helper and len(args) == 2:
             base = self.evaluate(args[0].value, scope)
             name = self.evaluate(args[1].value, scope)
             if base == ():
                 return name
             return concat(base, lit("."), name)
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "format":
-            template = _string_value(node.func.value)
+            template = string_value(node.func.value)
             if template is not None and "{}" in template and "{{" not in template:
                 pieces = template.split("{}")
                 if len(pieces) - 1 == len(args):
@@ -627,7 +655,7 @@ class PrefixAnalysis:
                     return concat(*out)
             return UNKNOWN
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "join":
-            sep = _string_value(node.func.value)
+            sep = string_value(node.func.value)
             if (
                 sep is not None
                 and len(args) == 1
@@ -709,12 +737,44 @@ def _target_names(target: cst.CSTNode) -> Iterator[str]:
         yield from _target_names(target.value)
 
 
+CLASS_VARIABLE = re.compile(r"(_cls|_class|_type)$")
 MODULE_FACTORY = re.compile(r"(^|_)(init|build|make|create|get)_|model|layer|Model|Layer")
 
 
 def builds_module(site: Site) -> bool:
     """Classes build modules; functions only when their name says they build one."""
     short = site.callee.rsplit(".", 1)[-1]
-    if short[:1].isupper():
+    if short[:1].isupper() or site.callee in site.scope.aliases or CLASS_VARIABLE.search(short):
+        return True  # a class, or a name bound to one (``attn_cls``, ``layer_type``)
+    return bool(MODULE_FACTORY.search(short)) and not short.startswith(
+        ("is_", "resolve_", "iter", "_iter")
+    )
+
+
+def is_root_construction(site: Site) -> bool:
+    """The call that creates the whole model (``get_model(vllm_config=...)`` in a worker):
+    it passes ``vllm_config`` from a scope that has no prefix to build one from, and the
+    root's prefix is rightly empty."""
+    return not site.scope.roots and any(
+        a.keyword is not None and a.keyword.value == "vllm_config" for a in site.call.args
+    )
+
+
+def is_layer_site(site: Site) -> bool:
+    """A site that builds a layer the prefix rules judge: a module class, or a function
+    that builds one; not the root construction of the model."""
+    return builds_module(site) and not is_root_construction(site)
+
+
+def quant_reaches(site: Site) -> bool:
+    """A quantization config reaches the module: passed itself, inside ``vllm_config``, or
+    possibly through ``**kwargs``."""
+    if site.passes_quant_config or site.has_splat:
         return True
-    return bool(MODULE_FACTORY.search(short)) and not short.startswith(("is_", "resolve_"))
+    return any(a.keyword is not None and a.keyword.value == "vllm_config" for a in site.call.args)
+
+
+def name_has_consumer(site: Site) -> bool:
+    """Someone looks the layer up by its prefix: a quantization config reaches it, or it
+    is an attention layer (the KV cache is registered under its name)."""
+    return quant_reaches(site) or site.callee.rsplit(".", 1)[-1] in DECODER_ATTENTION_LAYERS

@@ -169,6 +169,7 @@ class Resolver:
         self.loader = loader
         self.extra_prefix_layers = frozenset(extra_prefix_layers)
         self._init_cache: dict[tuple[str, str], FunctionSig | None] = {}
+        self._function_bodies: dict[Path, dict[str, ast.FunctionDef]] = {}
 
     # -- name resolution ------------------------------------------------------------------
     def resolve(self, module: ModuleSummary, name: str, depth: int = 0) -> Symbol | None:
@@ -240,12 +241,25 @@ class Resolver:
         symbol = self.resolve(module, callee)
         if symbol is not None:
             sig = self.init_signature(symbol)
-            if sig is not None and sig.param("prefix") is not None:
-                return sig
-            return None
+            if sig is None or sig.param("prefix") is None:
+                return None
+            if symbol.cls is None and self.function_builds_module(symbol) is False:
+                return None  # takes a ``prefix`` but builds no module (a name walker)
+            return sig
         if short in BUILTIN_PREFIX_LAYERS and self._maybe_vllm(module, callee):
             return _BUILTIN_SIG
         return None
+
+    def function_builds_module(self, symbol: Symbol) -> bool | None:
+        """Whether a top-level function builds and returns a module, read from its body:
+        False for a generator or one that returns only literals, names or non-class calls;
+        None when its source cannot be read or its returns say nothing."""
+        path = Path(symbol.module.path)
+        if path not in self._function_bodies:
+            self._function_bodies[path] = _top_level_functions(path)
+        self.loader.touched.add(path)
+        fn = self._function_bodies[path].get(symbol.name)
+        return _returns_module(fn) if fn is not None else None
 
     def _maybe_vllm(self, module: ModuleSummary, callee: str) -> bool:
         head = callee.split(".")[0]
@@ -308,3 +322,44 @@ class Resolver:
 
 # Interface classes whose annotated attributes are declarations, not implementations.
 PROTOCOL_ATTR_ONLY: frozenset[str] = frozenset({"SupportsPP", "_SupportsPPType"})
+
+
+def _top_level_functions(path: Path) -> dict[str, ast.FunctionDef]:
+    try:
+        tree = ast.parse(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return {}
+    return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+
+
+def _returns_module(fn: ast.FunctionDef) -> bool | None:
+    """What a function's body says about returning a module (see
+    ``Resolver.function_builds_module``)."""
+    own = [n for n in ast.walk(fn) if not isinstance(n, ast.Lambda)]
+    if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in own):
+        return False  # a generator
+    annotation = ast.unparse(fn.returns) if fn.returns is not None else ""
+    if annotation.rsplit(".", 1)[-1].startswith(("Module", "nn.Module")):
+        return True
+    built: set[str] = set()  # names bound to a constructed class
+    for n in own:
+        if isinstance(n, ast.Assign) and _constructs_class(n.value):
+            built |= {t.id for t in n.targets if isinstance(t, ast.Name)}
+    returns = [n.value for n in own if isinstance(n, ast.Return) and n.value is not None]
+    if not returns:
+        return False
+    for value in returns:
+        if _constructs_class(value) or (isinstance(value, ast.Name) and value.id in built):
+            return True
+    if all(isinstance(v, (ast.Constant, ast.JoinedStr, ast.Compare, ast.BoolOp)) for v in returns):
+        return False
+    return None
+
+
+def _constructs_class(node: ast.expr) -> bool:
+    """``Layer(...)`` / ``nn.Sequential(...)``: a call of a capitalised name."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+    return name[:1].isupper()

@@ -8,7 +8,6 @@ analyses (prefix sites, class facts) are computed once per file, on first use.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
@@ -18,17 +17,10 @@ import libcst as cst
 from prefixlint.codes import CODES
 from prefixlint.diagnostic import Severity
 from prefixlint.static.index import ClassSummary, FunctionSig, ModuleSummary
+from prefixlint.static.model_classes import ARCHITECTURE_NAME
 from prefixlint.static.prefix_fixes import NoFix, PlannedFix
 from prefixlint.static.prefix_sites import Hooks, PrefixAnalysis, Site, dotted_name
 from prefixlint.static.resolve import Resolver, Symbol
-
-# Class names that vLLM's registry (or a plugin) maps an architecture to look like this.
-ARCHITECTURE_NAME = re.compile(
-    r"For(CausalLM|ConditionalGeneration|SequenceClassification|TokenClassification|"
-    r"Embedding|QuestionAnswering|MaskedLM|Reward\w*|TextEncoding|SpeechSeq2Seq|"
-    r"Classification|Pooling|MTP|Speculative\w*|ImageClassification|\w+)$"
-)
-
 
 # The imports every rule example starts with, so that examples read as model files do.
 EXAMPLE_HEADER = """

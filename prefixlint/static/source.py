@@ -23,13 +23,11 @@ import libcst as cst
 
 from prefixlint.sourcelines import split_lines
 from prefixlint.static.index import ModuleSummary, summarize
+from prefixlint.static.model_classes import ARCHITECTURE_NAME
 
 # Methods a rule always needs in full, whatever they contain.
 # Other methods keep their signature, and their body only when a trigger word is in it.
 ALWAYS_PARSED_METHODS: frozenset[str] = frozenset({"__init__", "register"})
-
-# Architecture classes are kept even when they only set class attributes (interfaces).
-ARCHITECTURE_CLASS = re.compile(r"For[A-Z]\w*$")
 
 
 class SourceError(Exception):
@@ -250,7 +248,7 @@ def sketch_items(
             methods = [b for b in body if isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef))]
             if (
                 not any(m.name in ("__init__", "forward") for m in methods)
-                and not ARCHITECTURE_CLASS.search(node.name)
+                and not ARCHITECTURE_NAME.search(node.name)  # kept for interfaces
                 and not matters(node)
             ):
                 continue
