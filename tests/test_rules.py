@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from prefixlint.codes import FIXABLE
 from prefixlint.rules import ALL_RULES
-from prefixlint.static.rule import Invalid, LintRule
+from prefixlint.static.fix import apply_fixes
+from prefixlint.static.rule import Invalid, LintRule, example
 from prefixlint.static.testing import lint_source
 
 VALID_CASES = [
@@ -34,6 +36,16 @@ def test_invalid(rule: type[LintRule], case: Invalid) -> None:
         assert case.file_line() in [d.location.row for d in found], [d.location for d in found]
     if case.contains is not None:
         assert any(case.contains in d.message for d in found), [d.message for d in found]
+    if case.fixed is not None:  # Fixit's expected_replacement: the finding's own fix
+        assert all(d.fix is not None for d in found), [d.no_fix for d in found]
+        fixed, _ = apply_fixes(case.code, found)
+        want = example(case.fixed) if case.header_lines else case.fixed
+        assert fixed == want
+
+
+@pytest.mark.parametrize("rule", [r for r in ALL_RULES if r.code in FIXABLE], ids=lambda r: r.code)
+def test_fixable_rule_has_fixed_examples(rule: type[LintRule]) -> None:
+    assert any(case.fixed is not None for case in rule.INVALID)
 
 
 @pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)

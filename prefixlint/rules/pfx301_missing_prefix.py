@@ -78,13 +78,19 @@ class Shared(nn.Module):
             example(
                 """
 class Head(nn.Module):
-    def __init__(self, vocab, hidden, quant_config, prefix: str = ""):
+    def __init__(self, v, h, qc, prefix: str = ""):
         super().__init__()
-        self.lm_head = ParallelLMHead(vocab, hidden, quant_config=quant_config)
+        self.lm_head = ParallelLMHead(v, h, quant_config=qc)
 """
             ),
             line=5,
             contains="ParallelLMHead",
+            fixed="""
+class Head(nn.Module):
+    def __init__(self, v, h, qc, prefix: str = ""):
+        super().__init__()
+        self.lm_head = ParallelLMHead(v, h, quant_config=qc, prefix=maybe_prefix(prefix, "lm_head"))
+""",
         ),
         Invalid(
             example(
@@ -92,10 +98,25 @@ class Head(nn.Module):
 class MLP(nn.Module):
     def __init__(self, hidden, prefix: str = ""):
         super().__init__()
-        self.down_proj = RowParallelLinear(hidden, hidden, bias=False)
+        self.down_proj = RowParallelLinear(
+            hidden,
+            hidden,
+            bias=False,
+        )
 """
             ),
             line=5,
+            fixed="""
+class MLP(nn.Module):
+    def __init__(self, hidden, prefix: str = ""):
+        super().__init__()
+        self.down_proj = RowParallelLinear(
+            hidden,
+            hidden,
+            bias=False,
+            prefix=maybe_prefix(prefix, "down_proj"),
+        )
+""",
         ),
     ]
 

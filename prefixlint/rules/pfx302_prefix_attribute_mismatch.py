@@ -138,6 +138,18 @@ class MyForCausalLM(nn.Module):
             ),
             line=8,
             contains="WeightsMapper",
+            fixed="""
+from vllm.model_executor.models.utils import WeightsMapper
+
+class Layer(nn.Module):
+    def __init__(self, quant_config=None, prefix: str = ""):
+        super().__init__()
+        self.short_conv = RowParallelLinear(8, 8, quant_config=quant_config,
+                                            prefix=f"{prefix}.short_conv")
+
+class MyForCausalLM(nn.Module):
+    hf_to_vllm_mapper = WeightsMapper(orig_to_new_substr={".conv.": ".short_conv."})
+""",
         ),
         Invalid(
             example(
@@ -198,6 +210,18 @@ class Attn(nn.Module):
             ),
             line=6,
             contains="make_layers",
+            fixed="""
+class Model(nn.Module):
+    def __init__(self, *, vllm_config, prefix: str = ""):
+        super().__init__()
+        self.start_layer, self.end_layer, self.layers = make_layers(
+            4, lambda prefix: Attn(prefix=prefix), prefix=f"{prefix}.layers"
+        )
+
+class Attn(nn.Module):
+    def __init__(self, prefix: str = ""):
+        super().__init__()
+""",
         ),
     ]
 

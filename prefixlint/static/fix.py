@@ -88,7 +88,7 @@ def fix_source(
             result.skipped = sorted(
                 (d.location.row, f"{d.code}: {d.no_fix}") for d in found if d.no_fix
             )
-        current, done = _apply(current, fixes)
+        current, done = apply_fixes(current, fixes)
         result.applied += done
         if not done:
             break
@@ -97,7 +97,7 @@ def fix_source(
     return result
 
 
-def _apply(text: str, fixes: list[Diagnostic]) -> tuple[str, list[Applied]]:
+def apply_fixes(text: str, fixes: list[Diagnostic]) -> tuple[str, list[Applied]]:
     """Apply the edits of ``fixes`` that overlap no other, last first."""
     lines = text.splitlines(keepends=True) or [""]
     starts = [0]
