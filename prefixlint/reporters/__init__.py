@@ -23,4 +23,3 @@ REPORTERS: dict[str, Reporter] = {
 }
 
 # Formats that carry findings only (no run summary): what zoo offers beside text/json.
-FINDINGS_FORMATS = ("sarif", "github", "rdjson")

@@ -19,7 +19,7 @@ from prefixlint.diagnostic import Severity
 from prefixlint.static.index import ClassSummary, FunctionSig, ModuleSummary
 from prefixlint.static.model_classes import ARCHITECTURE_NAME
 from prefixlint.static.prefix_fixes import NoFix, PlannedFix
-from prefixlint.static.prefix_sites import Hooks, PrefixAnalysis, Site, dotted_name
+from prefixlint.static.prefix_sites import Hooks, PrefixAnalysis, Site
 from prefixlint.static.resolve import Resolver, Symbol
 
 # The imports every rule example starts with, so that examples read as model files do.
@@ -279,10 +279,6 @@ class LintRule:
         import inspect
 
         return inspect.cleandoc(cls.__doc__ or "")
-
-
-def callee_name(node: cst.Call) -> str | None:
-    return dotted_name(node.func)
 
 
 class RuleHooks(Hooks):
