@@ -52,10 +52,6 @@ class NotVerified(Exception):
 Reference = dict[str, tuple[tuple[int, ...], torch.dtype]]
 
 
-def reference_tensors(hf_config: Any, cls: type | None = None) -> Reference:
-    return reference_layouts(hf_config, cls)[0]
-
-
 def reference_layouts(hf_config: Any, cls: type | None = None) -> list[Reference]:
     """The checkpoint layouts (name -> (shape, dtype)) of the transformers class of the
     architecture (the config's, or the vLLM class's own name: an out-of-tree copy of a

@@ -126,9 +126,6 @@ class LineMap:
     sketch_starts: list[int]
     file_starts: list[int]
 
-    @classmethod
-    def identity(cls) -> LineMap:
-        return cls([1], [1])
 
     def to_file(self, sketch_line: int) -> int:
         i = bisect.bisect_right(self.sketch_starts, sketch_line) - 1
