@@ -61,7 +61,7 @@ def test_one_test_per_architecture(pytester: pytest.Pytester) -> None:
         i for i, text in enumerate(models.read_text().splitlines(), 1) if "self.mlp = " in text
     )
     planted = f"{models}:MyQwen2ForCausalLM"
-    missing = f"{FIXTURES / 'needs_missing_package.py'}:NeedsPackageForCausalLM"
+    missing = f"{FIXTURES / 'introspect' / 'unimportable.py'}:BrokenForCausalLM"
     result = pytester.runpytest_subprocess(
         *plugin_args(),
         "--prefixlint-zoo",
@@ -77,10 +77,10 @@ def test_one_test_per_architecture(pytester: pytest.Pytester) -> None:
         [
             f"*phase 2 findings for {planted}:*",
             f"*models.py:{line}: PFX601 *ffn*",
-            "*SKIPPED*NeedsPackageForCausalLM not verified:*",
+            "*SKIPPED*BrokenForCausalLM not verified:*",
         ]
     )
-    assert "prefixlint_fixture_package_that_does_not_exist" in out
+    assert "a_package_that_is_not_installed" in out
     assert "collected 3 items" in out
 
 
