@@ -104,13 +104,18 @@ def test_slow_file_is_named_on_stderr(tmp_path: Path, monkeypatch) -> None:
 @pytest.mark.slow
 @requires_vllm
 def test_really_slow_file_is_named_while_it_runs(tmp_path: Path) -> None:
-    """A real slow file (copies of the installed llama.py, under the limit): its name is on
-    stderr while it is checked and when it is done; stdout stays JSON."""
+    """A real slow file (2.5 MB: 120 copies of the installed llama.py, its classes numbered,
+    under a raised limit): its name is on stderr while it is checked and when it is done;
+    stdout stays JSON."""
+    import re
+
     assert VLLM is not None
     llama = (VLLM / "model_executor" / "models" / "llama.py").read_text()
-    copies = [llama.replace("class Llama", f"class Llama{i}_") for i in range(40)]
+    names = re.findall(r"^class (\w+)", llama, re.M)
+    pattern = re.compile(rf"\b({'|'.join(names)})\b")
+    copies = [pattern.sub(lambda m, i=i: f"{m[1]}{i}", llama) for i in range(120)]
     (tmp_path / "big.py").write_text("\n".join(copies))
-    (tmp_path / "pyproject.toml").write_text("[tool.prefixlint]\nmax-file-size = 2\n")
+    (tmp_path / "pyproject.toml").write_text("[tool.prefixlint]\nmax-file-size = 3\n")
     done = subprocess.run(
         [sys.executable, "-m", "prefixlint", "check", "--no-cache", "--format", "json", "."],
         cwd=tmp_path,
@@ -121,6 +126,7 @@ def test_really_slow_file_is_named_while_it_runs(tmp_path: Path) -> None:
     )
     assert done.returncode in (0, 1), done.stderr
     json.loads(done.stdout)
-    assert "prefixlint: big.py (0.8" in done.stderr
+    size = (tmp_path / "big.py").stat().st_size / 1_000_000
+    assert f"prefixlint: big.py ({size:.2f} MB)" in done.stderr
     assert "is slow: still checking it after 5 s" in done.stderr
     assert "took" in done.stderr
