@@ -18,6 +18,7 @@ from typing import Any
 
 from prefixlint.codes import url_for
 from prefixlint.diagnostic import Diagnostic, Position, Severity
+from prefixlint.paths import display_path
 
 NOT_VERIFIED = "PFX600"
 INTERNAL_SUFFIX = "__prefixlint"  # phase 2's name for a class that shadows a registered one
@@ -123,15 +124,9 @@ def public_name(text: str) -> str:
     return text.replace(INTERNAL_SUFFIX, "")
 
 
-def _display(path: Path) -> str:
-    from prefixlint.static.runner import display_path
-
-    return display_path(path)
-
-
 def _outcome(cand: Candidate, report: Any, timeout: float) -> list[Diagnostic]:
     """Phase 2's findings for one class, or the note that says why it verified nothing."""
-    where = _display(cand.path)
+    where = display_path(cand.path)
     name = cand.name
     if report.error:
         return [
@@ -199,7 +194,7 @@ def run_phase2(
         for i, cand in enumerate(candidates, 1):
             progress(
                 f"phase 2 [{i}/{len(candidates)}]: building {cand.name} "
-                f"({_display(cand.path)}) for tp={','.join(map(str, tp))}"
+                f"({display_path(cand.path)}) for tp={','.join(map(str, tp))}"
             )
             table, base = configs_for(cand.path)
             report = build(

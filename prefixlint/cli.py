@@ -205,7 +205,7 @@ def _skipped_notes(report: Any) -> list:
     verified nothing and must not read as passed."""
     from prefixlint.check_introspect import note, public_name
     from prefixlint.introspect import target_file
-    from prefixlint.static.runner import display_path
+    from prefixlint.paths import display_path
 
     out = []
     for result in report.results:

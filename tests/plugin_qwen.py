@@ -9,13 +9,8 @@ from pathlib import Path
 
 from tests.conftest import VLLM
 
-REGISTER = """
-def register() -> None:
-    from vllm import ModelRegistry
-
-    if "MyQwen2ForCausalLM" not in ModelRegistry.get_supported_archs():
-        ModelRegistry.register_model("MyQwen2ForCausalLM", MyQwen2ForCausalLM)
-"""
+# Appended to the copy: registers the renamed architecture as an out-of-tree plugin does.
+REGISTER = (Path(__file__).parent / "fixtures" / "plugin_register.py").read_text()
 
 
 def make_plugin(root: Path, edit=None) -> Path:

@@ -122,3 +122,16 @@ def test_python_312_syntax_is_not_a_syntax_error(tmp_path) -> None:
     else:
         assert [f["severity"] for f in found] == ["note"] * len(sources)
         assert all("Python 3.12 syntax" in f["message"] for f in found)
+
+
+def test_text_frame_counts_lines_as_python_does(tmp_path: Path) -> None:
+    """A form feed is no line break for Python: the frame shows the reported line."""
+    from click.testing import CliRunner
+
+    from prefixlint.cli import main
+
+    model = (Path(__file__).parent / "fixtures" / "bad_model.py").read_text()
+    (tmp_path / "model.py").write_text("# page one\x0c page two\n" + model)
+    out = CliRunner().invoke(main, ["check", "--no-cache", str(tmp_path / "model.py")]).output
+    frame = [line for line in out.splitlines() if " | " in line and "lm_head" in line]
+    assert frame and "ParallelLMHead(" in frame[0], out

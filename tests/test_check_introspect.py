@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -77,32 +76,12 @@ def test_plugin_phase2_findings_ignore_and_noqa(tmp_path: Path) -> None:
     assert done.returncode == 0 and json.loads(done.stdout) == [], done.stdout
 
 
-UNIMPORTABLE = textwrap.dedent(
-    """\
-    from torch import nn
+FIXTURES = Path(__file__).parent / "fixtures" / "introspect"
+# Imports a package no environment has: phase 2 cannot load it (class at line 6).
+UNIMPORTABLE = (FIXTURES / "unimportable.py").read_text()
 
-    import a_package_that_is_not_installed  # noqa: F401
-
-
-    class BrokenForCausalLM(nn.Module):
-        def __init__(self, *, vllm_config, prefix: str = ""):
-            super().__init__()
-    """
-)
-
-HANGS = textwrap.dedent(
-    """\
-    import time
-
-    from vllm.model_executor.models.llama import LlamaForCausalLM
-
-
-    class SlowForCausalLM(LlamaForCausalLM):
-        def __init__(self, *, vllm_config, prefix: str = ""):
-            time.sleep(10_000)
-            super().__init__(vllm_config=vllm_config, prefix=prefix)
-    """
-)
+# Sleeps in its constructor: a build that hangs.
+HANGS = (FIXTURES / "hangs.py").read_text()
 
 
 @requires_vllm

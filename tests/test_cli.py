@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -14,19 +13,9 @@ from click.testing import CliRunner
 
 from prefixlint.cli import main
 
-BAD_MODEL = textwrap.dedent(
-    """
-    from torch import nn
-    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
-
-
-    class Head(nn.Module):
-        def __init__(self, vocab, hidden, quant_config, prefix: str = ""):
-            super().__init__()
-            self.prefix = prefix
-            self.lm_head = ParallelLMHead(vocab, hidden, quant_config=quant_config)
-    """
-)
+FIXTURES = Path(__file__).parent / "fixtures"
+# A head built without ``prefix`` while ``quant_config`` is passed: one PFX301 at line 10.
+BAD_MODEL = (FIXTURES / "bad_model.py").read_text()
 
 
 def run(args: list[str], cwd: Path) -> tuple[int, str]:

@@ -3,12 +3,10 @@ posting the review to a local HTTP server that stands in for GitHub."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import subprocess
 import textwrap
-import threading
 from pathlib import Path
 
 import pytest
@@ -19,40 +17,15 @@ from prefixlint.diagnostic import Diagnostic, Edit, Fix, Position, Severity
 from prefixlint.diffbase import ChangedLines, changed_lines, parse_diff
 from prefixlint.review import build_review, pull_number
 
-CLEAN_MODEL = textwrap.dedent(
-    """\
-    from torch import nn
-    from vllm.model_executor.layers.linear import RowParallelLinear
-    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+pytest_plugins = ["tests.github_api"]  # the `github` fixture
 
-
-    class Head(nn.Module):
-        def __init__(self, vocab, hidden, quant_config, prefix: str = ""):
-            super().__init__()
-            self.o_proj = RowParallelLinear(
-                hidden, hidden, quant_config=quant_config, prefix=f"{prefix}.o_proj"
-            )
-            self.lm_head = ParallelLMHead(
-                vocab, hidden, quant_config=quant_config, prefix=f"{prefix}.lm_head"
-            )
-    """
-)
+FIXTURES = Path(__file__).parent / "fixtures" / "diffbase"
+CLEAN_MODEL = (FIXTURES / "clean_model.py").read_text()
 # The one bug a change adds: line 13 names another attribute (PFX302).
 BUGGY_MODEL = CLEAN_MODEL.replace('prefix=f"{prefix}.lm_head"', 'prefix=f"{prefix}.head"')
 BUG_LINE = 13
 # A finding that is already in the base commit (PFX301 at line 7): never reported.
-LEGACY = textwrap.dedent(
-    """\
-    from torch import nn
-    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
-
-
-    class Legacy(nn.Module):
-        def __init__(self, vocab, hidden, quant_config, prefix: str = ""):
-            self.lm_head = ParallelLMHead(vocab, hidden, quant_config=quant_config)
-            self.prefix = prefix
-    """
-)
+LEGACY = (FIXTURES / "legacy.py").read_text()
 
 GIT_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1",
@@ -293,49 +266,6 @@ def test_review_without_findings(repo: Path) -> None:
     assert code == 0 and payload["comments"] == [] and "no findings" in payload["body"]
 
 
-class _GitHub(http.server.BaseHTTPRequestHandler):
-    received: list[dict] = []
-    status = 200
-    answer: dict = {}
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length", "0"))
-        type(self).received.append(
-            {
-                "method": self.command,
-                "path": self.path,
-                "headers": {k.lower(): v for k, v in self.headers.items()},
-                "body": json.loads(self.rfile.read(length)),
-            }
-        )
-        data = json.dumps(type(self).answer).encode()
-        self.send_response(type(self).status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args) -> None:
-        pass
-
-
-@pytest.fixture
-def github(monkeypatch):
-    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-    handler = type("Handler", (_GitHub,), {"received": [], "status": 200, "answer": {}})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield handler, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-
-
 def test_review_post_sends_the_review(repo: Path, github) -> None:
     handler, url = github
     handler.answer = {"id": 1, "html_url": "https://example.invalid/pull/7#review-1"}
@@ -407,23 +337,8 @@ def test_changed_lines_paths(tmp_path: Path) -> None:
     assert changes.first_changed("other.py", 1, 9) is None
 
 
-MULTILINE = textwrap.dedent(
-    """\
-    from torch import nn
-    from vllm.model_executor.layers.linear import RowParallelLinear
-
-
-    class MLP(nn.Module):
-        def __init__(self, hidden, quant_config, prefix: str = ""):
-            super().__init__()
-            self.down_proj = RowParallelLinear(
-                hidden,
-                hidden,
-                quant_config=quant_config,
-                prefix=f"{prefix}.down_proj",
-            )
-    """
-)
+# A call whose ``prefix=`` argument has a line of its own (line 12).
+MULTILINE = (FIXTURES / "mlp.py").read_text()
 
 
 def test_a_deleted_argument_reports_the_call_it_was_deleted_from(repo: Path) -> None:

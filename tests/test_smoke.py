@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import textwrap
 import time
 from pathlib import Path
 
@@ -33,74 +32,8 @@ engine_run = pytest.mark.skipif(
     reason="needs vLLM; PREFIXLINT_SKIP_SMOKE is set",
 )
 
-PLANTED = textwrap.dedent(
-    '''
-    """Planted defects for prefixlint's smoke tests, chosen by the config's `planted_defects`.
-
-    Each defect shows only in the setting its check changes; without the key the model is
-    vLLM's Llama.
-    """
-
-    import torch
-    from vllm.distributed import get_tensor_model_parallel_world_size
-    from vllm.model_executor.models.llama import LlamaForCausalLM
-    from vllm.model_executor.models.utils import PPMissingLayer
-
-    _CARRY: dict = {}  # module-level state: the "leak" defect
-
-
-    class PlantedLlama(LlamaForCausalLM):
-        def __init__(self, *, vllm_config, prefix: str = ""):
-            super().__init__(vllm_config=vllm_config, prefix=prefix)
-            config = vllm_config.model_config.hf_config
-            self.defects = set(getattr(config, "planted_defects", None) or ())
-            if "scale" in self.defects:  # 1/d instead of 1/sqrt(d)
-                for layer in self.model.layers:
-                    if isinstance(layer, PPMissingLayer):
-                        continue
-                    impl = getattr(layer.self_attn.attn, "impl", None)
-                    if impl is not None:
-                        impl.scale = float(layer.self_attn.head_dim) ** -1.0
-            compile_bug = "compile" in self.defects
-            if compile_bug and not isinstance(self.model.norm, PPMissingLayer):
-                # differs while torch.compile traces it
-                base = type(self.model.norm)
-
-                def forward(this, x, residual=None):
-                    out = base.forward(this, x, residual)
-                    if torch.compiler.is_compiling():
-                        if isinstance(out, tuple):
-                            return (out[0].roll(1, -1), *out[1:])
-                        return out.roll(1, -1)
-                    return out
-
-                self.model.norm.__class__ = type("CompileNorm", (base,), {"forward": forward})
-
-        def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
-            n = positions.numel()
-            contiguous = n == 1 or bool((positions[1:] - positions[:-1] == 1).all())
-            if "positions" in self.defects and n > 1 and contiguous and int(positions[0]) > 0:
-                # "a multi-token input is always a fresh prompt": wrong for a later chunk
-                positions = positions - positions[0]
-            hidden = super().forward(input_ids, positions, intermediate_tensors, inputs_embeds)
-            if "leak" in self.defects:
-                previous = _CARRY.get("hidden")
-                if not contiguous and previous is not None:
-                    # several sequences in the batch: the previous step's last row leaks in
-                    hidden = hidden + previous[-1:]
-                _CARRY["hidden"] = hidden.detach().clone()
-            if "tp" in self.defects and get_tensor_model_parallel_world_size() > 1:
-                hidden = hidden.roll(1, -1)
-            return hidden
-
-
-    class DuplicatePrefixLlama(LlamaForCausalLM):
-        """Phase 2 rejects it (its inner model gets the wrong prefix)."""
-
-        def __init__(self, *, vllm_config, prefix: str = ""):
-            super().__init__(vllm_config=vllm_config, prefix="model")
-    '''
-)
+# Planted defects, one per check, chosen by the config's `planted_defects`.
+PLANTED = (Path(__file__).parent / "fixtures" / "smoke" / "planted_models.py").read_text()
 
 
 def _planted(tmp_path: Path, defects: list[str]) -> tuple[Path, Path]:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from pathlib import Path
 from typing import TextIO
 
 from prefixlint.diagnostic import Diagnostic, Severity
+from prefixlint.sourcelines import SourceLines
 
 _FRAME_WIDTH = 120
 
@@ -48,22 +48,10 @@ class _Style:
         return captured.get()
 
 
-def _source_line(path: str, row: int, cache: dict[str, list[str] | None]) -> str | None:
-    if path not in cache:
-        try:
-            cache[path] = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            cache[path] = None
-    lines = cache[path]
-    if lines is None or not 1 <= row <= len(lines):
-        return None
-    return lines[row - 1]
-
-
 def report_text(diagnostics: list[Diagnostic], out: TextIO, options: dict) -> None:
     style = _Style(_use_colour(out))
     show_source = options.get("show_source", True)
-    sources: dict[str, list[str] | None] = {}
+    sources = SourceLines()  # numbered as Python numbers lines (a form feed is no break)
     for d in diagnostics:
         colour = {Severity.ERROR: "31", Severity.WARNING: "33"}.get(d.severity, "36")
         head = (
@@ -71,7 +59,7 @@ def report_text(diagnostics: list[Diagnostic], out: TextIO, options: dict) -> No
             f"{style(d.code, '1;' + colour)} {d.message}"
         )
         out.write(head + "\n")
-        line = _source_line(d.filename, d.location.row, sources) if show_source else None
+        line = sources.line(d.filename, d.location.row) if show_source else None
         if line is not None:
             gutter = " " * len(str(d.location.row))
             start = d.location.column - 1

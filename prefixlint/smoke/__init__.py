@@ -33,6 +33,7 @@ from typing import Any
 
 from prefixlint.codes import SMOKE, codes_of, url_for
 from prefixlint.diagnostic import Diagnostic, Position, Severity
+from prefixlint.paths import display_path
 
 # code -> (name, summary)
 # code -> (name, summary), from the one codes table.
@@ -104,13 +105,6 @@ def parse_checks(value: str | None) -> list[str]:
     return out
 
 
-def _display(path: str) -> str:
-    try:
-        return Path(path).resolve().relative_to(Path.cwd().resolve()).as_posix()
-    except (ValueError, OSError):
-        return path
-
-
 def _gate_spec(target: str) -> tuple[str, str | None]:
     """What phase 2 builds for ``target``: a folder is its config's architecture."""
     folder = Path(target)
@@ -139,7 +133,7 @@ def _diagnostic(code: str, finding: dict[str, Any], file: str, line: int, arch: 
         code=code,
         message=message,
         severity=Severity.ERROR,
-        filename=_display(file) if file else arch,
+        filename=display_path(file) if file else arch,
         location=pos,
         end_location=pos,
         phase="smoke",

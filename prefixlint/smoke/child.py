@@ -309,19 +309,52 @@ def plugin_models(resolved: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def run(job: dict[str, Any]) -> None:
+    device = _prepare_environment(job["device"])
+    out = Results(job["results"])
+    work = Path(job["workdir"])
+    checks = set(job["checks"])
+    t0 = time.perf_counter()
+    resolved = _announce(job, out, work)
+    ready = _checkpoint(job, resolved, work, out, checks)
+    if ready is None:
+        return
+    model_dir, cfg, hf_model = ready
+    if _refuse_unloaded(model_dir, out, checks):
+        return
+    vocab = int(getattr(cfg, "vocab_size", None) or cfg.get_text_config().vocab_size)
+    p = prompts(vocab)
+    out.emit(event="timing", step="checkpoint", seconds=time.perf_counter() - t0)
+    refs: dict[str, Any] = {}
+    if "PFX801" in checks:
+        t = time.perf_counter()
+        for name in ("short", "long"):
+            refs[name] = reference(hf_model, p[name], NEW_TOKENS)
+        out.emit(event="timing", step="transformers", seconds=time.perf_counter() - t)
+    margins = Margins(hf_model, None if hf_model is not None else model_dir)
+    del hf_model  # the margins keep what they need; the engines want the memory
+    smoke = _Smoke(out, device, model_dir, p, margins)
+    if checks & {"PFX801", "PFX802", "PFX803", "PFX804", "PFX805", "PFX806"}:
+        smoke.base_engine(checks, refs)
+    smoke.other_engines(checks)
+    out.emit(event="timing", step="total", seconds=time.perf_counter() - t0)
+
+
+def _prepare_environment(requested: str) -> str:
+    """The device, and the environment vLLM reads before it is imported."""
     from prefixlint.introspect.env import prepare
 
-    device = resolve_device(job["device"])
+    device = resolve_device(requested)
     os.environ["VLLM_TARGET_DEVICE"] = device
     prepare()
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     if device == "cpu":
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    out = Results(job["results"])
-    work = Path(job["workdir"])
-    checks = set(job["checks"])
-    t0 = time.perf_counter()
+    return device
 
+
+def _announce(job: dict[str, Any], out: Results, work: Path) -> dict[str, Any]:
+    """Resolve the target, say which class and config it is, and make it loadable by the
+    engine's processes (a plugin)."""
     from prefixlint.introspect import build
     from prefixlint.smoke import plugin
 
@@ -335,7 +368,16 @@ def run(job: dict[str, Any]) -> None:
         config_source=resolved.get("config_source") or f"model folder {job['target']}",
     )
     plugin.install(work / "plugin", plugin_models(resolved), os.environ)  # type: ignore[arg-type]
+    return resolved
 
+
+def _checkpoint(
+    job: dict[str, Any], resolved: dict[str, Any], work: Path, out: Results, checks: set[str]
+) -> tuple[Path, Any, Any] | None:
+    """(checkpoint folder, config, transformers reference or None): the target's own
+    weights when it is a model folder with them, else a random-weight checkpoint of the
+    shrunk config. None when there is no reference to compare with (every check says so).
+    PFX801 is dropped from ``checks`` when transformers cannot load the reference."""
     from transformers import AutoConfig
 
     src = resolved["config_folder"]
@@ -352,7 +394,7 @@ def run(job: dict[str, Any]) -> None:
             reason = f"transformers cannot build a reference: {type(e).__name__}: {e}"
             for code in sorted(checks):
                 out.emit(event="check", code=code, status="skip", reason=reason[:300])
-            return
+            return None
     if hf_model is None and "PFX801" in checks:
         try:
             import torch
@@ -368,68 +410,105 @@ def run(job: dict[str, Any]) -> None:
                 reason=f"transformers cannot load the reference: {type(e).__name__}: {e}"[:300],
             )
             checks.discard("PFX801")
+    return Path(model_dir), cfg, hf_model
+
+
+def _refuse_unloaded(model_dir: Path, out: Results, checks: set[str]) -> bool:
+    """True (and every check an error that says why) when the checkpoint leaves
+    parameters of the vLLM model unloaded: what they compute is noise."""
     missing = unloaded_weights(model_dir)
-    if missing:
-        shown = ", ".join(missing[:4]) + (
-            f" and {len(missing) - 4} more" if len(missing) > 4 else ""
-        )
-        reason = (
-            f"not compared: {len(missing)} parameter(s) of the model get no tensor from the "
-            f"checkpoint ({shown}), so they hold uninitialised memory and any comparison is "
-            f"noise. The config does not fit the class: give its own config with --config "
-            f"or [tool.prefixlint.configs]"
-        )
-        for code in sorted(checks):
-            out.emit(event="check", code=code, status="error", reason=reason[:600])
-        return
-    vocab = int(getattr(cfg, "vocab_size", None) or cfg.get_text_config().vocab_size)
-    p = prompts(vocab)
-    out.emit(event="timing", step="checkpoint", seconds=time.perf_counter() - t0)
+    if not missing:
+        return False
+    shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+    reason = (
+        f"not compared: {len(missing)} parameter(s) of the model get no tensor from the "
+        f"checkpoint ({shown}), so they hold uninitialised memory and any comparison is "
+        f"noise. The config does not fit the class: give its own config with --config "
+        f"or [tool.prefixlint.configs]"
+    )
+    for code in sorted(checks):
+        out.emit(event="check", code=code, status="error", reason=reason[:600])
+    return True
 
-    refs: dict[str, Any] = {}
-    if "PFX801" in checks:
-        t = time.perf_counter()
-        for name in ("short", "long"):
-            refs[name] = reference(hf_model, p[name], NEW_TOKENS)
-        out.emit(event="timing", step="transformers", seconds=time.perf_counter() - t)
-    margins = Margins(hf_model, None if hf_model is not None else model_dir)
-    del hf_model
 
-    base_needed = checks & {"PFX801", "PFX802", "PFX803", "PFX804", "PFX805", "PFX806"}
-    base: dict[str, Any] = {}
-    if base_needed:
-        t = time.perf_counter()
-        llm = engine(model_dir, device)
+class _Smoke:
+    """The engine runs of one smoke job: ``base`` first (its answers are the reference of
+    the other engines), then one engine per remaining check."""
+
+    def __init__(
+        self, out: Results, device: str, model_dir: Path, p: dict[str, Any], margins: Margins
+    ) -> None:
+        self.out = out
+        self.device = device
+        self.model_dir = model_dir
+        self.p = p
+        self.margins = margins
+        self.base: dict[str, Any] = {}
+
+    def _compare(self, name: str, expected: Any, got: Any) -> dict[str, Any] | None:
+        return compare(name, self.p[name], expected, got, self.margins)
+
+    def base_engine(self, checks: set[str], refs: dict[str, Any]) -> None:
+        """PFX801 (against transformers), PFX804 (a prefix-cache hit) and PFX802 (in a
+        batch) on the base engine, whose first answers are kept in ``self.base``."""
+        out, p, t = self.out, self.p, time.perf_counter()
+        llm = engine(self.model_dir, self.device)
         out.emit(event="timing", step="engine base", seconds=time.perf_counter() - t)
         t = time.perf_counter()
-        base["short"] = generate(llm, [p["short"]])[0]
-        base["long"] = generate(llm, [p["long"]])[0]
+        self.base["short"] = generate(llm, [p["short"]])[0]
+        self.base["long"] = generate(llm, [p["long"]])[0]
         out.emit(event="timing", step="base generate", seconds=time.perf_counter() - t)
         if "PFX801" in checks:
             findings = [
                 f
                 for name in ("short", "long")
-                if (f := compare(name, p[name], refs[name], base[name], margins))
+                if (f := self._compare(name, refs[name], self.base[name]))
             ]
             report(out, "PFX801", findings, time.perf_counter() - t)
         if "PFX804" in checks:
             t = time.perf_counter()
             again = generate(llm, [p["long"]])[0]
-            f = compare("long", p["long"], base["long"], again, margins)
+            f = self._compare("long", self.base["long"], again)
             report(out, "PFX804", [f] if f else [], time.perf_counter() - t)
         if "PFX802" in checks:
             t = time.perf_counter()
             llm.reset_prefix_cache()
             batch = generate(llm, [p["short"], *p["others"]])[0]
-            f = compare("short", p["short"], base["short"], batch, margins)
+            f = self._compare("short", self.base["short"], batch)
             report(out, "PFX802", [f] if f else [], time.perf_counter() - t)
         close(llm)
         del llm
 
-    def against_base(code: str, label: str, names: tuple[str, ...], **overrides: Any) -> None:
-        t = time.perf_counter()
+    def other_engines(self, checks: set[str]) -> None:
+        """PFX803 (chunked prefill), PFX805 (TP 2) and PFX806 (compiled), each against
+        the base engine's answers."""
+        if "PFX803" in checks:
+            self.against_base(
+                "PFX803",
+                "chunked-prefill",
+                ("long",),
+                enable_chunked_prefill=True,
+                max_num_batched_tokens=CHUNK_BUDGET,
+                max_num_seqs=8,
+                enable_prefix_caching=False,
+            )
+        if "PFX805" in checks:
+            reason = tp_skip_reason(self.device)
+            if reason:
+                self.out.emit(event="check", code="PFX805", status="skip", reason=reason)
+            else:
+                if self.device == "cpu":
+                    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "0|1"
+                self.against_base(
+                    "PFX805", "tensor-parallel-2", ("short", "long"), tensor_parallel_size=2
+                )
+        if "PFX806" in checks:
+            self.against_base("PFX806", "compiled", ("short", "long"), enforce_eager=False)
+
+    def against_base(self, code: str, label: str, names: tuple[str, ...], **overrides: Any) -> None:
+        out, t = self.out, time.perf_counter()
         try:
-            llm = engine(model_dir, device, **overrides)
+            llm = engine(self.model_dir, self.device, **overrides)
         except Exception as e:
             why = f"{type(e).__name__}: {' '.join(str(e).split())}"
             out.emit(
@@ -444,33 +523,11 @@ def run(job: dict[str, Any]) -> None:
         t = time.perf_counter()
         findings = []
         for name in names:
-            got = generate(llm, [p[name]])[0]
-            if f := compare(name, p[name], base[name], got, margins):
+            got = generate(llm, [self.p[name]])[0]
+            if f := self._compare(name, self.base[name], got):
                 findings.append(f)
         close(llm)
         report(out, code, findings, time.perf_counter() - t)
-
-    if "PFX803" in checks:
-        against_base(
-            "PFX803",
-            "chunked-prefill",
-            ("long",),
-            enable_chunked_prefill=True,
-            max_num_batched_tokens=CHUNK_BUDGET,
-            max_num_seqs=8,
-            enable_prefix_caching=False,
-        )
-    if "PFX805" in checks:
-        reason = tp_skip_reason(device)
-        if reason:
-            out.emit(event="check", code="PFX805", status="skip", reason=reason)
-        else:
-            if device == "cpu":
-                os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "0|1"
-            against_base("PFX805", "tensor-parallel-2", ("short", "long"), tensor_parallel_size=2)
-    if "PFX806" in checks:
-        against_base("PFX806", "compiled", ("short", "long"), enforce_eager=False)
-    out.emit(event="timing", step="total", seconds=time.perf_counter() - t0)
 
 
 def unloaded_weights(model_dir: Path) -> list[str]:

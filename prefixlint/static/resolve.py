@@ -105,6 +105,11 @@ class ModuleLoader:
         self._summary_cache = summary_cache
         self.touched: set[Path] = set()  # files read since the last reset (cache deps)
 
+    @property
+    def summary_cache(self) -> SummaryCache | None:
+        """The on-disk summary cache this loader reads and fills (None: memory only)."""
+        return self._summary_cache
+
     def add_root(self, root: Path, package: str) -> None:
         self.roots.setdefault(root.resolve(), set()).add(package)
 

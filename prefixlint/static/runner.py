@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import re
+import sys
+import threading
+import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,10 +14,12 @@ from typing import Any
 
 from prefixlint.config import Config
 from prefixlint.diagnostic import Diagnostic, Position, Severity
+from prefixlint.paths import display_path
 from prefixlint.static.cache import ResultCache, content_hash, stat_key
 from prefixlint.static.index import find_installed_package, package_root_for
 
 INTERNAL_ERROR = "PFX000"
+SYNTAX = "PFX001"  # cannot be read, decoded, parsed, or (a note) was not checked
 _REGISTRY_ENTRY = re.compile(r"\"(\w+)\"\s*:\s*\(\s*\"[\w.]+\"\s*,\s*\"(\w+)\"\s*\)")
 
 
@@ -35,13 +40,6 @@ def registry_architectures(vllm_dir: Path | None) -> frozenset[str]:
     except OSError:
         return frozenset()
     return frozenset(m.group(2) for m in _REGISTRY_ENTRY.finditer(text))
-
-
-def display_path(path: Path) -> str:
-    try:
-        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
-    except ValueError:
-        return str(path)
 
 
 # -- worker side -----------------------------------------------------------------------
@@ -72,32 +70,65 @@ def _init_worker(
 
 
 def _new_summaries(linter: Any) -> dict:
-    cache = linter.resolver.loader._summary_cache
+    cache = linter.resolver.loader.summary_cache
     if cache is None:
         return {}
     new, cache.new = cache.new, {}
     return new
 
 
+# A file that takes longer than this is named on stderr: a slow run says where it is slow.
+SLOW_FILE_SECONDS = 5.0
+
+
+def _say(text: str) -> None:
+    # stderr, never stdout: JSON and SARIF there stay parseable. Workers inherit it.
+    sys.stderr.write(f"prefixlint: {text}\n")
+    sys.stderr.flush()
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1_000_000:.2f} MB"
+
+
 def _lint_one(linter: Any, path: str, display: str, data: bytes) -> tuple[list[dict], list[str]]:
     loader = linter.resolver.loader
     loader.touched = set()
+    # Named while it is still running, so a file that never finishes is named too.
+    watch = threading.Timer(
+        SLOW_FILE_SECONDS,
+        _say,
+        (
+            f"{display} ({_megabytes(len(data))}) is slow: still checking it after "
+            f"{SLOW_FILE_SECONDS:.0f} s",
+        ),
+    )
+    watch.daemon = True
+    started = time.perf_counter()
+    watch.start()
     try:
         diags = linter.lint_bytes(data, Path(path), display)
     except Exception as e:  # a bug in prefixlint must not hide the other files' findings
-        detail = "".join(traceback.format_exception_only(type(e), e)).strip()
-        diags = [
-            Diagnostic(
-                code=INTERNAL_ERROR,
-                message=f"internal error while linting this file: {detail}",
-                severity=Severity.ERROR,
-                filename=display,
-                location=Position(1, 1),
-                end_location=Position(1, 1),
-            )
-        ]
+        diags = [_internal_error(display, e)]
+    finally:
+        watch.cancel()
+    took = time.perf_counter() - started
+    if took > SLOW_FILE_SECONDS:
+        _say(f"{display} ({_megabytes(len(data))}) took {took:.1f} s to check")
     deps = sorted(str(p) for p in loader.touched if str(p) != str(Path(path).resolve()))
     return [d.to_json() for d in diags], deps
+
+
+def _internal_error(display: str, e: Exception) -> Diagnostic:
+    detail = "".join(traceback.format_exception_only(type(e), e)).strip()
+    return Diagnostic(
+        code=INTERNAL_ERROR,
+        message=f"internal error while linting this file: {detail}",
+        severity=Severity.ERROR,
+        filename=display,
+        location=Position(1, 1),
+        end_location=Position(1, 1),
+    )
 
 
 def _lint_chunk(
@@ -115,6 +146,19 @@ def _lint_chunk(
 
 
 # -- main side -------------------------------------------------------------------------
+Outcome = tuple[str, list[dict], list[str]]  # resolved path, findings as JSON, dependencies
+
+
+@dataclass
+class _Plan:
+    """The files of a run: those answered already (cache, unreadable, too big) and those
+    to lint (resolved path, display name, content digest)."""
+
+    todo: list[tuple[str, str, str]] = field(default_factory=list)
+    by_file: dict[str, list[dict]] = field(default_factory=dict)
+    displays: dict[str, str] = field(default_factory=dict)
+
+
 def run_static(
     files: list[Path],
     config: Config,
@@ -124,108 +168,140 @@ def run_static(
     cache_dir: Path | None = None,
 ) -> RunResult:
     result = RunResult(files=len(files))
-    package_dirs = sorted(
+    package_dirs = _package_dirs(files)
+    folder = str(cache_dir or ResultCache.default_folder()) if use_cache else None
+    cache = _result_cache(Path(folder), codes, config, package_dirs) if folder else None
+    plan = _plan(files, cache, codes, config, result)
+    if plan.todo:
+        linted = [(key, display) for key, display, _ in plan.todo]
+        setup = (sorted(codes), config.extend_prefix_layers, package_dirs, folder)
+        outcomes = _lint_files(linted, jobs, setup)
+        digests = {key: digest for key, _, digest in plan.todo}
+        for key, diags, deps in outcomes:
+            plan.by_file[key] = diags
+            internal = any(d["code"] == INTERNAL_ERROR for d in diags)
+            if cache and not internal:
+                cache.put(key, digests[key], deps, diags)
+    if cache:
+        cache.save()
+    _collect(result, plan, config)
+    return result
+
+
+def _package_dirs(files: list[Path]) -> list[str]:
+    """The top package folder of each file that sits in a package."""
+    return sorted(
         {
             str(root / p.resolve().relative_to(root).parts[0])
             for p in files
             if (root := package_root_for(p))
         }
     )
+
+
+def _result_cache(
+    folder: Path, codes: set[str], config: Config, package_dirs: list[str]
+) -> ResultCache:
     vllm = find_installed_package("vllm")
-    cache = None
-    if use_cache:
-        cache = ResultCache(
-            cache_dir or ResultCache.default_folder(),
-            {
-                "codes": sorted(codes),
-                "layers": config.extend_prefix_layers,
-                "vllm": str(vllm) if vllm else None,
-                # The registry decides which classes are architectures.
-                "registry": stat_key(str(vllm / "model_executor" / "models" / "registry.py"))
-                if vllm
-                else None,
-                "packages": package_dirs,
-            },
-        )
-    todo: list[tuple[str, str, str]] = []  # (resolved path, display, digest)
-    by_file: dict[str, list[dict]] = {}
-    displays: dict[str, str] = {}
+    registry = vllm / "model_executor" / "models" / "registry.py" if vllm else None
+    return ResultCache(
+        folder,
+        {
+            "codes": sorted(codes),
+            "layers": config.extend_prefix_layers,
+            "vllm": str(vllm) if vllm else None,
+            # The registry decides which classes are architectures.
+            "registry": stat_key(str(registry)) if registry else None,
+            "packages": package_dirs,
+        },
+    )
+
+
+def _plan(
+    files: list[Path],
+    cache: ResultCache | None,
+    codes: set[str],
+    config: Config,
+    result: RunResult,
+) -> _Plan:
+    """Answer what needs no lint (unreadable, over the size limit, cached); list the rest."""
+    plan = _Plan()
+    limit = int(config.max_file_size * 1_000_000)
     for f in files:
         key = str(f.resolve())
         display = display_path(f)
-        displays[key] = display
+        plan.displays[key] = display
         try:
+            # Sized before it is read: a file of gigabytes is never loaded.
+            size = f.stat().st_size
+            if size > limit:
+                plan.by_file[key] = [_too_big(display, size, config)] if SYNTAX in codes else []
+                continue
             data = f.read_bytes()
         except OSError as e:
-            by_file[key] = [_io_error(display, e)]
+            plan.by_file[key] = [_io_error(display, e)]
             continue
         digest = content_hash(data)
         hit = cache.get(key, digest) if cache else None
         if hit is not None:
             result.cached += 1
-            by_file[key] = hit
+            plan.by_file[key] = hit
         else:
-            todo.append((key, display, digest))
+            plan.todo.append((key, display, digest))
+    return plan
 
-    if todo:
-        digests = {k: d for k, _, d in todo}
-        workers = min(jobs or os.cpu_count() or 1, len(todo))
-        folder = str(cache_dir or ResultCache.default_folder()) if use_cache else None
-        if workers <= 1 or len(todo) < 8:
-            linter = _make_linter(sorted(codes), config.extend_prefix_layers, package_dirs, folder)
-            outcomes = []
-            for key, display, _ in todo:
-                diags, deps = _lint_one(linter, key, display, Path(key).read_bytes())
-                outcomes.append((key, diags, deps))
-            summaries = linter.resolver.loader._summary_cache
-            if summaries is not None:
-                summaries.save()
-        else:
-            from concurrent.futures.process import BrokenProcessPool
 
-            try:
-                outcomes = _lint_parallel(
-                    todo, workers, sorted(codes), config, package_dirs, folder
-                )
-            except BrokenProcessPool:
-                # A worker died (out of memory, a signal): lint in this process instead, so
-                # the run still ends in findings or a clean internal error.
-                linter = _make_linter(
-                    sorted(codes), config.extend_prefix_layers, package_dirs, folder
-                )
-                outcomes = [
-                    (key, *_lint_one(linter, key, display, Path(key).read_bytes()))
-                    for key, display, _ in todo
-                ]
-        for key, diags, deps in outcomes:
-            by_file[key] = diags
-            internal = any(d["code"] == INTERNAL_ERROR for d in diags)
-            if cache and not internal:
-                cache.put(key, digests[key], deps, diags)
-    if cache:
-        cache.save()
+def _lint_files(
+    todo: list[tuple[str, str]],
+    jobs: int | None,
+    setup: tuple[list[str], list[str], list[str], str | None],
+) -> list[Outcome]:
+    """Lint ``todo`` (resolved path, display name) in this process or on all cores.
+    ``setup`` is what each linter is made from: codes, layers, package folders, cache."""
+    workers = min(jobs or os.cpu_count() or 1, len(todo))
+    if workers > 1 and len(todo) >= 8:
+        from concurrent.futures.process import BrokenProcessPool
 
-    for key, diags in by_file.items():
+        try:
+            return _lint_parallel(todo, workers, setup)
+        except BrokenProcessPool:
+            # A worker died (out of memory, a signal): lint in this process instead, so
+            # the run still ends in findings or a clean internal error.
+            pass
+    linter = _make_linter(*setup)
+    outcomes = [(key, *_lint_one(linter, key, display, _read(key))) for key, display in todo]
+    summaries = linter.resolver.loader.summary_cache
+    if summaries is not None:
+        summaries.save()
+    return outcomes
+
+
+def _read(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError:  # gone since it was planned: linted as empty, as a worker does
+        return b""
+
+
+def _collect(result: RunResult, plan: _Plan, config: Config) -> None:
+    """Every file's findings into ``result``, less its per-file ignores, sorted."""
+    for key, diags in plan.by_file.items():
         ignored = config.ignored_for(Path(key))
         for obj in diags:
-            d = Diagnostic.from_json({**obj, "filename": displays[key]})
+            d = Diagnostic.from_json({**obj, "filename": plan.displays[key]})
             if d.code == INTERNAL_ERROR:
                 result.internal_errors += 1
             if ignored and any(d.code.startswith(i) for i in ignored):
                 continue
             result.diagnostics.append(d)
     result.diagnostics.sort(key=Diagnostic.sort_key)
-    return result
 
 
 def _lint_parallel(
-    todo: list[tuple[str, str, str]],
+    todo: list[tuple[str, str]],
     workers: int,
-    codes: list[str],
-    config: Config,
-    package_dirs: list[str],
-    cache_dir: str | None,
-) -> list[tuple[str, list[dict], list[str]]]:
+    setup: tuple[list[str], list[str], list[str], str | None],
+) -> list[Outcome]:
     # Imported here: a warm or one-file run never starts a pool.
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -236,20 +312,18 @@ def _lint_parallel(
     )
     n_chunks = workers * 4
     chunks: list[list[tuple[str, str]]] = [[] for _ in range(n_chunks)]
-    for i, (key, display, _) in enumerate(sized):
-        chunks[i % n_chunks].append((key, display))
+    for i, item in enumerate(sized):
+        chunks[i % n_chunks].append(item)
     ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-    outcomes: list[tuple[str, list[dict], list[str]]] = []
+    outcomes: list[Outcome] = []
     with ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=ctx,
-        initializer=_init_worker,
-        initargs=(codes, config.extend_prefix_layers, package_dirs, cache_dir),
+        max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=setup
     ) as pool:
         new_summaries: dict = {}
         for part, summaries in pool.map(_lint_chunk, [c for c in chunks if c]):
             outcomes.extend(part)
             new_summaries.update(summaries)
+    cache_dir = setup[3]
     if cache_dir is not None and new_summaries:
         from prefixlint.static.cache import SummaryCache
 
@@ -259,9 +333,25 @@ def _lint_parallel(
     return outcomes
 
 
+def _too_big(display: str, size: int, config: Config) -> dict:
+    """A note, not an error: the file was not checked, and the message says how to."""
+    where = f" in {config.source}" if config.source else ""
+    return Diagnostic(
+        code=SYNTAX,
+        message=(
+            f"not checked: file is {_megabytes(size)}, over the limit of "
+            f"{config.max_file_size:g} MB (set `max-file-size` in [tool.prefixlint]{where})"
+        ),
+        severity=Severity.NOTE,
+        filename=display,
+        location=Position(1, 1),
+        end_location=Position(1, 1),
+    ).to_json()
+
+
 def _io_error(display: str, e: OSError) -> dict:
     return Diagnostic(
-        code="PFX001",
+        code=SYNTAX,
         message=f"cannot read file: {e.strerror or e}",
         severity=Severity.ERROR,
         filename=display,
