@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import sys
 import threading
 import time
@@ -20,7 +19,6 @@ from prefixlint.static.index import find_installed_package, package_root_for
 
 INTERNAL_ERROR = "PFX000"
 SYNTAX = "PFX001"  # cannot be read, decoded, parsed, or (a note) was not checked
-_REGISTRY_ENTRY = re.compile(r"\"(\w+)\"\s*:\s*\(\s*\"[\w.]+\"\s*,\s*\"(\w+)\"\s*\)")
 
 
 @dataclass
@@ -29,17 +27,6 @@ class RunResult:
     files: int = 0
     cached: int = 0
     internal_errors: int = 0
-
-
-def registry_architectures(vllm_dir: Path | None) -> frozenset[str]:
-    """Class names the installed vLLM's model registry maps architectures to (read as text)."""
-    if vllm_dir is None:
-        return frozenset()
-    try:
-        text = (vllm_dir / "model_executor" / "models" / "registry.py").read_text("utf-8")
-    except OSError:
-        return frozenset()
-    return frozenset(m.group(2) for m in _REGISTRY_ENTRY.finditer(text))
 
 
 # -- worker side -----------------------------------------------------------------------
@@ -52,6 +39,7 @@ def _make_linter(
     from prefixlint.rules import RULES_BY_CODE
     from prefixlint.static.cache import SummaryCache
     from prefixlint.static.engine import Linter
+    from prefixlint.static.model_classes import registry_architectures
     from prefixlint.static.resolve import ModuleLoader, Resolver
 
     summaries = SummaryCache(Path(cache_dir)) if cache_dir else None
