@@ -10,7 +10,10 @@ class SyntaxErrorRule(LintRule):
     ## What it does
     Reports a file that cannot be read, decoded (not UTF-8 or its declared encoding, null
     bytes) or parsed, at the position where reading stopped. The run continues with the
-    other files.
+    other files. Two cases are notes ("not checked"), not errors, since the file may be
+    fine: syntax of a newer Python than the one running prefixlint (the note names the
+    version), and a file over `max-file-size` (default 1 MB) in `[tool.prefixlint]`.
+    Notes fail a run only with `--strict`.
 
     ## Why is this bad?
     Nothing else can be checked in such a file; and vLLM would fail to import it at
