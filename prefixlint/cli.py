@@ -12,6 +12,7 @@ from prefixlint import __version__
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 FORMATS = ["text", "json", "sarif", "github", "rdjson"]
+STRICT_HELP = "Also exit 1 when something could not be verified (a PFX600 note)."
 
 
 def _split(values: tuple[str, ...]) -> list[str]:
@@ -84,6 +85,7 @@ def main() -> None:
 )
 @click.option("--tp", default="1,2,4,8", show_default=True, help="With --introspect: TP sizes.")
 @click.option("--pp", default="2", show_default=True, help="With --introspect: PP sizes.")
+@click.option("--strict", is_flag=True, help=STRICT_HELP)
 @click.option(
     "--fix",
     is_flag=True,
@@ -118,6 +120,7 @@ def check(
     with_introspect: bool,
     tp: str,
     pp: str,
+    strict: bool,
     fix: bool,
     show_diff: bool,
     diff_base: str | None,
@@ -165,6 +168,8 @@ def check(
         )
         sys.exit(EXIT_ERROR)
     threshold = Severity.ERROR.rank if fail_on == "error" else Severity.WARNING.rank
+    if strict:  # a "not verified" note fails the run too
+        threshold = Severity.NOTE.rank
     failing = any(d.severity.rank >= threshold for d in result.diagnostics)
     sys.exit(EXIT_FINDINGS if failing else EXIT_OK)
 
@@ -296,10 +301,12 @@ def _report(diagnostics, output_format: str, files: int, output: Path | None = N
         REPORTERS[output_format](diagnostics, sys.stdout, options)
 
 
-def _exit_for(diagnostics, fail_on: str) -> None:
+def _exit_for(diagnostics, fail_on: str, strict: bool = False) -> None:
     from prefixlint.diagnostic import Severity
 
     threshold = Severity.ERROR.rank if fail_on == "error" else Severity.WARNING.rank
+    if strict:  # a "not verified" note fails the run too
+        threshold = Severity.NOTE.rank
     sys.exit(EXIT_FINDINGS if any(d.severity.rank >= threshold for d in diagnostics) else EXIT_OK)
 
 
@@ -352,6 +359,7 @@ def _introspect_files(files: list[Path], tp: list[int], pp: list[int]) -> list:
 @click.option("--format", "output_format", type=click.Choice(FORMATS), default="text")
 @click.option("--fail-on", type=click.Choice(["error", "warning"]), default="warning")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds per build.")
+@click.option("--strict", is_flag=True, help=STRICT_HELP)
 def introspect(
     target: str,
     config_path: str | None,
@@ -360,6 +368,7 @@ def introspect(
     output_format: str,
     fail_on: str,
     timeout: float,
+    strict: bool,
 ) -> None:
     """Build TARGET on the meta device for several TP/PP layouts and check what it built.
 
@@ -394,7 +403,7 @@ def introspect(
                 err=True,
             )
     _report(report.diagnostics, output_format, len(report.results))
-    _exit_for(report.diagnostics, fail_on)
+    _exit_for(report.diagnostics, fail_on, strict)
 
 
 @main.command()
@@ -416,6 +425,7 @@ def introspect(
 )
 @click.option("--only", multiple=True, help="Restrict to these architectures (repeatable).")
 @click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the report here.")
+@click.option("--strict", is_flag=True, help=STRICT_HELP)
 def zoo(
     output_format: str,
     jobs: int,
@@ -425,6 +435,7 @@ def zoo(
     timeout: float,
     only: tuple[str, ...],
     output: Path | None,
+    strict: bool,
 ) -> None:
     """Build every architecture of the installed vLLM registry and summarise."""
     from prefixlint.introspect.zoo import run_zoo
@@ -453,10 +464,13 @@ def zoo(
     else:
         from prefixlint.diagnostic import Diagnostic
 
-        findings = [Diagnostic.from_json(f) for row in summary.rows for f in row.findings]
+        findings = [
+            Diagnostic.from_json(f) for row in summary.rows for f in row.findings + row.notes
+        ]
         findings.sort(key=lambda d: d.sort_key())
         _report(findings, output_format, len(summary.rows), output)
-    sys.exit(EXIT_FINDINGS if summary.findings else EXIT_OK)
+    unverified = strict and any(r.status != "built" for r in summary.rows)
+    sys.exit(EXIT_FINDINGS if summary.findings or unverified else EXIT_OK)
 
 
 @main.command()

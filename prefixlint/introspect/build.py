@@ -32,6 +32,7 @@ from prefixlint.introspect.configs import (  # noqa: E402
     resolve_config,
     seed_from_code,
 )
+from prefixlint.introspect.gaps import note, split_gaps  # noqa: E402
 from prefixlint.introspect.meta import meta_parameters  # noqa: E402
 from prefixlint.introspect.parallel import Layout, fake_parallel_state  # noqa: E402
 from prefixlint.introspect.recorder import PrefixRecorder  # noqa: E402
@@ -332,7 +333,7 @@ def run_target(
         builds.append(build)
         status = "built" if build.error is None else "failed"
         result.layouts.append(LayoutOutcome(layout, status, build.seconds, _describe(build.error)))
-    result.findings = check_build(cls, model_config, builds)
+    result.findings = _findings(target.arch, cls, model_config, builds, result.config_source)
     failed = [b for b in builds if b.error is not None]
     if len(failed) == len(builds) and builds:
         result.status = "failed"
@@ -345,6 +346,21 @@ def run_target(
     for build in builds:
         build.model = None
     return result
+
+
+def _findings(
+    arch: str, cls: type | None, model_config: Any, builds: list[Build], config_source: str
+) -> list[Finding]:
+    """The checks over the builds that say something about the model; a PFX600 note for
+    the layouts that failed because of the config or this machine (see ``gaps.py``)."""
+    synthesised = config_source.startswith("synthesised")
+    checked, gap_builds = split_gaps(builds, synthesised, classify)
+    findings = check_build(cls, model_config, checked)
+    file, line = class_location(cls)
+    for (category, reason), failed in gap_builds.items():
+        layouts = [b.layout.name for b in failed]
+        findings.append(Finding(**note(arch, layouts, category, reason, synthesised, file, line)))
+    return findings
 
 
 def _config_objects(model_config: Any) -> list[Any]:

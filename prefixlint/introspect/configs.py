@@ -215,8 +215,35 @@ def shrink_kwargs(default, num_layers: int = 2) -> dict[str, Any]:
             continue
         if hasattr(sub, "to_dict") and hasattr(sub, "model_type"):
             kw[k] = {**v, **shrink_kwargs(sub, num_layers)}
-    # consistency: num_key_value_heads must divide num_attention_heads
+    _clamp_token_ids(d, kw)
     return kw
+
+
+_TOKEN_KEY = re.compile(r"(_token_id|_token_ids|_token_index|_tokens|_token)$")
+
+
+def _clamp_token_ids(d: dict[str, Any], kw: dict[str, Any]) -> None:
+    """Token ids (``pad_token_id``, ``image_token_index``, ``suppress_tokens``) of the full
+    vocabulary fall outside the shrunk one (an embedding's ``padding_idx`` must be below
+    its size): each is taken modulo the new size, so distinct ids mostly stay distinct.
+    A composite config's ids index its text model's vocabulary."""
+    vocab = kw.get("vocab_size")
+    text = kw.get("text_config")
+    if not isinstance(vocab, int) and isinstance(text, dict):
+        vocab = text.get("vocab_size")
+    if not isinstance(vocab, int) or vocab <= 0:
+        return
+
+    def fit(v: Any) -> Any:
+        if isinstance(v, int) and not isinstance(v, bool) and v >= vocab:
+            return v % vocab
+        if isinstance(v, list) and all(isinstance(x, int) for x in v):
+            return list(dict.fromkeys(fit(x) for x in v))
+        return v
+
+    for k, v in d.items():
+        if _TOKEN_KEY.search(k) and k not in kw and fit(v) != v:
+            kw[k] = fit(v)
 
 
 class ConfigGap(LookupError):

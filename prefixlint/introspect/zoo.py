@@ -12,12 +12,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from prefixlint.diagnostic import Severity
 from prefixlint.introspect import (
     DEFAULT_TIMEOUT,
     failure,
     list_architectures,
     to_diagnostics,
 )
+from prefixlint.introspect.gaps import GAP_CATEGORIES
 from prefixlint.introspect.worker import Worker, WorkerDied, WorkerTimeout
 
 
@@ -32,6 +34,7 @@ class Row:
     build_seconds: float = 0.0  # the tp=1 build alone
     config_source: str = ""
     findings: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[dict[str, Any]] = field(default_factory=list)  # PFX600: not verified
 
 
 @dataclass
@@ -124,12 +127,14 @@ def _row(arch: str, group: str, answer: Any, seconds: float) -> Row:
         build_seconds=first["seconds"] if first and first["status"] == "built" else 0.0,
         config_source=result.get("config_source", ""),
         # A build that failed for a gap of config synthesis or of this machine says
-        # nothing about the model: its PFX604 is not counted as a finding.
+        # nothing about the model: it is a PFX600 note (not verified), not a finding.
         findings=[
             d.to_json()
             for d in to_diagnostics(result)
-            if not (d.code == "PFX604" and result.get("category") in ("config-gap", "environment"))
+            if d.severity is not Severity.NOTE
+            and not (d.code == "PFX604" and result.get("category") in GAP_CATEGORIES)
         ],
+        notes=[d.to_json() for d in to_diagnostics(result) if d.severity is Severity.NOTE],
     )
 
 
