@@ -137,3 +137,32 @@ def test_optional_package_imports_in_the_worker(package: str) -> None:
     assert "error" not in status, status
     if package == "torchvision":
         assert "'torchvision': 'extension'" in status or "'torchvision': 'schemas'" in status
+
+
+def test_draft_head_prefix_defect_in_eagle(worker, tmp_path: Path) -> None:
+    # EAGLE builds against a synthesised Llama target under vLLM's SpeculativeConfig
+    planted_defect_is_found(
+        worker,
+        tmp_path,
+        "llama_eagle.py",
+        "EagleLlamaForCausalLM",
+        "LlamaModel",
+        'prefix=maybe_prefix(prefix, "fc"),',
+        'prefix=maybe_prefix(prefix, "proj"),',
+        at=("class LlamaModel(", "self.fc = ReplicatedLinear("),
+    )
+
+
+def test_eagle_draft_builds_clean_against_its_target(worker) -> None:
+    """The draft's layers are numbered on from the target's (``start_layer_id``): vLLM's
+    naming for KV-cache uniqueness, not a prefix mismatch."""
+    report = introspect("EagleLlamaForCausalLM", tp=(1, 2), pp=(1,), worker=worker)
+    [result] = report.results
+    assert result["status"] == "built", result["reason"]
+    assert "draft (eagle) of LlamaForCausalLM" in result["config_source"]
+    assert not [d for d in report.diagnostics if d.severity.value == "error"], [
+        d.message for d in report.diagnostics
+    ]
+    mtp = introspect("DeepSeekMTPModel", tp=(1,), pp=(1,), worker=worker)
+    assert mtp.results[0]["status"] == "built", mtp.results[0]["reason"]
+    assert "draft (mtp) of Deepseek" in mtp.results[0]["config_source"]

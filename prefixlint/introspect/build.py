@@ -32,9 +32,17 @@ prepare_optional_packages()  # before any model file imports torchvision
 from prefixlint.introspect.checks import Finding, check_build  # noqa: E402
 from prefixlint.introspect.configs import (  # noqa: E402
     ConfigGap,
+    ConfigSource,
     repair,
     resolve_config,
     seed_from_code,
+)
+from prefixlint.introspect.drafts import (  # noqa: E402
+    force_architecture,
+    is_draft,
+    plan_draft,
+    soften_for_draft,
+    target_layer_offset,
 )
 from prefixlint.introspect.gaps import note, split_gaps  # noqa: E402
 from prefixlint.introspect.meta import meta_parameters  # noqa: E402
@@ -197,15 +205,48 @@ def _model_config(folder: str, dtype: str = "float32") -> Any:
     )
 
 
+# A draft's ModelConfig (by id) -> the SpeculativeConfig it belongs to (see drafts.py):
+# a draft is built under its target's VllmConfig, as vLLM's proposers build it.
+_SPECS: dict[int, Any] = {}
+
+
 def _vllm_config(model_config: Any, layout: Layout) -> Any:
     from vllm.config import ParallelConfig, VllmConfig
 
-    return VllmConfig(
-        model_config=model_config,
-        parallel_config=ParallelConfig(
-            tensor_parallel_size=layout.tp, pipeline_parallel_size=layout.pp
-        ),
-    )
+    parallel = ParallelConfig(tensor_parallel_size=layout.tp, pipeline_parallel_size=layout.pp)
+    spec = _SPECS.get(id(model_config))
+    if spec is not None:
+        return VllmConfig(
+            model_config=spec.target_model_config,
+            parallel_config=parallel,
+            speculative_config=spec,
+        )
+    return VllmConfig(model_config=model_config, parallel_config=parallel)
+
+
+def _draft_model_config(
+    arch: str, cls: type | None, registry: Any, registered_as: str
+) -> tuple[Any, str] | None:
+    """The draft's ModelConfig, built by vLLM's SpeculativeConfig against a synthesised
+    target, and where it came from; None for an architecture that is not a draft."""
+    if not is_draft(arch, registry):
+        return None
+
+    def resolve(name: str, model_cls: type | None) -> str:
+        return resolve_config(name, architecture_name=name, model_cls=model_cls).folder
+
+    try:
+        plan = plan_draft(arch, cls, registry, _model_config, resolve)
+    except Exception as e:
+        raise ConfigGap(
+            f"no speculative config builds {arch} against a synthesised target: "
+            f"{type(e).__name__}: {str(e).strip()[:200]}"
+        ) from e
+    if registered_as != arch:  # an out-of-tree copy of a draft: build the copy
+        force_architecture(plan, registered_as)
+    model_config = plan.spec.draft_model_config
+    _SPECS[id(model_config)] = plan.spec
+    return model_config, plan.source
 
 
 @contextlib.contextmanager
@@ -285,6 +326,32 @@ def class_location(cls: type | None) -> tuple[str, int]:
         return "", 0
 
 
+def _config_source(
+    target: Target,
+    cls: type | None,
+    config: str | None,
+    config_table: dict[str, str] | None,
+    config_base: str | None,
+) -> ConfigSource:
+    arch_for_config = target.arch.removesuffix("__prefixlint")
+    try:
+        return resolve_config(
+            arch_for_config,
+            config,
+            config_table,
+            Path(config_base) if config_base else None,
+            architecture_name=target.arch,
+            model_cls=cls,
+        )
+    except ConfigGap:
+        if not target.registered or config:
+            raise
+        # An out-of-tree class with a name transformers does not know: Llama-shaped.
+        source = resolve_config("LlamaForCausalLM", None, None, None, target.arch)
+        source.source = "synthesised (llama-shaped fallback)"
+        return source
+
+
 def run_target(
     target: Target,
     layouts: list[Layout],
@@ -303,23 +370,16 @@ def run_target(
             return _skipped(result, e, started)
     try:
         arch_for_config = target.arch.removesuffix("__prefixlint")
-        try:
-            source = resolve_config(
-                arch_for_config,
-                config,
-                config_table,
-                Path(config_base) if config_base else None,
-                architecture_name=target.arch,
-                model_cls=cls,
-            )
-        except ConfigGap:
-            if not target.registered or config:
-                raise
-            # An out-of-tree class with a name transformers does not know: Llama-shaped.
-            source = resolve_config("LlamaForCausalLM", None, None, None, target.arch)
-            source.source = "synthesised (llama-shaped fallback)"
-        result.config_source = source.source
-        model_config = _model_config(source.folder)
+        draft = None
+        if not config and not (config_table and arch_for_config in config_table):
+            draft = _draft_model_config(arch_for_config, cls, registry, target.arch)
+        if draft is not None:
+            model_config, result.config_source = draft
+            source = ConfigSource("", result.config_source)
+        else:
+            source = _config_source(target, cls, config, config_table, config_base)
+            result.config_source = source.source
+            model_config = _model_config(source.folder)
     except Exception as e:
         return _skipped(result, e, started)
 
@@ -360,6 +420,16 @@ def _findings(
     synthesised = config_source.startswith("synthesised")
     checked, gap_builds = split_gaps(builds, synthesised, classify)
     findings = check_build(cls, model_config, checked)
+    spec = _SPECS.get(id(model_config))
+    if spec is not None:  # a draft's layers are numbered on from its target's
+        offset = getattr(spec.target_model_config.hf_text_config, "num_hidden_layers", 0)
+        findings = [
+            f
+            for f in findings
+            if not (f.code == "PFX601" and target_layer_offset(f.message, offset or 0))
+        ]
+        for f in findings:
+            f.severity, f.message = soften_for_draft(f.code, f.severity, f.message)
     file, line = class_location(cls)
     for (category, reason), failed in gap_builds.items():
         layouts = [b.layout.name for b in failed]
@@ -369,7 +439,12 @@ def _findings(
 
 def _config_objects(model_config: Any) -> list[Any]:
     out = []
-    for config in (model_config.hf_config, getattr(model_config, "hf_text_config", None)):
+    configs = [model_config.hf_config, getattr(model_config, "hf_text_config", None)]
+    spec = _SPECS.get(id(model_config))
+    if spec is not None:  # a draft reads its target's config too
+        target = spec.target_model_config
+        configs += [target.hf_config, getattr(target, "hf_text_config", None)]
+    for config in configs:
         if config is not None and config not in out:
             out.append(config)
             for value in vars(config).values():
@@ -505,6 +580,19 @@ _ENVIRONMENT_WORDS = (
 _MISSING_FILES_WORDS = ("image processor", "feature extractor", "load the processor")
 
 
+# What a made-up value typically raises in model code (an index past a per-layer list, a
+# zero where a checkpoint has a size): with a synthesised config, the config's gap.
+_SYNTHESIS_ERRORS = (
+    AttributeError,
+    KeyError,
+    TypeError,
+    ValueError,
+    AssertionError,
+    IndexError,
+    ArithmeticError,
+)
+
+
 def classify(error: BaseException | None, findings: list[Finding], synthesised: bool) -> str:
     """Why a target failed: a gap in prefixlint's config synthesis, a gap of this
     environment (a package, a GPU kernel), or a finding about the model. With a
@@ -521,9 +609,7 @@ def classify(error: BaseException | None, findings: list[Finding], synthesised: 
         return "config-gap"
     if synthesised and any(w in text for w in _MISSING_FILES_WORDS):
         return "config-gap"
-    if synthesised and (
-        isinstance(error, (AttributeError, KeyError, TypeError, ValueError, AssertionError))
-    ):
+    if synthesised and isinstance(error, _SYNTHESIS_ERRORS):
         return "config-gap"
     return "finding"
 
