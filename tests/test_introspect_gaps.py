@@ -136,3 +136,49 @@ def test_cli_not_verified_is_a_sarif_note_and_fails_only_with_strict(tmp_path: P
     assert "not verified" in strict.stdout and "Not verified: 1" in strict.stdout
     check = _cli("check", str(path), "--introspect", "--tp", "1", "--pp", "1", cwd=tmp_path)
     assert "PFX600" in check.stdout and "PFX604" not in check.stdout
+
+
+def test_zoo_summary_per_group_and_strict(monkeypatch, tmp_path: Path) -> None:
+    from prefixlint.introspect import zoo
+    from tests.test_cli import run
+
+    note = {
+        "code": "PFX600",
+        "message": "not verified: building `C` failed because of this machine",
+        "severity": "note",
+        "phase": "introspect",
+        "filename": "c.py",
+        "location": {"row": 4, "column": 1},
+        "end_location": {"row": 4, "column": 1},
+        "fix": None,
+        "url": None,
+    }
+    finding = {**note, "code": "PFX601", "severity": "error", "message": "wrong prefix"}
+    rows = [
+        zoo.Row("AForCausalLM", "text_generation_models", "built", findings=[finding]),
+        zoo.Row("BForCausalLM", "text_generation_models", "built"),
+        zoo.Row(
+            "CVLForConditionalGeneration",
+            "multimodal_models",
+            "failed",
+            "environment",
+            "No module named 'cutlass'",
+            notes=[note],
+        ),
+        zoo.Row("DVLForConditionalGeneration", "multimodal_models", "skipped", "config-gap"),
+    ]
+    summary = zoo.ZooSummary(rows, 1.0)
+    groups = summary.by_group()
+    assert groups["text_generation_models"]["built"] == 2
+    assert groups["text_generation_models"]["with_findings"] == 1
+    assert groups["multimodal_models"]["built"] == 0
+    assert groups["multimodal_models"]["not_verified"] == {"environment": 1, "config-gap": 1}
+    assert summary.findings == 1  # notes are not findings
+    text = summary.to_text()
+    assert "multimodal_models" in text and "environment 1" in text
+    monkeypatch.setattr(zoo, "run_zoo", lambda **kw: zoo.ZooSummary(rows[1:], 1.0))
+    code, out = run(["zoo", "--format", "sarif"], tmp_path)
+    assert code == 0  # not verified is not a failure...
+    assert [r["level"] for r in json.loads(out)["runs"][0]["results"]] == ["note"]
+    code, _ = run(["zoo", "--strict"], tmp_path)
+    assert code == 1  # ... unless --strict

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prefixlint.introspect.subconfigs import is_sub_config, sub_config
+
 # name -> tiny value; only applied where the default config has the attribute
 SHRINK: dict[str, Any] = {
     "hidden_size": 128,
@@ -601,6 +603,11 @@ def guess_attribute(name: str, config: Any, texts: list[str] | None = None) -> A
         (("first_k_dense", "n_group", "topk_group", "group"), 1),
         (("rope_theta", "rope_base"), 10000.0),
         (("max_position_embedding",), 256),
+        (("select_layer", "feature_layer"), -1),  # the last layer of the vision tower
+        (("query_num", "num_queries"), 16),
+        (("image_size",), 56),
+        (("patch_size",), 14),
+        (("num_channels", "in_chans"), 3),
         (("window",), 64),
         (("intermediate",), 256),
         (("kv_channels",), getattr(config, "head_dim", None) or hidden // heads),
@@ -697,6 +704,12 @@ def repair(
     texts = _source_texts(error, extra_files)
     if m is not None and m.group(1) not in ("NoneType", "list", "tuple"):
         cls_name, attr = m.groups()
+        if is_sub_config(attr):
+            for config in configs:
+                if type(config).__name__ == cls_name and not hasattr(config, attr):
+                    setattr(config, attr, sub_config(attr, config))
+                    return attr
+            return None
         return _give_guess(
             configs, attr, texts, lambda c: type(c).__name__ == cls_name and not hasattr(c, attr)
         )

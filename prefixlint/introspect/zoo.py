@@ -72,14 +72,45 @@ class ZooSummary:
             "wall_seconds": round(self.wall_seconds, 1),
         }
 
+    def by_group(self) -> dict[str, dict[str, Any]]:
+        """Per registry group: how many built, how many are not verified and why (the
+        reason class: config-synthesis gap, environment gap, or a finding that stopped
+        the build), and the findings of what was built."""
+        out: dict[str, dict[str, Any]] = {}
+        for r in self.rows:
+            g = out.setdefault(
+                r.group,
+                {"architectures": 0, "built": 0, "not_verified": {}, "with_findings": 0},
+            )
+            g["architectures"] += 1
+            if r.status == "built":
+                g["built"] += 1
+            else:
+                why = r.category or "unknown"
+                g["not_verified"][why] = g["not_verified"].get(why, 0) + 1
+            g["with_findings"] += bool(r.findings)
+        for g in out.values():
+            g["built_ratio"] = round(g["built"] / g["architectures"], 3)
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]["architectures"]))
+
     def to_json_text(self) -> str:
         return json.dumps(
             {
-                "summary": self.counts(),
+                "summary": {**self.counts(), "by_group": self.by_group()},
                 "architectures": [r.__dict__ for r in self.rows],
             },
             indent=2,
         )
+
+    def group_lines(self) -> list[str]:
+        lines = [f"{'group':<34} {'built':>9} {'%':>6}  not verified (why)  with findings"]
+        for group, g in self.by_group().items():
+            why = ", ".join(f"{k} {n}" for k, n in sorted(g["not_verified"].items())) or "-"
+            lines.append(
+                f"{group[:34]:<34} {g['built']:>4}/{g['architectures']:<4} "
+                f"{g['built_ratio'] * 100:>5.1f}%  {why:<18}  {g['with_findings']}"
+            )
+        return lines
 
     def to_text(self) -> str:
         c = self.counts()
@@ -107,6 +138,8 @@ class ZooSummary:
         )
         for key, n in c["by_category"].items():
             lines.append(f"  {key}: {n}")
+        lines.append("")
+        lines.extend(self.group_lines())
         return "\n".join(lines)
 
 
