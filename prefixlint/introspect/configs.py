@@ -604,6 +604,7 @@ def guess_attribute(name: str, config: Any, texts: list[str] | None = None) -> A
         (("rope_theta", "rope_base"), 10000.0),
         (("max_position_embedding",), 256),
         (("select_layer", "feature_layer"), -1),  # the last layer of the vision tower
+        (("swiglu_limit", "clamp_limit"), 7.0),
         (("query_num", "num_queries"), 16),
         (("image_size",), 56),
         (("patch_size",), 14),
@@ -695,11 +696,33 @@ def _none_attribute(error: BaseException, configs: list[Any]) -> str | None:
     return None
 
 
+_DEMAND = re.compile(r"requires? `?(\w+)`?\s*(?:=|==)\s*(True|False|-?\d+)\b")
+
+
+def _demanded_value(error: BaseException, configs: list[Any]) -> str | None:
+    """``... requires index_kpool_always_select_tail=True``: the model names the value a
+    config attribute must have (real checkpoints have it); give it, once."""
+    import ast
+
+    m = _DEMAND.search(str(error))
+    if m is None:
+        return None
+    attr, value = m.group(1), ast.literal_eval(m.group(2))
+    for config in configs:
+        if attr in vars(config) and getattr(config, attr) != value:
+            setattr(config, attr, value)
+            return attr
+    return None
+
+
 def repair(
     error: BaseException, configs: list[Any], extra_files: list[str] | None = None
 ) -> str | None:
     """Give the config the attribute ``error`` says it lacks (an AttributeError), or the
     one the failing line used while it was None; returns its name."""
+    demanded = _demanded_value(error, configs)
+    if demanded is not None:
+        return demanded
     m = _MISSING.search(str(error)) if isinstance(error, AttributeError) else None
     texts = _source_texts(error, extra_files)
     if m is not None and m.group(1) not in ("NoneType", "list", "tuple"):

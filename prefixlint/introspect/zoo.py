@@ -102,6 +102,46 @@ class ZooSummary:
             indent=2,
         )
 
+    def to_markdown(self, title: str = "Phase 2 over the installed vLLM registry") -> str:
+        """docs/zoo.md: the per-group table, then every architecture that did not build
+        with its one-line reason (what was tried and why it is not verified)."""
+        c = self.counts()
+        lines = [
+            f"# {title}",
+            "",
+            f"`prefixlint zoo` (tp=1): {c['built']}/{c['architectures']} architectures build "
+            f"({c['built'] / max(c['architectures'], 1) * 100:.1f}%); {c['with_findings']} of "
+            f"them with findings ({c['findings']} in all). Wall time {c['wall_seconds']} s.",
+            "",
+            "| group | built | % | not verified (why) | with findings |",
+            "|---|---:|---:|---|---:|",
+        ]
+        for group, g in self.by_group().items():
+            why = ", ".join(f"{k} {n}" for k, n in sorted(g["not_verified"].items())) or "-"
+            lines.append(
+                f"| {group} | {g['built']}/{g['architectures']} | "
+                f"{g['built_ratio'] * 100:.1f} | {why} | {g['with_findings']} |"
+            )
+        lines += [
+            "",
+            "## Not built, and why",
+            "",
+            "`config-gap`: the synthesised config is not enough (give the checkpoint's own "
+            "with `--config`); `environment`: a package, kernel or GPU this machine lacks; "
+            "`finding`: the model's own code failed.",
+            "",
+        ]
+        for group in self.by_group():
+            rows = [r for r in self.rows if r.group == group and r.status != "built"]
+            if not rows:
+                continue
+            lines += [f"### {group}", ""]
+            for r in sorted(rows, key=lambda r: (r.category, r.arch)):
+                reason = " ".join(r.reason.split())[:160].replace("|", "/") or "no reason given"
+                lines.append(f"- `{r.arch}` ({r.category or 'unknown'}): {reason}")
+            lines.append("")
+        return "\n".join(lines)
+
     def group_lines(self) -> list[str]:
         lines = [f"{'group':<34} {'built':>9} {'%':>6}  not verified (why)  with findings"]
         for group, g in self.by_group().items():
