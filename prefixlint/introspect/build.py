@@ -11,6 +11,7 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
 import time
 import traceback
@@ -44,7 +45,7 @@ from prefixlint.introspect.drafts import (  # noqa: E402
     soften_for_draft,
     target_layer_offset,
 )
-from prefixlint.introspect.gaps import note, split_gaps  # noqa: E402
+from prefixlint.introspect.gaps import describe, note, split_gaps  # noqa: E402
 from prefixlint.introspect.meta import meta_parameters  # noqa: E402
 from prefixlint.introspect.parallel import Layout, fake_parallel_state  # noqa: E402
 from prefixlint.introspect.recorder import PrefixRecorder  # noqa: E402
@@ -203,6 +204,42 @@ def _model_config(folder: str, dtype: str = "float32") -> Any:
         trust_remote_code=False,
         max_model_len=128,
     )
+
+
+def _model_config_repaired(folder: str, attempts: int = 8) -> tuple[Any, list[str]]:
+    """vLLM's ModelConfig asks the model's multimodal processing info about the config
+    (``_supports_multimodal_inputs``): a synthesised config that lacks what it reads
+    (Ovis's ``vit_config``) gets it in its config.json, and the ModelConfig is made again."""
+    import json
+
+    from transformers import PretrainedConfig
+
+    from prefixlint.introspect.configs import guess_attribute
+    from prefixlint.introspect.subconfigs import is_sub_config, sub_config
+
+    path = Path(folder) / "config.json"
+    guessed: list[str] = []
+    for _ in range(attempts):
+        try:
+            return _model_config(folder), guessed
+        except AttributeError as e:
+            m = re.search(r"object has no attribute '(\w+)'", str(e))
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if m is None or m.group(1) in data:
+                raise
+            attr = m.group(1)
+            parent = PretrainedConfig(**{k: v for k, v in data.items() if k != "model_type"})
+            value = (
+                sub_config(attr, parent).to_dict()
+                if is_sub_config(attr)
+                else guess_attribute(attr, parent)
+            )
+            if value is None:
+                raise
+            data[attr] = value
+            path.write_text(json.dumps(data), encoding="utf-8")
+            guessed.append(attr)
+    return _model_config(folder), guessed
 
 
 # A draft's ModelConfig (by id) -> the SpeculativeConfig it belongs to (see drafts.py):
@@ -379,7 +416,12 @@ def run_target(
         else:
             source = _config_source(target, cls, config, config_table, config_base)
             result.config_source = source.source
-            model_config = _model_config(source.folder)
+            if source.source.startswith("synthesised"):
+                model_config, early = _model_config_repaired(source.folder)
+                if early:
+                    result.config_source += f"; guessed {', '.join(early)}"
+            else:
+                model_config = _model_config(source.folder)
     except Exception as e:
         return _skipped(result, e, started)
 
@@ -547,10 +589,7 @@ def _environmental(error: BaseException) -> bool:
 
 
 def _describe(error: BaseException | None) -> str:
-    if error is None:
-        return ""
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return f"{type(error).__name__}: {text}"[:300]
+    return describe(error)
 
 
 _ENVIRONMENT_WORDS = (
@@ -570,6 +609,9 @@ _ENVIRONMENT_WORDS = (
     "not supported by backend",  # the CPU attention backend lacks a feature
     "BackendImpl.__init__() got an unexpected keyword",  # ... or an argument
     "not implemented on CPU",
+    # without Triton (CPU) vLLM falls back to the V1 model runner, which lacks some paths
+    "Model Runner V1 does not support",
+    "requires the V2 model runner",
     # A module that copies its parameters at construction cannot be built on meta: a
     # limit of this way of building, not a property of the model.
     "Cannot copy out of meta tensor",
@@ -608,6 +650,10 @@ def classify(error: BaseException | None, findings: list[Finding], synthesised: 
     if isinstance(error, ConfigGap) or "Validation" in name or "config" in name.lower():
         return "config-gap"
     if synthesised and any(w in text for w in _MISSING_FILES_WORDS):
+        return "config-gap"
+    if synthesised and "prefixlint" in text:
+        # the model refused an object prefixlint made ("Unsupported vision config:
+        # <class 'prefixlint...SubConfig'>"): a real checkpoint's class would differ
         return "config-gap"
     if synthesised and isinstance(error, _SYNTHESIS_ERRORS):
         return "config-gap"

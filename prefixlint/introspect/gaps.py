@@ -103,7 +103,17 @@ def split_gaps(
         if not category:
             checked.append(build)
             continue
-        text = str(build.error).strip()
-        reason = f"{type(build.error).__name__}: {text.splitlines()[0] if text else ''}"[:240]
-        gaps.setdefault((category, reason), []).append(build)
+        gaps.setdefault((category, describe(build.error)[:240]), []).append(build)
     return checked, gaps
+
+
+def describe(error: BaseException | None) -> str:
+    """``Type: first line`` of an error; for pydantic's "1 validation error for X", the
+    line that says what failed."""
+    if error is None:
+        return ""
+    lines = str(error).strip().splitlines()
+    text = lines[0] if lines else ""
+    if "validation error" in text and len(lines) > 1:
+        text += ": " + lines[1].strip().split(" [type=")[0]
+    return f"{type(error).__name__}: {text}"[:300]
