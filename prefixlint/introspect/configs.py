@@ -605,6 +605,10 @@ def guess_attribute(name: str, config: Any, texts: list[str] | None = None) -> A
         (("max_position_embedding",), 256),
         (("select_layer", "feature_layer"), -1),  # the last layer of the vision tower
         (("swiglu_limit", "clamp_limit"), 7.0),
+        (("block_indexes", "layer_indexes"), [0]),
+        (("sampling_rate",), 16000),
+        (("embedding_size", "embed_dim"), hidden),
+        (("fp32_",), False),
         (("query_num", "num_queries"), 16),
         (("image_size",), 56),
         (("patch_size",), 14),
@@ -623,6 +627,9 @@ def guess_attribute(name: str, config: Any, texts: list[str] | None = None) -> A
         (("use_", "is_", "_bias", "enable", "norm_topk", "_norm", "norm_", "interleaved"), False),
         (("num_hidden_layers", "num_layers", "n_layers"), _num_layers(config)),
         (("num_",), 2),
+        (("heads",), heads),
+        (("width",), hidden),
+        (("_size",), 16),  # a size no other entry names: small, divides by 1, 2, 4, 8
     ]
     for words, value in table:
         if any(w in n for w in words):

@@ -40,6 +40,12 @@ ENCODER_DEFAULTS: dict[str, Any] = {
     "num_mel_bins": 80,
     "max_source_positions": 64,
     "d_model": 128,
+    "heads": 16,
+    "merge_size": 2,
+    "window_size": 56,
+    "fullatt_block_indexes": [0],  # layer 0 full attention, the rest windowed
+    "sampling_rate": 16000,
+    "n_window": 8,
     "rope_theta": 10000.0,
     "image_token_id": 10,  # below every shrunk vocabulary
     "encoder_layers": 2,
@@ -79,9 +85,11 @@ def _mapping_config(base: type) -> type:
     """A config that is also a mapping: some models unpack their sub-config
     (``Encoder(**config.audio_encoder_conf)``), checkpoints storing it as a dict."""
 
+    common = set(base().to_dict())  # what every config carries (transformers_version)
+
     class SubConfig(base):  # type: ignore[misc, valid-type]
         def keys(self) -> Any:
-            return self.to_dict().keys()
+            return [k for k in self.to_dict() if k not in common or k in ENCODER_DEFAULTS]
 
         def __getitem__(self, key: str) -> Any:
             return self.to_dict()[key]
