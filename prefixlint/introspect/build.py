@@ -609,6 +609,7 @@ _ENVIRONMENT_WORDS = (
     "not supported by backend",  # the CPU attention backend lacks a feature
     "BackendImpl.__init__() got an unexpected keyword",  # ... or an argument
     "not implemented on CPU",
+    "does not support AttentionBackendEnum",  # the CPU platform's ViT attention backend
     # without Triton (CPU) vLLM falls back to the V1 model runner, which lacks some paths
     "Model Runner V1 does not support",
     "requires the V2 model runner",
