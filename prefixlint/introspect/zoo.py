@@ -113,6 +113,9 @@ class ZooSummary:
             f"({c['built'] / max(c['architectures'], 1) * 100:.1f}%); {c['with_findings']} of "
             f"them with findings ({c['findings']} in all). Wall time {c['wall_seconds']} s.",
             "",
+            "Made by `bench/introspect_zoo.py --markdown docs/zoo.md` (after "
+            "`scripts/setup.sh`, which installs torchvision, torchaudio and timm for phase 2).",
+            "",
             "| group | built | % | not verified (why) | with findings |",
             "|---|---:|---:|---|---:|",
         ]
