@@ -166,3 +166,11 @@ def test_eagle_draft_builds_clean_against_its_target(worker) -> None:
     mtp = introspect("DeepSeekMTPModel", tp=(1,), pp=(1,), worker=worker)
     assert mtp.results[0]["status"] == "built", mtp.results[0]["reason"]
     assert "draft (mtp) of Deepseek" in mtp.results[0]["config_source"]
+
+
+@pytest.mark.skipif(not _optional_site_has("torchvision"), reason="torchvision not installed")
+def test_processor_is_not_loaded_for_a_meta_build(worker) -> None:
+    # ColQwen3's ModelConfig asks its processor which modalities it takes; a synthesised
+    # folder has no processor files, and a meta build runs no processor.
+    report = introspect("ColQwen3", tp=(1,), pp=(1,), worker=worker)
+    assert report.results[0]["status"] == "built", report.results[0]["reason"]

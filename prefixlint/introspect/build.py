@@ -193,6 +193,35 @@ def _registered_class(registry: Any, arch: str) -> type | None:
 
 
 def _model_config(folder: str, dtype: str = "float32") -> Any:
+    try:
+        return _plain_model_config(folder, dtype)
+    except Exception as e:
+        if not any(w in str(e) for w in _MISSING_FILES_WORDS):
+            raise
+        # A synthesised folder has no processor files, and ModelConfig loads the
+        # processor only to ask which modalities it takes: a meta build runs no
+        # processor, so the model is taken as multimodal (its towers get built).
+        with _no_processor_probe():
+            return _plain_model_config(folder, dtype)
+
+
+@contextlib.contextmanager
+def _no_processor_probe() -> Any:
+    from vllm.config import ModelConfig
+
+    name = "_supports_multimodal_inputs"  # vLLM 0.32's probe; absent: nothing to skip
+    original = ModelConfig.__dict__.get(name)
+    if original is None:
+        yield
+        return
+    setattr(ModelConfig, name, lambda self: bool(self.is_multimodal_model))
+    try:
+        yield
+    finally:
+        setattr(ModelConfig, name, original)
+
+
+def _plain_model_config(folder: str, dtype: str = "float32") -> Any:
     from vllm.config import ModelConfig
 
     return ModelConfig(
