@@ -192,9 +192,9 @@ def _registered_class(registry: Any, arch: str) -> type | None:
         return None
 
 
-def _model_config(folder: str, dtype: str = "float32") -> Any:
+def _model_config(folder: str, dtype: str = "float32", overrides: Any = None) -> Any:
     try:
-        return _plain_model_config(folder, dtype)
+        return _plain_model_config(folder, dtype, overrides)
     except Exception as e:
         if not any(w in str(e) for w in _MISSING_FILES_WORDS):
             raise
@@ -202,7 +202,7 @@ def _model_config(folder: str, dtype: str = "float32") -> Any:
         # processor only to ask which modalities it takes: a meta build runs no
         # processor, so the model is taken as multimodal (its towers get built).
         with _no_processor_probe():
-            return _plain_model_config(folder, dtype)
+            return _plain_model_config(folder, dtype, overrides)
 
 
 @contextlib.contextmanager
@@ -221,10 +221,11 @@ def _no_processor_probe() -> Any:
         setattr(ModelConfig, name, original)
 
 
-def _plain_model_config(folder: str, dtype: str = "float32") -> Any:
+def _plain_model_config(folder: str, dtype: str = "float32", overrides: Any = None) -> Any:
     from vllm.config import ModelConfig
 
     return ModelConfig(
+        hf_overrides=overrides or {},
         model=folder,
         tokenizer=None,
         skip_tokenizer_init=True,
@@ -235,40 +236,52 @@ def _plain_model_config(folder: str, dtype: str = "float32") -> Any:
     )
 
 
-def _model_config_repaired(folder: str, attempts: int = 8) -> tuple[Any, list[str]]:
+def _model_config_repaired(folder: str, attempts: int = 16) -> tuple[Any, list[str]]:
     """vLLM's ModelConfig asks the model's multimodal processing info about the config
     (``_supports_multimodal_inputs``): a synthesised config that lacks what it reads
-    (Ovis's ``vit_config``) gets it in its config.json, and the ModelConfig is made again."""
-    import json
-
-    from transformers import PretrainedConfig
-
+    (Ovis's ``vit_config``) gets it, as vLLM's own ``hf_overrides`` callable applies it
+    after loading (a sub-config as an object, not a dict), and the ModelConfig is made
+    again."""
     from prefixlint.introspect.configs import guess_attribute
     from prefixlint.introspect.subconfigs import is_sub_config, sub_config
 
-    path = Path(folder) / "config.json"
+    extra: dict[str, Any] = {}
     guessed: list[str] = []
+
+    def override(hf_config: Any) -> Any:
+        for name, value in extra.items():
+            setattr(hf_config, name, value)
+        return hf_config
+
     for _ in range(attempts):
         try:
-            return _model_config(folder), guessed
+            config = _model_config(folder, overrides=override if extra else None)
+            return config, list(extra) + guessed
         except AttributeError as e:
-            m = re.search(r"object has no attribute '(\w+)'", str(e))
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if m is None or m.group(1) in data:
+            m = re.search(r"'(\w+)' object has no attribute '(\w+)'", str(e))
+            if m is None or m.group(2) in extra or m.group(1) in ("dict", "NoneType", "list"):
                 raise
-            attr = m.group(1)
-            parent = PretrainedConfig(**{k: v for k, v in data.items() if k != "model_type"})
-            value = (
-                sub_config(attr, parent).to_dict()
-                if is_sub_config(attr)
-                else guess_attribute(attr, parent)
-            )
+            owner, attr = m.groups()
+            parent = _plain_model_config_hf(folder)
+            value = sub_config(attr, parent) if is_sub_config(attr) else None
+            if value is None:
+                value = guess_attribute(attr, parent)
             if value is None:
                 raise
-            data[attr] = value
-            path.write_text(json.dumps(data), encoding="utf-8")
-            guessed.append(attr)
-    return _model_config(folder), guessed
+            # an attribute of a sub-config given before: set on it, else on the config
+            nested = [v for v in extra.values() if type(v).__name__ == owner]
+            if nested:
+                setattr(nested[0], attr, value)
+                guessed.append(attr)
+            else:
+                extra[attr] = value
+    return _model_config(folder, overrides=override), list(extra) + guessed
+
+
+def _plain_model_config_hf(folder: str) -> Any:
+    from transformers import PretrainedConfig
+
+    return PretrainedConfig.from_pretrained(folder)
 
 
 # A draft's ModelConfig (by id) -> the SpeculativeConfig it belongs to (see drafts.py):
