@@ -26,10 +26,6 @@ prepare()
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from prefixlint.introspect.optional import prepare_optional_packages  # noqa: E402
-
-prepare_optional_packages()  # before any model file imports torchvision
-
 from prefixlint.introspect.checks import Finding, check_build  # noqa: E402
 from prefixlint.introspect.configs import (  # noqa: E402
     ConfigGap,
