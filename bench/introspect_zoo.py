@@ -27,6 +27,7 @@ from pathlib import Path
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--markdown", type=Path, help="Also write the report as Markdown here.")
     args = ap.parse_args()
     exe = str(Path(sys.executable).with_name("prefixlint"))
     with tempfile.TemporaryDirectory() as tmp:
@@ -60,6 +61,19 @@ def main() -> None:
     )
     print(f"median dry-run cost         {s.get('median_dryrun_seconds')} s   target <= 1 s")
     print(f"wall                        {wall:.1f} s   target <= 600 s")
+    print()
+    print(f"{'group':<34} {'built':>9} {'%':>6}  not verified (why)")
+    for group, g in s.get("by_group", {}).items():
+        why = ", ".join(f"{k} {n}" for k, n in sorted(g["not_verified"].items())) or "-"
+        print(
+            f"{group[:34]:<34} {g['built']:>4}/{g['architectures']:<4} "
+            f"{g['built_ratio'] * 100:>5.1f}%  {why}"
+        )
+    if args.markdown:
+        from prefixlint.introspect.zoo import Row, ZooSummary
+
+        rows = [Row(**row) for row in data["architectures"]]
+        args.markdown.write_text(ZooSummary(rows, wall).to_markdown() + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -593,6 +593,7 @@ def introspect(
     help="Phase 2 without the checkpoint and quantization dry-run (PFX701, PFX702).",
 )
 @click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the report here.")
+@click.option("--strict", is_flag=True, help=STRICT_HELP)
 def zoo(
     output_format: str,
     jobs: int,
@@ -603,6 +604,7 @@ def zoo(
     only: tuple[str, ...],
     no_dryrun: bool,
     output: Path | None,
+    strict: bool,
 ) -> None:
     """Build every architecture of the installed vLLM registry and summarise."""
     from prefixlint.introspect.zoo import run_zoo
@@ -632,10 +634,13 @@ def zoo(
     else:
         from prefixlint.diagnostic import Diagnostic
 
-        findings = [Diagnostic.from_json(f) for row in summary.rows for f in row.findings]
+        findings = [
+            Diagnostic.from_json(f) for row in summary.rows for f in row.findings + row.notes
+        ]
         findings.sort(key=lambda d: d.sort_key())
         _report(findings, output_format, len(summary.rows), output)
-    sys.exit(EXIT_FINDINGS if summary.findings else EXIT_OK)
+    unverified = strict and any(r.status != "built" for r in summary.rows)
+    sys.exit(EXIT_FINDINGS if summary.findings or unverified else EXIT_OK)
 
 
 @main.command()

@@ -15,5 +15,15 @@ fi
 # PyPI's torchvision/torchaudio/torchcodec do not load beside the CPU torch
 # ("operator torchvision::nms does not exist"); vLLM runs without them.
 .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+# Phase 2 builds vision and audio models on the meta device, which never calls their
+# compiled kernels: the releases paired with torch 2.13 go into a folder only the phase-2
+# worker puts on its path (prefixlint/introspect/optional.py defines the operator schemas
+# when the extension cannot load), so no other process of the venv imports them.
+OPTIONAL=.venv/prefixlint-optional
+if [ ! -d "$OPTIONAL/torchvision" ] || [ ! -d "$OPTIONAL/timm" ] || [ ! -d "$OPTIONAL/torchaudio" ]; then
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps --upgrade --target "$OPTIONAL" \
+    "torchvision==0.28.0" "torchaudio==2.11.0" "timm==1.0.31" 2>&1 \
+    | grep -v "^WARNING: Location" || true
+fi
 .venv/bin/python -c "import prefixlint, vllm" >/dev/null
 echo "set-up done: $(.venv/bin/prefixlint --version)"

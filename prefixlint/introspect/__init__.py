@@ -20,6 +20,7 @@ from typing import Any
 
 from prefixlint.codes import url_for
 from prefixlint.diagnostic import Diagnostic, Position, Severity
+from prefixlint.introspect.gaps import GAP_CATEGORIES, note
 from prefixlint.introspect.worker import Worker, WorkerDied, WorkerTimeout
 from prefixlint.static.index import find_installed_package
 
@@ -71,9 +72,36 @@ def target_file(spec: str) -> str:
     return spec
 
 
+def _class_line(path: str, name: str) -> int:
+    try:
+        text = Path(path).read_text("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return 1
+    m = re.search(rf"^class {re.escape(name)}\b", text, re.M)
+    return text.count("\n", 0, m.start()) + 1 if m else 1
+
+
+def skipped_findings(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """A target that could not even be set up (its class needs a missing package, no
+    config could be made) verified nothing: a PFX600 note, or PFX604 when the reason is
+    the model's own (its module raises on import)."""
+    if result.get("status") != "skipped" or result.get("findings"):
+        return []
+    arch = str(result.get("arch") or result["target"]).removesuffix("__prefixlint")
+    file = result.get("class_file") or target_file(result["target"])
+    line = result.get("class_line") or _class_line(file, arch)
+    reason = result.get("reason") or "unknown reason"
+    category = result.get("category", "")
+    if category in GAP_CATEGORIES:
+        synthesised = not str(result.get("config_source", "")).startswith(("file", "pyproject"))
+        return [note(arch, [], category, reason, synthesised, file, line)]
+    message = f"`{arch}` could not be set up for a build: {reason}"
+    return [{"code": "PFX604", "severity": "error", "message": message, "file": file, "line": line}]
+
+
 def to_diagnostics(result: dict[str, Any]) -> list[Diagnostic]:
     out = []
-    for f in result.get("findings", []):
+    for f in result.get("findings", []) + skipped_findings(result):
         pos = Position(max(int(f["line"] or 1), 1), 1)
         out.append(
             Diagnostic(

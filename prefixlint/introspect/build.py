@@ -11,6 +11,7 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
 import time
 import traceback
@@ -28,10 +29,19 @@ from torch import nn  # noqa: E402
 from prefixlint.introspect.checks import Finding, check_build  # noqa: E402
 from prefixlint.introspect.configs import (  # noqa: E402
     ConfigGap,
+    ConfigSource,
     repair,
     resolve_config,
     seed_from_code,
 )
+from prefixlint.introspect.drafts import (  # noqa: E402
+    force_architecture,
+    is_draft,
+    plan_draft,
+    soften_for_draft,
+    target_layer_offset,
+)
+from prefixlint.introspect.gaps import describe, note, split_gaps  # noqa: E402
 from prefixlint.introspect.meta import meta_parameters  # noqa: E402
 from prefixlint.introspect.parallel import Layout, fake_parallel_state  # noqa: E402
 from prefixlint.introspect.recorder import PrefixRecorder  # noqa: E402
@@ -181,10 +191,40 @@ def _registered_class(registry: Any, arch: str) -> type | None:
         return None
 
 
-def _model_config(folder: str, dtype: str = "float32") -> Any:
+def _model_config(folder: str, dtype: str = "float32", overrides: Any = None) -> Any:
+    try:
+        return _plain_model_config(folder, dtype, overrides)
+    except Exception as e:
+        if not any(w in str(e) for w in _MISSING_FILES_WORDS):
+            raise
+        # A synthesised folder has no processor files, and ModelConfig loads the
+        # processor only to ask which modalities it takes: a meta build runs no
+        # processor, so the model is taken as multimodal (its towers get built).
+        with _no_processor_probe():
+            return _plain_model_config(folder, dtype, overrides)
+
+
+@contextlib.contextmanager
+def _no_processor_probe() -> Any:
+    from vllm.config import ModelConfig
+
+    name = "_supports_multimodal_inputs"  # vLLM 0.32's probe; absent: nothing to skip
+    original = ModelConfig.__dict__.get(name)
+    if original is None:
+        yield
+        return
+    setattr(ModelConfig, name, lambda self: bool(self.is_multimodal_model))
+    try:
+        yield
+    finally:
+        setattr(ModelConfig, name, original)
+
+
+def _plain_model_config(folder: str, dtype: str = "float32", overrides: Any = None) -> Any:
     from vllm.config import ModelConfig
 
     return ModelConfig(
+        hf_overrides=overrides or {},
         model=folder,
         tokenizer=None,
         skip_tokenizer_init=True,
@@ -195,15 +235,96 @@ def _model_config(folder: str, dtype: str = "float32") -> Any:
     )
 
 
+def _model_config_repaired(folder: str, attempts: int = 16) -> tuple[Any, list[str]]:
+    """vLLM's ModelConfig asks the model's multimodal processing info about the config
+    (``_supports_multimodal_inputs``): a synthesised config that lacks what it reads
+    (Ovis's ``vit_config``) gets it, as vLLM's own ``hf_overrides`` callable applies it
+    after loading (a sub-config as an object, not a dict), and the ModelConfig is made
+    again."""
+    from prefixlint.introspect.configs import guess_attribute
+    from prefixlint.introspect.subconfigs import is_sub_config, sub_config
+
+    extra: dict[str, Any] = {}
+    guessed: list[str] = []
+
+    def override(hf_config: Any) -> Any:
+        for name, value in extra.items():
+            setattr(hf_config, name, value)
+        return hf_config
+
+    for _ in range(attempts):
+        try:
+            config = _model_config(folder, overrides=override if extra else None)
+            return config, list(extra) + guessed
+        except AttributeError as e:
+            m = re.search(r"'(\w+)' object has no attribute '(\w+)'", str(e))
+            if m is None or m.group(2) in extra or m.group(1) in ("dict", "NoneType", "list"):
+                raise
+            owner, attr = m.groups()
+            parent = _plain_model_config_hf(folder)
+            value = sub_config(attr, parent) if is_sub_config(attr) else None
+            if value is None:
+                value = guess_attribute(attr, parent)
+            if value is None:
+                raise
+            # an attribute of a sub-config given before: set on it, else on the config
+            nested = [v for v in extra.values() if type(v).__name__ == owner]
+            if nested:
+                setattr(nested[0], attr, value)
+                guessed.append(attr)
+            else:
+                extra[attr] = value
+    return _model_config(folder, overrides=override), list(extra) + guessed
+
+
+def _plain_model_config_hf(folder: str) -> Any:
+    from transformers import PretrainedConfig
+
+    return PretrainedConfig.from_pretrained(folder)
+
+
+# A draft's ModelConfig (by id) -> the SpeculativeConfig it belongs to (see drafts.py):
+# a draft is built under its target's VllmConfig, as vLLM's proposers build it.
+_SPECS: dict[int, Any] = {}
+
+
 def _vllm_config(model_config: Any, layout: Layout) -> Any:
     from vllm.config import ParallelConfig, VllmConfig
 
-    return VllmConfig(
-        model_config=model_config,
-        parallel_config=ParallelConfig(
-            tensor_parallel_size=layout.tp, pipeline_parallel_size=layout.pp
-        ),
-    )
+    parallel = ParallelConfig(tensor_parallel_size=layout.tp, pipeline_parallel_size=layout.pp)
+    spec = _SPECS.get(id(model_config))
+    if spec is not None:
+        return VllmConfig(
+            model_config=spec.target_model_config,
+            parallel_config=parallel,
+            speculative_config=spec,
+        )
+    return VllmConfig(model_config=model_config, parallel_config=parallel)
+
+
+def _draft_model_config(
+    arch: str, cls: type | None, registry: Any, registered_as: str
+) -> tuple[Any, str] | None:
+    """The draft's ModelConfig, built by vLLM's SpeculativeConfig against a synthesised
+    target, and where it came from; None for an architecture that is not a draft."""
+    if not is_draft(arch, registry):
+        return None
+
+    def resolve(name: str, model_cls: type | None) -> str:
+        return resolve_config(name, architecture_name=name, model_cls=model_cls).folder
+
+    try:
+        plan = plan_draft(arch, cls, registry, _model_config, resolve)
+    except Exception as e:
+        raise ConfigGap(
+            f"no speculative config builds {arch} against a synthesised target: "
+            f"{type(e).__name__}: {str(e).strip()[:200]}"
+        ) from e
+    if registered_as != arch:  # an out-of-tree copy of a draft: build the copy
+        force_architecture(plan, registered_as)
+    model_config = plan.spec.draft_model_config
+    _SPECS[id(model_config)] = plan.spec
+    return model_config, plan.source
 
 
 @contextlib.contextmanager
@@ -285,6 +406,32 @@ def class_location(cls: type | None) -> tuple[str, int]:
         return "", 0
 
 
+def _config_source(
+    target: Target,
+    cls: type | None,
+    config: str | None,
+    config_table: dict[str, str] | None,
+    config_base: str | None,
+) -> ConfigSource:
+    arch_for_config = target.arch.removesuffix("__prefixlint")
+    try:
+        return resolve_config(
+            arch_for_config,
+            config,
+            config_table,
+            Path(config_base) if config_base else None,
+            architecture_name=target.arch,
+            model_cls=cls,
+        )
+    except ConfigGap:
+        if not target.registered or config:
+            raise
+        # An out-of-tree class with a name transformers does not know: Llama-shaped.
+        source = resolve_config("LlamaForCausalLM", None, None, None, target.arch)
+        source.source = "synthesised (llama-shaped fallback)"
+        return source
+
+
 def run_target(
     target: Target,
     layouts: list[Layout],
@@ -304,23 +451,21 @@ def run_target(
             return _skipped(result, e, started)
     try:
         arch_for_config = target.arch.removesuffix("__prefixlint")
-        try:
-            source = resolve_config(
-                arch_for_config,
-                config,
-                config_table,
-                Path(config_base) if config_base else None,
-                architecture_name=target.arch,
-                model_cls=cls,
-            )
-        except ConfigGap:
-            if not target.registered or config:
-                raise
-            # An out-of-tree class with a name transformers does not know: Llama-shaped.
-            source = resolve_config("LlamaForCausalLM", None, None, None, target.arch)
-            source.source = "synthesised (llama-shaped fallback)"
-        result.config_source = source.source
-        model_config = _model_config(source.folder)
+        draft = None
+        if not config and not (config_table and arch_for_config in config_table):
+            draft = _draft_model_config(arch_for_config, cls, registry, target.arch)
+        if draft is not None:
+            model_config, result.config_source = draft
+            source = ConfigSource("", result.config_source)
+        else:
+            source = _config_source(target, cls, config, config_table, config_base)
+            result.config_source = source.source
+            if source.source.startswith("synthesised"):
+                model_config, early = _model_config_repaired(source.folder)
+                if early:
+                    result.config_source += f"; guessed {', '.join(early)}"
+            else:
+                model_config = _model_config(source.folder)
     except Exception as e:
         return _skipped(result, e, started)
 
@@ -338,7 +483,7 @@ def run_target(
         builds.append(build)
         status = "built" if build.error is None else "failed"
         result.layouts.append(LayoutOutcome(layout, status, build.seconds, _describe(build.error)))
-    result.findings = check_build(cls, model_config, builds)
+    result.findings = _findings(target.arch, cls, model_config, builds, result.config_source)
     _dry_run(result, cls, model_config, builds, dryrun)
     failed = [b for b in builds if b.error is not None]
     if len(failed) == len(builds) and builds:
@@ -352,6 +497,31 @@ def run_target(
     for build in builds:
         build.model = None
     return result
+
+
+def _findings(
+    arch: str, cls: type | None, model_config: Any, builds: list[Build], config_source: str
+) -> list[Finding]:
+    """The checks over the builds that say something about the model; a PFX600 note for
+    the layouts that failed because of the config or this machine (see ``gaps.py``)."""
+    synthesised = config_source.startswith("synthesised")
+    checked, gap_builds = split_gaps(builds, synthesised, classify)
+    findings = check_build(cls, model_config, checked)
+    spec = _SPECS.get(id(model_config))
+    if spec is not None:  # a draft's layers are numbered on from its target's
+        offset = getattr(spec.target_model_config.hf_text_config, "num_hidden_layers", 0)
+        findings = [
+            f
+            for f in findings
+            if not (f.code == "PFX601" and target_layer_offset(f.message, offset or 0))
+        ]
+        for f in findings:
+            f.severity, f.message = soften_for_draft(f.code, f.severity, f.message)
+    file, line = class_location(cls)
+    for (category, reason), failed in gap_builds.items():
+        layouts = [b.layout.name for b in failed]
+        findings.append(Finding(**note(arch, layouts, category, reason, synthesised, file, line)))
+    return findings
 
 
 def _dry_run(
@@ -376,7 +546,12 @@ def _dry_run(
 
 def _config_objects(model_config: Any) -> list[Any]:
     out = []
-    for config in (model_config.hf_config, getattr(model_config, "hf_text_config", None)):
+    configs = [model_config.hf_config, getattr(model_config, "hf_text_config", None)]
+    spec = _SPECS.get(id(model_config))
+    if spec is not None:  # a draft reads its target's config too
+        target = spec.target_model_config
+        configs += [target.hf_config, getattr(target, "hf_text_config", None)]
+    for config in configs:
         if config is not None and config not in out:
             out.append(config)
             for value in vars(config).values():
@@ -479,10 +654,7 @@ def _environmental(error: BaseException) -> bool:
 
 
 def _describe(error: BaseException | None) -> str:
-    if error is None:
-        return ""
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return f"{type(error).__name__}: {text}"[:300]
+    return describe(error)
 
 
 _ENVIRONMENT_WORDS = (
@@ -502,6 +674,10 @@ _ENVIRONMENT_WORDS = (
     "not supported by backend",  # the CPU attention backend lacks a feature
     "BackendImpl.__init__() got an unexpected keyword",  # ... or an argument
     "not implemented on CPU",
+    "does not support AttentionBackendEnum",  # the CPU platform's ViT attention backend
+    # without Triton (CPU) vLLM falls back to the V1 model runner, which lacks some paths
+    "Model Runner V1 does not support",
+    "requires the V2 model runner",
     # A module that copies its parameters at construction cannot be built on meta: a
     # limit of this way of building, not a property of the model.
     "Cannot copy out of meta tensor",
@@ -510,6 +686,19 @@ _ENVIRONMENT_WORDS = (
 # A synthesised config folder holds config.json only: no processor or feature-extractor
 # files, which multimodal models load at start-up.
 _MISSING_FILES_WORDS = ("image processor", "feature extractor", "load the processor")
+
+
+# What a made-up value typically raises in model code (an index past a per-layer list, a
+# zero where a checkpoint has a size): with a synthesised config, the config's gap.
+_SYNTHESIS_ERRORS = (
+    AttributeError,
+    KeyError,
+    TypeError,
+    ValueError,
+    AssertionError,
+    IndexError,
+    ArithmeticError,
+)
 
 
 def classify(error: BaseException | None, findings: list[Finding], synthesised: bool) -> str:
@@ -528,9 +717,11 @@ def classify(error: BaseException | None, findings: list[Finding], synthesised: 
         return "config-gap"
     if synthesised and any(w in text for w in _MISSING_FILES_WORDS):
         return "config-gap"
-    if synthesised and (
-        isinstance(error, (AttributeError, KeyError, TypeError, ValueError, AssertionError))
-    ):
+    if synthesised and "prefixlint" in text:
+        # the model refused an object prefixlint made ("Unsupported vision config:
+        # <class 'prefixlint...SubConfig'>"): a real checkpoint's class would differ
+        return "config-gap"
+    if synthesised and isinstance(error, _SYNTHESIS_ERRORS):
         return "config-gap"
     return "finding"
 

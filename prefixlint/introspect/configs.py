@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prefixlint.introspect.subconfigs import is_sub_config, sub_config
+
 # name -> tiny value; only applied where the default config has the attribute
 SHRINK: dict[str, Any] = {
     "hidden_size": 128,
@@ -215,8 +217,35 @@ def shrink_kwargs(default, num_layers: int = 2) -> dict[str, Any]:
             continue
         if hasattr(sub, "to_dict") and hasattr(sub, "model_type"):
             kw[k] = {**v, **shrink_kwargs(sub, num_layers)}
-    # consistency: num_key_value_heads must divide num_attention_heads
+    _clamp_token_ids(d, kw)
     return kw
+
+
+_TOKEN_KEY = re.compile(r"(_token_id|_token_ids|_token_index|_tokens|_token)$")
+
+
+def _clamp_token_ids(d: dict[str, Any], kw: dict[str, Any]) -> None:
+    """Token ids (``pad_token_id``, ``image_token_index``, ``suppress_tokens``) of the full
+    vocabulary fall outside the shrunk one (an embedding's ``padding_idx`` must be below
+    its size): each is taken modulo the new size, so distinct ids mostly stay distinct.
+    A composite config's ids index its text model's vocabulary."""
+    vocab = kw.get("vocab_size")
+    text = kw.get("text_config")
+    if not isinstance(vocab, int) and isinstance(text, dict):
+        vocab = text.get("vocab_size")
+    if not isinstance(vocab, int) or vocab <= 0:
+        return
+
+    def fit(v: Any) -> Any:
+        if isinstance(v, int) and not isinstance(v, bool) and v >= vocab:
+            return v % vocab
+        if isinstance(v, list) and all(isinstance(x, int) for x in v):
+            return list(dict.fromkeys(fit(x) for x in v))
+        return v
+
+    for k, v in d.items():
+        if _TOKEN_KEY.search(k) and k not in kw and fit(v) != v:
+            kw[k] = fit(v)
 
 
 class ConfigGap(LookupError):
@@ -574,6 +603,16 @@ def guess_attribute(name: str, config: Any, texts: list[str] | None = None) -> A
         (("first_k_dense", "n_group", "topk_group", "group"), 1),
         (("rope_theta", "rope_base"), 10000.0),
         (("max_position_embedding",), 256),
+        (("select_layer", "feature_layer"), -1),  # the last layer of the vision tower
+        (("swiglu_limit", "clamp_limit"), 7.0),
+        (("block_indexes", "layer_indexes"), [0]),
+        (("sampling_rate",), 16000),
+        (("embedding_size", "embed_dim"), hidden),
+        (("fp32_",), False),
+        (("query_num", "num_queries"), 16),
+        (("image_size",), 56),
+        (("patch_size",), 14),
+        (("num_channels", "in_chans"), 3),
         (("window",), 64),
         (("intermediate",), 256),
         (("kv_channels",), getattr(config, "head_dim", None) or hidden // heads),
@@ -588,6 +627,9 @@ def guess_attribute(name: str, config: Any, texts: list[str] | None = None) -> A
         (("use_", "is_", "_bias", "enable", "norm_topk", "_norm", "norm_", "interleaved"), False),
         (("num_hidden_layers", "num_layers", "n_layers"), _num_layers(config)),
         (("num_",), 2),
+        (("heads",), heads),
+        (("width",), hidden),
+        (("_size",), 16),  # a size no other entry names: small, divides by 1, 2, 4, 8
     ]
     for words, value in table:
         if any(w in n for w in words):
@@ -661,15 +703,43 @@ def _none_attribute(error: BaseException, configs: list[Any]) -> str | None:
     return None
 
 
+_DEMAND = re.compile(r"requires? `?(\w+)`?\s*(?:=|==)\s*(True|False|-?\d+)\b")
+
+
+def _demanded_value(error: BaseException, configs: list[Any]) -> str | None:
+    """``... requires index_kpool_always_select_tail=True``: the model names the value a
+    config attribute must have (real checkpoints have it); give it, once."""
+    import ast
+
+    m = _DEMAND.search(str(error))
+    if m is None:
+        return None
+    attr, value = m.group(1), ast.literal_eval(m.group(2))
+    for config in configs:
+        if attr in vars(config) and getattr(config, attr) != value:
+            setattr(config, attr, value)
+            return attr
+    return None
+
+
 def repair(
     error: BaseException, configs: list[Any], extra_files: list[str] | None = None
 ) -> str | None:
     """Give the config the attribute ``error`` says it lacks (an AttributeError), or the
     one the failing line used while it was None; returns its name."""
+    demanded = _demanded_value(error, configs)
+    if demanded is not None:
+        return demanded
     m = _MISSING.search(str(error)) if isinstance(error, AttributeError) else None
     texts = _source_texts(error, extra_files)
     if m is not None and m.group(1) not in ("NoneType", "list", "tuple"):
         cls_name, attr = m.groups()
+        if is_sub_config(attr):
+            for config in configs:
+                if type(config).__name__ == cls_name and not hasattr(config, attr):
+                    setattr(config, attr, sub_config(attr, config))
+                    return attr
+            return None
         return _give_guess(
             configs, attr, texts, lambda c: type(c).__name__ == cls_name and not hasattr(c, attr)
         )

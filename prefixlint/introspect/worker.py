@@ -156,6 +156,13 @@ def main() -> None:
     from prefixlint.introspect.env import prepare
 
     prepare()
+    # Only here, in phase 2's own process: torchvision & co. from set-up's folder, with
+    # the schemas their extensions would define. Another process that imports build.py
+    # (the smoke phase's child) must not see them: its vLLM engine would import them
+    # in a subprocess where the schemas are not defined.
+    from prefixlint.introspect.optional import prepare_optional_packages
+
+    prepare_optional_packages()
     real_stdout = sys.stdout
     for line in sys.stdin:
         if not line.strip():

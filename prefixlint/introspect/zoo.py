@@ -12,12 +12,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from prefixlint.diagnostic import Severity
 from prefixlint.introspect import (
     DEFAULT_TIMEOUT,
     failure,
     list_architectures,
     to_diagnostics,
 )
+from prefixlint.introspect.gaps import GAP_CATEGORIES
 from prefixlint.introspect.worker import Worker, WorkerDied, WorkerTimeout
 
 
@@ -82,14 +84,88 @@ class ZooSummary:
             "wall_seconds": round(self.wall_seconds, 1),
         }
 
+    def by_group(self) -> dict[str, dict[str, Any]]:
+        """Per registry group: how many built, how many are not verified and why (the
+        reason class: config-synthesis gap, environment gap, or a finding that stopped
+        the build), and the findings of what was built."""
+        out: dict[str, dict[str, Any]] = {}
+        for r in self.rows:
+            g = out.setdefault(
+                r.group,
+                {"architectures": 0, "built": 0, "not_verified": {}, "with_findings": 0},
+            )
+            g["architectures"] += 1
+            if r.status == "built":
+                g["built"] += 1
+            else:
+                why = r.category or "unknown"
+                g["not_verified"][why] = g["not_verified"].get(why, 0) + 1
+            g["with_findings"] += bool(r.findings)
+        for g in out.values():
+            g["built_ratio"] = round(g["built"] / g["architectures"], 3)
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]["architectures"]))
+
     def to_json_text(self) -> str:
         return json.dumps(
             {
-                "summary": self.counts(),
+                "summary": {**self.counts(), "by_group": self.by_group()},
                 "architectures": [r.__dict__ for r in self.rows],
             },
             indent=2,
         )
+
+    def to_markdown(self, title: str = "Phase 2 over the installed vLLM registry") -> str:
+        """docs/zoo.md: the per-group table, then every architecture that did not build
+        with its one-line reason (what was tried and why it is not verified)."""
+        c = self.counts()
+        lines = [
+            f"# {title}",
+            "",
+            f"`prefixlint zoo` (tp=1): {c['built']}/{c['architectures']} architectures build "
+            f"({c['built'] / max(c['architectures'], 1) * 100:.1f}%); {c['with_findings']} of "
+            f"them with findings ({c['findings']} in all). Wall time {c['wall_seconds']} s.",
+            "",
+            "Made by `bench/introspect_zoo.py --markdown docs/zoo.md` (after "
+            "`scripts/setup.sh`, which installs torchvision, torchaudio and timm for phase 2).",
+            "",
+            "| group | built | % | not verified (why) | with findings |",
+            "|---|---:|---:|---|---:|",
+        ]
+        for group, g in self.by_group().items():
+            why = ", ".join(f"{k} {n}" for k, n in sorted(g["not_verified"].items())) or "-"
+            lines.append(
+                f"| {group} | {g['built']}/{g['architectures']} | "
+                f"{g['built_ratio'] * 100:.1f} | {why} | {g['with_findings']} |"
+            )
+        lines += [
+            "",
+            "## Not built, and why",
+            "",
+            "`config-gap`: the synthesised config is not enough (give the checkpoint's own "
+            "with `--config`); `environment`: a package, kernel or GPU this machine lacks; "
+            "`finding`: the model's own code failed.",
+            "",
+        ]
+        for group in self.by_group():
+            rows = [r for r in self.rows if r.group == group and r.status != "built"]
+            if not rows:
+                continue
+            lines += [f"### {group}", ""]
+            for r in sorted(rows, key=lambda r: (r.category, r.arch)):
+                reason = " ".join(r.reason.split())[:160].replace("|", "/") or "no reason given"
+                lines.append(f"- `{r.arch}` ({r.category or 'unknown'}): {reason}")
+            lines.append("")
+        return "\n".join(lines)
+
+    def group_lines(self) -> list[str]:
+        lines = [f"{'group':<34} {'built':>9} {'%':>6}  not verified (why)  with findings"]
+        for group, g in self.by_group().items():
+            why = ", ".join(f"{k} {n}" for k, n in sorted(g["not_verified"].items())) or "-"
+            lines.append(
+                f"{group[:34]:<34} {g['built']:>4}/{g['architectures']:<4} "
+                f"{g['built_ratio'] * 100:>5.1f}%  {why:<18}  {g['with_findings']}"
+            )
+        return lines
 
     def to_text(self) -> str:
         c = self.counts()
@@ -123,6 +199,8 @@ class ZooSummary:
         )
         for key, n in c["by_category"].items():
             lines.append(f"  {key}: {n}")
+        lines.append("")
+        lines.extend(self.group_lines())
         return "\n".join(lines)
 
 
@@ -144,14 +222,14 @@ def _row(arch: str, group: str, answer: Any, seconds: float) -> Row:
         build_seconds=first["seconds"] if first and first["status"] == "built" else 0.0,
         config_source=result.get("config_source", ""),
         # A build that failed for a gap of config synthesis or of this machine says
-        # nothing about the model: its PFX604 is not counted as a finding. Nor is a note.
+        # nothing about the model: it is a PFX600 note (not verified), not a finding.
         findings=[
             d.to_json()
             for d in diagnostics
-            if d.code != "PFX600"
-            and not (d.code == "PFX604" and result.get("category") in ("config-gap", "environment"))
+            if d.severity is not Severity.NOTE
+            and not (d.code == "PFX604" and result.get("category") in GAP_CATEGORIES)
         ],
-        notes=[d.to_json() for d in diagnostics if d.code == "PFX600"],
+        notes=[d.to_json() for d in diagnostics if d.severity is Severity.NOTE],
         dryrun=result.get("dryrun", ""),
         dryrun_reason=result.get("dryrun_reason", ""),
         dryrun_seconds=result.get("dryrun_seconds", 0.0),

@@ -126,7 +126,6 @@ class LineMap:
     sketch_starts: list[int]
     file_starts: list[int]
 
-
     def to_file(self, sketch_line: int) -> int:
         i = bisect.bisect_right(self.sketch_starts, sketch_line) - 1
         if i < 0:

@@ -1,0 +1,208 @@
+"""Speculative-decoding drafts (EAGLE, EAGLE-3, MTP, DFlash, DSpark, Medusa, ...) are built
+as vLLM builds them: beside a target model, under a ``SpeculativeConfig``.
+
+A draft class reads the target's config (``vllm_config.model_config``: its layer count,
+its hidden size) and the draft's own (``speculative_config.draft_model_config``); built
+alone it stops at ``assert speculative_config is not None``. Here the target is a small
+synthesised model of the architecture the draft expects (EAGLE Llama -> Llama, an MTP
+head -> its base model), and vLLM's own ``SpeculativeConfig`` derives the draft config
+from it (for MTP and DSpark, from the target's config, as for a real checkpoint).
+
+Runs inside the worker (imports vLLM).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Name -> method. Order matters: EAGLE-3 before EAGLE.
+_METHODS = (
+    (re.compile(r"^Eagle3|Eagle3$"), "eagle3"),
+    (re.compile(r"^(P?[Ee]agle)"), "eagle"),
+    (re.compile(r"^DFlash"), "dflash"),
+    (re.compile(r"DSpark"), "dspark"),
+    (re.compile(r"MTP"), "mtp"),
+    (re.compile(r"^Medusa"), "medusa"),
+    (re.compile(r"^MLPSpeculator"), "mlp_speculator"),
+    (re.compile(r"^ExtractHiddenStates"), "extract_hidden_states"),
+)
+# methods whose draft config is the target's, rewritten by vLLM (hf_config_override)
+_FROM_TARGET = ("mtp", "dspark")
+_DRAFT_WORDS = re.compile(
+    r"^(Eagle3|P?[Ee]agle|DFlash2?|DSpark(V41)?)|(Eagle3|MTPModel|MTP|DSparkModel|DraftModel|"
+    r"AssistantModel)$"
+)
+DEFAULT_TARGET = "LlamaForCausalLM"
+
+
+@dataclass
+class DraftPlan:
+    arch: str
+    target: str  # the target architecture
+    method: str
+    spec: Any = None  # vllm.config.SpeculativeConfig
+    forced: bool = False  # vLLM named another draft class: the architecture was set
+
+    @property
+    def source(self) -> str:
+        forced = "; architecture forced" if self.forced else ""
+        return f"synthesised draft ({self.method}) of {self.target}{forced}"
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def is_draft(arch: str, registry: Any) -> bool:
+    group = getattr(registry, "_SPECULATIVE_DECODING_MODELS", None)
+    if isinstance(group, dict):
+        return arch in group
+    return bool(_DRAFT_WORDS.search(arch))
+
+
+def method_for(arch: str) -> str:
+    for pattern, method in _METHODS:
+        if pattern.search(arch):
+            return method
+    return "eagle"
+
+
+def target_candidates(arch: str, archs: list[str], registry: Any) -> list[str]:
+    """Target architectures to try, best first: the name without the draft words
+    (``Eagle3Qwen3ForCausalLM`` -> ``Qwen3ForCausalLM``), then the registry's models whose
+    name starts like the draft's stem (``DeepSeekMTPModel`` -> ``Deepseek*``), then Llama."""
+    stem = _DRAFT_WORDS.sub("", arch)
+    out: list[str] = []
+    if stem in archs and stem != arch:
+        out.append(stem)
+    key = _norm(re.sub(r"(For\w+|Model)$", "", stem))
+    if key:
+        family = [
+            a for a in archs if _norm(a).startswith(key) and a != arch and not is_draft(a, registry)
+        ]
+        family.sort(key=lambda a: (not a.endswith("ForCausalLM"), len(a)))
+        out += [a for a in family if a not in out][:8]
+    if DEFAULT_TARGET not in out:
+        out.append(DEFAULT_TARGET)
+    return out
+
+
+# A checkpoint that ships MTP layers says how many; a default config says 0 or nothing.
+_MTP_COUNT_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers")
+
+
+def _with_mtp_layers(folder: str) -> None:
+    """The synthesised target's config.json says it has one MTP layer (its default is
+    none: a config without MTP weights, from which vLLM derives no draft)."""
+    path = Path(folder) / "config.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    for config in [data, *(v for v in data.values() if isinstance(v, dict))]:
+        for key in _MTP_COUNT_KEYS:
+            if key in config and not config[key]:
+                config[key] = 1
+    if not any(k in data for k in _MTP_COUNT_KEYS):
+        data["num_nextn_predict_layers"] = 1
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+def _spec_config(method: str, draft_folder: str, target_mc: Any) -> Any:
+    from vllm.config import ParallelConfig, SpeculativeConfig
+
+    return SpeculativeConfig(
+        model=draft_folder,
+        method=method,
+        num_speculative_tokens=1,
+        target_model_config=target_mc,
+        target_parallel_config=ParallelConfig(),
+    )
+
+
+def _draft_archs(spec: Any) -> list[str]:
+    dmc = spec.draft_model_config
+    return list(getattr(dmc, "architectures", None) or dmc.hf_config.architectures or [])
+
+
+def plan_draft(
+    arch: str, cls: type | None, registry: Any, make_model_config: Any, resolve: Any
+) -> DraftPlan:
+    """A speculative config that makes vLLM build ``arch`` against a synthesised target.
+    ``make_model_config(folder)`` and ``resolve(arch, model_cls)`` (a config folder) are
+    build.py's. Raises the last failure when no target works (a config gap)."""
+    method = method_for(arch)
+    archs = list(registry.ModelRegistry.get_supported_archs())
+    last: BaseException | None = None
+    fallback: DraftPlan | None = None
+    for target in target_candidates(arch, archs, registry):
+        try:
+            target_folder = resolve(target, None)
+            if method in _FROM_TARGET:
+                _with_mtp_layers(target_folder)
+            target_mc = make_model_config(target_folder)
+            draft_folder = target_folder if method in _FROM_TARGET else resolve(arch, cls)
+            spec = _spec_config(method, draft_folder, target_mc)
+        except Exception as e:  # this target does not fit; try the next
+            last = last or e  # the best-placed target's reason, not Llama's
+            continue
+        plan = DraftPlan(arch, target, method, spec)
+        if arch in _draft_archs(spec):
+            return plan
+        fallback = fallback or plan
+    if fallback is not None:
+        force_architecture(fallback)
+        return fallback
+    raise last or LookupError(f"no target architecture fits the draft {arch}")
+
+
+def force_architecture(plan: DraftPlan, name: str | None = None) -> None:
+    """Build ``name`` (default: the draft's architecture) on the plan's draft config: vLLM
+    derived another draft class from every target tried, or the class under check is an
+    out-of-tree copy registered under another name."""
+    name = name or plan.arch
+    dmc = plan.spec.draft_model_config
+    hf = copy.copy(dmc.hf_config)
+    hf.architectures = [name]
+    dmc.hf_config = hf
+    if hasattr(dmc, "architectures"):
+        with contextlib.suppress(Exception):
+            dmc.architectures = [name]
+    if name == plan.arch:
+        plan.forced = True
+
+
+_OFFSET = re.compile(
+    r"is at `(?P<path>[\w.]*?)(?P<i>\d+)` but was given prefix `(?P<prefix>[\w.]*?)(?P<j>\d+)`"
+)
+
+
+def target_layer_offset(message: str, offset: int) -> bool:
+    """A PFX601 message about a draft layer named after its index past the target's
+    layers: vLLM's drafts number their layers from the target's layer count
+    (``start_layer_id=target_layer_num``) so that their attention layers and KV cache
+    never share a name with the target's. That naming is the contract, not a defect."""
+    m = _OFFSET.search(message)
+    return bool(
+        m
+        and offset > 0
+        and m.group("path") == m.group("prefix")
+        and int(m.group("j")) - int(m.group("i")) == offset
+    )
+
+
+DRAFT_PP_NOTE = (
+    " (a speculative draft: vLLM runs drafts beside the last pipeline stage, so this "
+    "matters only once drafts are pipelined; warning, not error)"
+)
+
+
+def soften_for_draft(code: str, severity: str, message: str) -> tuple[str, str]:
+    """A draft that inherits ``SupportsPP`` from its target's class (EAGLE from Llama)
+    without the methods: lowered to a warning, with the reason in the message."""
+    if code == "PFX606" and "SupportsPP" in message and severity == "error":
+        return "warning", message + DRAFT_PP_NOTE
+    return severity, message

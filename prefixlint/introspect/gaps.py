@@ -1,0 +1,119 @@
+"""Builds that failed for a reason outside the model under check become "not verified".
+
+A build can fail because prefixlint synthesised a config the model cannot take (a shrunk
+vocabulary below ``pad_token_id``), or because this machine lacks a package, a kernel or
+a GPU (``No module named 'cutlass'``). Neither says anything about the model's code: such
+a layout is reported as a PFX600 note that names the reason and what would fix it, never
+as a PFX604 error. PFX604 stays for failures the model's own code raises under a config
+vLLM accepts (with a synthesised config: only those that no config could explain).
+
+Light on purpose (no torch import): both the worker and the caller use it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+GAP_CATEGORIES = ("config-gap", "environment")
+NOT_VERIFIED = "PFX600"
+
+# Packages that exist only for CUDA machines (kernels, DSLs): no CPU install helps.
+_CUDA_ONLY = {"cutlass", "flash_attn", "deep_gemm", "flashinfer", "vllm_flash_attn", "cuda"}
+_PACKAGE = re.compile(r"No module named '([\w.]+)'|needs package ([\w.]+)|install (\w+)")
+
+
+def fix_hint(category: str, reason: str, synthesised: bool) -> str:
+    """What would let prefixlint verify the target."""
+    if category == "config-gap":
+        if synthesised:
+            return (
+                "prefixlint synthesised this config; give the checkpoint's own with "
+                "`--config path/to/config.json` (or `[tool.prefixlint.configs]`)"
+            )
+        return "the given config does not describe this architecture; check `--config`"
+    m = _PACKAGE.search(reason)
+    if m is not None:
+        package = next(g for g in m.groups() if g).split(".")[0]
+        if package in _CUDA_ONLY:
+            return f"`{package}` is CUDA-only: run phase 2 on a GPU machine that has it"
+        if package not in ("vllm", "prefixlint"):
+            return f"install `{package}` where prefixlint runs"
+    return "run phase 2 on a machine with the GPU kernels this path needs"
+
+
+def _why(category: str, synthesised: bool) -> str:
+    if category == "config-gap":
+        return "the synthesised config" if synthesised else "the config"
+    return "this machine"
+
+
+def note(
+    arch: str,
+    layouts: list[str],
+    category: str,
+    reason: str,
+    synthesised: bool,
+    file: str,
+    line: int,
+) -> dict[str, Any]:
+    """A PFX600 finding (the worker's ``Finding`` fields, as a dict)."""
+    where = f" for {', '.join(layouts)}" if layouts else ""
+    message = (
+        f"not verified: building `{arch}`{where} failed because of {_why(category, synthesised)}, "
+        f"not the model ({reason}); {fix_hint(category, reason, synthesised)}"
+    )
+    return {
+        "code": NOT_VERIFIED,
+        "severity": "note",
+        "message": message,
+        "file": file,
+        "line": line,
+        "layouts": list(layouts),
+    }
+
+
+def gap_of(
+    error: BaseException,
+    layout: Any,
+    synthesised: bool,
+    classify: Callable[[BaseException, list[Any], bool], str],
+) -> str:
+    """The gap category of one failed layout, or "" when the failure is the model's:
+    vLLM's "Duplicate layer name" (PFX602), heads that do not divide at tp > 1 (PFX603),
+    or what ``classify`` calls a finding."""
+    text = str(error)
+    if "Duplicate layer name" in text or ("divisible" in text and layout.tp > 1):
+        return ""
+    category = classify(error, [], synthesised)
+    return category if category in GAP_CATEGORIES else ""
+
+
+def split_gaps(
+    builds: list[Any],
+    synthesised: bool,
+    classify: Callable[[BaseException, list[Any], bool], str],
+) -> tuple[list[Any], dict[tuple[str, str], list[Any]]]:
+    """(builds the checks judge, {(category, reason): failed builds that are gaps})."""
+    checked: list[Any] = []
+    gaps: dict[tuple[str, str], list[Any]] = {}
+    for build in builds:
+        category = gap_of(build.error, build.layout, synthesised, classify) if build.error else ""
+        if not category:
+            checked.append(build)
+            continue
+        gaps.setdefault((category, describe(build.error)[:240]), []).append(build)
+    return checked, gaps
+
+
+def describe(error: BaseException | None) -> str:
+    """``Type: first line`` of an error; for pydantic's "1 validation error for X", the
+    line that says what failed."""
+    if error is None:
+        return ""
+    lines = str(error).strip().splitlines()
+    text = lines[0] if lines else ""
+    if "validation error" in text and len(lines) > 1:
+        text += ": " + lines[1].strip().split(" [type=")[0]
+    return f"{type(error).__name__}: {text}"[:300]

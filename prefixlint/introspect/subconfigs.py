@@ -1,0 +1,97 @@
+"""Sub-configs (``vision_config``, ``audio_config``, ``vit_config``, ...) for synthesised
+configs of multimodal models that transformers and vLLM have no config class for.
+
+A remote-code vision-language model reads ``config.vision_config.hidden_size`` and the
+like; its llama-shaped synthesised config has no such attribute. Here it gets a small
+``PretrainedConfig`` shrunk like the text one (a few layers, 16 heads, 14-pixel patches on
+a 56-pixel image), and the repair loop then fills, one probe at a time, whatever else the
+model reads from it. Processors are never loaded: a meta build does not run them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# What vision and audio encoders read most; sizes divide by tp 1, 2, 4 and 8.
+ENCODER_DEFAULTS: dict[str, Any] = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "num_heads": 16,
+    "head_dim": 8,
+    "num_hidden_layers": 2,
+    "depth": 2,
+    "num_layers": 2,
+    "layers": 2,
+    "image_size": 56,
+    "patch_size": 14,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+    "num_channels": 3,
+    "in_channels": 3,
+    "in_chans": 3,
+    "hidden_act": "gelu",
+    "layer_norm_eps": 1e-6,
+    "rms_norm_eps": 1e-6,
+    "qkv_bias": True,
+    "norm_type": "layer_norm",
+    "num_mel_bins": 80,
+    "max_source_positions": 64,
+    "d_model": 128,
+    "heads": 16,
+    "merge_size": 2,
+    "window_size": 56,
+    "fullatt_block_indexes": [0],  # layer 0 full attention, the rest windowed
+    "sampling_rate": 16000,
+    "n_window": 8,
+    "rope_theta": 10000.0,
+    "image_token_id": 10,  # below every shrunk vocabulary
+    "encoder_layers": 2,
+    "encoder_attention_heads": 16,
+    "encoder_ffn_dim": 256,
+}
+# Attribute names that hold a nested config (``vision_config``, ``vit_config``,
+# ``audio_encoder_conf``, ``thinker_config``), not a value.
+_SUB_CONFIG = re.compile(r"(_config|_conf|_cfg)$")
+_TEXT = re.compile(r"^(text|llm|language|thinker|decoder)")
+
+
+def is_sub_config(name: str) -> bool:
+    return bool(_SUB_CONFIG.search(name))
+
+
+def sub_config(name: str, parent: Any) -> Any:
+    """A small config for ``parent.<name>``: a copy of the parent's text sizes for a
+    language-model sub-config, an encoder-shaped one otherwise."""
+    from transformers import PretrainedConfig
+
+    if _TEXT.search(name):
+        values = {
+            k: v
+            for k, v in parent.to_dict().items()
+            if not isinstance(v, dict) and k not in ("architectures", "auto_map")
+        }
+    else:
+        values = dict(ENCODER_DEFAULTS)
+        out_size = getattr(parent, "hidden_size", None)
+        if isinstance(out_size, int):
+            values["out_hidden_size"] = out_size  # projector output: the text width
+    return _mapping_config(PretrainedConfig)(**values)
+
+
+def _mapping_config(base: type) -> type:
+    """A config that is also a mapping: some models unpack their sub-config
+    (``Encoder(**config.audio_encoder_conf)``), checkpoints storing it as a dict."""
+
+    common = set(base().to_dict())  # what every config carries (transformers_version)
+
+    class SubConfig(base):  # type: ignore[misc, valid-type]
+        def keys(self) -> Any:
+            return [k for k in self.to_dict() if k not in common or k in ENCODER_DEFAULTS]
+
+        def __getitem__(self, key: str) -> Any:
+            return self.to_dict()[key]
+
+    return SubConfig
