@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -85,6 +86,14 @@ def main() -> None:
 @click.option("--tp", default="1,2,4,8", show_default=True, help="With --introspect: TP sizes.")
 @click.option("--pp", default="2", show_default=True, help="With --introspect: PP sizes.")
 @click.option(
+    "--explore-budget",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="With --introspect: seconds per class for config variants that build unexecuted "
+    "construction sites (0: the synthesised config only).",
+)
+@click.option(
     "--fix",
     is_flag=True,
     help="Apply the mechanical fixes (PFX301 adds the prefix, PFX302 renames it), then report "
@@ -118,6 +127,7 @@ def check(
     with_introspect: bool,
     tp: str,
     pp: str,
+    explore_budget: float,
     fix: bool,
     show_diff: bool,
     diff_base: str | None,
@@ -141,7 +151,8 @@ def check(
                 paths, select, ignore, config_path, installed_vllm, no_cache, cache_dir, jobs
             )
     if with_introspect:
-        result.diagnostics.extend(_introspect_files(files, _int_list(tp), _int_list(pp)))
+        found = _introspect_files(files, _int_list(tp), _int_list(pp), explore_budget)
+        result.diagnostics = _one_per_site(result.diagnostics, found)
     if changes is not None:
         result.diagnostics = changes.filter(result.diagnostics)
     reporter = REPORTERS[output_format]
@@ -303,7 +314,17 @@ def _exit_for(diagnostics, fail_on: str) -> None:
     sys.exit(EXIT_FINDINGS if any(d.severity.rank >= threshold for d in diagnostics) else EXIT_OK)
 
 
-def _introspect_files(files: list[Path], tp: list[int], pp: list[int]) -> list:
+def _one_per_site(static: list, runtime: list) -> list:
+    """Phase 2's PFX601 for a leaf built without a prefix and phase 1's PFX301 are one
+    defect at one line: the run-time finding (it saw the build) stands for both."""
+    seen = {(d.filename, d.location.row) for d in runtime if d.code == "PFX601"}
+    kept = [d for d in static if not (d.code == "PFX301" and (d.filename, d.location.row) in seen)]
+    return kept + runtime
+
+
+def _introspect_files(
+    files: list[Path], tp: list[int], pp: list[int], explore_budget: float = 10.0
+) -> list:
     """Phase 2 for the model classes defined in ``files`` (found statically first)."""
     import re
 
@@ -333,6 +354,7 @@ def _introspect_files(files: list[Path], tp: list[int], pp: list[int]) -> list:
                     configs=table,
                     config_base=base,
                     worker=worker,
+                    explore_budget=explore_budget,
                 )
                 out.extend(report.diagnostics)
     finally:
@@ -352,6 +374,13 @@ def _introspect_files(files: list[Path], tp: list[int], pp: list[int]) -> list:
 @click.option("--format", "output_format", type=click.Choice(FORMATS), default="text")
 @click.option("--fail-on", type=click.Choice(["error", "warning"]), default="warning")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds per build.")
+@click.option(
+    "--explore-budget",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Seconds for config variants that build unexecuted construction sites (0: none).",
+)
 def introspect(
     target: str,
     config_path: str | None,
@@ -360,6 +389,7 @@ def introspect(
     output_format: str,
     fail_on: str,
     timeout: float,
+    explore_budget: float,
 ) -> None:
     """Build TARGET on the meta device for several TP/PP layouts and check what it built.
 
@@ -377,6 +407,7 @@ def introspect(
         configs=table,
         config_base=base,
         timeout=timeout,
+        explore_budget=explore_budget,
     )
     if report.error:
         raise click.UsageError(f"cannot introspect {target}: {report.error}")
@@ -393,8 +424,26 @@ def introspect(
                 f"  {layout['name']:<28} {layout['status']:<7} {layout['seconds']:.2f}s{extra}",
                 err=True,
             )
+        _echo_coverage(result)
     _report(report.diagnostics, output_format, len(report.results))
     _exit_for(report.diagnostics, fail_on)
+
+
+def _echo_coverage(result: dict) -> None:
+    from prefixlint.introspect.coverage import describe
+
+    if result.get("coverage"):
+        click.echo(f"  {describe(result['coverage'], _relative)}", err=True)
+    for variant in result.get("variants", []):
+        what = ", ".join(f"{k}={v}" for k, v in variant["overrides"].items())
+        click.echo(f"  variant {what}: {variant['status']}", err=True)
+
+
+def _relative(path: str) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return path
 
 
 @main.command()
@@ -416,6 +465,14 @@ def introspect(
 )
 @click.option("--only", multiple=True, help="Restrict to these architectures (repeatable).")
 @click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the report here.")
+@click.option(
+    "--explore-budget",
+    type=float,
+    default=3.0,
+    show_default=True,
+    help="Seconds per architecture for config variants that build unexecuted construction "
+    "sites (0: the synthesised config only).",
+)
 def zoo(
     output_format: str,
     jobs: int,
@@ -425,6 +482,7 @@ def zoo(
     timeout: float,
     only: tuple[str, ...],
     output: Path | None,
+    explore_budget: float,
 ) -> None:
     """Build every architecture of the installed vLLM registry and summarise."""
     from prefixlint.introspect.zoo import run_zoo
@@ -443,6 +501,7 @@ def zoo(
         timeout=timeout,
         only=list(only),
         progress=output_format == "text" or output is not None,
+        explore_budget=explore_budget,
     )
     if output_format in ("text", "json"):
         text = summary.to_json_text() if output_format == "json" else summary.to_text()

@@ -25,6 +25,7 @@ from prefixlint.introspect.worker import Worker, WorkerDied, WorkerTimeout
 DEFAULT_TP = (1, 2, 4, 8)
 DEFAULT_PP = (2,)
 DEFAULT_TIMEOUT = 300.0
+DEFAULT_EXPLORE_BUDGET = 10.0  # seconds of config variants per target (explore.py)
 
 
 @dataclass
@@ -113,6 +114,7 @@ def introspect(
     config_base: str | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     worker: Worker | None = None,
+    explore_budget: float = DEFAULT_EXPLORE_BUDGET,
 ) -> IntrospectReport:
     """Build ``target`` (an architecture of the installed registry, ``module:Class`` or
     ``path/to/file.py[:Class]``) for each layout in a worker process and check it."""
@@ -127,6 +129,7 @@ def introspect(
         "config": config,
         "configs": configs,
         "config_base": config_base,
+        "explore_budget": explore_budget,
     }
     try:
         answer = worker.run(job, timeout)

@@ -32,6 +32,8 @@ from prefixlint.introspect.configs import (  # noqa: E402
     resolve_config,
     seed_from_code,
 )
+from prefixlint.introspect.coverage import covered, not_verified  # noqa: E402
+from prefixlint.introspect.explore import explore  # noqa: E402
 from prefixlint.introspect.meta import meta_parameters  # noqa: E402
 from prefixlint.introspect.parallel import Layout, fake_parallel_state  # noqa: E402
 from prefixlint.introspect.recorder import PrefixRecorder  # noqa: E402
@@ -66,6 +68,8 @@ class TargetResult:
     layouts: list[LayoutOutcome] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     seconds: float = 0.0
+    coverage: dict[str, Any] = field(default_factory=dict)  # see coverage.py
+    variants: list[dict[str, Any]] = field(default_factory=list)  # see explore.py
 
 
 def _registry() -> Any:
@@ -233,6 +237,7 @@ class Build:
     seconds: float
     error: BaseException | None = None
     error_tb: Any = None
+    variant: str = ""  # the config variant it was built with ("" for the base config)
 
 
 def build_layout(model_config: Any, layout: Layout) -> Build:
@@ -286,6 +291,7 @@ def run_target(
     config: str | None = None,
     config_table: dict[str, str] | None = None,
     config_base: str | None = None,
+    explore_budget: float = 0.0,
 ) -> TargetResult:
     started = time.perf_counter()
     result = TargetResult(target=target.spec, arch=target.arch)
@@ -332,7 +338,10 @@ def run_target(
         builds.append(build)
         status = "built" if build.error is None else "failed"
         result.layouts.append(LayoutOutcome(layout, status, build.seconds, _describe(build.error)))
-    result.findings = check_build(cls, model_config, builds)
+    explored = explore(cls, model_config, layouts, builds, build_layout, explore_budget)
+    builds += explored.builds
+    covered(result, cls, builds, explored)
+    result.findings = check_build(cls, model_config, builds) + not_verified(result.coverage)
     failed = [b for b in builds if b.error is not None]
     if len(failed) == len(builds) and builds:
         result.status = "failed"

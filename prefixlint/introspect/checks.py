@@ -56,7 +56,7 @@ def check_build(cls: type | None, model_config: Any, builds: list[Any]) -> list[
     heads = getattr(hf, "num_attention_heads", None)
     kv_heads = getattr(hf, "num_key_value_heads", None) or heads
     for build in builds:
-        external = build.recorder._external
+        external = build.recorder.external
         if build.error is not None:
             _check_error(build, heads, kv_heads, class_file, class_line, external, add)
             continue

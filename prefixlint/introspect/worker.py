@@ -129,7 +129,12 @@ def handle(job: dict[str, Any]) -> Any:
                 cls = None
         layouts = _layouts(cls, job.get("tp", [1, 2, 4, 8]), job.get("pp", [2]))
         result = build.run_target(
-            target, layouts, job.get("config"), job.get("configs"), job.get("config_base")
+            target,
+            layouts,
+            job.get("config"),
+            job.get("configs"),
+            job.get("config_base"),
+            explore_budget=job.get("explore_budget", 0.0),
         )
         data = asdict(result)
         data["layouts"] = [

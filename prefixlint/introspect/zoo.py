@@ -18,6 +18,7 @@ from prefixlint.introspect import (
     list_architectures,
     to_diagnostics,
 )
+from prefixlint.introspect.coverage import registry_share
 from prefixlint.introspect.worker import Worker, WorkerDied, WorkerTimeout
 
 
@@ -32,6 +33,8 @@ class Row:
     build_seconds: float = 0.0  # the tp=1 build alone
     config_source: str = ""
     findings: list[dict[str, Any]] = field(default_factory=list)
+    coverage: dict[str, Any] = field(default_factory=dict)  # construction sites (coverage.py)
+    variants: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -67,6 +70,8 @@ class ZooSummary:
             if built_text
             else None,
             "wall_seconds": round(self.wall_seconds, 1),
+            "coverage": registry_share(self.rows),
+            "text_generation_coverage": registry_share(self.rows, ("text_generation_models",)),
         }
 
     def to_json_text(self) -> str:
@@ -104,6 +109,15 @@ class ZooSummary:
         )
         for key, n in c["by_category"].items():
             lines.append(f"  {key}: {n}")
+        for label, key in (
+            ("all built", "coverage"),
+            ("text generation", "text_generation_coverage"),
+        ):
+            cov = c[key]
+            lines.append(
+                f"construction sites executed ({label}): {cov['executed']}/{cov['sites']} "
+                f"({(cov['ratio'] or 0) * 100:.1f}%) in {cov['files']} files"
+            )
         return "\n".join(lines)
 
 
@@ -125,11 +139,15 @@ def _row(arch: str, group: str, answer: Any, seconds: float) -> Row:
         config_source=result.get("config_source", ""),
         # A build that failed for a gap of config synthesis or of this machine says
         # nothing about the model: its PFX604 is not counted as a finding.
+        # Not-verified notes of unexecuted sites are in ``coverage``, summed up registry-wide.
         findings=[
             d.to_json()
             for d in to_diagnostics(result)
             if not (d.code == "PFX604" and result.get("category") in ("config-gap", "environment"))
+            and d.severity.value != "note"
         ],
+        coverage=result.get("coverage", {}),
+        variants=result.get("variants", []),
     )
 
 
@@ -141,6 +159,7 @@ def run_zoo(
     timeout: float = 120.0,
     only: list[str] | None = None,
     progress: bool = True,
+    explore_budget: float = 0.0,
 ) -> ZooSummary:
     started = time.perf_counter()
     lister = Worker()
@@ -166,7 +185,14 @@ def run_zoo(
         t = time.perf_counter()
         try:
             answer = worker.run(
-                {"kind": "build", "target": arch, "tp": tp or [1], "pp": pp or [1]}, timeout
+                {
+                    "kind": "build",
+                    "target": arch,
+                    "tp": tp or [1],
+                    "pp": pp or [1],
+                    "explore_budget": explore_budget,
+                },
+                timeout,
             )
             row = _row(arch, groups[arch], answer, time.perf_counter() - t)
         except (WorkerTimeout, WorkerDied) as e:
