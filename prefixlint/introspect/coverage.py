@@ -105,6 +105,7 @@ def construction_sites(path: str) -> tuple[Site, ...]:
     return tuple(sorted(set(collector.sites), key=lambda s: (s.line, s.callee)))
 
 
+@functools.lru_cache(maxsize=4096)
 def _source_file(cls: type) -> str:
     try:
         return inspect.getsourcefile(cls) or ""
@@ -124,6 +125,21 @@ def own_files(cls: type | None, external: Any) -> list[str]:
     return out
 
 
+def _built_classes(recorder: Any) -> dict[str, set[str]]:
+    """Model file -> top-level classes of the modules a build made (cached per recorder:
+    exploration measures the same builds many times)."""
+    cached = getattr(recorder, "built_classes", None)
+    if cached is not None:
+        return cached
+    out: dict[str, set[str]] = {}
+    for klass in {type(r.module) for r in recorder.records.values()}:
+        f = _source_file(klass)
+        if f and recorder.external(f):
+            out.setdefault(f, set()).add(klass.__qualname__.split(".")[0])
+    recorder.built_classes = out
+    return out
+
+
 def measure(cls: type | None, builds: Iterable[Any]) -> dict[str, Any]:
     """Sites of the model's own files (every site) and of other model files whose classes
     were built (the sites inside those classes), against the lines that ran in any build."""
@@ -136,11 +152,8 @@ def measure(cls: type | None, builds: Iterable[Any]) -> dict[str, Any]:
     for build in builds:
         for file, lines in build.recorder.lines.items():
             ran.setdefault(file, set()).update(lines)
-        for record in build.recorder.records.values():
-            klass = type(record.module)
-            f = _source_file(klass)
-            if f and external(f):
-                used.setdefault(f, set()).add(klass.__qualname__.split(".")[0])
+        for f, owners in _built_classes(build.recorder).items():
+            used.setdefault(f, set()).update(owners)
     own = own_files(cls, external)
     files: dict[str, dict[str, list[int]]] = {}
     for f in [*own, *sorted(set(used) - set(own))]:
@@ -237,7 +250,7 @@ def registry_share(rows: Iterable[Any], groups: tuple[str, ...] | None = None) -
         for f, v in coverage.get("files", {}).items():
             sites.setdefault(f, set()).update(v["sites"])
             ran.setdefault(f, set()).update(v["executed"])
-        if groups is None or row.group in groups:
+        if row.status == "built" and (groups is None or row.group in groups):
             chosen.update(coverage.get("own_files", []))
     total = sum(len(sites.get(f, ())) for f in chosen)
     done = sum(len(sites.get(f, set()) & ran.get(f, set())) for f in chosen)

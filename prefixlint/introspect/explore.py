@@ -45,8 +45,12 @@ _SKIP_ATTRS = frozenset(
     {"model_type", "architectures", "torch_dtype", "dtype", "num_hidden_layers", "vocab_size"}
 )
 _SIZE_WORDS = ("rank", "dim", "size", "num_", "window")
+PATIENCE = 3  # unguarded variants in a row that add no site before giving up on them
 OTHER_KIND = "prefixlint_other_kind"  # a per-layer value equal to none the code names
 _MISSING = object()
+# vLLM switches the model reads from its ModelConfig, set by an environment variable: a
+# guard on ``model_config.use_mla`` is explored with MLA disabled (``$`` marks them).
+_SWITCHES = {"use_mla": ("$VLLM_MLA_DISABLE", "1")}
 
 
 @dataclass
@@ -55,7 +59,9 @@ class AttrUse:
 
     compared: list[Any] = field(default_factory=list)  # literals it is compared with
     truth: bool = False  # tested for truth (a flag)
-    numeric: bool = False  # compared with a number or a layer index (a schedule)
+    numeric: bool = False  # compared with a number
+    schedule: bool = False  # a step (``i % x``) or a bound on a layer index (``i >= x``)
+    none: bool = False  # compared with None (an optional size)
     default: Any = _MISSING  # ``getattr(config, name, default)``
 
 
@@ -71,6 +77,7 @@ class Variant:
     why: str
     status: str = "untried"  # kept | no new site | failed: ... | untried (budget)
     new_sites: int = 0
+    guarded: bool = True  # derived from the guards of an unexecuted site
 
     def label(self) -> str:
         return ", ".join(f"{k}={_short(v)}" for k, v in self.overrides.items())
@@ -124,6 +131,12 @@ class _Reader:
         self.uses: dict[str, AttrUse] = {}
         self.taint: dict[str, set[str]] = {}  # local or self.x name -> attributes
         self.dicts: dict[str, list[Any]] = {}  # module-level dict -> its literal keys
+        functions = {
+            n.name: [a.arg for a in n.args.args]
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        }
+        self.functions = functions
         for node in tree.body:
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
                 keys = [k.value for k in node.value.keys if isinstance(k, ast.Constant)]
@@ -132,6 +145,18 @@ class _Reader:
                         self.dicts[target.id] = keys
         for _ in range(2):  # names assigned from names assigned from the config
             for node in ast.walk(tree):
+                if isinstance(node, ast.Call) and _dotted(node.func) in functions:
+                    # ``is_linear(i, config.layer_group_size)``: positional parameters
+                    for name, arg in zip(functions[_dotted(node.func)], node.args, strict=False):
+                        attrs = self.attrs(arg)
+                        if attrs:
+                            self.taint.setdefault(name, set()).update(attrs)
+                if isinstance(node, ast.keyword) and node.arg:
+                    # ``Attn(q_lora_rank=config.q_lora_rank)``: the parameter of that name
+                    attrs = self.attrs(node.value)
+                    if attrs:
+                        self.taint.setdefault(node.arg, set()).update(attrs)
+                        self.taint.setdefault(f"self.{node.arg}", set()).update(attrs)
                 if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
                     attrs = self.attrs(node.value)
                     targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -151,6 +176,9 @@ class _Reader:
         """The attribute ``node`` reads from the model's config, if it is such a read."""
         if isinstance(node, ast.Attribute) and _is_model_config(node.value):
             return node.attr
+        if isinstance(node, ast.Attribute) and node.attr in _SWITCHES:
+            if _dotted(node.value).endswith("model_config"):
+                return _SWITCHES[node.attr][0]
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name)
@@ -189,7 +217,7 @@ class _Reader:
                     self._add(attr, self.dicts[_dotted(node.value)])
             elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
                 for attr in self.attrs(node.right):
-                    self.use(attr).numeric = True
+                    self.use(attr).schedule = True
             attr = self.direct(node)
             if attr is not None and isinstance(node, ast.Call) and len(node.args) == 3:
                 value = _literal(node.args[2])
@@ -214,14 +242,18 @@ class _Reader:
         sides = [node.left, *node.comparators]
         literals = [x for s in sides for x in (_literal(s) or [])]
         attrs = set().union(*(self.attrs(s) for s in sides if _literal(s) is None))
+        ordered = any(isinstance(op, (ast.Lt, ast.GtE, ast.Gt, ast.LtE)) for op in node.ops)
+        indexed = any(
+            any(w in _dotted(s).lower() for w in ("layer", "idx", "index")) for s in sides
+        )
         for attr in attrs:
+            use = self.use(attr)
             self._add(attr, [v for v in literals if v is not None])
-            if any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in literals):
-                self.use(attr).numeric = True
-            elif not literals and any(
-                isinstance(op, (ast.Lt, ast.GtE, ast.Gt, ast.LtE)) for op in node.ops
-            ):
-                self.use(attr).numeric = True
+            use.none |= any(v is None for v in literals)
+            use.numeric |= any(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in literals
+            )
+            use.schedule |= ordered and indexed
 
 
 def _parents(tree: ast.AST) -> dict[ast.AST, ast.AST]:
@@ -357,41 +389,87 @@ def _per_layer(attr: str, cur: Any, use: AttrUse, configs: list[Any], n: int) ->
     return out
 
 
+def _property_sources(configs: list[Any], attr: str) -> list[str]:
+    """Attributes a config property is computed from (Jamba's ``layers_block_type`` from
+    ``attn_layer_period``/``attn_layer_offset``): the property cannot be set, they can."""
+    import inspect
+    import re
+
+    for config in configs:
+        prop = getattr(type(config), attr, None)
+        if isinstance(prop, property) and prop.fget is not None:
+            try:
+                text = inspect.getsource(prop.fget)
+            except (OSError, TypeError):
+                return []
+            names = dict.fromkeys(re.findall(r"self\.(\w+)", text))
+            return [
+                n
+                for n in names
+                if n != attr and n not in _SKIP_ATTRS and isinstance(vars(config).get(n), int)
+            ]
+    return []
+
+
+def _numbers(attr: str, cur: Any, use: AttrUse, n: int) -> list[Any]:
+    from prefixlint.introspect.configs import SHRINK
+
+    values: list[Any] = []
+    literals = [v for v in use.compared if isinstance(v, int) and not isinstance(v, bool)]
+    if attr not in SHRINK:  # a head count or a width compared with 0 is a sanity check
+        for v in literals:
+            values += [v, v + 1]
+    if use.schedule:
+        values += [1, 2, 0, n]
+    if use.none or (use.default is None and attr not in SHRINK):
+        values.append(None)
+    return values
+
+
 def _candidates(attr: str, use: AttrUse, configs: list[Any], n: int, guard: bool) -> list[Variant]:
+    if attr.startswith("$"):
+        value = next(v for k, v in _SWITCHES.values() if k == attr)
+        return [Variant({attr: value}, f"`{attr[1:]}={value}`")] if guard else []
     cur = _current(configs, attr)
     if cur is _MISSING:
         cur = use.default
     if isinstance(cur, (list, str)) and len(cur) == n and n > 1 and (guard or use.compared):
+        if any(isinstance(getattr(type(c), attr, None), property) for c in configs):
+            return _from_property(attr, configs)
         return _per_layer(attr, cur, use, configs, n)
-    if isinstance(cur, bool) or (cur in (None, _MISSING) and use.truth and not guard):
-        value = not cur if isinstance(cur, bool) else True
-        return [Variant({attr: value}, f"`{attr}` flipped")]
+    if isinstance(cur, bool):
+        return [Variant({attr: not cur}, f"`{attr}` flipped")]
     if not guard:
         return []
+    if any(isinstance(getattr(type(c), attr, None), property) for c in configs):
+        return _from_property(attr, configs)
     if isinstance(cur, list) and all(isinstance(x, int) for x in cur) and "layer" in attr:
         return [Variant({attr: [] if cur else [0]}, f"`{attr}`: other layers")]
-    out: list[Variant] = []
     values: list[Any] = []
     if cur is None or cur is _MISSING:
-        if use.compared:
-            values += [v for v in use.compared if v is not None]
-        elif any(w in attr for w in _SIZE_WORDS):
+        values += [v for v in use.compared if v is not None and not isinstance(v, bool)]
+        if not values and any(w in attr for w in _SIZE_WORDS):
             values.append(16)
-        else:
+        elif not values and use.truth:
             values.append(True)
     elif isinstance(cur, (int, float)):
-        values += [
-            v for v in use.compared if isinstance(v, (int, float)) and not isinstance(v, bool)
-        ]
-        if use.numeric:
-            values += [0, 1, n]
-        if use.truth or use.default is None:
-            values.append(None)
+        values += _numbers(attr, cur, use, n)
     elif isinstance(cur, str):
         values += [v for v in use.compared if isinstance(v, str)]
+    out: list[Variant] = []
     for value in values:
         if value != cur and all(v.overrides[attr] != value for v in out):
             out.append(Variant({attr: value}, f"`{attr}` guards an unexecuted site"))
+    return out
+
+
+def _from_property(attr: str, configs: list[Any]) -> list[Variant]:
+    out = []
+    for name in _property_sources(configs, attr):
+        cur = _current(configs, name)
+        for value in (0, 1, 2):
+            if value != cur:
+                out.append(Variant({name: value}, f"`{name}` (computes `{attr}`)"))
     return out
 
 
@@ -410,6 +488,8 @@ def variants_for(model_config: Any, files: list[str], missing: list[str]) -> lis
             merged.compared += [v for v in use.compared if v not in merged.compared]
             merged.truth |= use.truth
             merged.numeric |= use.numeric
+            merged.schedule |= use.schedule
+            merged.none |= use.none
             if merged.default is _MISSING:
                 merged.default = use.default
     for site in missing:
@@ -421,7 +501,9 @@ def variants_for(model_config: Any, files: list[str], missing: list[str]) -> lis
     for attr in guarding:
         out += _candidates(attr, uses.get(attr, AttrUse()), configs, n, guard=True)
     for attr in sorted(set(uses) - set(guarding)):
-        out += _candidates(attr, uses[attr], configs, n, guard=False)
+        for variant in _candidates(attr, uses[attr], configs, n, guard=False):
+            variant.guarded = False
+            out.append(variant)
     return out
 
 
@@ -430,24 +512,40 @@ def applied(model_config: Any, overrides: dict[str, Any]) -> Iterator[bool]:
     """The overrides set on the config objects that hold each attribute (the text config
     when none does). Everything is restored afterwards, attributes a repair of the variant
     added included. Yields False when a value cannot be set."""
+    import os
+
     configs = config_objects(model_config)
     saved = [(c, dict(vars(c))) for c in configs]
+    environ = {k[1:]: os.environ.get(k[1:]) for k in overrides if k.startswith("$")}
     ok = True
-    try:
-        for attr, value in overrides.items():
-            for config in [c for c in configs if attr in vars(c)] or configs[:1]:
+    for attr, value in overrides.items():
+        if attr.startswith("$"):
+            os.environ[attr[1:]] = str(value)
+            continue
+        for config in [c for c in configs if attr in vars(c)] or configs[:1]:
+            try:
                 setattr(config, attr, value)
-    except Exception:
-        ok = False
+            except Exception:
+                # a strict config class validates on assignment; a checkpoint's
+                # config.json may still carry the value (None for an optional rank)
+                if isinstance(getattr(type(config), attr, None), property):
+                    ok = False
+                else:
+                    vars(config)[attr] = value
     try:
         yield ok
     finally:
         for config, state in saved:
             vars(config).clear()
             vars(config).update(state)
+        for name, old in environ.items():
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
 
 
-def repaired_build(build: Callable[[Any, Any], Any], files: list[str], attempts: int = 8):
+def repaired_build(build: Callable[[Any, Any], Any], files: list[str], attempts: int = 3):
     """``build`` that first gives a variant the attributes its new path reads and the
     config lacks (``conv_dim`` once ``layer_types`` names a convolution layer)."""
     from prefixlint.introspect.configs import repair
@@ -493,20 +591,29 @@ def explore(
         if not coverage["not_executed"]:
             result.stopped = "covered"
             return result
-        fresh = [
-            v
-            for v in variants_for(model_config, files, coverage["not_executed"])
-            if v.label() not in tried
+        singles = variants_for(model_config, files, coverage["not_executed"])
+        kept = [v for v in result.variants if v.status == "kept"]
+        # A site under two guards (MLA disabled and no q_lora_rank) needs both changed.
+        pairs = [
+            Variant({**k.overrides, **v.overrides}, f"{k.why}; {v.why}", guarded=v.guarded)
+            for k in kept
+            for v in singles
+            if v.guarded and not set(k.overrides) & set(v.overrides)
         ]
+        fresh = [v for v in singles + pairs if v.label() not in tried]
         if not fresh:
             break
+        misses = 0
         for variant in fresh:
+            if not variant.guarded and misses >= PATIENCE:
+                break  # flags read elsewhere: stop once they stop helping
             tried.add(variant.label())
             result.variants.append(variant)
             if time.perf_counter() - started > budget:
                 result.stopped = "budget"
                 return result
             coverage = _try(variant, cls, model_config, layouts, builds, result, build, coverage)
+            misses = 0 if variant.status == "kept" else misses + (not variant.guarded)
             if not coverage["not_executed"]:
                 result.stopped = "covered"
                 return result

@@ -86,6 +86,7 @@ class PrefixRecorder:
     def __init__(self) -> None:
         self.records: dict[int, Record] = {}
         self.lines: dict[str, set[int]] = {}  # model file -> lines that ran
+        self.built_classes: dict[str, set[str]] | None = None  # set by coverage.py
         self._library = _library_dirs()
 
     def external(self, filename: str) -> bool:
