@@ -84,7 +84,7 @@ def main() -> None:
     help="After the static phase, build the model classes these files define (phase 2).",
 )
 @click.option("--tp", default="1,2,4,8", show_default=True, help="With --introspect: TP sizes.")
-@click.option("--pp", default="2", show_default=True, help="With --introspect: PP sizes.")
+@click.option("--pp", default="2,4", show_default=True, help="With --introspect: PP sizes.")
 @click.option(
     "--explore-budget",
     type=float,
@@ -370,7 +370,7 @@ def _introspect_files(
     "--config", "config_path", help="config.json (or a folder holding one) to build with."
 )
 @click.option("--tp", default="1,2,4,8", show_default=True, help="Tensor-parallel sizes.")
-@click.option("--pp", default="2", show_default=True, help="Pipeline sizes (SupportsPP only).")
+@click.option("--pp", default="2,4", show_default=True, help="Pipeline sizes (SupportsPP only).")
 @click.option("--format", "output_format", type=click.Choice(FORMATS), default="text")
 @click.option("--fail-on", type=click.Choice(["error", "warning"]), default="warning")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds per build.")

@@ -189,15 +189,29 @@ INTROSPECT_RULES: dict[str, tuple[str, str, str, str]] = {
         "pp-stage-placement",
         "error",
         "A pipeline stage builds layers it does not own, or misses the head it needs",
-        "At pp > 1, layers outside the stage's range must be `PPMissingLayer` (as "
-        "`make_layers` builds them), and the last stage must hold the LM head.",
+        "At pp > 1 every stage is checked (pp 2 and 4: first, middle and last stages): "
+        "layers outside the stage's range must be `PPMissingLayer` (as `make_layers` builds "
+        "them); the embedding has parameters on the first stage only (and the last, for a "
+        "tied head); `lm_head` on the last only, which must hold it; the final norm on the "
+        "last only (a warning: it costs memory, nothing breaks).",
     ),
     "PFX606": (
         "interface-inconsistent",
         "error",
         "A declared capability does not hold in the built model",
-        "`SupportsPP` without a working `make_empty_intermediate_tensors`; a "
-        "`packed_modules_mapping` none of whose names was built.",
+        "`SupportsPP` without a working `make_empty_intermediate_tensors` (an error); a "
+        "`packed_modules_mapping` key that no build of any layout or explored config variant "
+        "made: an error when none of its keys was built (the mapping does not describe the "
+        "model), a warning per unbuilt key otherwise (nothing is packed under it).",
+    ),
+    "PFX607": (
+        "tp-heads-inconsistent",
+        "error",
+        "An attention layer's head counts differ from the per-rank counts of its QKV projection",
+        "At tensor-parallel size > 1 the QKV projection splits the heads across ranks; the "
+        "`Attention` beside it must be given the per-rank counts (`total // tp_size`). Global "
+        "counts there shape the KV cache and the attention kernel for heads this rank does not "
+        "hold. Reported at the line that built the attention layer.",
     ),
 }
 

@@ -23,7 +23,7 @@ from prefixlint.index import find_installed_package
 from prefixlint.introspect.worker import Worker, WorkerDied, WorkerTimeout
 
 DEFAULT_TP = (1, 2, 4, 8)
-DEFAULT_PP = (2,)
+DEFAULT_PP = (2, 4)
 DEFAULT_TIMEOUT = 300.0
 DEFAULT_EXPLORE_BUDGET = 10.0  # seconds of config variants per target (explore.py)
 

@@ -106,6 +106,30 @@ def construction_sites(path: str) -> tuple[Site, ...]:
 
 
 @functools.lru_cache(maxsize=4096)
+def passes_quant_config(file: str, line: int) -> bool:
+    """The call at ``file:line`` hands a ``quant_config`` to what it builds: the quantization
+    method is then resolved by the module's prefix."""
+    return line in _quant_lines(file)
+
+
+@functools.lru_cache(maxsize=512)
+def _quant_lines(path: str) -> frozenset[int]:
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return frozenset()
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            values = [k.value for k in node.keywords if k.arg == "quant_config"] + [
+                a for a in node.args if "quant_config" in ast.unparse(a)
+            ]
+            if any(not (isinstance(v, ast.Constant) and v.value is None) for v in values):
+                out.add(node.lineno)
+    return frozenset(out)
+
+
+@functools.lru_cache(maxsize=4096)
 def _source_file(cls: type) -> str:
     try:
         return inspect.getsourcefile(cls) or ""
@@ -202,6 +226,7 @@ def covered(result: Any, cls: type | None, builds: list[Any], explored: Any) -> 
     """Set ``result.coverage`` (over the union of builds) and ``result.variants``; kept
     variants are named in the config source, like the guessed attributes."""
     coverage = measure(cls, [b for b in builds if b.error is None] or builds[:1])
+    coverage["built"] = any(b.error is None for b in builds)
     coverage["explored"] = len(explored.variants)
     coverage["stopped"] = explored.stopped
     result.coverage = coverage
@@ -220,7 +245,9 @@ def not_verified(coverage: dict[str, Any]) -> list[Any]:
         "budget": "the exploration budget ran out",
         "exhausted": "no config variant derived from its guards reached it",
     }.get(coverage.get("stopped", ""), "no config variant was explored")
-    out = []
+    out: list[Any] = []
+    if not coverage.get("built"):
+        return out  # nothing built: the failure is reported, not each site
     for site in coverage.get("not_executed", []):
         file, _, line = site.rpartition(":")
         callee = next((s.callee for s in construction_sites(file) if s.line == int(line)), "")

@@ -95,7 +95,9 @@ def _layouts(cls: Any, tps: list[int], pps: list[int]) -> list[Any]:
     if getattr(cls, "supports_pp", False):
         for pp in pps:
             if pp > 1:
-                out += [Layout(pp=pp, pp_rank=0), Layout(pp=pp, pp_rank=pp - 1)]
+                # first, a middle one (pp > 2) and last: what each must and must not hold
+                ranks = [0, 1, pp - 1] if pp > 2 else [0, pp - 1]
+                out += [Layout(pp=pp, pp_rank=r) for r in ranks]
     return out
 
 
