@@ -336,6 +336,7 @@ def _introspect_files(
     table, base = _config_table()
     worker = Worker()
     out = []
+    executed: set[tuple[str, int]] = set()
     try:
         for path in files:
             summary = summarize_file(path)
@@ -357,11 +358,33 @@ def _introspect_files(
                     explore_budget=explore_budget,
                 )
                 out.extend(report.diagnostics)
+                for result in report.results:
+                    for file, cov in result.get("coverage", {}).get("files", {}).items():
+                        executed.update((str(Path(file).resolve()), n) for n in cov["executed"])
     finally:
         worker.close()
-    # Subclasses inherit their base's construction: one finding per place, not per class.
-    unique = {(d.code, d.filename, d.location.row, d.message): d for d in out}
-    return sorted(unique.values(), key=lambda d: d.sort_key())
+    return _merge_classes(out, executed)
+
+
+def _merge_classes(found: list, executed: set[tuple[str, int]]) -> list:
+    """Classes of one file build the same sites (a model and its ``ForCausalLM``): one
+    finding per code and place (the longest message: its path is the full one), and no
+    "not verified" note at a site another class's build executed."""
+    best: dict[tuple, object] = {}
+    for d in found:
+        if (
+            d.severity.value == "note"
+            and (str(Path(d.filename).resolve()), d.location.row) in executed
+        ):
+            continue
+        key = (
+            (d.code, d.filename, d.location.row)
+            if d.code != "PFX600"
+            else (d.code, d.filename, d.location.row, d.message)
+        )
+        if key not in best or len(d.message) > len(best[key].message):
+            best[key] = d
+    return sorted(best.values(), key=lambda d: d.sort_key())
 
 
 @main.command()
