@@ -491,7 +491,7 @@ def _relative(path: str) -> str:
 @click.option(
     "--explore-budget",
     type=float,
-    default=3.0,
+    default=2.0,
     show_default=True,
     help="Seconds per architecture for config variants that build unexecuted construction "
     "sites (0: the synthesised config only).",

@@ -45,6 +45,7 @@ _SKIP_ATTRS = frozenset(
     {"model_type", "architectures", "torch_dtype", "dtype", "num_hidden_layers", "vocab_size"}
 )
 _SIZE_WORDS = ("rank", "dim", "size", "num_", "window")
+PAIRS = 4  # pairs of variants tried per kept variant and round
 PATIENCE = 3  # unguarded variants in a row that add no site before giving up on them
 OTHER_KIND = "prefixlint_other_kind"  # a per-layer value equal to none the code names
 _MISSING = object()
@@ -593,17 +594,12 @@ def explore(
             return result
         singles = variants_for(model_config, files, coverage["not_executed"])
         kept = [v for v in result.variants if v.status == "kept"]
-        # A site under two guards (MLA disabled and no q_lora_rank) needs both changed.
-        pairs = [
-            Variant({**k.overrides, **v.overrides}, f"{k.why}; {v.why}", guarded=v.guarded)
-            for k in kept
-            for v in singles
-            if v.guarded and not set(k.overrides) & set(v.overrides)
-        ]
-        fresh = [v for v in singles + pairs if v.label() not in tried]
+        pairs = _pairs(kept, singles, {v.label(): v.status for v in result.variants})
+        ordered = [v for v in singles if v.guarded] + pairs + [v for v in singles if not v.guarded]
+        fresh = [v for v in ordered if v.label() not in tried]
         if not fresh:
             break
-        misses = 0
+        misses, before = 0, len(kept)
         for variant in fresh:
             if not variant.guarded and misses >= PATIENCE:
                 break  # flags read elsewhere: stop once they stop helping
@@ -617,8 +613,23 @@ def explore(
             if not coverage["not_executed"]:
                 result.stopped = "covered"
                 return result
+        if sum(v.status == "kept" for v in result.variants) == before:
+            break  # coverage stopped rising
     result.stopped = "exhausted"
     return result
+
+
+def _pairs(kept: list[Variant], singles: list[Variant], status: dict[str, str]) -> list[Variant]:
+    """A site under two guards (MLA disabled and no ``q_lora_rank``) needs both changed:
+    two kept variants together, then a kept one with a few that built but added nothing."""
+    tried_alone = [v for v in singles if v.guarded and status.get(v.label()) == "no new site"]
+    others = [v for i, k in enumerate(kept) for v in kept[i + 1 :]] + tried_alone[:PAIRS]
+    return [
+        Variant({**k.overrides, **v.overrides}, f"{k.why}; {v.why}")
+        for k in kept
+        for v in others
+        if k is not v and not set(k.overrides) & set(v.overrides)
+    ][: PAIRS * max(len(kept), 1)]
 
 
 def _try(variant, cls, model_config, layouts, builds, result, build, coverage) -> dict:
