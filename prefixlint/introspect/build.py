@@ -341,7 +341,9 @@ def run_target(
     explored = explore(cls, model_config, layouts, builds, build_layout, explore_budget)
     builds += explored.builds
     covered(result, cls, builds, explored)
-    result.findings = check_build(cls, model_config, builds) + not_verified(result.coverage)
+    complete = not result.coverage["not_executed"]
+    result.findings = check_build(cls, model_config, builds, complete)
+    result.findings += not_verified(result.coverage)
     failed = [b for b in builds if b.error is not None]
     if len(failed) == len(builds) and builds:
         result.status = "failed"

@@ -45,6 +45,7 @@ _SKIP_ATTRS = frozenset(
     {"model_type", "architectures", "torch_dtype", "dtype", "num_hidden_layers", "vocab_size"}
 )
 _SIZE_WORDS = ("rank", "dim", "size", "num_", "window")
+_SCHEDULE_WORDS = ("period", "offset", "freq", "step", "interval", "every", "layer", "pattern")
 PAIRS = 4  # pairs of variants tried per kept variant and round
 PATIENCE = 3  # unguarded variants in a row that add no site before giving up on them
 OTHER_KIND = "prefixlint_other_kind"  # a per-layer value equal to none the code names
@@ -287,9 +288,23 @@ def _guards(reader: _Reader, tree: ast.Module) -> dict[int, set[str]]:
 
     owners: dict[str, set[str]] = {}  # class/function name -> guards of its references
     defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    # a class chosen from a table (``LAYER_TYPES[config.layers_block_type[i]]``): the
+    # table's subscripts guard it
+    chosen_by: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and _dotted(node.value) in reader.dicts:
+            chosen_by.setdefault(_dotted(node.value), set()).update(reader.attrs(node.slice))
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in defined:
             owners.setdefault(node.id, set()).update(guarding(node))
+            table = parents.get(node)
+            if isinstance(table, ast.Dict) and isinstance(parents.get(table), ast.Assign):
+                for target in parents[table].targets:  # type: ignore[attr-defined]
+                    for name, attrs in chosen_by.items():
+                        if name == _dotted(target) or reader.dicts.get(name) is reader.dicts.get(
+                            _dotted(target)
+                        ):
+                            owners[node.id] |= attrs
     out: dict[int, set[str]] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
@@ -407,7 +422,10 @@ def _property_sources(configs: list[Any], attr: str) -> list[str]:
             return [
                 n
                 for n in names
-                if n != attr and n not in _SKIP_ATTRS and isinstance(vars(config).get(n), int)
+                if n != attr
+                and n not in _SKIP_ATTRS
+                and isinstance(vars(config).get(n), int)
+                and any(w in n for w in _SCHEDULE_WORDS)
             ]
     return []
 
@@ -468,7 +486,7 @@ def _from_property(attr: str, configs: list[Any]) -> list[Variant]:
     out = []
     for name in _property_sources(configs, attr):
         cur = _current(configs, name)
-        for value in (0, 1, 2):
+        for value in (0, 1, 2) if "offset" in name else (1, 2):
             if value != cur:
                 out.append(Variant({name: value}, f"`{name}` (computes `{attr}`)"))
     return out

@@ -31,9 +31,17 @@ def _library_dirs() -> tuple[str, ...]:
     import vllm
 
     vllm_root = Path(vllm.__file__).resolve().parent
+    extra = []
+    try:  # the Transformers backend builds modules from transformers' own code
+        import transformers
+
+        extra.append(Path(transformers.__file__).resolve().parent)
+    except ImportError:
+        pass
     return tuple(
         str(p) + os.sep
         for p in (
+            *extra,
             Path(torch.__file__).resolve().parent,
             vllm_root / "model_executor" / "layers",
             vllm_root / "compilation",  # @support_torch_compile wraps __init__
