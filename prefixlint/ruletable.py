@@ -191,9 +191,11 @@ INTROSPECT_RULES: dict[str, tuple[str, str, str, str]] = {
         "A pipeline stage builds layers it does not own, or misses the head it needs",
         "At pp > 1 every stage is checked (pp 2 and 4: first, middle and last stages): "
         "layers outside the stage's range must be `PPMissingLayer` (as `make_layers` builds "
-        "them); the embedding has parameters on the first stage only (and the last, for a "
-        "tied head); `lm_head` on the last only, which must hold it; the final norm on the "
-        "last only (a warning: it costs memory, nothing breaks).",
+        "them) and the last stage must hold `lm_head` (errors); the embedding with "
+        "parameters on a stage other than the first (and the last, for a tied head), "
+        "`lm_head` on a stage other than the last, the final norm off the last stage are "
+        "warnings: they cost memory, nothing breaks. Encoder towers (vision, audio) are not "
+        "split across stages and are not checked.",
     ),
     "PFX606": (
         "interface-inconsistent",

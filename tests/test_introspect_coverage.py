@@ -180,6 +180,7 @@ def test_head_on_a_stage_that_is_not_the_last(worker, tmp_path: Path) -> None:
     assert [(d.code, d.location.row) for d in fresh] == [("PFX605", line)], fresh
     # one finding for the site, naming every stage that has it (pp 2 first; pp 4 0 and 1)
     assert "stage 0 (first)" in fresh[0].message and "pp=4 stage 1" in fresh[0].message
+    assert fresh[0].severity.value == "warning" and "memory" in fresh[0].message
 
 
 def test_embedding_on_a_middle_stage(worker, tmp_path: Path) -> None:

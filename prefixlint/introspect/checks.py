@@ -182,6 +182,12 @@ class _View:
             if id(r.module) in self.paths and r.prefix is not None and not r.by_library
         }
         self.delegating = self._delegating()
+        # layers that registered themselves by name (attention, MoE, Mamba state): the
+        # forward context and the KV cache find them under their prefix
+        context = getattr(
+            getattr(build.vllm_config, "compilation_config", None), "static_forward_context", {}
+        )
+        self.registered = {id(m) for m in (context or {}).values()}
 
     def _delegating(self) -> set[str]:
         """Modules that hand their own name down on purpose (vLLM's MLA and MTP wrappers
@@ -225,14 +231,20 @@ def _convention(view: _View, path: str) -> bool:
 
 def _consumers(view: _View, paths: list[str]) -> list[str]:
     """What looks the modules at ``paths`` up by their prefix."""
-    out = []
+    out: list[str] = []
     for path in paths:
         r = view.by_path[path]
-        if "layer_name" in r.attributes and "the KV cache" not in out:
-            out.append("the KV cache")  # an attention layer registers itself by this name
-        if passes_quant_config(r.site_file, r.site_line) and "quantization" not in out:
+        if id(r.module) in view.registered:
+            used = "the KV cache and the forward context (the layer registers by this name)"
+        elif "layer_name" in r.attributes:
+            used = "its per-layer scales (looked up by `layer_name`)"
+        else:
+            used = ""
+        if passes_quant_config(r.site_file, r.site_line):
             out.append("quantization")
-    return out
+        if used:
+            out.append(used)
+    return list(dict.fromkeys(out))
 
 
 def _severity(view: _View, paths: list[str]) -> tuple[str, str]:
@@ -339,9 +351,7 @@ def _check_stages(view: _View, cls: Any, hf: Any, out: Findings) -> None:
         finding = Finding("PFX605", severity, f"{stage} {what}", file, line, group=group)
         out.add(finding, view.build)
 
-    for name, module in view.model.named_modules():
-        if not isinstance(module, nn.ModuleList) or len(module) != n_layers:
-            continue
+    for name, module in _decoder_lists(view.model, n_layers):
         for i, layer in enumerate(module):
             if not start <= i < end and _params(layer):
                 add(
@@ -354,6 +364,25 @@ def _check_stages(view: _View, cls: Any, hf: Any, out: Findings) -> None:
     _check_stage_ends(view, hf, first, last, add)
 
 
+_TOWERS = ("vision", "visual", "audio", "tower", "vit", "qformer", "encoder", "experts")
+
+
+def _decoder_lists(model: nn.Module, n_layers: int) -> list[tuple[str, nn.ModuleList]]:
+    """The decoder's layer lists: those of a module that keeps ``start_layer`` (what
+    ``make_layers`` returns), else lists of the layer count outside encoder towers (vision
+    and audio towers are not split across stages; a list of experts is not layers)."""
+    lists = [
+        (name, m)
+        for name, m in model.named_modules()
+        if isinstance(m, nn.ModuleList) and len(m) == n_layers
+    ]
+    owners = {name for name, m in model.named_modules() if hasattr(m, "start_layer")}
+    kept = [(n, m) for n, m in lists if (n.rsplit(".", 1)[0] if "." in n else "") in owners]
+    if kept or owners:
+        return kept
+    return [(n, m) for n, m in lists if not any(w in n.lower() for w in _TOWERS)]
+
+
 def _check_stage_ends(view: _View, hf: Any, first: bool, last: bool, add: Any) -> None:
     head = getattr(view.model, "lm_head", None)
     if last and head is not None and not _params(head):
@@ -362,8 +391,10 @@ def _check_stage_ends(view: _View, hf: Any, first: bool, last: bool, add: Any) -
         add(
             head,
             "is not the last but builds `lm_head` with parameters; only the last stage "
-            "computes logits (build `PPMissingLayer` elsewhere)",
+            "computes logits (build `PPMissingLayer` elsewhere). It costs a vocabulary-sized "
+            "matrix of memory on this stage; nothing breaks",
             "head",
+            "warning",
         )
     tied = bool(getattr(hf, "tie_word_embeddings", False))
     for name, module in view.model.named_modules():
@@ -373,15 +404,17 @@ def _check_stage_ends(view: _View, hf: Any, first: bool, last: bool, add: Any) -
             add(
                 module,
                 f"is not the first but builds the embedding `{name}` with parameters; "
-                "only the first stage embeds tokens (and the last, for a tied head)",
+                "only the first stage embeds tokens (and the last, for a tied head). It costs "
+                "a vocabulary-sized matrix of memory on this stage; nothing breaks",
                 "embedding",
+                "warning",
             )
         norm = name.split(".")[-1] in ("norm", "final_layernorm", "ln_f", "norm_f")
         if norm and name.count(".") == 1 and not last and _params(module):
             add(
                 module,
                 f"is not the last but builds the final norm `{name}` with parameters; "
-                "only the last stage applies it",
+                "only the last stage applies it (a little memory; nothing breaks)",
                 "norm",
                 "warning",
             )
@@ -401,7 +434,9 @@ def _check_heads(view: _View, out: Findings) -> None:
         a, q = attn[0], qkv[0]
         if getattr(a, "head_size", None) != getattr(q, "head_size", None):
             continue
-        if (a.num_heads, a.num_kv_heads) == (q.num_heads, q.num_kv_heads):
+        # more query heads than the projection's: global counts. Fewer is a projection that
+        # packs more (an output gate doubles its query heads: Qwen3-Next)
+        if a.num_kv_heads == q.num_kv_heads and a.num_heads <= q.num_heads:
             continue
         file, line = _site_of(view, a, None)
         message = (

@@ -178,9 +178,12 @@ class _Reader:
         """The attribute ``node`` reads from the model's config, if it is such a read."""
         if isinstance(node, ast.Attribute) and _is_model_config(node.value):
             return node.attr
-        if isinstance(node, ast.Attribute) and node.attr in _SWITCHES:
-            if _dotted(node.value).endswith("model_config"):
-                return _SWITCHES[node.attr][0]
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in _SWITCHES
+            and _dotted(node.value).endswith("model_config")
+        ):
+            return _SWITCHES[node.attr][0]
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name)
@@ -271,9 +274,7 @@ def _guards(reader: _Reader, tree: ast.Module) -> dict[int, set[str]]:
         out: set[str] = set()
         child, node = node, parents.get(node)
         while node is not None:
-            if isinstance(node, (ast.If, ast.While)) and child is not node.test:
-                out |= reader.attrs(node.test)
-            elif isinstance(node, ast.IfExp) and child is not node.test:
+            if isinstance(node, (ast.If, ast.While, ast.IfExp)) and child is not node.test:
                 out |= reader.attrs(node.test)
             elif isinstance(node, ast.comprehension):
                 for test in node.ifs:
