@@ -140,7 +140,7 @@ def test_untied_head_built_only_by_a_variant(worker, tmp_path: Path) -> None:
                     prefix=maybe_prefix(prefix, "head"),
                 )
 """
-    fresh, report, text = new_findings(
+    fresh, _report, text = new_findings(
         worker,
         tmp_path,
         "llama.py",
@@ -160,7 +160,7 @@ def test_dense_layer_of_a_moe_model(worker, tmp_path: Path) -> None:
     """Qwen3-MoE's synthesised schedule makes every layer MoE; the dense MLP of
     ``decoder_sparse_step > 1`` layers is built by a variant only."""
     edit = swap('prefix=f"{prefix}.mlp",', 'prefix=f"{prefix}.ffn",', "self.mlp = Qwen3MoeMLP(")
-    fresh, report, text = new_findings(
+    fresh, _report, text = new_findings(
         worker, tmp_path, "qwen3_moe.py", "Qwen3MoeForCausalLM", edit, tp=(1,), pp=(1,)
     )
     line = line_of(text, "self.mlp = Qwen3MoeMLP(")
@@ -173,7 +173,7 @@ def test_head_on_a_stage_that_is_not_the_last(worker, tmp_path: Path) -> None:
             self.lm_head = ParallelLMHead("""
     new = """        if True:
             self.lm_head = ParallelLMHead("""
-    fresh, report, text = new_findings(
+    fresh, _report, text = new_findings(
         worker, tmp_path, "llama.py", "LlamaForCausalLM", swap(old, new), tp=(1,), pp=(2, 4)
     )
     line = line_of(text, "self.lm_head = ParallelLMHead(")
@@ -186,7 +186,7 @@ def test_head_on_a_stage_that_is_not_the_last(worker, tmp_path: Path) -> None:
 def test_embedding_on_a_middle_stage(worker, tmp_path: Path) -> None:
     old = """            get_pp_group().is_first_rank
             or (config.tie_word_embeddings and get_pp_group().is_last_rank)"""
-    fresh, report, text = new_findings(
+    fresh, _report, text = new_findings(
         worker,
         tmp_path,
         "llama.py",
@@ -203,7 +203,7 @@ def test_embedding_on_a_middle_stage(worker, tmp_path: Path) -> None:
 def test_unbuilt_packed_key(worker, tmp_path: Path) -> None:
     old = '"gate_up_proj": ["gate_proj", "up_proj"],'
     new = old + '\n        "fused_xyz": ["x_proj", "y_proj"],'
-    fresh, report, text = new_findings(
+    fresh, _report, text = new_findings(
         worker, tmp_path, "llama.py", "LlamaForCausalLM", swap(old, new), tp=(1,), pp=(1,)
     )
     line = line_of(text, "class LlamaForCausalLM(")
@@ -217,7 +217,7 @@ def test_global_heads_at_tp2(worker, tmp_path: Path) -> None:
             self.num_heads,"""
     new = """        self.attn = attn_cls(
             self.total_num_heads,"""
-    fresh, report, text = new_findings(
+    fresh, _report, text = new_findings(
         worker, tmp_path, "llama.py", "LlamaForCausalLM", swap(old, new), tp=(1, 2), pp=(1,)
     )
     line = line_of(text, "self.attn = attn_cls(")
@@ -230,7 +230,7 @@ def test_global_heads_at_tp2(worker, tmp_path: Path) -> None:
 
 def test_one_finding_per_site_says_where_it_repeats(worker, tmp_path: Path) -> None:
     edit = swap('            prefix=f"{prefix}.mlp",\n', "", "class LlamaDecoderLayer(")
-    fresh, report, text = new_findings(
+    fresh, _report, text = new_findings(
         worker, tmp_path, "llama.py", "LlamaForCausalLM", edit, tp=(1, 2), pp=(1,)
     )
     [finding] = fresh

@@ -347,9 +347,9 @@ def config_objects(model_config: Any) -> list[Any]:
             out.append(config)
     for config in list(out):
         for value in vars(config).values():
-            if hasattr(value, "to_dict") and hasattr(value, "model_type"):
-                if all(value is not c for c in out):
-                    out.append(value)
+            nested = hasattr(value, "to_dict") and hasattr(value, "model_type")
+            if nested and all(value is not c for c in out):
+                out.append(value)
     return out
 
 
@@ -374,9 +374,9 @@ def _default_value(configs: list[Any], attr: str) -> Any:
 def _kinds(values: list[Any], element: type) -> list[Any]:
     out: list[Any] = []
     for v in values:
-        if isinstance(v, element) and not isinstance(v, bool) and v not in out:
-            if element is not str or len(v) < 64:
-                out.append(v)
+        short = element is not str or len(v) < 64 if isinstance(v, element) else False
+        if isinstance(v, element) and not isinstance(v, bool) and v not in out and short:
+            out.append(v)
     return out
 
 
@@ -386,7 +386,7 @@ def _per_layer(attr: str, cur: Any, use: AttrUse, configs: list[Any], n: int) ->
     is_text = isinstance(cur, str)
     element: type = str if is_text else type(next((v for v in cur if v is not None), ""))
     default = _default_value(configs, attr)
-    seen = list(cur) if not is_text else list(cur)
+    seen = list(cur)
     known = _kinds(seen + (list(default) if isinstance(default, (list, str)) else []), element)
     compared = [v for v in _kinds(use.compared, element) if not is_text or len(v) == 1]
     kinds = _kinds(known + compared, element)
