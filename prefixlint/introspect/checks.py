@@ -119,7 +119,7 @@ def check_build(
     built = [b for b in builds if b.error is None]
     for build in builds:
         if build.error is not None:
-            _check_error(build, heads, kv_heads, class_site, out)
+            _check_error(build, heads, kv_heads, class_site, out, hf)
             continue
         view = _View(build)
         _check_prefixes(view, out)
@@ -138,7 +138,9 @@ def working_tp_sizes(heads: int | None, kv_heads: int | None) -> list[int]:
     return [tp for tp in TP_CANDIDATES if heads % tp == 0 and (kv % tp == 0 or tp % kv == 0)]
 
 
-def _check_error(build: Any, heads: Any, kv_heads: Any, class_site: tuple, out: Findings) -> None:
+def _check_error(
+    build: Any, heads: Any, kv_heads: Any, class_site: tuple, out: Findings, hf: Any = None
+) -> None:
     error, layout = build.error, build.layout
     text = str(error)
     external = build.recorder.external
@@ -163,6 +165,17 @@ def _check_error(build: Any, heads: Any, kv_heads: Any, class_site: tuple, out: 
     first = text.strip().splitlines()[0][:200] if text.strip() else ""
     message = f"building the model failed for {layout.name}: {type(error).__name__}: {first}"
     site = (file, line) if file else class_site
+    n_layers = getattr(hf, "num_hidden_layers", 0)
+    if layout.pp > 1 and isinstance(n_layers, int) and n_layers // layout.pp < 2:
+        # one layer per stage: a stage of a small config may lack a kind of layer a real
+        # checkpoint's stages all hold (a MoE model whose stage 0 is the dense layer)
+        message = (
+            f"not verified at {layout.name}: the config's {n_layers} layers leave one per "
+            f"stage, and the build failed ({type(error).__name__}: {first}); a config with "
+            "more layers (`--config`) would tell"
+        )
+        out.add(Finding("PFX600", "note", message, *site, group=message), build)
+        return
     out.add(Finding("PFX604", "error", message, *site, group=message), build)
 
 
@@ -385,7 +398,8 @@ def _decoder_lists(model: nn.Module, n_layers: int) -> list[tuple[str, nn.Module
 
 def _check_stage_ends(view: _View, hf: Any, first: bool, last: bool, add: Any) -> None:
     head = getattr(view.model, "lm_head", None)
-    if last and head is not None and not _params(head):
+    pooling = getattr(type(view.model), "is_pooling_model", False)  # no logits to compute
+    if last and head is not None and not _params(head) and not pooling:
         add(None, "is the last and has no `lm_head` parameters: it computes the logits", "no-head")
     if not last and _params(head) and not isinstance(head, nn.Identity):
         add(
