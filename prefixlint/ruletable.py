@@ -157,11 +157,17 @@ INTROSPECT_RULES: dict[str, tuple[str, str, str, str]] = {
         "error",
         "A built module's prefix differs from its path in `named_modules()`",
         "The prefix a module received at construction is compared with where it ends up "
-        "in the built model. A difference means quantization, LoRA and the KV cache look "
-        "the layer up under a name the checkpoint does not use. A container built without "
-        "`prefix` is reported once, at its own construction, not at each layer inside it. "
-        "Modules that hand their own name to a wrapped child on purpose (vLLM's MLA and MTP "
-        "wrappers) are accepted. Reported at the line of the model that built the module.",
+        "in the built model, over every build (layouts and explored config variants). A "
+        'layer built with the default `""` where its path is not empty is a finding too. '
+        "One finding per construction site, naming the first path and where else it "
+        "repeats. An error when a consumer looks the name up (a `quant_config` reaches the "
+        "module at its construction site, or the layer registers itself by name for the KV "
+        "cache and the forward context); a warning that says so when nothing does. A "
+        "container built without `prefix` is reported once, at its own construction. vLLM's "
+        "conventions are accepted: wrappers handing their own name to a child (MLA, MTP), "
+        "MLA's `.attn` for `mla_attn`, a draft model's `mtp`/`draft_model` namespace, "
+        "attention layers of one decoder layer given unique names on purpose. Reported at "
+        "the line of the model that built the module.",
     ),
     "PFX602": (
         "duplicate-layer-name",

@@ -85,7 +85,11 @@ def to_diagnostics(result: dict[str, Any]) -> list[Diagnostic]:
                 end_location=pos,
                 phase="introspect",
                 url=f"https://github.com/prefixlint/prefixlint/blob/main/docs/rules.md#{f['code'].lower()}",
-                data={"architecture": result.get("arch"), "layouts": f.get("layouts", [])},
+                data={
+                    "architecture": result.get("arch"),
+                    "layouts": f.get("layouts", []),
+                    "group": f.get("group", ""),  # "default-prefix": a leaf built with ""
+                },
             )
         )
     return out

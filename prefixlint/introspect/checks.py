@@ -285,12 +285,15 @@ def _check_prefixes(view: _View, out: Findings) -> None:
         if r.defaulted and r.prefix == "" and not below and _is_container(view, path):
             continue  # a container whose layers get their names some other way
         severity, why = _severity(view, [path, *below])
+        leaf = r.defaulted and r.prefix == "" and not below
         if r.defaulted and r.prefix == "":
             inside = ', so the layers inside it are named from `""`' if below else ""
             message = f'`{r.cls}` at `{path}` was built without `prefix` (`""`){inside}: {why}'
         else:
             message = f"`{r.cls}` is at `{path}` but was given prefix `{r.prefix}`: {why}"
-        out.add(Finding("PFX601", severity, message, r.site_file, r.site_line), view.build, path)
+        group = "default-prefix" if leaf else ""
+        finding = Finding("PFX601", severity, message, r.site_file, r.site_line, group=group)
+        out.add(finding, view.build, path)
 
 
 def _is_container(view: _View, path: str) -> bool:
