@@ -179,6 +179,7 @@ def run_phase2(
     configs_for: Callable[[Path], tuple[dict[str, str], str | None]],
     progress: Callable[[str], None] = lambda text: None,
     dryrun: bool = True,
+    explore_budget: float = 10.0,
 ) -> Phase2Result:
     """Phase 2 for every architecture class of ``files``; see ``architectures_in``."""
     from prefixlint.introspect import introspect as build
@@ -189,6 +190,7 @@ def run_phase2(
     registry = registry_architectures(find_installed_package("vllm"))
     candidates = [c for path in files for c in architectures_in(path, registry)]
     out = Phase2Result()
+    executed: set[tuple[str, int]] = set()
     worker = Worker()
     try:
         for i, cand in enumerate(candidates, 1):
@@ -206,6 +208,7 @@ def run_phase2(
                 timeout=timeout,
                 worker=worker,
                 dryrun=dryrun,
+                explore_budget=explore_budget,
             )
             for result in report.results:
                 layouts = result.get("layouts", [])
@@ -216,13 +219,32 @@ def run_phase2(
                     f"{built}/{len(layouts)} layouts built "
                     f"(config: {result.get('config_source') or '-'})"
                 )
+                for file, cov in result.get("coverage", {}).get("files", {}).items():
+                    executed.update((str(Path(file).resolve()), n) for n in cov["executed"])
             out.diagnostics.extend(_outcome(cand, report, timeout))
     finally:
         worker.close()
-    # Subclasses inherit their base's construction: one finding per place, not per class.
-    unique = {(d.code, d.filename, d.location.row, d.message): d for d in out.diagnostics}
-    out.diagnostics = sorted(unique.values(), key=Diagnostic.sort_key)
+    out.diagnostics = merge_classes(out.diagnostics, executed)
     return out
+
+
+def merge_classes(found: list[Diagnostic], executed: set[tuple[str, int]]) -> list[Diagnostic]:
+    """Classes of one file build the same sites (a model and its ``ForCausalLM``, a
+    subclass and its base): one finding per code and place (the longest message: its path
+    is the full one), and no "not verified" note at a site another class's build ran."""
+    best: dict[tuple, Diagnostic] = {}
+    for d in found:
+        place = (str(Path(d.filename).resolve()), d.location.row)
+        if d.code == "PFX600" and "construction site" in d.message and place in executed:
+            continue  # another class's build ran it
+        key = (
+            (d.code, d.filename, d.location.row)
+            if d.code != "PFX600"
+            else (d.code, d.filename, d.location.row, d.message)
+        )
+        if key not in best or len(d.message) > len(best[key].message):
+            best[key] = d
+    return sorted(best.values(), key=Diagnostic.sort_key)
 
 
 def polish(diagnostics: list[Diagnostic]) -> list[Diagnostic]:

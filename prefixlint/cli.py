@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -93,11 +94,17 @@ def main() -> None:
     help="After the static phase, build the model classes these files define (phase 2).",
 )
 @click.option("--tp", help="With --introspect: TP sizes.  [default: 1,2,4,8]")
-@click.option("--pp", help="With --introspect: PP sizes.  [default: 2]")
+@click.option("--pp", help="With --introspect: PP sizes.  [default: 2,4]")
 @click.option(
     "--timeout",
     type=click.FloatRange(min=1),
     help="With --introspect: seconds per class build.  [default: 300]",
+)
+@click.option(
+    "--explore-budget",
+    type=click.FloatRange(min=0),
+    help="With --introspect: seconds per class for config variants that build unexecuted "
+    "construction sites (0: the synthesised config only).  [default: 10]",
 )
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
 @click.option(
@@ -148,7 +155,9 @@ def check(paths: tuple[Path, ...], **options: Any) -> None:
     phases = ""
     if opts.with_introspect:
         found, phases = _phase2(run, opts)
-        result.diagnostics.extend(d for d in found if run.selected(d))
+        result.diagnostics = _one_per_site(
+            result.diagnostics, [d for d in found if run.selected(d)]
+        )
         result.diagnostics.sort(key=lambda d: d.sort_key())
     if changes is not None:
         result.diagnostics = changes.filter(result.diagnostics)
@@ -191,6 +200,7 @@ class CheckOptions:
     output: Path | None = None
     with_introspect: bool = False
     no_dryrun: bool = False
+    explore_budget: float | None = None
     tp: str | None = None
     pp: str | None = None
     timeout: float | None = None
@@ -230,7 +240,11 @@ def _skipped_notes(report: Any) -> list:
 def _refuse_conflicts(opts: CheckOptions) -> None:
     """Options that would do nothing are refused, never silently ignored."""
     if not opts.with_introspect:
-        given = [f"--{n}" for n in ("tp", "pp", "timeout") if getattr(opts, n) is not None]
+        given = [
+            f"--{n.replace('_', '-')}"
+            for n in ("tp", "pp", "timeout", "explore_budget")
+            if getattr(opts, n) is not None
+        ]
         given += ["--no-dryrun"] if opts.no_dryrun else []
         if given:
             raise click.UsageError(f"{', '.join(given)} only apply with --introspect")
@@ -261,11 +275,12 @@ def _phase2(run: LintRun, opts: CheckOptions) -> tuple[list, str]:
         out = run_phase2(
             run.files,
             _int_list(opts.tp or "1,2,4,8", "--tp"),
-            _int_list(opts.pp or "2", "--pp"),
+            _int_list(opts.pp or "2,4", "--pp"),
             opts.timeout or 300.0,
             _configs_for,
             progress,
             dryrun=not opts.no_dryrun,
+            explore_budget=10.0 if opts.explore_budget is None else opts.explore_budget,
         )
     verified = (
         f"phase 2 built {out.built} architecture class{'es' if out.built != 1 else ''}"
@@ -495,13 +510,21 @@ def _exit_for(diagnostics, fail_on: str, strict: bool = False) -> None:
     sys.exit(EXIT_FINDINGS if any(d.severity.rank >= threshold for d in diagnostics) else EXIT_OK)
 
 
+def _one_per_site(static: list, runtime: list) -> list:
+    """Phase 2's PFX601 for a leaf built without a prefix and phase 1's PFX301 are one
+    defect at one line: the run-time finding (it saw the build) stands for both."""
+    seen = {(d.filename, d.location.row) for d in runtime if d.code == "PFX601"}
+    kept = [d for d in static if not (d.code == "PFX301" and (d.filename, d.location.row) in seen)]
+    return kept + runtime
+
+
 @main.command()
 @click.argument("target")
 @click.option(
     "--config", "config_path", help="config.json (or a folder holding one) to build with."
 )
 @click.option("--tp", default="1,2,4,8", show_default=True, help="Tensor-parallel sizes.")
-@click.option("--pp", default="2", show_default=True, help="Pipeline sizes (SupportsPP only).")
+@click.option("--pp", default="2,4", show_default=True, help="Pipeline sizes (SupportsPP only).")
 @click.option("--format", "output_format", type=click.Choice(FORMATS), default="text")
 @click.option("--fail-on", type=click.Choice(["error", "warning"]), default="warning")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds per build.")
@@ -510,6 +533,13 @@ def _exit_for(diagnostics, fail_on: str, strict: bool = False) -> None:
     "--no-dryrun",
     is_flag=True,
     help="Phase 2 without the checkpoint and quantization dry-run (PFX701, PFX702).",
+)
+@click.option(
+    "--explore-budget",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Seconds for config variants that build unexecuted construction sites (0: none).",
 )
 def introspect(
     target: str,
@@ -521,6 +551,7 @@ def introspect(
     timeout: float,
     strict: bool,
     no_dryrun: bool,
+    explore_budget: float,
 ) -> None:
     """Build TARGET on the meta device for several TP/PP layouts and check what it built.
 
@@ -540,6 +571,7 @@ def introspect(
         config_base=base,
         timeout=timeout,
         dryrun=not no_dryrun,
+        explore_budget=explore_budget,
     )
     if report.error:
         raise click.UsageError(f"cannot introspect {target}: {public_name(report.error)}")
@@ -565,8 +597,26 @@ def introspect(
                 f"  {layout['name']:<28} {layout['status']:<7} {layout['seconds']:.2f}s{extra}",
                 err=True,
             )
+        _echo_coverage(result)
     _report(report.diagnostics, output_format, len(report.results))
     _exit_for(report.diagnostics, fail_on, strict)
+
+
+def _echo_coverage(result: dict) -> None:
+    from prefixlint.introspect.coverage import describe
+
+    if result.get("coverage"):
+        click.echo(f"  {describe(result['coverage'], _relative)}", err=True)
+    for variant in result.get("variants", []):
+        what = ", ".join(f"{k}={v}" for k, v in variant["overrides"].items())
+        click.echo(f"  variant {what}: {variant['status']}", err=True)
+
+
+def _relative(path: str) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return path
 
 
 @main.command()
@@ -594,6 +644,14 @@ def introspect(
 )
 @click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the report here.")
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
+@click.option(
+    "--explore-budget",
+    type=float,
+    default=2.0,
+    show_default=True,
+    help="Seconds per architecture for config variants that build unexecuted construction "
+    "sites (0: the synthesised config only).",
+)
 def zoo(
     output_format: str,
     jobs: int,
@@ -605,6 +663,7 @@ def zoo(
     no_dryrun: bool,
     output: Path | None,
     strict: bool,
+    explore_budget: float,
 ) -> None:
     """Build every architecture of the installed vLLM registry and summarise."""
     from prefixlint.introspect.zoo import run_zoo
@@ -624,6 +683,7 @@ def zoo(
         only=list(only),
         progress=output_format == "text" or output is not None,
         dryrun=not no_dryrun,
+        explore_budget=explore_budget,
     )
     if output_format in ("text", "json"):
         text = summary.to_json_text() if output_format == "json" else summary.to_text()

@@ -267,15 +267,21 @@ CODES: dict[str, Code] = {
             "prefix-path-mismatch",
             Severity.ERROR,
             INTROSPECT,
-            "A built module's prefix differs from its path in `named_modules()`",
+            ("A built module's prefix differs from its path in `named_modules()`"),
             doc=(
-                "The prefix a module received at construction is compared with where it ends up in "
-                "the built model. A difference means quantization, LoRA and the KV cache look the "
-                "layer up under a name the checkpoint does not use. A container built without "
-                "`prefix` is reported once, at its own construction, not at each layer inside it. "
-                "Modules that hand their own name to a wrapped child on purpose (vLLM's"
-                " MLA and MTP "
-                "wrappers) are accepted. Reported at the line of the model that built the module."
+                "The prefix a module received at construction is compared with where it ends "
+                "up in the built model, over every build (layouts and explored config "
+                'variants). A layer built with the default `""` where its path is not empty '
+                "is a finding too. One finding per construction site, naming the first path "
+                "and where else it repeats. An error when a consumer looks the name up (a "
+                "`quant_config` reaches the module at its construction site, or the layer "
+                "registers itself by name for the KV cache and the forward context); a "
+                "warning that says so when nothing does. A container built without `prefix` "
+                "is reported once, at its own construction. vLLM's conventions are accepted: "
+                "wrappers handing their own name to a child (MLA, MTP), MLA's `.attn` for "
+                "`mla_attn`, a draft model's `mtp`/`draft_model` namespace, attention layers "
+                "of one decoder layer given unique names on purpose. Reported at the line of "
+                "the model that built the module."
             ),
         ),
         Code(
@@ -318,10 +324,15 @@ CODES: dict[str, Code] = {
             "pp-stage-placement",
             Severity.ERROR,
             INTROSPECT,
-            "A pipeline stage builds layers it does not own, or misses the head it needs",
+            ("A pipeline stage builds layers it does not own, or misses the head it needs"),
             doc=(
-                "At pp > 1, layers outside the stage's range must be `PPMissingLayer` (as "
-                "`make_layers` builds them), and the last stage must hold the LM head."
+                "At pp > 1 every stage is checked (pp 2 and 4: first, middle and last "
+                "stages): layers outside the stage's range must be `PPMissingLayer` (as "
+                "`make_layers` builds them) and the last stage must hold `lm_head` (errors); "
+                "the embedding with parameters on a stage other than the first (and the last,"
+                " for a tied head), `lm_head` on a stage other than the last, the final norm "
+                "off the last stage are warnings: they cost memory, nothing breaks. Encoder "
+                "towers (vision, audio) are not split across stages and are not checked."
             ),
         ),
         Code(
@@ -329,10 +340,30 @@ CODES: dict[str, Code] = {
             "interface-inconsistent",
             Severity.ERROR,
             INTROSPECT,
-            "A declared capability does not hold in the built model",
+            ("A declared capability does not hold in the built model"),
             doc=(
-                "`SupportsPP` without a working `make_empty_intermediate_tensors`; a "
-                "`packed_modules_mapping` none of whose names was built."
+                "`SupportsPP` without a working `make_empty_intermediate_tensors` (an error);"
+                " a `packed_modules_mapping` key that no build of any layout or explored "
+                "config variant made: an error when none of its keys was built (the mapping "
+                "does not describe the model), a warning per unbuilt key otherwise (nothing "
+                "is packed under it)."
+            ),
+        ),
+        Code(
+            "PFX607",
+            "tp-heads-inconsistent",
+            Severity.ERROR,
+            INTROSPECT,
+            (
+                "An attention layer's head counts differ from the per-rank counts of its QKV "
+                "projection"
+            ),
+            doc=(
+                "At tensor-parallel size > 1 the QKV projection splits the heads across "
+                "ranks; the `Attention` beside it must be given the per-rank counts (`total "
+                "// tp_size`). Global counts there shape the KV cache and the attention "
+                "kernel for heads this rank does not hold. Reported at the line that built "
+                "the attention layer."
             ),
         ),
         Code(

@@ -49,15 +49,42 @@ def line_in_class(text: str, cls: str, needle: str) -> int:
     return text.count("\n", 0, at) + 1
 
 
+# The one defect of the unmodified llama.py that phase 2 sees: the embedding is built
+# without `prefix` (static PFX301 reports it too) while a quant_config reaches it.
+LLAMA_KNOWN = {("PFX601", "self.embed_tokens = VocabParallelEmbedding(")}
+
+
+def known_defect(diag) -> bool:
+    import linecache
+
+    line = linecache.getline(str(Path(diag.filename).resolve()), diag.location.row).strip()
+    return (diag.code, line) in LLAMA_KNOWN
+
+
 def test_llama_builds_clean_on_every_layout(worker) -> None:
     report = introspect("LlamaForCausalLM", worker=worker)
     assert report.error is None
     [result] = report.results
     assert result["status"] == "built" and result["config_source"].startswith("synthesised")
     names = [(lay["tp"], lay["pp"], lay["pp_rank"]) for lay in result["layouts"]]
-    assert names == [(1, 1, 0), (2, 1, 0), (4, 1, 0), (8, 1, 0), (1, 2, 0), (1, 2, 1)]
+    assert names == [
+        (1, 1, 0),
+        (2, 1, 0),
+        (4, 1, 0),
+        (8, 1, 0),
+        (1, 2, 0),
+        (1, 2, 1),
+        (1, 4, 0),
+        (1, 4, 1),
+        (1, 4, 3),
+    ]
     assert all(lay["status"] == "built" for lay in result["layouts"])
-    assert [d.code for d in report.diagnostics] == []
+    assert [d.code for d in report.diagnostics] == ["PFX601"]
+    [embedding] = report.diagnostics
+    assert known_defect(embedding) and embedding.severity.value == "error", embedding
+    assert "quantization" in embedding.message and "`model.embed_tokens`" in embedding.message
+    coverage = result["coverage"]
+    assert coverage["sites"] > 10 and coverage["executed"] == coverage["sites"], coverage
 
 
 CASES = [
@@ -123,7 +150,8 @@ def test_planted_bug_is_reported_at_its_line(
     path, text = llama_copy(tmp_path, f"broken_{code.lower()}", replace_in_class(cls, old, new))
     report = introspect(f"{path}:LlamaForCausalLM", tp=(1, 2), pp=(2,), worker=worker)
     assert report.error is None, report.error
-    found = [(d.code, Path(d.filename).name, d.location.row) for d in report.diagnostics]
+    new = [d for d in report.diagnostics if not known_defect(d)]
+    found = [(d.code, Path(d.filename).name, d.location.row) for d in new]
     expected = (code, path.name, line_in_class(text, cls, at))
     assert expected in found, (expected, found, [d.message for d in report.diagnostics])
     # Nothing else is wrong with the copy: every finding is the planted one's code, or
@@ -150,7 +178,7 @@ def test_heads_not_divisible_names_working_sizes(worker, tmp_path: Path) -> None
     )
     config.save_pretrained(tmp_path)
     report = introspect("LlamaForCausalLM", tp=(1, 3), pp=(1,), config=str(tmp_path), worker=worker)
-    [diag] = report.diagnostics
+    [diag] = [d for d in report.diagnostics if not known_defect(d)]
     assert diag.code == "PFX603" and diag.severity.value == "warning"
     assert "tensor parallel size 3" in diag.message and "1, 2, 4, 8" in diag.message
     assert diag.filename.endswith("llama.py")
@@ -173,7 +201,7 @@ def test_pp_class_building_every_layer_on_every_stage(worker, tmp_path: Path) ->
         )"""
     path, text = llama_copy(tmp_path, "all_stages", replace_in_class("LlamaModel", old, new))
     report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(2,), worker=worker)
-    found = [(d.code, d.location.row) for d in report.diagnostics]
+    found = [(d.code, d.location.row) for d in report.diagnostics if not known_defect(d)]
     line = line_in_class(text, "LlamaModel", "layer_type(vllm_config=vllm_config, prefix=f")
     assert ("PFX605", line) in found, found
     assert {c for c, _ in found} == {"PFX605"}
@@ -223,9 +251,11 @@ def test_cli_json(tmp_path: Path) -> None:
         cwd=tmp_path,
         timeout=600,
     )
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout) == []
+    assert out.returncode == 1, out.stderr[-2000:]  # llama.py's embedding (LLAMA_KNOWN)
+    [finding] = json.loads(out.stdout)
+    assert finding["code"] == "PFX601" and finding["filename"].endswith("llama.py")
     assert "tp=2" in out.stderr and "built" in out.stderr
+    assert "construction sites executed" in out.stderr
 
 
 # Config synthesis: how the model's code uses an attribute decides the guessed value.

@@ -66,7 +66,9 @@ def test_whisper_pad_token_fits_the_shrunk_vocabulary(worker) -> None:
     report = introspect("WhisperForConditionalGeneration", tp=(1, 2), pp=(1,), worker=worker)
     assert report.results[0]["status"] == "built", report.results[0]["reason"]
     assert "PFX604" not in {d.code for d in report.diagnostics}
-    assert "PFX600" not in {d.code for d in report.diagnostics}
+    # No layout is "not verified" (notes of unexecuted sites or of the dry-run may remain).
+    gaps = [d for d in report.diagnostics if d.code == "PFX600" and "building `" in d.message]
+    assert gaps == [], [d.message for d in gaps]
 
 
 def test_synthesised_config_gap_is_a_note_but_a_given_config_keeps_pfx604(

@@ -25,8 +25,9 @@ from prefixlint.introspect.worker import Worker, WorkerDied, WorkerTimeout
 from prefixlint.static.index import find_installed_package
 
 DEFAULT_TP = (1, 2, 4, 8)
-DEFAULT_PP = (2,)
+DEFAULT_PP = (2, 4)
 DEFAULT_TIMEOUT = 300.0
+DEFAULT_EXPLORE_BUDGET = 10.0  # seconds of config variants per target (explore.py)
 
 
 @dataclass
@@ -113,7 +114,11 @@ def to_diagnostics(result: dict[str, Any]) -> list[Diagnostic]:
                 end_location=pos,
                 phase="introspect",
                 url=url_for(f["code"]),
-                data={"architecture": result.get("arch"), "layouts": f.get("layouts", [])},
+                data={
+                    "architecture": result.get("arch"),
+                    "layouts": f.get("layouts", []),
+                    "group": f.get("group", ""),  # "default-prefix": a leaf built with ""
+                },
             )
         )
     return out
@@ -143,6 +148,7 @@ def introspect(
     timeout: float = DEFAULT_TIMEOUT,
     worker: Worker | None = None,
     dryrun: bool = True,
+    explore_budget: float = DEFAULT_EXPLORE_BUDGET,
 ) -> IntrospectReport:
     """Build ``target`` (an architecture of the installed registry, ``module:Class`` or
     ``path/to/file.py[:Class]``) for each layout in a worker process and check it."""
@@ -158,6 +164,7 @@ def introspect(
         "configs": configs,
         "config_base": config_base,
         "dryrun": dryrun,
+        "explore_budget": explore_budget,
     }
     try:
         answer = worker.run(job, timeout)

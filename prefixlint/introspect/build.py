@@ -34,6 +34,7 @@ from prefixlint.introspect.configs import (  # noqa: E402
     resolve_config,
     seed_from_code,
 )
+from prefixlint.introspect.coverage import covered, not_verified  # noqa: E402
 from prefixlint.introspect.drafts import (  # noqa: E402
     force_architecture,
     is_draft,
@@ -41,6 +42,7 @@ from prefixlint.introspect.drafts import (  # noqa: E402
     soften_for_draft,
     target_layer_offset,
 )
+from prefixlint.introspect.explore import explore  # noqa: E402
 from prefixlint.introspect.gaps import describe, note, split_gaps  # noqa: E402
 from prefixlint.introspect.meta import meta_parameters  # noqa: E402
 from prefixlint.introspect.parallel import Layout, fake_parallel_state  # noqa: E402
@@ -79,6 +81,8 @@ class TargetResult:
     dryrun: str = ""  # PFX701/702: verified | not verified | off | "" (nothing built)
     dryrun_reason: str = ""
     dryrun_seconds: float = 0.0
+    coverage: dict[str, Any] = field(default_factory=dict)  # see coverage.py
+    variants: list[dict[str, Any]] = field(default_factory=list)  # see explore.py
 
 
 def _registry() -> Any:
@@ -357,6 +361,7 @@ class Build:
     seconds: float
     error: BaseException | None = None
     error_tb: Any = None
+    variant: str = ""  # the config variant it was built with ("" for the base config)
 
 
 def build_layout(model_config: Any, layout: Layout, quant_config: Any = None) -> Build:
@@ -439,6 +444,7 @@ def run_target(
     config_table: dict[str, str] | None = None,
     config_base: str | None = None,
     dryrun: bool = True,
+    explore_budget: float = 0.0,
 ) -> TargetResult:
     started = time.perf_counter()
     result = TargetResult(target=target.spec, arch=target.arch)
@@ -483,7 +489,14 @@ def run_target(
         builds.append(build)
         status = "built" if build.error is None else "failed"
         result.layouts.append(LayoutOutcome(layout, status, build.seconds, _describe(build.error)))
-    result.findings = _findings(target.arch, cls, model_config, builds, result.config_source)
+    explored = explore(cls, model_config, layouts, builds, build_layout, explore_budget)
+    builds += explored.builds
+    covered(result, cls, builds, explored)
+    complete = not result.coverage["not_executed"]
+    result.findings = _findings(
+        target.arch, cls, model_config, builds, result.config_source, complete
+    )
+    result.findings += not_verified(result.coverage)
     _dry_run(result, cls, model_config, builds, dryrun)
     failed = [b for b in builds if b.error is not None]
     if len(failed) == len(builds) and builds:
@@ -500,13 +513,18 @@ def run_target(
 
 
 def _findings(
-    arch: str, cls: type | None, model_config: Any, builds: list[Build], config_source: str
+    arch: str,
+    cls: type | None,
+    model_config: Any,
+    builds: list[Build],
+    config_source: str,
+    complete: bool,
 ) -> list[Finding]:
     """The checks over the builds that say something about the model; a PFX600 note for
     the layouts that failed because of the config or this machine (see ``gaps.py``)."""
     synthesised = config_source.startswith("synthesised")
     checked, gap_builds = split_gaps(builds, synthesised, classify)
-    findings = check_build(cls, model_config, checked)
+    findings = check_build(cls, model_config, checked, complete)
     spec = _SPECS.get(id(model_config))
     if spec is not None:  # a draft's layers are numbered on from its target's
         offset = getattr(spec.target_model_config.hf_text_config, "num_hidden_layers", 0)

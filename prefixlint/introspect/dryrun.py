@@ -235,7 +235,7 @@ class Sites:
         self.class_site = _source_site(cls)
 
     def model_file(self, filename: str) -> bool:
-        if not filename or not self.recorder._external(filename):
+        if not filename or not self.recorder.external(filename):
             return False
         norm = filename.replace("\\", "/")
         if "/vllm/" in norm and not re.search(r"/vllm/(model_executor/)?models/", norm):

@@ -1,9 +1,12 @@
-"""Which prefix each module received, and which line of the model built it.
+"""Which prefix each module received, which line of the model built it, and which lines of
+the model's own files ran (construction coverage).
 
-``sys.setprofile`` sees every Python ``__init__`` call. The first ``__init__`` call for a
+``sys.settrace`` sees every Python ``__init__`` call. The first ``__init__`` call for a
 module object is its most-derived one (a subclass's body runs before ``super().__init__``),
 so its locals are the arguments as the model passed them. The construction site is the
 first frame outside torch, vLLM's layer library and prefixlint: the model file's line.
+Frames of those model files (and only those) are traced line by line: which lines ran says
+which construction sites a build executed, and library frames stay untraced (cheap).
 """
 
 from __future__ import annotations
@@ -28,9 +31,17 @@ def _library_dirs() -> tuple[str, ...]:
     import vllm
 
     vllm_root = Path(vllm.__file__).resolve().parent
+    extra = []
+    try:  # the Transformers backend builds modules from transformers' own code
+        import transformers
+
+        extra.append(Path(transformers.__file__).resolve().parent)
+    except ImportError:
+        pass
     return tuple(
         str(p) + os.sep
         for p in (
+            *extra,
             Path(torch.__file__).resolve().parent,
             vllm_root / "model_executor" / "layers",
             vllm_root / "compilation",  # @support_torch_compile wraps __init__
@@ -82,9 +93,12 @@ def _prefix_default(module: nn.Module, code: Any) -> Any:
 class PrefixRecorder:
     def __init__(self) -> None:
         self.records: dict[int, Record] = {}
+        self.lines: dict[str, set[int]] = {}  # model file -> lines that ran
+        self.built_classes: dict[str, set[str]] | None = None  # set by coverage.py
         self._library = _library_dirs()
 
-    def _external(self, filename: str) -> bool:
+    def external(self, filename: str) -> bool:
+        """``filename`` is model code (not torch, vLLM's layers, prefixlint or generated)."""
         return not (
             filename.startswith(self._library)
             or filename.startswith("<")
@@ -92,18 +106,31 @@ class PrefixRecorder:
         )
 
     def _site(self, frame: FrameType | None) -> tuple[str, int]:
-        while frame is not None and not self._external(frame.f_code.co_filename):
+        while frame is not None and not self.external(frame.f_code.co_filename):
             frame = frame.f_back
         if frame is None:
             return "", 0
         return frame.f_code.co_filename, frame.f_lineno
 
-    def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
+    def _trace(self, frame: FrameType, event: str, arg: Any) -> Any:
         if event != "call":
-            return
+            return None
         code = frame.f_code
-        if code.co_name != "__init__" or code.co_argcount == 0:
-            return
+        if code.co_name == "__init__" and code.co_argcount:
+            self._record(frame)
+        filename = code.co_filename
+        if self.external(filename):
+            self.lines.setdefault(filename, set()).add(frame.f_lineno)
+            return self._line
+        return None
+
+    def _line(self, frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "line":
+            self.lines.setdefault(frame.f_code.co_filename, set()).add(frame.f_lineno)
+        return self._line
+
+    def _record(self, frame: FrameType) -> None:
+        code = frame.f_code
         module = frame.f_locals.get(code.co_varnames[0])
         if not isinstance(module, nn.Module):
             return
@@ -125,18 +152,18 @@ class PrefixRecorder:
             defaulted=has and isinstance(default, str) and default == value,
             site_file=site_file,
             site_line=site_line,
-            by_library=caller is not None and not self._external(caller.f_code.co_filename),
+            by_library=caller is not None and not self.external(caller.f_code.co_filename),
             order=len(self.records),
         )
 
     @contextlib.contextmanager
     def active(self) -> Iterator[PrefixRecorder]:
-        previous = sys.getprofile()
-        sys.setprofile(self._profile)
+        previous = sys.gettrace()
+        sys.settrace(self._trace)
         try:
             yield self
         finally:
-            sys.setprofile(previous)
+            sys.settrace(previous)
             for record in self.records.values():
                 for attr in ("prefix", "layer_name"):
                     value = record.module.__dict__.get(attr)

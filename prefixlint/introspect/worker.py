@@ -95,7 +95,9 @@ def _layouts(cls: Any, tps: list[int], pps: list[int]) -> list[Any]:
     if getattr(cls, "supports_pp", False):
         for pp in pps:
             if pp > 1:
-                out += [Layout(pp=pp, pp_rank=0), Layout(pp=pp, pp_rank=pp - 1)]
+                # first, a middle one (pp > 2) and last: what each must and must not hold
+                ranks = [0, 1, pp - 1] if pp > 2 else [0, pp - 1]
+                out += [Layout(pp=pp, pp_rank=r) for r in ranks]
     return out
 
 
@@ -106,7 +108,10 @@ def handle(job: dict[str, Any]) -> Any:
         registry = build._registry()
         supported = set(registry.ModelRegistry.get_supported_archs())
         groups = {}
-        for name in dir(registry):
+        # An architecture in several tables (LlamaForCausalLM also embeds) counts as text
+        # generation, its main use.
+        names = sorted(dir(registry), key=lambda n: n != "_TEXT_GENERATION_MODELS")
+        for name in names:
             value = getattr(registry, name)
             if name.startswith("_") and name.endswith("_MODELS") and isinstance(value, dict):
                 for arch in value:
@@ -135,6 +140,7 @@ def handle(job: dict[str, Any]) -> Any:
             job.get("configs"),
             job.get("config_base"),
             dryrun=job.get("dryrun", True),
+            explore_budget=job.get("explore_budget", 0.0),
         )
         data = asdict(result)
         data["layouts"] = [

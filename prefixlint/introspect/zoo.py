@@ -19,6 +19,7 @@ from prefixlint.introspect import (
     list_architectures,
     to_diagnostics,
 )
+from prefixlint.introspect.coverage import registry_share
 from prefixlint.introspect.gaps import GAP_CATEGORIES
 from prefixlint.introspect.worker import Worker, WorkerDied, WorkerTimeout
 
@@ -38,6 +39,8 @@ class Row:
     dryrun_reason: str = ""
     dryrun_seconds: float = 0.0
     notes: list[dict[str, Any]] = field(default_factory=list)  # PFX600: not verified
+    coverage: dict[str, Any] = field(default_factory=dict)  # construction sites (coverage.py)
+    variants: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -82,6 +85,8 @@ class ZooSummary:
             if built_text
             else None,
             "wall_seconds": round(self.wall_seconds, 1),
+            "coverage": registry_share(self.rows),
+            "text_generation_coverage": registry_share(self.rows, ("text_generation_models",)),
         }
 
     def by_group(self) -> dict[str, dict[str, Any]]:
@@ -199,6 +204,15 @@ class ZooSummary:
         )
         for key, n in c["by_category"].items():
             lines.append(f"  {key}: {n}")
+        for label, key in (
+            ("all built", "coverage"),
+            ("text generation", "text_generation_coverage"),
+        ):
+            cov = c[key]
+            lines.append(
+                f"construction sites executed ({label}): {cov['executed']}/{cov['sites']} "
+                f"({(cov['ratio'] or 0) * 100:.1f}%) in {cov['files']} files"
+            )
         lines.append("")
         lines.extend(self.group_lines())
         return "\n".join(lines)
@@ -223,16 +237,23 @@ def _row(arch: str, group: str, answer: Any, seconds: float) -> Row:
         config_source=result.get("config_source", ""),
         # A build that failed for a gap of config synthesis or of this machine says
         # nothing about the model: it is a PFX600 note (not verified), not a finding.
+        # Not-verified notes of unexecuted sites are in ``coverage``, summed up registry-wide.
         findings=[
             d.to_json()
             for d in diagnostics
             if d.severity is not Severity.NOTE
             and not (d.code == "PFX604" and result.get("category") in GAP_CATEGORIES)
         ],
-        notes=[d.to_json() for d in diagnostics if d.severity is Severity.NOTE],
+        notes=[
+            d.to_json()
+            for d in diagnostics
+            if d.severity is Severity.NOTE and "construction site" not in d.message
+        ],
         dryrun=result.get("dryrun", ""),
         dryrun_reason=result.get("dryrun_reason", ""),
         dryrun_seconds=result.get("dryrun_seconds", 0.0),
+        coverage=result.get("coverage", {}),
+        variants=result.get("variants", []),
     )
 
 
@@ -245,6 +266,7 @@ def run_zoo(
     only: list[str] | None = None,
     progress: bool = True,
     dryrun: bool = True,
+    explore_budget: float = 0.0,
 ) -> ZooSummary:
     started = time.perf_counter()
     lister = Worker()
@@ -276,6 +298,7 @@ def run_zoo(
                     "tp": tp or [1],
                     "pp": pp or [1],
                     "dryrun": dryrun,
+                    "explore_budget": explore_budget,
                 },
                 timeout,
             )

@@ -1,0 +1,309 @@
+"""Phase 2 covers every construction site: coverage, config exploration, one finding per
+site, complete stage/packing/head checks. Each defect is re-created in a copy of a real
+vLLM file (made at test time from the installed package, relative imports made absolute)
+on a branch the synthesised config does not build, and phase 2 alone reports it at the
+edited line; the clean copy reports nothing new."""
+
+from __future__ import annotations
+
+import json
+import linecache
+import re
+from pathlib import Path
+
+import pytest
+
+from prefixlint.introspect import introspect
+from prefixlint.introspect.worker import Worker
+from tests.conftest import VLLM, requires_vllm
+
+pytestmark = requires_vllm
+
+
+@pytest.fixture(scope="module")
+def worker():
+    w = Worker()
+    yield w
+    w.close()
+
+
+def plugin_copy(folder: Path, name: str, edit=None) -> tuple[Path, str]:
+    """A vLLM model file as an out-of-tree plugin file, optionally edited."""
+    assert VLLM is not None
+    text = (VLLM / "model_executor" / "models" / name).read_text()
+    text = re.sub(r"^from \.(\w+)", r"from vllm.model_executor.models.\1", text, flags=re.M)
+    if edit is not None:
+        edited = edit(text)
+        assert edited != text, f"{name} changed: update the edit"
+        text = edited
+    path = folder / f"{name[:-3]}_{'edited' if edit else 'clean'}.py"
+    path.write_text(text)
+    return path, text
+
+
+def swap(old: str, new: str, after: str = ""):
+    def edit(text: str) -> str:
+        at = text.index(old, text.index(after) if after else 0)
+        return text[:at] + new + text[at + len(old) :]
+
+    return edit
+
+
+def line_of(text: str, needle: str, after: str = "") -> int:
+    return text.count("\n", 0, text.index(needle, text.index(after) if after else 0)) + 1
+
+
+def keyed(report) -> set[tuple[str, str]]:
+    """Findings (not notes) by code and the text of their line: comparable across copies
+    whose line numbers differ."""
+    out = set()
+    for d in report.diagnostics:
+        if d.severity.value != "note":
+            line = linecache.getline(str(Path(d.filename).resolve()), d.location.row)
+            out.add((d.code, line.strip()))
+    return out
+
+
+def new_findings(worker, tmp_path: Path, name: str, cls: str, edit, **kw):
+    linecache.clearcache()
+    clean, _ = plugin_copy(tmp_path, name)
+    before = keyed(introspect(f"{clean}:{cls}", worker=worker, **kw))
+    path, text = plugin_copy(tmp_path, name, edit)
+    report = introspect(f"{path}:{cls}", worker=worker, **kw)
+    assert report.error is None, report.error
+    linecache.clearcache()
+    lines = {(d.code, d.location.row): d for d in report.diagnostics}
+    fresh = [
+        d
+        for (code, row), d in lines.items()
+        if d.severity.value != "note"
+        and (code, linecache.getline(str(path), row).strip()) not in before
+    ]
+    return fresh, report, text
+
+
+# -- each branch kind ------------------------------------------------------------------
+
+
+def test_layer_type_the_default_config_does_not_build(worker, tmp_path: Path) -> None:
+    """Lfm2's synthesised ``layer_types`` is all attention: only a variant with another
+    kind builds the ShortConv layers, and their wrong prefix."""
+    old = 'prefix=f"{prefix}.short_conv",'
+    edit = swap(old, 'prefix=f"{prefix}.conv",')
+    fresh, report, text = new_findings(
+        worker, tmp_path, "lfm2.py", "Lfm2ForCausalLM", edit, tp=(1,), pp=(1,)
+    )
+    line = line_of(text, "self.short_conv = ShortConv(")
+    assert [(d.code, d.location.row) for d in fresh] == [("PFX601", line)], fresh
+    [finding] = fresh
+    assert "layer_types" in finding.message  # says which variant built it
+    [result] = report.results
+    assert result["coverage"]["executed"] == result["coverage"]["sites"]
+    assert any(
+        v["status"] == "kept" and "layer_types" in v["overrides"] for v in result["variants"]
+    )
+    # Without exploration the site is not verified (a note at its line), never green.
+    path = Path(next(d.filename for d in report.diagnostics))
+    alone = introspect(f"{path}:Lfm2ForCausalLM", tp=(1,), pp=(1,), explore_budget=0, worker=worker)
+    assert [d.code for d in alone.diagnostics if d.location.row == line] == ["PFX600"]
+
+
+def test_untied_head_built_only_by_a_variant(worker, tmp_path: Path) -> None:
+    from transformers import LlamaConfig
+
+    LlamaConfig(
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        vocab_size=512,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+    ).save_pretrained(tmp_path / "tied")
+    old = """            self.lm_head = ParallelLMHead(
+                config.vocab_size,
+                config.hidden_size,
+                quant_config=quant_config,
+                prefix=maybe_prefix(prefix, "lm_head"),
+            )
+            if config.tie_word_embeddings:
+                self.lm_head = self.lm_head.tie_weights(self.model.embed_tokens)
+"""
+    new = """            if config.tie_word_embeddings:
+                self.lm_head = self.model.embed_tokens
+            else:
+                self.lm_head = ParallelLMHead(
+                    config.vocab_size,
+                    config.hidden_size,
+                    quant_config=quant_config,
+                    prefix=maybe_prefix(prefix, "head"),
+                )
+"""
+    fresh, _report, text = new_findings(
+        worker,
+        tmp_path,
+        "llama.py",
+        "LlamaForCausalLM",
+        swap(old, new),
+        tp=(1,),
+        pp=(1,),
+        config=str(tmp_path / "tied"),
+    )
+    line = line_of(text, "self.lm_head = ParallelLMHead(")
+    assert [(d.code, d.location.row) for d in fresh] == [("PFX601", line)], fresh
+    assert "tie_word_embeddings=False" in fresh[0].message
+    assert fresh[0].severity.value == "error"  # a quant_config reaches the head
+
+
+def test_dense_layer_of_a_moe_model(worker, tmp_path: Path) -> None:
+    """Qwen3-MoE's synthesised schedule makes every layer MoE; the dense MLP of
+    ``decoder_sparse_step > 1`` layers is built by a variant only."""
+    edit = swap('prefix=f"{prefix}.mlp",', 'prefix=f"{prefix}.ffn",', "self.mlp = Qwen3MoeMLP(")
+    fresh, _report, text = new_findings(
+        worker, tmp_path, "qwen3_moe.py", "Qwen3MoeForCausalLM", edit, tp=(1,), pp=(1,)
+    )
+    line = line_of(text, "self.mlp = Qwen3MoeMLP(")
+    assert [(d.code, d.location.row) for d in fresh] == [("PFX601", line)], fresh
+    assert "decoder_sparse_step" in fresh[0].message or "mlp_only_layers" in fresh[0].message
+
+
+def test_head_on_a_stage_that_is_not_the_last(worker, tmp_path: Path) -> None:
+    old = """        if get_pp_group().is_last_rank:
+            self.lm_head = ParallelLMHead("""
+    new = """        if True:
+            self.lm_head = ParallelLMHead("""
+    fresh, _report, text = new_findings(
+        worker, tmp_path, "llama.py", "LlamaForCausalLM", swap(old, new), tp=(1,), pp=(2, 4)
+    )
+    line = line_of(text, "self.lm_head = ParallelLMHead(")
+    assert [(d.code, d.location.row) for d in fresh] == [("PFX605", line)], fresh
+    # one finding for the site, naming every stage that has it (pp 2 first; pp 4 0 and 1)
+    assert "stage 0 (first)" in fresh[0].message and "pp=4 stage 1" in fresh[0].message
+    assert fresh[0].severity.value == "warning" and "memory" in fresh[0].message
+
+
+def test_embedding_on_a_middle_stage(worker, tmp_path: Path) -> None:
+    old = """            get_pp_group().is_first_rank
+            or (config.tie_word_embeddings and get_pp_group().is_last_rank)"""
+    fresh, _report, text = new_findings(
+        worker,
+        tmp_path,
+        "llama.py",
+        "LlamaForCausalLM",
+        swap(old, "            True"),
+        tp=(1,),
+        pp=(4,),
+    )
+    line = line_of(text, "self.embed_tokens = VocabParallelEmbedding(")
+    assert [(d.code, d.location.row) for d in fresh] == [("PFX605", line)], fresh
+    assert "embedding" in fresh[0].message and "pp=4 stage 1" in fresh[0].message
+
+
+def test_unbuilt_packed_key(worker, tmp_path: Path) -> None:
+    old = '"gate_up_proj": ["gate_proj", "up_proj"],'
+    new = old + '\n        "fused_xyz": ["x_proj", "y_proj"],'
+    fresh, _report, text = new_findings(
+        worker, tmp_path, "llama.py", "LlamaForCausalLM", swap(old, new), tp=(1,), pp=(1,)
+    )
+    line = line_of(text, "class LlamaForCausalLM(")
+    assert [(d.code, d.location.row) for d in fresh] == [("PFX606", line)], fresh
+    assert "`fused_xyz`" in fresh[0].message and "gate_up_proj" not in fresh[0].message
+    assert fresh[0].severity.value == "warning"  # other keys were built: nothing breaks
+
+
+def test_global_heads_at_tp2(worker, tmp_path: Path) -> None:
+    old = """        self.attn = attn_cls(
+            self.num_heads,"""
+    new = """        self.attn = attn_cls(
+            self.total_num_heads,"""
+    fresh, _report, text = new_findings(
+        worker, tmp_path, "llama.py", "LlamaForCausalLM", swap(old, new), tp=(1, 2), pp=(1,)
+    )
+    line = line_of(text, "self.attn = attn_cls(")
+    assert [(d.code, d.location.row) for d in fresh] == [("PFX607", line)], fresh
+    assert "tp=2" in fresh[0].message and fresh[0].data["layouts"] == ["tp=2"]
+
+
+# -- one finding per site, leaves, severity -----------------------------------------------
+
+
+def test_one_finding_per_site_says_where_it_repeats(worker, tmp_path: Path) -> None:
+    edit = swap('            prefix=f"{prefix}.mlp",\n', "", "class LlamaDecoderLayer(")
+    fresh, _report, text = new_findings(
+        worker, tmp_path, "llama.py", "LlamaForCausalLM", edit, tp=(1, 2), pp=(1,)
+    )
+    # (The dry-run's PFX702 at the same line is the consequence for quantization.)
+    [finding] = [d for d in fresh if d.code == "PFX601"]
+    assert finding.code == "PFX601" and finding.location.row == line_of(
+        text, "self.mlp = LlamaMLP("
+    )
+    assert "`model.layers.0.mlp`" in finding.message
+    assert "the same at `model.layers.1.mlp`" in finding.message
+    assert "in layouts tp=1, tp=2" in finding.message
+
+
+def test_leaf_built_without_prefix_is_pfx601_and_one_finding_with_check(tmp_path: Path) -> None:
+    """Granite's head without ``prefix``: phase 2 alone reports it (the recorder saw
+    ``""``), and ``check --introspect`` reports the site once, not PFX301 and PFX601."""
+    import subprocess
+    import sys
+
+    edit = swap('prefix=maybe_prefix(prefix, "lm_head"),', "", "self.lm_head = ParallelLMHead(")
+    path, text = plugin_copy(tmp_path, "granite.py", edit)
+    line = line_of(text, "self.lm_head = ParallelLMHead(")
+    report = introspect(f"{path}:GraniteForCausalLM", tp=(1,), pp=(1,))
+    here = [d for d in report.diagnostics if d.location.row == line]
+    assert [d.code for d in here] == ["PFX601"], report.diagnostics
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "prefixlint",
+            "check",
+            str(path),
+            "--introspect",
+            "--tp",
+            "1",
+            "--pp",
+            "1",
+            "--format",
+            "json",
+            "--no-cache",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 1, out.stderr[-2000:]
+    found = [(f["code"], f["location"]["row"]) for f in json.loads(out.stdout)]
+    assert [c for c, r in found if r == line] == ["PFX601"], found
+
+
+def test_convention_is_not_a_finding_and_divergence_is_a_warning(worker) -> None:
+    """Clean vLLM: Zamba2's checkpoint-named ``mixer`` on a layer nothing looks up by
+    name is a warning that says so; vLLM's unique attention names are not findings."""
+    report = introspect("IQuestLoopCoderForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    assert [d for d in report.diagnostics if d.code == "PFX601"] == []
+
+
+# -- coverage in every result --------------------------------------------------------------
+
+
+def test_coverage_in_json_and_zoo_summary(tmp_path: Path) -> None:
+    from prefixlint.introspect.zoo import run_zoo
+
+    summary = run_zoo(
+        jobs=1, only=["Lfm2ForCausalLM", "LlamaForCausalLM"], progress=False, explore_budget=5.0
+    )
+    counts = summary.counts()
+    cov = counts["text_generation_coverage"]
+    assert cov["files"] == 2 and cov["executed"] == cov["sites"] > 20, cov
+    assert "construction sites executed (text generation)" in summary.to_text()
+    rows = json.loads(summary.to_json_text())["architectures"]
+    lfm2 = next(r for r in rows if r["arch"] == "Lfm2ForCausalLM")
+    assert lfm2["coverage"]["not_executed"] == [] and lfm2["variants"]
+    without = run_zoo(jobs=1, only=["Lfm2ForCausalLM"], progress=False, explore_budget=0)
+    missing = without.counts()["coverage"]["not_executed"]
+    assert missing and all("lfm2.py" in m for m in missing)
