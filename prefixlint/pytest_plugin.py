@@ -174,7 +174,7 @@ def verdict(report: Any) -> Verdict:
     gaps = {r.get("arch") for r in report.results if r.get("category") in GAP_CATEGORIES}
     for d in report.diagnostics:
         if d.code == NOT_VERIFIED:
-            out.not_verified.append(d.message)
+            out.not_verified.append(d.message.removeprefix("not verified: "))
         elif d.code == "PFX604" and d.data.get("architecture") in gaps:
             out.not_verified.append(f"{d.message} (a gap of config synthesis or this machine)")
         elif d.severity is Severity.ERROR:

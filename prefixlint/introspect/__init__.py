@@ -22,6 +22,7 @@ from prefixlint.codes import url_for
 from prefixlint.diagnostic import Diagnostic, Position, Severity
 from prefixlint.introspect.gaps import GAP_CATEGORIES, note
 from prefixlint.introspect.worker import Worker, WorkerDied, WorkerTimeout
+from prefixlint.paths import display_path
 from prefixlint.static.index import find_installed_package
 
 DEFAULT_TP = (1, 2, 4, 8)
@@ -36,13 +37,6 @@ class IntrospectReport:
     results: list[dict[str, Any]] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     error: str | None = None  # the target could not be resolved at all
-
-
-def _display(path: str) -> str:
-    try:
-        return Path(path).resolve().relative_to(Path.cwd().resolve()).as_posix()
-    except (ValueError, OSError):
-        return path
 
 
 def target_file(spec: str) -> str:
@@ -109,7 +103,7 @@ def to_diagnostics(result: dict[str, Any]) -> list[Diagnostic]:
                 code=f["code"],
                 message=f["message"],
                 severity=Severity(f["severity"]),
-                filename=_display(f["file"] or result.get("class_file") or result["target"]),
+                filename=display_path(f["file"] or result.get("class_file") or result["target"]),
                 location=pos,
                 end_location=pos,
                 phase="introspect",
@@ -130,7 +124,7 @@ def failure(spec: str, message: str) -> Diagnostic:
         code="PFX604",
         message=message,
         severity=Severity.ERROR,
-        filename=_display(target_file(spec)),
+        filename=display_path(target_file(spec)),
         location=Position(1, 1),
         end_location=Position(1, 1),
         phase="introspect",

@@ -85,7 +85,8 @@ class TargetResult:
     variants: list[dict[str, Any]] = field(default_factory=list)  # see explore.py
 
 
-def _registry() -> Any:
+def vllm_registry() -> Any:
+    """vLLM's model registry module, with lazy subprocess inspection turned off."""
     from vllm.model_executor.models import registry
 
     # vLLM inspects lazily registered models in a subprocess (to keep CUDA out of the
@@ -132,7 +133,7 @@ def _model_classes(module: Any) -> list[type]:
 
 
 def resolve_targets(spec: str) -> list[Target]:
-    registry = _registry()
+    registry = vllm_registry()
     archs = set(registry.ModelRegistry.get_supported_archs())
     if spec in archs:
         return [Target(spec, arch=spec)]
@@ -448,7 +449,7 @@ def run_target(
 ) -> TargetResult:
     started = time.perf_counter()
     result = TargetResult(target=target.spec, arch=target.arch)
-    registry = _registry()
+    registry = vllm_registry()
     cls = target.cls
     if cls is None:
         try:
@@ -589,12 +590,6 @@ def _model_files(cls: type | None) -> list[str]:
         if "/models/" in f and f not in out:
             out.append(f)
     return out
-
-
-def _repair_config(
-    model_config: Any, layout: Layout, attempts: int = 40, cls: type | None = None
-) -> list[str]:
-    return _repair_loop(model_config, layout, attempts, cls)[0]
 
 
 def _repair_loop(

@@ -11,7 +11,6 @@ is a warning that says so.
 from __future__ import annotations
 
 import inspect
-import os
 import re
 import traceback
 from dataclasses import dataclass, field
@@ -519,10 +518,3 @@ def _check_packed(
                 "config that builds them may build it"
             )
             out.add(Finding("PFX600", "note", message, *class_site, group=key), built[0])
-
-
-def display(path: str) -> str:
-    try:
-        return os.path.relpath(path)
-    except ValueError:
-        return path

@@ -48,7 +48,6 @@ SHRINK: dict[str, Any] = {
     # misc
     "sliding_window": 64,
 }
-LAYER_COUNT_KEYS = ("num_hidden_layers",)
 # Defaults that are None where the model needs a number (a checkpoint always says): the
 # value keeps the shrunk sizes consistent (8 KV heads divide 16 query heads).
 FILL_NONE: dict[str, Any] = {"num_key_value_heads": 8}

@@ -105,7 +105,7 @@ def handle(job: dict[str, Any]) -> Any:
     from prefixlint.introspect import build
 
     if job["kind"] == "list":
-        registry = build._registry()
+        registry = build.vllm_registry()
         supported = set(registry.ModelRegistry.get_supported_archs())
         groups = {}
         # An architecture in several tables (LlamaForCausalLM also embeds) counts as text
@@ -129,7 +129,7 @@ def handle(job: dict[str, Any]) -> Any:
         cls = target.cls
         if cls is None:
             try:
-                cls = build.load_class(build._registry(), target.arch)
+                cls = build.load_class(build.vllm_registry(), target.arch)
             except Exception:
                 cls = None
         layouts = _layouts(cls, job.get("tp", [1, 2, 4, 8]), job.get("pp", [2]))

@@ -250,14 +250,14 @@ def resolve(job: dict[str, Any]) -> dict[str, Any]:
     if folder.is_dir():
         data = json.loads((folder / "config.json").read_text("utf-8"))
         arch = (data.get("architectures") or [""])[0]
-        cls = build.load_class(build._registry(), arch)
+        cls = build.load_class(build.vllm_registry(), arch)
         return {"arch": arch, "cls": cls, "config_folder": folder, "registered": False}
     targets = build.resolve_targets(target)
     if len(targets) != 1:
         names = ", ".join(t.arch for t in targets)
         raise LookupError(f"{target} defines several model classes ({names}): name one")
     t = targets[0]
-    cls = t.cls or build.load_class(build._registry(), t.arch)
+    cls = t.cls or build.load_class(build.vllm_registry(), t.arch)
     base = t.arch.removesuffix("__prefixlint")
     table_base = Path(job["config_base"]) if job.get("config_base") else None
     try:
