@@ -50,6 +50,13 @@ class _Group(click.Group):
             sys.exit(EXIT_ERROR)
 
 
+NO_DRYRUN = click.option(
+    "--no-dryrun",
+    is_flag=True,
+    help="Phase 2 without the checkpoint and quantization dry-run (PFX701, PFX702).",
+)
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="prefixlint")
 def main() -> None:
@@ -107,11 +114,7 @@ def main() -> None:
     "construction sites (0: the synthesised config only).  [default: 10]",
 )
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
-@click.option(
-    "--no-dryrun",
-    is_flag=True,
-    help="Phase 2 without the checkpoint and quantization dry-run (PFX701, PFX702).",
-)
+@NO_DRYRUN
 @click.option(
     "--fix",
     is_flag=True,
@@ -529,11 +532,7 @@ def _one_per_site(static: list, runtime: list) -> list:
 @click.option("--fail-on", type=click.Choice(["error", "warning"]), default="warning")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds per build.")
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
-@click.option(
-    "--no-dryrun",
-    is_flag=True,
-    help="Phase 2 without the checkpoint and quantization dry-run (PFX701, PFX702).",
-)
+@NO_DRYRUN
 @click.option(
     "--explore-budget",
     type=float,
@@ -637,11 +636,7 @@ def _relative(path: str) -> str:
     "--timeout", type=float, default=120.0, show_default=True, help="Seconds per architecture."
 )
 @click.option("--only", multiple=True, help="Restrict to these architectures (repeatable).")
-@click.option(
-    "--no-dryrun",
-    is_flag=True,
-    help="Phase 2 without the checkpoint and quantization dry-run (PFX701, PFX702).",
-)
+@NO_DRYRUN
 @click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the report here.")
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
 @click.option(

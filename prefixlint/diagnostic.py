@@ -72,6 +72,21 @@ class Diagnostic:
     # Why a fixable finding carries no fix (``--fix`` says so); not part of the JSON.
     no_fix: str | None = field(default=None, compare=False, hash=False)
 
+    @classmethod
+    def at_line(
+        cls,
+        code: str,
+        message: str,
+        filename: str,
+        row: int = 1,
+        column: int = 1,
+        severity: Severity = Severity.ERROR,
+        **extra: Any,
+    ) -> Diagnostic:
+        """A finding about a whole file or one point of it (no span)."""
+        pos = Position(row, column)
+        return cls(code, message, severity, filename, pos, pos, **extra)
+
     def sort_key(self) -> tuple[str, int, int, str]:
         return (self.filename, self.location.row, self.location.column, self.code)
 

@@ -109,13 +109,8 @@ def _lint_one(linter: Any, path: str, display: str, data: bytes) -> tuple[list[d
 
 def _internal_error(display: str, e: Exception) -> Diagnostic:
     detail = "".join(traceback.format_exception_only(type(e), e)).strip()
-    return Diagnostic(
-        code=INTERNAL_ERROR,
-        message=f"internal error while linting this file: {detail}",
-        severity=Severity.ERROR,
-        filename=display,
-        location=Position(1, 1),
-        end_location=Position(1, 1),
+    return Diagnostic.at_line(
+        INTERNAL_ERROR, f"internal error while linting this file: {detail}", display
     )
 
 
@@ -338,11 +333,4 @@ def _too_big(display: str, size: int, config: Config) -> dict:
 
 
 def _io_error(display: str, e: OSError) -> dict:
-    return Diagnostic(
-        code=SYNTAX,
-        message=f"cannot read file: {e.strerror or e}",
-        severity=Severity.ERROR,
-        filename=display,
-        location=Position(1, 1),
-        end_location=Position(1, 1),
-    ).to_json()
+    return Diagnostic.at_line(SYNTAX, f"cannot read file: {e.strerror or e}", display).to_json()
