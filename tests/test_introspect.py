@@ -345,3 +345,16 @@ def test_backend_limits_are_environment() -> None:
         RuntimeError("Tried to instantiate dummy base class Event"),
     ):
         assert classify(error, [], True) == "environment"
+
+
+@requires_vllm
+def test_duplicate_name_from_a_loop_without_index_points_at_the_loop(worker) -> None:
+    """vLLM's "Duplicate layer name" is raised deep inside the second layer's attention,
+    but the defect is the call in the comprehension that left out the index: PFX602
+    points there, not at `Attention(...)`."""
+    path = Path(__file__).parent / "fixtures" / "introspect" / "loop_without_index.py"
+    lines = path.read_text().splitlines()
+    loop_call = next(i for i, t in enumerate(lines, 1) if t.strip() == "Block(")
+    report = introspect(f"{path}:LoopForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    found = [(d.code, d.location.row) for d in report.diagnostics if d.code == "PFX602"]
+    assert found == [("PFX602", loop_call)], report.diagnostics

@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import re
 import traceback
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,6 +106,29 @@ def _model_frame(tb: Any, external: Any) -> tuple[str, int]:
     return best
 
 
+def _duplicate_frame(build: Any, external: Any) -> tuple[str, int]:
+    """Where a duplicate layer name was made: walking out from the failing construction,
+    each model-code frame that itself received a name another module already has only
+    passes the duplicate on; the first frame whose own name is unique made it (a literal
+    prefix, or a call in a loop that leaves out the index)."""
+    records = [r for r in build.recorder.records.values() if r.prefix is not None]
+    by_class = Counter((type(r.module), r.prefix) for r in records)
+    by_name = Counter(r.prefix for r in records)
+    frames = [(f, line) for f, line in traceback.walk_tb(build.error_tb)]
+    for frame, line in reversed(frames):
+        file = frame.f_code.co_filename
+        if not external(file):
+            continue
+        prefix = frame.f_locals.get("prefix")
+        if not isinstance(prefix, str):
+            continue
+        owner = frame.f_locals.get("self")
+        repeated = by_class[(type(owner), prefix)] if owner is not None else by_name[prefix]
+        if repeated < 2:
+            return file, line
+    return _model_frame(build.error_tb, external)
+
+
 def check_build(
     cls: type | None, model_config: Any, builds: list[Any], complete: bool = True
 ) -> list[Finding]:
@@ -144,7 +168,7 @@ def _check_error(
     text = str(error)
     external = build.recorder.external
     if "Duplicate layer name" in text:
-        file, line = _model_frame(build.error_tb, external)
+        file, line = _duplicate_frame(build, external)
         message = f"two layers register under one name; vLLM: {text.strip()[:200]}"
         out.add(Finding("PFX602", "error", message, *((file, line) if file else class_site)), build)
         return
@@ -206,8 +230,10 @@ class _View:
         receive their parent's prefix); names beneath them are relative to the wrapper."""
         out = set()
         for path, r in self.by_path.items():
-            parent = path.rsplit(".", 1)[0] if "." in path else ""
-            if r.prefix == parent and parent and not r.defaulted:
+            parent, _, name = path.rpartition(".")
+            # An element of a container (`layers.3`) given the container's name is a loop
+            # that left out the index, never a wrapper's convention.
+            if r.prefix == parent and parent and not r.defaulted and not name.isdigit():
                 out.add(path)
         return out
 
