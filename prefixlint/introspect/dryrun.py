@@ -80,12 +80,17 @@ def _reference_config(hf_config: Any) -> Any:
     vocabulary is clamped into it (it names a row, no size; vLLM never reads it)."""
     import copy
 
-    out = copy.deepcopy(hf_config)
-    for config in (out, getattr(out, "text_config", None)):
+    def beyond(config: Any) -> bool:
         vocab = getattr(config, "vocab_size", None)
         pad = getattr(config, "pad_token_id", None)
-        if isinstance(vocab, int) and isinstance(pad, int) and not 0 <= pad < vocab:
-            config.pad_token_id = vocab - 1
+        return isinstance(vocab, int) and isinstance(pad, int) and not 0 <= pad < vocab
+
+    if not any(beyond(c) for c in (hf_config, getattr(hf_config, "text_config", None))):
+        return hf_config  # nothing to clamp: the config itself, no copy
+    out = copy.deepcopy(hf_config)
+    for config in (out, getattr(out, "text_config", None)):
+        if beyond(config):
+            config.pad_token_id = config.vocab_size - 1
     return out
 
 
@@ -221,13 +226,25 @@ def _is_moe(module: nn.Module) -> bool:
     ) or any(p.dim() == 3 for p in module.parameters())
 
 
-def _weights_numel(tensors: list[torch.Tensor | tuple[int, ...]]) -> int:
-    total = 0
-    for t in tensors:
-        shape = tuple(t.shape) if isinstance(t, torch.Tensor) else t
-        if len(shape) >= 2:
-            total += int(torch.Size(shape).numel())
-    return total
+def _expert_widths(
+    reference: dict[str, Any], names: list[str], module: nn.Module
+) -> tuple[int, int] | None:
+    """The routed experts' intermediate size in the reference (``experts...down_proj``)
+    and in vLLM (``w2_weight``'s last dim) when they differ; only a width, never a count of
+    experts or a name, so a loader that misses experts is still judged."""
+    mine = {
+        reference[n][0][-1]
+        for n in names
+        if ".experts." in n and "shared" not in n and "down_proj" in n and len(reference[n][0]) >= 2
+    }
+    theirs = {
+        p.shape[-1]
+        for n, p in module.named_parameters()
+        if n.endswith("w2_weight") and "shared" not in n and p.dim() == 3
+    }
+    if len(mine) == 1 and len(theirs) == 1 and mine != theirs:
+        return mine.pop(), theirs.pop()
+    return None
 
 
 def reconcile(
@@ -249,10 +266,12 @@ def reconcile(
         if moe_ref != moe_vllm:
             kinds = ("MoE", "dense") if moe_vllm else ("dense", "MoE")
             why = f"`{block}` is {kinds[0]} in vLLM, {kinds[1]} in transformers"
-        elif moe_ref and _weights_numel([reference[n][0] for n in names]) != _weights_numel(
-            list(theirs.parameters())
-        ):
-            why = f"the experts of `{block}` have other sizes in vLLM than in transformers"
+        elif moe_ref and _expert_widths(reference, names, theirs) is not None:
+            mine_w, theirs_w = _expert_widths(reference, names, theirs)  # type: ignore[misc]
+            why = (
+                f"the experts of `{block}` are {theirs_w} wide in vLLM, {mine_w} in "
+                "transformers (the intermediate size comes from another attribute)"
+            )
         else:
             continue
         out.names.update(names)
