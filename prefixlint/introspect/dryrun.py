@@ -228,17 +228,19 @@ def _is_moe(module: nn.Module) -> bool:
 
 def _expert_widths(
     reference: dict[str, Any], names: list[str], module: nn.Module
-) -> tuple[int, int] | None:
-    """The routed experts' intermediate size in the reference (``experts...down_proj``)
-    and in vLLM (``w2_weight``'s last dim) when they differ; only a width, never a count of
-    experts or a name, so a loader that misses experts is still judged."""
+) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """The routed experts' down-projection dims in the reference (``experts...down_proj``)
+    and in vLLM (``w2_weight``) when they differ; only the sizes of one expert, never a
+    count of experts or a name, so a loader that misses experts is still judged."""
+    # (in, out) of one expert's down projection, in either orientation: transformers
+    # stores some fused experts transposed (GptOss, Llama4: (E, I, H); vLLM (E, H, I))
     mine = {
-        reference[n][0][-1]
+        tuple(sorted(reference[n][0][-2:]))
         for n in names
         if ".experts." in n and "shared" not in n and "down_proj" in n and len(reference[n][0]) >= 2
     }
     theirs = {
-        p.shape[-1]
+        tuple(sorted(p.shape[-2:]))
         for n, p in module.named_parameters()
         if n.endswith("w2_weight") and "shared" not in n and p.dim() == 3
     }
@@ -269,8 +271,8 @@ def reconcile(
         elif moe_ref and _expert_widths(reference, names, theirs) is not None:
             mine_w, theirs_w = _expert_widths(reference, names, theirs)  # type: ignore[misc]
             why = (
-                f"the experts of `{block}` are {theirs_w} wide in vLLM, {mine_w} in "
-                "transformers (the intermediate size comes from another attribute)"
+                f"the experts of `{block}` are {theirs_w} in vLLM, {mine_w} in transformers "
+                "(the intermediate size comes from another attribute)"
             )
         else:
             continue
