@@ -206,3 +206,62 @@ def test_no_dryrun_turns_both_checks_off(worker, tmp_path) -> None:
     report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker, dryrun=False)
     assert dry_run_diagnostics(report) == []
     assert report.results[0]["dryrun"] == "off"
+
+
+# A bias that vLLM builds whatever the config says, while transformers builds it only when
+# ``attention_bias`` is set: on a synthesised config the two read it differently.
+ALWAYS_BIAS = ("LlamaAttention", "            bias=bias_o_proj,", "            bias=True,")
+
+
+def test_config_read_differently_is_a_note_on_a_synthesised_config(worker, tmp_path) -> None:
+    path, _ = model_copy(tmp_path, "llama", "always_bias", [ALWAYS_BIAS])
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    assert [d.code for d in report.diagnostics] == ["PFX600"], report.diagnostics
+    [note] = report.diagnostics
+    assert note.severity.value == "note"
+    assert "read the synthesised config differently" in note.message
+    assert "`model.layers.0.self_attn.o_proj` with a bias, transformers without" in note.message
+    assert report.results[0]["dryrun"] == "verified"
+
+
+def test_the_same_divergence_is_a_finding_with_a_real_config(worker, tmp_path) -> None:
+    """A real checkpoint's config says what the checkpoint holds: no bias, so vLLM's is
+    left random, and that is reported."""
+    from transformers import LlamaConfig
+
+    LlamaConfig(
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=512,
+    ).save_pretrained(tmp_path / "cfg")
+    path, text = model_copy(tmp_path, "llama", "always_bias_real", [ALWAYS_BIAS])
+    report = introspect(
+        f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), config=str(tmp_path / "cfg"), worker=worker
+    )
+    line = line_of(text, "LlamaAttention", "self.o_proj = RowParallelLinear(")
+    assert findings(report) == [("PFX701", path.name, line)], report.diagnostics
+    assert (
+        "`model.layers.0.self_attn.o_proj.bias` is never written" in report.diagnostics[0].message
+    )
+
+
+def test_bare_base_model_loads_through_vllms_embedding_adapter(worker) -> None:
+    """A ``LlamaModel`` checkpoint has no ``model.`` prefix; vLLM serves the architecture
+    through ``as_embedding_model``, whose loader adds it. Only the head the adapter keeps
+    and never uses is left unwritten: a warning."""
+    report = introspect("LlamaModel", tp=(1,), pp=(1,), worker=worker)
+    assert report.results[0]["dryrun"] == "verified", report.results[0]["dryrun_reason"]
+    loading = [d for d in report.diagnostics if d.code == "PFX701"]
+    assert [(d.severity.value, "lm_head.weight" in d.message) for d in loading] == [
+        ("warning", True)
+    ], [d.message for d in loading]
+
+
+def test_reference_class_names_match_ignoring_case() -> None:
+    from prefixlint.introspect.dryrun import _reference_class
+
+    assert _reference_class(["PhiMoEForCausalLM"]).__name__ == "PhimoeForCausalLM"
+    assert _reference_class(["NoSuchThingForCausalLM"]) is None

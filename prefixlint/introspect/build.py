@@ -552,7 +552,8 @@ def _dry_run(
 
     started = time.perf_counter()
     try:
-        outcome = dryrun.run(cls, model_config, builds, enabled)
+        synthesised = result.config_source.startswith("synthesised")
+        outcome = dryrun.run(cls, model_config, builds, enabled, synthesised)
     except Exception as e:
         file, line = class_location(cls)
         note = f"not verified: the checkpoint dry-run failed: {_describe(e)}"

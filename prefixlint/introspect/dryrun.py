@@ -56,8 +56,46 @@ def reference_layouts(hf_config: Any, cls: type | None = None) -> list[Reference
     """The checkpoint layouts (name -> (shape, dtype)) of the transformers class of the
     architecture (the config's, or the vLLM class's own name: an out-of-tree copy of a
     known class): the original layout first, then transformers' own when it differs."""
+    return reference(hf_config, cls)[0]
+
+
+def _reference_class(archs: list[str]) -> type | None:
+    """transformers' class of the first name it knows, matched exactly, then ignoring case
+    (vLLM's ``PhiMoEForCausalLM`` is transformers' ``PhimoeForCausalLM``)."""
     import transformers
 
+    for a in archs:
+        if hasattr(transformers, a):
+            return getattr(transformers, a)
+    known = {n.lower(): n for n in dir(transformers) if n[:1].isupper()}
+    for a in archs:
+        name = known.get(a.lower())
+        if name is not None and isinstance(getattr(transformers, name, None), type):
+            return getattr(transformers, name)
+    return None
+
+
+def _reference_config(hf_config: Any) -> Any:
+    """A copy of the config the reference class accepts: a ``pad_token_id`` beyond a shrunk
+    vocabulary is clamped into it (it names a row, no size; vLLM never reads it)."""
+    import copy
+
+    def beyond(config: Any) -> bool:
+        vocab = getattr(config, "vocab_size", None)
+        pad = getattr(config, "pad_token_id", None)
+        return isinstance(vocab, int) and isinstance(pad, int) and not 0 <= pad < vocab
+
+    if not any(beyond(c) for c in (hf_config, getattr(hf_config, "text_config", None))):
+        return hf_config  # nothing to clamp: the config itself, no copy
+    out = copy.deepcopy(hf_config)
+    for config in (out, getattr(out, "text_config", None)):
+        if beyond(config):
+            config.pad_token_id = config.vocab_size - 1
+    return out
+
+
+def reference(hf_config: Any, cls: type | None = None) -> tuple[list[Reference], nn.Module]:
+    """``reference_layouts`` and the reference model built on meta (its module tree)."""
     archs = [
         a.removesuffix("__prefixlint")
         for a in (getattr(hf_config, "architectures", None) or [])
@@ -65,8 +103,7 @@ def reference_layouts(hf_config: Any, cls: type | None = None) -> list[Reference
     ]
     if cls is not None and cls.__name__ not in archs:
         archs.append(cls.__name__)
-    found = [getattr(transformers, a) for a in archs if hasattr(transformers, a)]
-    ref_cls = found[0] if found else None
+    ref_cls = _reference_class(archs)
     if ref_cls is None:
         raise NotVerified(
             f"transformers has no reference class for {', '.join(archs) or 'this config'} "
@@ -74,7 +111,7 @@ def reference_layouts(hf_config: Any, cls: type | None = None) -> list[Reference
         )
     try:
         with torch.device("meta"), _quiet():
-            ref = ref_cls(hf_config)
+            ref = ref_cls(_reference_config(hf_config))
         state = ref.state_dict()
         from transformers import modeling_utils as mu
 
@@ -95,7 +132,7 @@ def reference_layouts(hf_config: Any, cls: type | None = None) -> list[Reference
     layouts = [{k: (tuple(v.shape), v.dtype) for k, v in state.items()}]
     if set(native) != set(state):
         layouts.append({k: (tuple(v.shape), v.dtype) for k, v in native.items()})
-    return layouts
+    return layouts, ref
 
 
 @contextlib.contextmanager
@@ -112,6 +149,162 @@ def _quiet() -> Any:
             yield
         finally:
             log.setLevel(level)
+
+
+# -- transformers and vLLM reading a synthesised config differently -------------------------
+
+
+@dataclass
+class Divergence:
+    """Where the reference and the vLLM model, built from the same *synthesised* config,
+    are different structures: the two read it differently (which layers are MoE, an
+    optional bias or norm, a size from another attribute), so what a checkpoint of this
+    config holds there is unknown. Those parts are a PFX600 note, not judged. A config
+    from a real checkpoint is consistent with it, so there every divergence is judged."""
+
+    names: set[str] = field(default_factory=set)  # reference tensors not streamed
+    paths: set[str] = field(default_factory=set)  # vLLM modules whose parameters are not judged
+    reasons: list[str] = field(default_factory=list)
+
+    def add(self, reason: str) -> None:
+        if _normal(reason) not in {_normal(r) for r in self.reasons}:
+            self.reasons.append(reason)
+
+    def covers(self, vllm_name: str) -> bool:
+        return any(vllm_name.startswith(f"{p}.") for p in self.paths)
+
+
+_MISSING = object()
+
+
+def _block(name: str) -> str | None:
+    """The layer's child a tensor lies in (``model.layers.2.mlp``), or None outside layers."""
+    parts = name.split(".")
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join(parts[: i + 2]) if i + 2 < len(parts) else None
+    return None
+
+
+def _mapped(cls: type | None, name: str) -> str:
+    """The vLLM name of a checkpoint name through the class's ``hf_to_vllm_mapper``."""
+    fn = getattr(getattr(cls, "hf_to_vllm_mapper", None), "_map_name", None)
+    if callable(fn):
+        with contextlib.suppress(Exception):
+            out = fn(name)
+            if isinstance(out, str):
+                return out
+    return name
+
+
+def _submodule(root: nn.Module, path: str) -> nn.Module | None:
+    try:
+        return root.get_submodule(path)
+    except AttributeError:
+        return None
+
+
+def _walk(model: nn.Module, name: str) -> tuple[str, Any]:
+    """How far ``name`` resolves in the vLLM model: (deepest resolved path, the value of the
+    next component: ``None`` when the model set it to None, ``_MISSING`` when absent)."""
+    obj: Any = model
+    path: list[str] = []
+    for part in name.split("."):
+        value = getattr(obj, part, _MISSING) if isinstance(obj, nn.Module) else _MISSING
+        if value is None or value is _MISSING:
+            return ".".join(path), value
+        obj, path = value, [*path, part]
+    return ".".join(path), obj
+
+
+def _is_moe(module: nn.Module) -> bool:
+    """Routed experts: a child named ``experts``, an experts class, or stacked 3-D expert
+    weights (class names alone say nothing: ``Glm4MoeLiteRMSNorm``)."""
+    return any(
+        name.rsplit(".", 1)[-1] == "experts" or type(m).__name__.endswith(("Experts", "FusedMoE"))
+        for name, m in module.named_modules()
+    ) or any(p.dim() == 3 for p in module.parameters())
+
+
+def _expert_widths(
+    reference: dict[str, Any], names: list[str], module: nn.Module
+) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """The routed experts' down-projection dims in the reference (``experts...down_proj``)
+    and in vLLM (``w2_weight``) when they differ; only the sizes of one expert, never a
+    count of experts or a name, so a loader that misses experts is still judged."""
+    # (in, out) of one expert's down projection, in either orientation: transformers
+    # stores some fused experts transposed (GptOss, Llama4: (E, I, H); vLLM (E, H, I))
+    mine = {
+        tuple(sorted(reference[n][0][-2:]))
+        for n in names
+        if ".experts." in n and "shared" not in n and "down_proj" in n and len(reference[n][0]) >= 2
+    }
+    theirs = {
+        tuple(sorted(p.shape[-2:]))
+        for n, p in module.named_parameters()
+        if n.endswith("w2_weight") and "shared" not in n and p.dim() == 3
+    }
+    if len(mine) == 1 and len(theirs) == 1 and mine != theirs:
+        return mine.pop(), theirs.pop()
+    return None
+
+
+def reconcile(
+    cls: type | None, ref: nn.Module, model: nn.Module, reference: dict[str, Any]
+) -> Divergence:
+    """Before streaming: layer blocks that are MoE on one side and dense on the other, or
+    MoE on both with weights of other sizes, and tensors vLLM explicitly set to None."""
+    out = Divergence()
+    blocks: dict[str, list[str]] = {}
+    for name in reference:
+        block = _block(name)
+        if block is not None:
+            blocks.setdefault(block, []).append(name)
+    for block, names in blocks.items():
+        mine, theirs = _submodule(ref, block), _submodule(model, _mapped(cls, block))
+        if mine is None or theirs is None:
+            continue
+        moe_ref, moe_vllm = _is_moe(mine), _is_moe(theirs)
+        if moe_ref != moe_vllm:
+            kinds = ("MoE", "dense") if moe_vllm else ("dense", "MoE")
+            why = f"`{block}` is {kinds[0]} in vLLM, {kinds[1]} in transformers"
+        elif moe_ref and _expert_widths(reference, names, theirs) is not None:
+            mine_w, theirs_w = _expert_widths(reference, names, theirs)  # type: ignore[misc]
+            why = (
+                f"the experts of `{block}` are {theirs_w} in vLLM, {mine_w} in transformers "
+                "(the intermediate size comes from another attribute)"
+            )
+        else:
+            continue
+        out.names.update(names)
+        out.paths.add(_mapped(cls, block))
+        out.add(why)
+    for name in reference:
+        if name in out.names:
+            continue
+        path, value = _walk(model, _mapped(cls, name))
+        if value is None:
+            out.names.add(name)
+            leaf = _mapped(cls, name)[len(path) :].lstrip(".").split(".")[0]
+            out.add(f"vLLM builds `{path or type(model).__name__}` with `{leaf}` = None")
+    return out
+
+
+def explained_drop(cls: type | None, model: nn.Module, name: str, stream: Stream) -> str | None:
+    """After streaming: a checkpoint tensor inside a layer for which vLLM has no module or
+    parameter at all, in a module whose parameters were all written (a renamed module
+    would leave its own parameter unwritten): vLLM built the module without it."""
+    block = _block(name)
+    mapped = _mapped(cls, name)
+    path, value = _walk(model, mapped)
+    if block is None or value is not _MISSING or not path.startswith(_mapped(cls, block)):
+        return None
+    written = {t.name for t in stream.recorder.by_storage.values() if t.written}
+    under = [n for n, _ in _submodule(model, path).named_parameters(prefix=path)]  # type: ignore[union-attr]
+    if not under or any(n not in written for n in under):
+        return None
+    leaf = mapped[len(path) :].lstrip(".").split(".")[0]
+    return f"vLLM builds `{path}` without `{leaf}`, transformers with it"
 
 
 # -- streaming through load_weights ----------------------------------------------------------
@@ -233,6 +426,7 @@ class Sites:
         self.model = model
         self.recorder = recorder
         self.class_site = _source_site(cls)
+        self.embedding = False  # served through vLLM's embedding adapter
 
     def model_file(self, filename: str) -> bool:
         if not filename or not self.recorder.external(filename):
@@ -447,12 +641,31 @@ def module_leaf(path: str) -> str:
     return path.rsplit(".", 1)[-1]
 
 
-def coverage_findings(stream: Stream, reference: dict[str, Any], sites: Sites) -> list[Finding]:
-    out = [_raise_finding(name, error, sites) for name, error in stream.raised]
+def coverage_findings(
+    stream: Stream, reference: dict[str, Any], sites: Sites, divergence: Divergence | None = None
+) -> list[Finding]:
+    """``divergence`` (synthesised configs only): the parts not judged, and it collects the
+    tensors vLLM has no place for in a module it otherwise fills."""
+
+    def explained(name: str) -> bool:
+        why = divergence and explained_drop(sites.cls, sites.model, name, stream)
+        if why and divergence is not None:
+            divergence.add(why)
+        return bool(why)
+
+    out = [
+        _raise_finding(name, error, sites)
+        for name, error in stream.raised
+        if not (stream.complete and explained(name))
+    ]
     if not stream.complete:
         return out
     raised = {_normal(n) for n, _ in stream.raised}
-    targets = [t for t in stream.recorder.by_storage.values() if t.is_param]
+    targets = [
+        t
+        for t in stream.recorder.by_storage.values()
+        if t.is_param and not (divergence and divergence.covers(t.name))
+    ]
     unwritten = {t.name: t for t in targets if not t.written}
     # With every parameter written, a dropped tensor has no place it was meant for in the
     # built model: an unused head or statistic, most likely on purpose. Still reported, as
@@ -460,6 +673,8 @@ def coverage_findings(stream: Stream, reference: dict[str, Any], sites: Sites) -
     nothing_random = not unwritten and not _partial(stream, sites)
     for name in sorted(reference):
         if name in stream.recorder.consumed or _normal(name) in raised:
+            continue
+        if name not in unwritten and explained(name):
             continue
         severity = "error"
         if name in unwritten:
@@ -479,15 +694,43 @@ def coverage_findings(stream: Stream, reference: dict[str, Any], sites: Sites) -
         out.append(Finding("PFX701", severity, msg, *sites.loader(name)))
     for name in sorted(unwritten):
         path = name.rpartition(".")[0]
+        why = divergence and _optional_bias(stream, reference, name)
+        if why and divergence is not None:
+            divergence.add(why)
+            continue
         msg = (
             f"`{name}` is never written by `load_weights`: no checkpoint tensor reaches it, "
             "so it stays random"
         )
-        out.append(Finding("PFX701", "error", msg, *sites.module(path)))
+        severity = "error"
+        if sites.embedding and name.startswith("lm_head."):
+            # vLLM's embedding adapter keeps the head; its pooler never computes logits
+            severity = "warning"
+            msg += " (served as an embedding model, whose pooler never uses the head)"
+        out.append(Finding("PFX701", severity, msg, *sites.module(path)))
     for t in targets:
         if t.written:
             out.extend(_shard_findings(stream, t, sites))
     return out
+
+
+def _optional_bias(stream: Stream, reference: dict[str, Any], name: str) -> str | None:
+    """An unwritten ``bias`` of a module whose weight was written from checkpoint layers
+    none of which has a bias in the reference: vLLM builds the bias, transformers does
+    not, for this config (Phi-3.5-MoE's biases: vLLM always, transformers on
+    ``attention_bias``)."""
+    path, _, leaf = name.rpartition(".")
+    if leaf != "bias":
+        return None
+    weight = next(
+        (t for t in stream.recorder.by_storage.values() if t.name == f"{path}.weight"), None
+    )
+    if weight is None or not weight.sources:
+        return None
+    layers = {tag.rpartition(".")[0] for tag in weight.sources}
+    if any(f"{layer}.bias" in reference for layer in layers):
+        return None
+    return f"vLLM builds `{path}` with a bias, transformers without"
 
 
 def _partial(stream: Stream, sites: Sites) -> bool:
@@ -651,6 +894,18 @@ def _note(message: str, site: tuple[str, int]) -> Finding:
     return Finding("PFX600", "note", f"not verified: {message}", *site)
 
 
+def _divergence_note(divergence: Divergence, sites: Sites) -> Finding:
+    shown = divergence.reasons[:4]
+    more = len(divergence.reasons) - len(shown)
+    what = "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+    return _note(
+        "checkpoint dry-run, in part: transformers and vLLM read the synthesised config "
+        f"differently, so what a checkpoint holds there is unknown ({what}); those tensors "
+        "are not judged. `--config` with a real checkpoint's config.json checks them",
+        sites.class_site,
+    )
+
+
 def _stream_context(base: Any, model_config: Any) -> Any:
     from vllm.config import set_current_vllm_config
 
@@ -673,6 +928,43 @@ def _stream_context(base: Any, model_config: Any) -> Any:
     return context
 
 
+def _served_as_embedding(model_config: Any) -> bool:
+    """vLLM converts the model for embedding: the config says so (a pooling runner), or
+    the architecture is one vLLM registers as an embedding model, which its pooling runner
+    serves through the adapter (the synthesised config has no sentence-transformers files
+    that would select that runner)."""
+    if getattr(model_config, "convert_type", None) == "embed":
+        return True
+    try:  # private layout of vLLM 0.32's registry; without it, as configured
+        from vllm.model_executor.models.registry import _EMBEDDING_MODELS
+    except ImportError:
+        return False
+    archs = getattr(model_config.hf_config, "architectures", None) or []
+    return bool(archs) and archs[0] in _EMBEDDING_MODELS
+
+
+@contextlib.contextmanager
+def _as_served(model: nn.Module, model_config: Any) -> Any:
+    """The model as vLLM's loader serves it: an architecture run as an embedding model
+    (``LlamaModel``, ``MistralModel``) gets vLLM's own ``as_embedding_model`` adapter, whose
+    ``load_weights`` accepts a base model's checkpoint (names without ``model.``) by
+    probing the prefix (adapters.py). The built instance takes the adapter class for the
+    stream only; the adapter adds no parameters."""
+    original = type(model)
+    adapted = original
+    if _served_as_embedding(model_config):
+        with contextlib.suppress(Exception):
+            from vllm.model_executor.models.adapters import as_embedding_model
+
+            adapted = as_embedding_model(original)
+    if adapted is not original and issubclass(adapted, original):
+        model.__class__ = adapted
+    try:
+        yield
+    finally:
+        model.__class__ = original
+
+
 def _base_build(model_config: Any, builds: list[Any]) -> Any:
     base = next(
         (b for b in builds if b.error is None and b.layout.tp == 1 and b.layout.pp == 1), None
@@ -686,28 +978,42 @@ def _base_build(model_config: Any, builds: list[Any]) -> Any:
     return fresh if fresh.error is None else None
 
 
-def run(cls: type | None, model_config: Any, builds: list[Any], enabled: bool = True) -> DryRun:
-    """PFX701 and PFX702 for one target; the tp=1 build is reused."""
+def run(
+    cls: type | None,
+    model_config: Any,
+    builds: list[Any],
+    enabled: bool = True,
+    synthesised: bool = False,
+) -> DryRun:
+    """PFX701 and PFX702 for one target; the tp=1 build is reused. ``synthesised``: the
+    config was made up by prefixlint, so where transformers and vLLM read it into different
+    structures nothing is judged (``reconcile``)."""
     if not enabled:
         return DryRun("off")
     base = _base_build(model_config, builds)
     if base is None:
         return DryRun("", "the model did not build")
     sites = Sites(cls, base.model, base.recorder)
+    sites.embedding = _served_as_embedding(model_config)
     try:
-        layouts = reference_layouts(model_config.hf_config, cls)
+        layouts, ref = reference(model_config.hf_config, cls)
         if not callable(getattr(base.model, "load_weights", None)):
             raise NotVerified("the model has no `load_weights`")
     except NotVerified as e:
         return DryRun("not verified", str(e), [_note(f"checkpoint dry-run: {e}", sites.class_site)])
     tried = []
-    for reference in layouts:
-        s = stream(base.model, reference, _stream_context(base, model_config))
-        tried.append((s, reference, coverage_findings(s, reference, sites)))
+    for layout in layouts:
+        divergence = reconcile(cls, ref, base.model, layout) if synthesised else None
+        streamed = {k: v for k, v in layout.items() if not divergence or k not in divergence.names}
+        with _as_served(base.model, model_config):
+            s = stream(base.model, streamed, _stream_context(base, model_config))
+        tried.append((s, streamed, coverage_findings(s, streamed, sites, divergence), divergence))
         if not tried[-1][2] and not s.limit:
             break
     # the layout vLLM loads best: a loader need only accept one of them
-    s, reference, findings = min(tried, key=lambda t: (not t[0].complete, len(t[2])))
+    s, _, findings, divergence = min(tried, key=lambda t: (not t[0].complete, len(t[2])))
+    if divergence is not None and divergence.reasons:
+        findings.append(_divergence_note(divergence, sites))
     if s.limit:
         reason = f"a weight loader needs real data on meta tensors ({s.limit})"
         site = (s.limit_error and sites.frame(s.limit_error)) or sites.loader("")
@@ -722,4 +1028,6 @@ def run(cls: type | None, model_config: Any, builds: list[Any], enabled: bool = 
     findings += quant
     if reason:
         findings.append(_note(f"quantization dry-run: {reason}", sites.class_site))
+    elif divergence is not None and divergence.reasons:
+        reason = f"in part: {len(divergence.reasons)} part(s) read differently from the config"
     return DryRun("verified", reason, merge(findings), mapping)
