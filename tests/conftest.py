@@ -32,3 +32,13 @@ def vllm_copy(tmp_path: Path):
 
     yield copy
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def worker():
+    """One phase-2 worker process per test module (it imports vLLM once)."""
+    from prefixlint.introspect.worker import Worker
+
+    w = Worker()
+    yield w
+    w.close()

@@ -10,17 +10,9 @@ from pathlib import Path
 import pytest
 
 from prefixlint.introspect import introspect
-from prefixlint.introspect.worker import Worker
 from tests.conftest import VLLM, requires_vllm
 
 pytestmark = requires_vllm
-
-
-@pytest.fixture(scope="module")
-def worker():
-    w = Worker()
-    yield w
-    w.close()
 
 
 def model_copy(folder: Path, source: str, name: str, edits) -> tuple[Path, str]:

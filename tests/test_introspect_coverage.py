@@ -11,20 +11,10 @@ import linecache
 import re
 from pathlib import Path
 
-import pytest
-
 from prefixlint.introspect import introspect
-from prefixlint.introspect.worker import Worker
 from tests.conftest import VLLM, requires_vllm
 
 pytestmark = requires_vllm
-
-
-@pytest.fixture(scope="module")
-def worker():
-    w = Worker()
-    yield w
-    w.close()
 
 
 def plugin_copy(folder: Path, name: str, edit=None) -> tuple[Path, str]:

@@ -10,23 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from prefixlint.introspect import introspect, skipped_findings
-from prefixlint.introspect.worker import Worker
 from tests.conftest import requires_vllm
 from tests.test_introspect import line_in_class, llama_copy, replace_in_class
 
 pytestmark = requires_vllm
 
 INIT = "        self.config = config\n"
-
-
-@pytest.fixture(scope="module")
-def worker():
-    w = Worker()
-    yield w
-    w.close()
 
 
 def planted(tmp_path: Path, name: str, line: str) -> tuple[Path, str]:

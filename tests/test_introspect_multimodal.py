@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from prefixlint.introspect import introspect
-from prefixlint.introspect.worker import Worker
 from tests.conftest import VLLM, requires_vllm
 
 pytestmark = requires_vllm
@@ -27,13 +26,6 @@ def _optional_site_has(package: str) -> bool:
     return importlib.util.find_spec(package) is not None or (
         site is not None and (site / package).is_dir()
     )
-
-
-@pytest.fixture(scope="module")
-def worker():
-    w = Worker()
-    yield w
-    w.close()
 
 
 def model_copy(folder: Path, source: str, name: str, edit=None) -> tuple[Path, str]:
