@@ -456,3 +456,20 @@ def test_syntax_error_is_left_alone() -> None:
     result = fix_source("def f(:\n", "bad.py")
     assert result.new_code == "def f(:\n" and result.applied == []
     assert result.skipped and "syntax error" in result.skipped[0][1]
+
+
+def test_form_feed_does_not_shift_the_fix() -> None:
+    """A form feed is no line break for Python or git: the edit lands on the right row and
+    the diff is one hunk of real lines."""
+    body = """
+class MLP(nn.Module):
+    def __init__(self, hidden, prefix: str = ""):\x0c
+        super().__init__()
+        self.down_proj = RowParallelLinear(hidden, hidden, bias=False)
+"""
+    result = fix(body)
+    assert [a.code for a in result.applied] == ["PFX301"]
+    assert 'bias=False, prefix=f"{prefix}.down_proj")' in result.new_code
+    assert "\x0c" in result.new_code
+    diff = unified_diff(HEADER + body, result.new_code, "m.py")
+    assert "No newline" not in diff and diff.count("\n+ ") + diff.count("\n+\t") <= 1

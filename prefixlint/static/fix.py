@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import io
+import re
 import tokenize
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -97,9 +98,18 @@ def fix_source(
     return result
 
 
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+
+
+def lines_with_ends(text: str) -> list[str]:
+    """Lines with their endings, as Python and git number them (``str.splitlines`` would
+    also split at form feeds and other separators)."""
+    return _LINE.findall(text)
+
+
 def apply_fixes(text: str, fixes: list[Diagnostic]) -> tuple[str, list[Applied]]:
     """Apply the edits of ``fixes`` that overlap no other, last first."""
-    lines = text.splitlines(keepends=True) or [""]
+    lines = lines_with_ends(text) or [""]
     starts = [0]
     for line in lines:
         starts.append(starts[-1] + len(line))
@@ -162,8 +172,8 @@ def unified_diff(old: str, new: str, name: str) -> str:
     """A ``git apply``-able unified diff of one file (``a/name`` -> ``b/name``)."""
     out = []
     for line in difflib.unified_diff(
-        old.splitlines(keepends=True),
-        new.splitlines(keepends=True),
+        lines_with_ends(old),
+        lines_with_ends(new),
         fromfile=f"a/{name}",
         tofile=f"b/{name}",
     ):
