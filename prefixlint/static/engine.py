@@ -197,6 +197,7 @@ class Positions:
     def __init__(self, text: str) -> None:
         self.newline = "\r\n" if "\r\n" in text[: text.find("\n") + 1 or None] else "\n"
         self._metadata: dict[int, Mapping[cst.CSTNode, Any]] = {}
+        self._code: dict[int, str] = {}  # each item's own code, generated once
 
     def span(self, item: Item, node: cst.CSTNode) -> tuple[Position, Position]:
         ranges = self._metadata.get(id(item))
@@ -224,7 +225,9 @@ class Positions:
         its block's indentation) and compared with the item's own code: what differs
         between their common head and tail is the edit.
         """
-        old = item.module.code
+        old = self._code.get(id(item))
+        if old is None:
+            old = self._code[id(item)] = item.module.code
         new = item.module.deep_replace(node, replacement)
         assert isinstance(new, cst.Module)
         new_code = new.code
