@@ -232,10 +232,12 @@ def merge_classes(found: list[Diagnostic], executed: set[tuple[str, int]]) -> li
     """Classes of one file build the same sites (a model and its ``ForCausalLM``, a
     subclass and its base): one finding per code and place (the longest message: its path
     is the full one), and no "not verified" note at a site another class's build ran."""
+    from prefixlint.introspect.coverage import UNEXECUTED_SITE  # light: stdlib ast only
+
     best: dict[tuple, Diagnostic] = {}
     for d in found:
         place = (str(Path(d.filename).resolve()), d.location.row)
-        if d.code == "PFX600" and "construction site" in d.message and place in executed:
+        if d.data.get("group") == UNEXECUTED_SITE and place in executed:
             continue  # another class's build ran it
         key = (
             (d.code, d.filename, d.location.row)

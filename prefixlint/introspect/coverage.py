@@ -236,6 +236,10 @@ def covered(result: Any, cls: type | None, builds: list[Any], explored: Any) -> 
         result.config_source += f"; variants {'; '.join(kept)}"
 
 
+# The group of the note at a construction site no build executed.
+UNEXECUTED_SITE = "unexecuted-site"
+
+
 def not_verified(coverage: dict[str, Any]) -> list[Any]:
     """A PFX600 note at each site no build executed: nothing there was checked."""
     from prefixlint.introspect.checks import Finding
@@ -260,6 +264,7 @@ def not_verified(coverage: dict[str, Any]) -> list[Any]:
                 "tried). A config that builds it (`--config`) would",
                 file,
                 int(line),
+                group=UNEXECUTED_SITE,
             )
         )
     return out

@@ -19,7 +19,7 @@ from prefixlint.introspect import (
     list_architectures,
     to_diagnostics,
 )
-from prefixlint.introspect.coverage import registry_share
+from prefixlint.introspect.coverage import UNEXECUTED_SITE, registry_share
 from prefixlint.introspect.gaps import GAP_CATEGORIES
 from prefixlint.introspect.worker import Worker, WorkerDied, WorkerTimeout
 
@@ -247,7 +247,7 @@ def _row(arch: str, group: str, answer: Any, seconds: float) -> Row:
         notes=[
             d.to_json()
             for d in diagnostics
-            if d.severity is Severity.NOTE and "construction site" not in d.message
+            if d.severity is Severity.NOTE and d.data.get("group") != UNEXECUTED_SITE
         ],
         dryrun=result.get("dryrun", ""),
         dryrun_reason=result.get("dryrun_reason", ""),
