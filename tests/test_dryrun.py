@@ -87,7 +87,8 @@ def test_unconditional_lm_head_skip_on_an_untied_head(worker, tmp_path) -> None:
     assert "`lm_head.weight`" in diag.message and "stays random" in diag.message
 
 
-def test_the_same_skip_on_a_tied_head_is_fine(worker, tmp_path) -> None:
+def save_small_llama_config(folder: Path, **overrides) -> str:
+    """A small real Llama config.json (as a checkpoint ships it) in ``folder``."""
     from transformers import LlamaConfig
 
     LlamaConfig(
@@ -97,8 +98,13 @@ def test_the_same_skip_on_a_tied_head_is_fine(worker, tmp_path) -> None:
         num_attention_heads=4,
         num_key_value_heads=2,
         vocab_size=512,
-        tie_word_embeddings=True,
-    ).save_pretrained(tmp_path / "cfg")
+        **overrides,
+    ).save_pretrained(folder)
+    return str(folder)
+
+
+def test_the_same_skip_on_a_tied_head_is_fine(worker, tmp_path) -> None:
+    save_small_llama_config(tmp_path / "cfg", tie_word_embeddings=True)
     path, _ = model_copy(tmp_path, "llama", "skip_tied", [SKIP_HEAD])
     report = introspect(
         f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), config=str(tmp_path / "cfg"), worker=worker
@@ -224,16 +230,7 @@ def test_config_read_differently_is_a_note_on_a_synthesised_config(worker, tmp_p
 def test_the_same_divergence_is_a_finding_with_a_real_config(worker, tmp_path) -> None:
     """A real checkpoint's config says what the checkpoint holds: no bias, so vLLM's is
     left random, and that is reported."""
-    from transformers import LlamaConfig
-
-    LlamaConfig(
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=512,
-    ).save_pretrained(tmp_path / "cfg")
+    save_small_llama_config(tmp_path / "cfg")
     path, text = model_copy(tmp_path, "llama", "always_bias_real", [ALWAYS_BIAS])
     report = introspect(
         f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), config=str(tmp_path / "cfg"), worker=worker
