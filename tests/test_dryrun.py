@@ -199,6 +199,33 @@ def test_no_reference_class_is_a_note(worker, tmp_path) -> None:
     assert diag.code == "PFX600" and "no reference class" in diag.message
 
 
+@pytest.mark.slow
+def test_builds_that_use_the_time_budget_leave_the_dry_run_not_verified(worker, tmp_path) -> None:
+    """The dry-run stops at a deadline inside the per-target timeout: a slow build gives
+    its findings and a "not verified" note for the dry-run, never a hang (PFX604)."""
+    slow_init = (
+        "LlamaForCausalLM",
+        "        super().__init__()\n",
+        "        super().__init__()\n        import time\n\n        time.sleep(14)\n",
+    )
+    path, _ = model_copy(tmp_path, "llama", "slow_build", [slow_init])
+    save_small_llama_config(tmp_path / "cfg")
+    worker.run({"kind": "list"}, 300)  # the worker is up: the timeout is the build's own
+    report = introspect(
+        f"{path}:LlamaForCausalLM",
+        tp=(1,),
+        pp=(1,),
+        config=str(tmp_path / "cfg"),
+        timeout=30,
+        explore_budget=0,
+        worker=worker,
+    )
+    assert not [d for d in report.diagnostics if d.code == "PFX604"], report.diagnostics
+    # the checkpoint dry-run or (later) its quantization builds are skipped, with a note
+    [note] = [d for d in dry_run_diagnostics(report) if "time budget" in d.message]
+    assert note.code == "PFX600" and note.severity.value == "note"
+
+
 def test_no_dryrun_turns_both_checks_off(worker, tmp_path) -> None:
     path, _ = model_copy(tmp_path, "llama", "skip_head_off", [SKIP_HEAD])
     report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker, dryrun=False)
@@ -260,3 +287,24 @@ def test_reference_class_names_match_ignoring_case() -> None:
 
     assert _reference_class(["PhiMoEForCausalLM"]).__name__ == "PhimoeForCausalLM"
     assert _reference_class(["NoSuchThingForCausalLM"]) is None
+
+
+@pytest.mark.slow
+def test_composite_checkpoint_layout_is_the_hub_one(worker) -> None:
+    """transformers 5 reverts a composite model's renamings all at once (Qwen2-Audio's
+    language model gets ``language_model.model.model.``); the layout transformers itself
+    loads, as the hub holds it, is found and vLLM's loader accepts it."""
+    report = introspect("Qwen2AudioForConditionalGeneration", tp=(1,), pp=(1,), worker=worker)
+    assert report.results[0]["dryrun"] == "verified", report.results[0]["dryrun_reason"]
+    assert [d.message for d in report.diagnostics if d.code == "PFX701"] == []
+
+
+@pytest.mark.slow
+def test_a_bias_the_loader_makes_itself_is_written(worker) -> None:
+    """Whisper's checkpoints have no ``k_proj`` bias; vLLM's loader feeds zeros for that
+    shard of the fused ``qkv_proj`` bias (whisper.py ``_create_fake_bias_for_k_proj``):
+    the shard is written, not left random."""
+    report = introspect("WhisperForConditionalGeneration", tp=(1,), pp=(1,), worker=worker)
+    assert report.results[0]["dryrun"] == "verified", report.results[0]["dryrun_reason"]
+    shards = [d.message for d in report.diagnostics if d.code == "PFX701" and "shard" in d.message]
+    assert shards == []

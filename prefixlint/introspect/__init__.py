@@ -158,6 +158,7 @@ def introspect(
         "configs": configs,
         "config_base": config_base,
         "dryrun": dryrun,
+        "budget": timeout,
         "explore_budget": explore_budget,
     }
     try:

@@ -446,6 +446,7 @@ def run_target(
     config_base: str | None = None,
     dryrun: bool = True,
     explore_budget: float = 0.0,
+    deadline: float | None = None,
 ) -> TargetResult:
     started = time.perf_counter()
     result = TargetResult(target=target.spec, arch=target.arch)
@@ -498,7 +499,7 @@ def run_target(
         target.arch, cls, model_config, builds, result.config_source, complete
     )
     result.findings += not_verified(result.coverage)
-    _dry_run(result, cls, model_config, builds, dryrun)
+    _dry_run(result, cls, model_config, builds, dryrun, deadline)
     failed = [b for b in builds if b.error is not None]
     if len(failed) == len(builds) and builds:
         result.status = "failed"
@@ -544,7 +545,12 @@ def _findings(
 
 
 def _dry_run(
-    result: TargetResult, cls: type | None, model_config: Any, builds: list[Build], enabled: bool
+    result: TargetResult,
+    cls: type | None,
+    model_config: Any,
+    builds: list[Build],
+    enabled: bool,
+    deadline: float | None = None,
 ) -> None:
     """PFX701/PFX702 (``dryrun.py``) on the tp=1 build; a failure of the dry-run itself is
     a PFX600 note, never a lost target."""
@@ -553,7 +559,7 @@ def _dry_run(
     started = time.perf_counter()
     try:
         synthesised = result.config_source.startswith("synthesised")
-        outcome = dryrun.run(cls, model_config, builds, enabled, synthesised)
+        outcome = dryrun.run(cls, model_config, builds, enabled, synthesised, deadline)
     except Exception as e:
         file, line = class_location(cls)
         note = f"not verified: the checkpoint dry-run failed: {_describe(e)}"

@@ -47,6 +47,9 @@ SHRINK: dict[str, Any] = {
     "v_head_dim": 16,
     # misc
     "sliding_window": 64,
+    # encoder-decoder and audio towers (Whisper's names): their layer counts
+    "encoder_layers": 2,
+    "decoder_layers": 2,
 }
 # Defaults that are None where the model needs a number (a checkpoint always says): the
 # value keeps the shrunk sizes consistent (8 KV heads divide 16 query heads).

@@ -18,8 +18,10 @@ Where the dry-run cannot run, a PFX600 note says why; it never guesses a finding
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import re
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +59,10 @@ def reference_layouts(hf_config: Any, cls: type | None = None) -> list[Reference
     architecture (the config's, or the vLLM class's own name: an out-of-tree copy of a
     known class): the original layout first, then transformers' own when it differs."""
     return reference(hf_config, cls)[0]
+
+
+# Renamings of up to 4 (sub-)models are reverted in every combination (15 layouts at most).
+MAX_SCOPES = 4
 
 
 def _reference_class(archs: list[str]) -> type | None:
@@ -120,6 +126,7 @@ def reference(hf_config: Any, cls: type | None = None) -> tuple[list[Reference],
         if hasattr(mu, "remove_tied_weights_from_state_dict"):
             state = mu.remove_tied_weights_from_state_dict(state, ref)
         native = dict(state)
+        variants = _revert_variants(ref, native)
         if hasattr(mu, "revert_weight_conversion"):
             state = mu.revert_weight_conversion(ref, state)
     except Exception as e:
@@ -130,9 +137,64 @@ def reference(hf_config: Any, cls: type | None = None) -> tuple[list[Reference],
     # save_pretrained writes the original (reverted) layout; checkpoints saved without
     # reverting, in transformers' own layout, exist too: either is a valid checkpoint.
     layouts = [{k: (tuple(v.shape), v.dtype) for k, v in state.items()}]
-    if set(native) != set(state):
-        layouts.append({k: (tuple(v.shape), v.dtype) for k, v in native.items()})
+    for other in (native, *variants):
+        if other and all(set(other) != set(layout) for layout in layouts):
+            layouts.append({k: (tuple(v.shape), v.dtype) for k, v in other.items()})
     return layouts, ref
+
+
+def _revert_variants(ref: nn.Module, native: dict[str, Any]) -> list[dict[str, Any]]:
+    """Other original layouts of the same checkpoint. transformers reverts the renamings of
+    the model and of each sub-model all together, and drops prefix changes for a model it
+    did not load; for composite models that is not always what the hub holds (a
+    sub-model's renaming applied on top of the parent's gives ``language_model.model.model.``;
+    PaliGemma's ``vision_tower.vision_model.`` prefix is dropped). So the renamings of each
+    subset of the (sub-)models are reverted, and a result is kept when transformers' own
+    loading maps every one of its names back onto the model: a layout transformers loads
+    is a checkpoint layout. Empty where this transformers has no such API (before 5)."""
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import (
+            WeightConverter,
+            rename_source_key,
+            revert_weight_conversion,
+        )
+
+        scopes = list(
+            dict.fromkeys(
+                getattr(c, "scope_prefix", None)
+                for c in get_model_conversion_mapping(ref, add_legacy=False)
+                if not isinstance(c, WeightConverter)
+            )
+        )
+    except Exception:
+        return []
+    if not scopes or len(scopes) > MAX_SCOPES:
+        return []
+    out = []
+    for mask in range(1, 1 << len(scopes)):
+        kept = {scope for bit, scope in enumerate(scopes) if mask >> bit & 1}
+        try:
+            ref._weight_conversions = [
+                c
+                for c in get_model_conversion_mapping(ref, add_legacy=False)
+                if isinstance(c, WeightConverter) or getattr(c, "scope_prefix", None) in kept
+            ]
+            try:
+                state = revert_weight_conversion(ref, dict(native))
+            finally:
+                del ref._weight_conversions
+            forward = get_model_conversion_mapping(ref, add_legacy=False)
+            renamings = [c for c in forward if not isinstance(c, WeightConverter)]
+            converters = [c for c in forward if isinstance(c, WeightConverter)]
+            loads = all(
+                rename_source_key(name, renamings, converters)[0] in native for name in state
+            )
+        except Exception:
+            continue
+        if loads:
+            out.append(state)
+    return out[::-1]  # the most renamings reverted first
 
 
 @contextlib.contextmanager
@@ -497,11 +559,14 @@ class Sites:
                 best = (frame.f_code.co_filename, line)
         return best
 
+    @functools.cached_property
     def files(self) -> list[str]:
+        """The model's own source files (its classes and their bases), found once: a
+        loader that raises on many names asks for each of them."""
         out = []
         for klass in {type(m) for m in self.model.modules()} | {self.cls}:
             for base in getattr(klass, "__mro__", ()):
-                f = _source_site(base)[0]
+                f = _source_file(base)
                 if self.model_file(f) and f not in out:
                     out.append(f)
         return out
@@ -513,7 +578,7 @@ class Sites:
             re.compile(rf"\b{w}\b" if w.isdigit() else rf"[\"']\.?{re.escape(w)}\.?[\"']")
             for w in words
         ]
-        for f in self.files():
+        for f in self.files:
             try:
                 with open(f, encoding="utf-8") as handle:
                     lines = handle.read().splitlines()
@@ -539,7 +604,17 @@ class Sites:
         return self.class_site
 
 
+def _source_file(obj: Any) -> str:
+    try:
+        return inspect.getsourcefile(obj) or ""
+    except (OSError, TypeError):
+        return ""
+
+
+@functools.lru_cache(maxsize=4096)
 def _source_site(obj: Any) -> tuple[str, int]:
+    """File and first line of a class or function. Cached: ``getsourcelines`` of a class
+    parses its whole file each time."""
     try:
         return inspect.getsourcefile(obj) or "", inspect.getsourcelines(obj)[1]
     except (OSError, TypeError):
@@ -810,11 +885,17 @@ def ignore_sets(sources: dict[str, list[str]]) -> list[set[str]]:
 
 
 def quant_findings(
-    cls: type | None, model_config: Any, base: Any, sources: dict[str, list[str]], sites: Sites
+    cls: type | None,
+    model_config: Any,
+    base: Any,
+    sources: dict[str, list[str]],
+    sites: Sites,
+    deadline: float | None = None,
 ) -> tuple[list[Finding], str]:
     """Build under vLLM's Fp8Config for each ignore set and compare each linear layer's
     method with the checkpoint layers it loads. Returns findings and a reason when the
-    check could not run."""
+    check could not run (or not before ``deadline``: each build takes about as long as
+    the first)."""
     from vllm.model_executor.layers.linear import UnquantizedLinearMethod
     from vllm.model_executor.layers.quantization.fp8 import Fp8Config
 
@@ -822,6 +903,8 @@ def quant_findings(
 
     out: list[Finding] = []
     for ignored in ignore_sets(sources):
+        if _past(deadline, need=base.seconds):
+            return out, OUT_OF_TIME
         config = Fp8Config(ignored_layers=sorted(ignored))
         build = build_layout(model_config, base.layout, quant_config=config)
         if build.error is not None:
@@ -978,16 +1061,26 @@ def _base_build(model_config: Any, builds: list[Any]) -> Any:
     return fresh if fresh.error is None else None
 
 
+OUT_OF_TIME = "skipped: the builds used most of this target's time budget (raise `--timeout`)"
+
+
+def _past(deadline: float | None, need: float = 0.0) -> bool:
+    """The deadline has passed, or would before a step of ``need`` seconds ends."""
+    return deadline is not None and time.monotonic() + need > deadline
+
+
 def run(
     cls: type | None,
     model_config: Any,
     builds: list[Any],
     enabled: bool = True,
     synthesised: bool = False,
+    deadline: float | None = None,
 ) -> DryRun:
     """PFX701 and PFX702 for one target; the tp=1 build is reused. ``synthesised``: the
     config was made up by prefixlint, so where transformers and vLLM read it into different
-    structures nothing is judged (``reconcile``)."""
+    structures nothing is judged (``reconcile``). Past ``deadline`` (``time.monotonic``),
+    the steps not yet run are skipped with a note."""
     if not enabled:
         return DryRun("off")
     base = _base_build(model_config, builds)
@@ -995,6 +1088,9 @@ def run(
         return DryRun("", "the model did not build")
     sites = Sites(cls, base.model, base.recorder)
     sites.embedding = _served_as_embedding(model_config)
+    if _past(deadline):
+        note = _note(f"checkpoint and quantization dry-run: {OUT_OF_TIME}", sites.class_site)
+        return DryRun("not verified", OUT_OF_TIME, [note])
     try:
         layouts, ref = reference(model_config.hf_config, cls)
         if not callable(getattr(base.model, "load_weights", None)):
@@ -1024,7 +1120,7 @@ def run(
         return DryRun("not verified", reason, merge(findings))
     sources = layer_sources(s, base.model)
     mapping = {layer: path for path, layers in sources.items() for layer in layers}
-    quant, reason = quant_findings(cls, model_config, base, sources, sites)
+    quant, reason = quant_findings(cls, model_config, base, sources, sites, deadline)
     findings += quant
     if reason:
         findings.append(_note(f"quantization dry-run: {reason}", sites.class_site))

@@ -83,9 +83,31 @@ class WriteRecorder:
 def recording(recorder: WriteRecorder) -> Iterator[WriteRecorder]:
     _ACTIVE.append(recorder)
     try:
-        yield recorder
+        with _LoaderMadeWrites():
+            yield recorder
     finally:
         _ACTIVE.pop()
+
+
+# Writes that set values (not in-place arithmetic on what is already there).
+_SETTING_WRITES = frozenset({"copy_", "__setitem__", "fill_", "zero_"})
+
+
+class _LoaderMadeWrites(torch.overrides.TorchFunctionMode):
+    """Writes of data the loader made itself (no checkpoint tag): vLLM's Whisper-style
+    loaders feed a zero ``k_proj`` bias that no checkpoint holds. The region is written
+    (not left random), from no checkpoint tensor. Tagged data goes its own way."""
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Any = None):
+        kwargs = kwargs or {}
+        if (
+            getattr(func, "__name__", "") in _SETTING_WRITES
+            and not any(tags_of(v) for v in (*args, *kwargs.values()))
+        ):
+            handled, result = _intercept(func, args, kwargs, frozenset())
+            if handled:
+                return result
+        return func(*args, **kwargs)
 
 
 def tags_of(value: Any) -> frozenset[str]:

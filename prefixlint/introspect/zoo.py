@@ -298,6 +298,7 @@ def run_zoo(
                     "tp": tp or [1],
                     "pp": pp or [1],
                     "dryrun": dryrun,
+                    "budget": timeout,
                     "explore_budget": explore_budget,
                 },
                 timeout,
