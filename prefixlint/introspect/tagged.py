@@ -100,9 +100,8 @@ class _LoaderMadeWrites(torch.overrides.TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Any = None):
         kwargs = kwargs or {}
-        if (
-            getattr(func, "__name__", "") in _SETTING_WRITES
-            and not any(tags_of(v) for v in (*args, *kwargs.values()))
+        if getattr(func, "__name__", "") in _SETTING_WRITES and not any(
+            tags_of(v) for v in (*args, *kwargs.values())
         ):
             handled, result = _intercept(func, args, kwargs, frozenset())
             if handled:
