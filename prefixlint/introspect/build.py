@@ -688,6 +688,9 @@ _ENVIRONMENT_WORDS = (
     "not supported by backend",  # the CPU attention backend lacks a feature
     "BackendImpl.__init__() got an unexpected keyword",  # ... or an argument
     "not implemented on CPU",
+    # vLLM's MoE oracle offers only the platform's kernels: on CPU none may take a layer
+    # (SwiGLU-OAI experts) that a CUDA platform's kernels do
+    "MoE backend supports the deployment configuration",
     "does not support AttentionBackendEnum",  # the CPU platform's ViT attention backend
     # without Triton (CPU) vLLM falls back to the V1 model runner, which lacks some paths
     "Model Runner V1 does not support",
