@@ -602,7 +602,7 @@ def _repair_loop(
     names none (a MoE model that finds no MoE layer) seeds, once, every attribute the
     model's files read and the config lacks."""
     guessed: list[str] = []
-    seeded = False
+    seeded = retried = False
     files = _model_files(cls)
     error: BaseException | None = None
     for _ in range(attempts):
@@ -610,6 +610,12 @@ def _repair_loop(
         error = probe.error
         if error is None:
             break
+        if probe.vllm_config is None and not retried:
+            # VllmConfig's own validation refused once: vLLM's config hooks update the
+            # model config as they validate (a hybrid model's mamba block size), and the
+            # next VllmConfig, as every layout's build makes it, may pass. Probe again.
+            retried = True
+            continue
         configs = _config_objects(model_config)
         attr = repair(probe.error, configs, files)
         if attr is None:

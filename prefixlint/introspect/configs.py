@@ -500,7 +500,7 @@ def code_hints(name: str, texts: list[str]) -> CodeHints:
             hints.modulo = True
         if re.search(rf"\w*(?:layer|idx)\w*\s*(?:<|>=)\s*{ref}", text):
             hints.layer_bound = True
-        if re.search(rf"(?:\bnot\s+|\bif\s+){ref}\s*(?::|\)|$|\band\b|\bor\b)", text, re.M):
+        if re.search(rf"(?:\bnot\s+|\bif\s+){ref}\s*(?::|\)|,|$|\band\b|\bor\b)", text, re.M):
             hints.truth = True
     return hints
 
@@ -623,6 +623,7 @@ def guess_attribute(name: str, config: Any, texts: list[str] | None = None) -> A
         (("experts",), 4),
         (("first_k_dense", "n_group", "topk_group", "group"), 1),
         (("rope_theta", "rope_base"), 10000.0),
+        (("rope_parameters",), {"rope_type": "default", "rope_theta": 10000.0}),
         (("max_position_embedding",), 256),
         (("select_layer", "feature_layer"), -1),  # the last layer of the vision tower
         (("swiglu_limit", "clamp_limit"), 7.0),
@@ -822,7 +823,7 @@ def _stated_repair(error: BaseException, configs: list[Any], texts: list[str]) -
     if not isinstance(error, (AssertionError, ValueError)):
         return None
     if isinstance(error, AssertionError):
-        attr = _asserted_literal(error, configs)
+        attr = _asserted_literal(error, configs) or _asserted_present(error, configs, texts)
         if attr is not None:
             return attr
     for name in _NAMED_NONE.findall(str(error)):
@@ -848,6 +849,43 @@ def _raising_file_text(error: BaseException) -> list[str]:
     with contextlib.suppress(OSError):
         return [Path(frames[-1][0].f_code.co_filename).read_text(encoding="utf-8")]
     return []
+
+
+_NOT_NONE = re.compile(r"^\s*assert\s+(\w+)\s+is\s+not\s+None\b")
+
+
+def _asserted_present(error: BaseException, configs: list[Any], texts: list[str]) -> str | None:
+    """``rope = getattr(config, "rope_parameters", None)`` ... ``assert rope is not None``:
+    the local came from the config earlier in the function (any number of lines above);
+    give the config a guessed value where it has none."""
+    import linecache
+    import traceback
+
+    frames = list(traceback.walk_tb(error.__traceback__))
+    if not frames:
+        return None
+    frame, line = frames[-1]
+    path = frame.f_code.co_filename
+    m = _NOT_NONE.match(linecache.getline(path, line))
+    if m is None:
+        return None
+    local = re.escape(m.group(1))
+    source = re.compile(
+        rf"\b{local}\s*=\s*(?:getattr\(\s*(?:self\.)?\w*config\s*,\s*[\"'](\w+)[\"']"
+        rf"|(?:self\.)?\w*config\.(\w+)\s*$)"
+    )
+    for n in range(line - 1, max(frame.f_code.co_firstlineno, line - 60) - 1, -1):
+        found = source.search(linecache.getline(path, n))
+        if found is None:
+            continue
+        attr = found.group(1) or found.group(2)
+        return _give_guess(
+            configs,
+            attr,
+            [*_raising_file_text(error), *texts],
+            lambda c, a=attr: getattr(c, a, None) is None,
+        )
+    return None
 
 
 def _asserted_literal(error: BaseException, configs: list[Any]) -> str | None:
