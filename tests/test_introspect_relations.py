@@ -141,6 +141,30 @@ def test_a_divisibility_assert_on_a_guessed_count(tmp_path: Path) -> None:
     assert config.n_head == 8 and config.num_key_value_heads == 8
 
 
+def test_a_local_asserted_present_gets_the_config_value_it_came_from(tmp_path: Path) -> None:
+    from prefixlint.introspect.configs import code_hints, repair
+
+    config = SimpleNamespace(hidden_size=128, skip_rope=False)
+    source = """
+    def build(config):
+        rope_parameters = getattr(config, "rope_parameters", None)
+        skip = config.skip_rope
+
+        if not skip:
+            assert rope_parameters is not None
+    """
+    error = raised_in_file(tmp_path, source, config)
+    assert repair(error, [config]) == "rope_parameters"
+    assert config.rope_parameters["rope_type"] == "default"
+    # an assert on a local that never came from the config: nothing to give
+    other = raised_in_file(
+        tmp_path, "def build(config):\n    x = None\n    assert x is not None\n", config
+    )
+    assert repair(other, [config]) is None
+    # a flag passed on negated (``is_neox_style=not config.x,``) is a flag
+    assert code_hints("x", ["f(a=1, b=not config.x, c=2)"]).truth
+
+
 # -- the name table and shrinking ------------------------------------------------------------
 
 
