@@ -608,7 +608,7 @@ def _repair_loop(
     names none (a MoE model that finds no MoE layer) seeds, once, every attribute the
     model's files read and the config lacks."""
     guessed: list[str] = []
-    seeded = False
+    seeded = retried = False
     files = _model_files(cls)
     error: BaseException | None = None
     for _ in range(attempts):
@@ -616,6 +616,12 @@ def _repair_loop(
         error = probe.error
         if error is None:
             break
+        if probe.vllm_config is None and not retried:
+            # VllmConfig's own validation refused once: vLLM's config hooks update the
+            # model config as they validate (a hybrid model's mamba block size), and the
+            # next VllmConfig, as every layout's build makes it, may pass. Probe again.
+            retried = True
+            continue
         configs = _config_objects(model_config)
         attr = repair(probe.error, configs, files)
         if attr is None:
@@ -694,6 +700,9 @@ _ENVIRONMENT_WORDS = (
     "not supported by backend",  # the CPU attention backend lacks a feature
     "BackendImpl.__init__() got an unexpected keyword",  # ... or an argument
     "not implemented on CPU",
+    # vLLM's MoE oracle offers only the platform's kernels: on CPU none may take a layer
+    # (SwiGLU-OAI experts) that a CUDA platform's kernels do
+    "MoE backend supports the deployment configuration",
     "does not support AttentionBackendEnum",  # the CPU platform's ViT attention backend
     # without Triton (CPU) vLLM falls back to the V1 model runner, which lacks some paths
     "Model Runner V1 does not support",

@@ -178,7 +178,8 @@ def shrink_kwargs(default, num_layers: int = 2) -> dict[str, Any]:
     d = default.to_dict()
     kw: dict[str, Any] = {}
     for k, v in SHRINK.items():
-        if k in d and d[k] is not None and not isinstance(d[k], bool):
+        # a 0 default is a feature switched off (``qk_rope_head_dim=0``: NoPE), not a size
+        if k in d and d[k] is not None and not isinstance(d[k], bool) and d[k] != 0:
             kw[k] = v
     for k, v in FILL_NONE.items():
         if k in d and d[k] is None:
@@ -310,6 +311,29 @@ def _consistent(cfg, default, kw: dict[str, Any]) -> bool:
     return True
 
 
+def _first_consistent(cls, default, kw: dict[str, Any]) -> tuple[Any, Exception | None]:
+    """The first of ``_variants`` the class accepts with consistent layer indices, and
+    the first error a variant raised."""
+    last: Exception | None = None
+    for variant in _variants(cls, default, kw):
+        try:
+            candidate = cls(**variant)
+        except Exception as e:
+            last = last or e
+            continue
+        if _consistent(candidate, default, kw):
+            return candidate, None
+    return None, last
+
+
+def _agreeing(error: Exception, kw: dict[str, Any]) -> dict[str, Any] | None:
+    """Overrides ``kw`` changed so that the relation ``error`` states holds (see
+    ``relations.py``); None when it names none among the overridden keys."""
+    from prefixlint.introspect.relations import fix_overrides
+
+    return fix_overrides(str(error), kw)
+
+
 def synth_config(arch: str, num_layers: int = 4, model_cls: type | None = None):
     errors = []
     for mt in arch_to_model_types(arch, model_cls) or []:
@@ -317,17 +341,15 @@ def synth_config(arch: str, num_layers: int = 4, model_cls: type | None = None):
             cls = config_class(mt)
             default = cls()
             kw = shrink_kwargs(default, num_layers)
-            cfg = None
-            last: Exception | None = None
-            for variant in _variants(cls, default, kw):
-                try:
-                    candidate = cls(**variant)
-                except Exception as e:
-                    last = last or e
-                    continue
-                if _consistent(candidate, default, kw):
-                    cfg = candidate
+            cfg, last = _first_consistent(cls, default, kw)
+            for _ in range(3):
+                # The class names two of its values that must agree (``num_attention_heads
+                # (16) must be the same as num_key_value_heads (8)``): make them agree.
+                fixed = None if cfg is not None or last is None else _agreeing(last, kw)
+                if fixed is None:
                     break
+                kw = fixed
+                cfg, last = _first_consistent(cls, default, kw)
             if cfg is None:
                 raise last or ValueError("inconsistent layer indices")
             cfg.architectures = [arch]
@@ -481,7 +503,7 @@ def code_hints(name: str, texts: list[str]) -> CodeHints:
             hints.modulo = True
         if re.search(rf"\w*(?:layer|idx)\w*\s*(?:<|>=)\s*{ref}", text):
             hints.layer_bound = True
-        if re.search(rf"(?:\bnot\s+|\bif\s+){ref}\s*(?::|\)|$|\band\b|\bor\b)", text, re.M):
+        if re.search(rf"(?:\bnot\s+|\bif\s+){ref}\s*(?::|\)|,|$|\band\b|\bor\b)", text, re.M):
             hints.truth = True
     return hints
 
@@ -604,9 +626,12 @@ def guess_attribute(name: str, config: Any, texts: list[str] | None = None) -> A
         (("experts",), 4),
         (("first_k_dense", "n_group", "topk_group", "group"), 1),
         (("rope_theta", "rope_base"), 10000.0),
+        (("rope_parameters",), {"rope_type": "default", "rope_theta": 10000.0}),
         (("max_position_embedding",), 256),
         (("select_layer", "feature_layer"), -1),  # the last layer of the vision tower
         (("swiglu_limit", "clamp_limit"), 7.0),
+        (("alpha", "beta"), 1.0),  # a coefficient (SwiGLU's alpha/beta): 1 is neutral
+        (("iters", "iterations"), 1),  # an iteration count (Sinkhorn): one pass
         (("block_indexes", "layer_indexes"), [0]),
         (("sampling_rate",), 16000),
         (("embedding_size", "embed_dim"), hidden),
@@ -628,11 +653,17 @@ def guess_attribute(name: str, config: Any, texts: list[str] | None = None) -> A
         (("score_func", "scoring_func"), "softmax"),
         (("use_", "is_", "_bias", "enable", "norm_topk", "_norm", "norm_", "interleaved"), False),
         (("num_hidden_layers", "num_layers", "n_layers"), _num_layers(config)),
+        # a head count before any other count: 2 heads would not divide tp 4 and 8
+        (("heads", "n_head"), heads),
         (("num_",), 2),
-        (("heads",), heads),
         (("width",), hidden),
         (("_size",), 16),  # a size no other entry names: small, divides by 1, 2, 4, 8
     ]
+    # A name the table spells out wins over a word inside it (``hidden_act`` is an
+    # activation, not a size because it holds "hidden"); then the first word found.
+    for words, value in table:
+        if n in words:
+            return value
     for words, value in table:
         if any(w in n for w in words):
             return value
@@ -754,6 +785,9 @@ def repair(
                     setattr(config, attr, ",".join(map(str, value)))
                     return attr
         return None
+    stated = _stated_repair(error, configs, texts)
+    if stated is not None:
+        return stated
     if isinstance(error, AssertionError):
         # ``assert config.n_shared_experts > 0 and config.shared_expert_sink``: the model
         # needs what the default leaves off (0, None, False)
@@ -776,6 +810,110 @@ def repair(
         return _give_guess(
             configs, attr, texts, lambda c: attr in vars(c) and getattr(c, attr) is None
         )
+    return None
+
+
+_NAMED_NONE = re.compile(r"\b(\w+)\s*=\s*None\b")
+
+
+def _stated_repair(error: BaseException, configs: list[Any], texts: list[str]) -> str | None:
+    """Repairs a check's own words or line decide: an ``assert`` comparing a config
+    attribute with a literal (the model supports only that value), a message naming a
+    config attribute that is None (``unsupported output_gate_type=None``), and two counts
+    that must agree (``num_heads (2) is not divisible by num_kv_heads (8)``)."""
+    from prefixlint.introspect.relations import make_consistent
+
+    if not isinstance(error, (AssertionError, ValueError)):
+        return None
+    if isinstance(error, AssertionError):
+        attr = _asserted_literal(error, configs) or _asserted_present(error, configs, texts)
+        if attr is not None:
+            return attr
+    for name in _NAMED_NONE.findall(str(error)):
+        # The value was read where the check raised (often vLLM's layer, not the model
+        # file): its file says how the value is used (``getattr(config, name, "silu")``).
+        found = _give_guess(
+            configs,
+            name,
+            [*_raising_file_text(error), *texts],
+            lambda c, n=name: n in vars(c) and getattr(c, n) is None,
+        )
+        if found is not None:
+            return found
+    return make_consistent(str(error), configs, {**SHRINK, **FILL_NONE})
+
+
+def _raising_file_text(error: BaseException) -> list[str]:
+    import traceback
+
+    frames = list(traceback.walk_tb(error.__traceback__))
+    if not frames:
+        return []
+    with contextlib.suppress(OSError):
+        return [Path(frames[-1][0].f_code.co_filename).read_text(encoding="utf-8")]
+    return []
+
+
+_NOT_NONE = re.compile(r"^\s*assert\s+(\w+)\s+is\s+not\s+None\b")
+
+
+def _asserted_present(error: BaseException, configs: list[Any], texts: list[str]) -> str | None:
+    """``rope = getattr(config, "rope_parameters", None)`` ... ``assert rope is not None``:
+    the local came from the config earlier in the function (any number of lines above);
+    give the config a guessed value where it has none."""
+    import linecache
+    import traceback
+
+    frames = list(traceback.walk_tb(error.__traceback__))
+    if not frames:
+        return None
+    frame, line = frames[-1]
+    path = frame.f_code.co_filename
+    m = _NOT_NONE.match(linecache.getline(path, line))
+    if m is None:
+        return None
+    local = re.escape(m.group(1))
+    source = re.compile(
+        rf"\b{local}\s*=\s*(?:getattr\(\s*(?:self\.)?\w*config\s*,\s*[\"'](\w+)[\"']"
+        rf"|(?:self\.)?\w*config\.(\w+)\s*$)"
+    )
+    for n in range(line - 1, max(frame.f_code.co_firstlineno, line - 60) - 1, -1):
+        found = source.search(linecache.getline(path, n))
+        if found is None:
+            continue
+        attr = found.group(1) or found.group(2)
+        return _give_guess(
+            configs,
+            attr,
+            [*_raising_file_text(error), *texts],
+            lambda c, a=attr: getattr(c, a, None) is None,
+        )
+    return None
+
+
+def _asserted_literal(error: BaseException, configs: list[Any]) -> str | None:
+    """``assert config.gate_activation == "sigmoid" and ...``: set the attribute to the
+    literal the failing line compares it with, where the config holds another value (a
+    guessed one, or a default of a mode the model does not build)."""
+    import ast
+    import linecache
+    import traceback
+
+    frames = list(traceback.walk_tb(error.__traceback__))
+    if not frames:
+        return None
+    frame, line = frames[-1]
+    text = linecache.getline(frame.f_code.co_filename, line)
+    read = _CONFIG_READ.pattern
+    pairs = [(m.group(1), m.group(2)) for m in re.finditer(rf"{read}\s*==\s*{_LITERAL}", text)] + [
+        (m.group(2), m.group(1)) for m in re.finditer(rf"{_LITERAL}\s*==\s*{read}", text)
+    ]
+    for attr, literal in pairs:
+        value = ast.literal_eval(literal)
+        for config in configs:
+            if attr in vars(config) and getattr(config, attr) != value:
+                setattr(config, attr, value)
+                return attr
     return None
 
 

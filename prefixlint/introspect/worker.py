@@ -178,6 +178,11 @@ def main() -> None:
     from prefixlint.introspect.optional import prepare_optional_packages
 
     prepare_optional_packages()
+    # vLLM's CPU worker replaces torch.cuda.Event/Stream before it loads a model; builds
+    # under its CpuPlatform get the same set-up (see cpuworker.py).
+    from prefixlint.introspect.cpuworker import prepare_cpu_worker
+
+    prepare_cpu_worker()
     real_stdout = sys.stdout
     for line in sys.stdin:
         if not line.strip():
