@@ -8,6 +8,7 @@ parallel groups faked, parameters on meta and every construction recorded.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -308,7 +309,7 @@ def _vllm_config(model_config: Any, layout: Layout) -> Any:
 
 
 def _draft_model_config(
-    arch: str, cls: type | None, registry: Any, registered_as: str
+    arch: str, cls: type | None, registry: Any, registered_as: str, dtype: str = "float32"
 ) -> tuple[Any, str] | None:
     """The draft's ModelConfig, built by vLLM's SpeculativeConfig against a synthesised
     target, and where it came from; None for an architecture that is not a draft."""
@@ -319,7 +320,8 @@ def _draft_model_config(
         return resolve_config(name, architecture_name=name, model_cls=model_cls).folder
 
     try:
-        plan = plan_draft(arch, cls, registry, _model_config, resolve)
+        make = functools.partial(_model_config, dtype=dtype)
+        plan = plan_draft(arch, cls, registry, make, resolve)
     except Exception as e:
         raise ConfigGap(
             f"no speculative config builds {arch} against a synthesised target: "
@@ -478,7 +480,12 @@ def run_target(
 
     if result.config_source.startswith("synthesised") and layouts:
         guessed, last_error = _repair_loop(model_config, layouts[0], cls=cls)
-        other = _demanded_dtype(model_config, source.folder, last_error, guessed)
+        if id(model_config) in _SPECS:  # a draft's dtype is its target's: plan again
+            other = _draft_in_dtype(
+                model_config, arch_for_config, cls, registry, target.arch, last_error
+            )
+        else:
+            other = _demanded_dtype(model_config, source.folder, last_error, guessed)
         if other is not model_config:
             model_config = other
             guessed += _repair_loop(model_config, layouts[0], cls=cls)[0]
@@ -660,6 +667,26 @@ def _demanded_dtype(
                     if name in vars(old):
                         setattr(new, name, getattr(old, name))
             return other
+    return model_config
+
+
+def _draft_in_dtype(
+    model_config: Any,
+    arch: str,
+    cls: type | None,
+    registry: Any,
+    registered_as: str,
+    error: BaseException | None,
+) -> Any:
+    """``_demanded_dtype`` for a draft: vLLM gives a draft its target's dtype, so the
+    draft is planned again against a target of the dtype the model demands."""
+    for words, dtype in _DTYPE_DEMAND:
+        if error is not None and words in str(error):
+            try:
+                draft = _draft_model_config(arch, cls, registry, registered_as, dtype=dtype)
+            except Exception:
+                return model_config
+            return draft[0] if draft is not None else model_config
     return model_config
 
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 # Name -> method. Order matters: EAGLE-3 before EAGLE.
@@ -93,22 +93,11 @@ def target_candidates(arch: str, archs: list[str], registry: Any) -> list[str]:
     return out
 
 
-# A checkpoint that ships MTP layers says how many; a default config says 0 or nothing.
-_MTP_COUNT_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers")
+def _with_mtp_layers(folder: str, arch: str = "") -> None:
+    """The synthesised target's config.json says it has one MTP layer (see mtp.py)."""
+    from prefixlint.introspect.mtp import mtp_sections, with_mtp_layers
 
-
-def _with_mtp_layers(folder: str) -> None:
-    """The synthesised target's config.json says it has one MTP layer (its default is
-    none: a config without MTP weights, from which vLLM derives no draft)."""
-    path = Path(folder) / "config.json"
-    data = json.loads(path.read_text(encoding="utf-8"))
-    for config in [data, *(v for v in data.values() if isinstance(v, dict))]:
-        for key in _MTP_COUNT_KEYS:
-            if key in config and not config[key]:
-                config[key] = 1
-    if not any(k in data for k in _MTP_COUNT_KEYS):
-        data["num_nextn_predict_layers"] = 1
-    path.write_text(json.dumps(data), encoding="utf-8")
+    with_mtp_layers(folder, mtp_sections(arch) if arch else ())
 
 
 def _spec_config(method: str, draft_folder: str, target_mc: Any) -> Any:
@@ -128,6 +117,82 @@ def _draft_archs(spec: Any) -> list[str]:
     return list(getattr(dmc, "architectures", None) or dmc.hf_config.architectures or [])
 
 
+# Methods whose draft keeps its own checkpoint (not the target's). vLLM renames an
+# EAGLE/DFlash draft's architecture (``X`` -> ``EagleX``, ``Eagle3X``, ``DFlashX``) unless
+# the name already says so; ``draft_model`` keeps it. A draft registered under a name no
+# renaming yields (``PEagleDraftModel``, ``LiLiCorrDraftModel``) is reached by the method
+# that keeps its name, so each is tried, the name's own first.
+_OWN_CHECKPOINT = ("eagle3", "eagle", "dflash", "draft_model")
+
+
+@dataclass
+class _Attempt:
+    target: str
+    method: str
+    target_folder: Callable[[], str]
+    draft_folder: Callable[[str], str]  # from the target's folder
+
+
+def _attempts(
+    arch: str, cls: type | None, method: str, archs: list[str], registry: Any, resolve: Any
+) -> list[_Attempt]:
+    """Targets and methods to try, best first: the name's method against the targets
+    named like the draft; for MTP, then the targets vLLM derives the draft from (mtp.py);
+    for the other methods, then the other methods against the best-placed target."""
+    from prefixlint.introspect import mtp
+
+    candidates = target_candidates(arch, archs, registry)
+
+    def own(_: str) -> str:
+        return resolve(arch, cls)
+
+    def same(folder: str) -> str:
+        return folder
+
+    if method not in _FROM_TARGET:
+        out = [_Attempt(t, method, functools.partial(resolve, t, None), own) for t in candidates]
+        for other in _OWN_CHECKPOINT:
+            if other != method:
+                first = candidates[0]
+                out.append(_Attempt(first, other, functools.partial(resolve, first, None), own))
+        return out
+    out = [_Attempt(t, method, functools.partial(resolve, t, None), same) for t in candidates]
+    types = [mt for mt in mtp.model_types(mtp.override_triggers(arch)) if mtp.has_config_class(mt)]
+    by_arch = mtp.archs_of_types(types, archs)
+    for target in by_arch:  # a target of a type vLLM maps to the draft, synthesised so
+        for mt in types:
+            out.append(
+                _Attempt(target, method, functools.partial(mtp.synth_of_type, mt, target), same)
+            )
+    # A type no registry architecture has: the draft's own checkpoint (an assistant
+    # model beside its target), against the targets named like the draft.
+    unmatched = [mt for mt in types if not mtp.archs_of_types([mt], archs)]
+    for mt in unmatched:
+        draft = functools.partial(mtp.synth_of_type, mt, arch)
+        out += [
+            _Attempt(t, method, functools.partial(resolve, t, None), lambda _f, d=draft: d())
+            for t in candidates
+        ]
+    return out
+
+
+def mtp_gap(arch: str, archs: list[str]) -> str:
+    """Why no target can give an MTP draft, from what vLLM derives it from: "" when
+    prefixlint has nothing more precise to say."""
+    from prefixlint.introspect import mtp
+
+    types = mtp.model_types(mtp.override_triggers(arch))
+    if not types:
+        return ""
+    if not any(mtp.has_config_class(mt) for mt in types):
+        return (
+            f"vLLM derives {arch} only from a target config of model type "
+            f"{', '.join(types)} (SpeculativeConfig.hf_config_override), and neither "
+            "transformers nor vLLM has a config class for it (remote code)"
+        )
+    return ""
+
+
 def plan_draft(
     arch: str, cls: type | None, registry: Any, make_model_config: Any, resolve: Any
 ) -> DraftPlan:
@@ -138,24 +203,27 @@ def plan_draft(
     archs = list(registry.ModelRegistry.get_supported_archs())
     last: BaseException | None = None
     fallback: DraftPlan | None = None
-    for target in target_candidates(arch, archs, registry):
+    for attempt in _attempts(arch, cls, method, archs, registry, resolve):
         try:
-            target_folder = resolve(target, None)
-            if method in _FROM_TARGET:
-                _with_mtp_layers(target_folder)
+            target_folder = attempt.target_folder()
+            if attempt.method in _FROM_TARGET:
+                _with_mtp_layers(target_folder, arch)
             target_mc = make_model_config(target_folder)
-            draft_folder = target_folder if method in _FROM_TARGET else resolve(arch, cls)
-            spec = _spec_config(method, draft_folder, target_mc)
+            draft_folder = attempt.draft_folder(target_folder)
+            spec = _spec_config(attempt.method, draft_folder, target_mc)
         except Exception as e:  # this target does not fit; try the next
             last = last or e  # the best-placed target's reason, not Llama's
             continue
-        plan = DraftPlan(arch, target, method, spec)
+        plan = DraftPlan(arch, attempt.target, attempt.method, spec)
         if arch in _draft_archs(spec):
             return plan
         fallback = fallback or plan
     if fallback is not None:
         force_architecture(fallback)
         return fallback
+    gap = mtp_gap(arch, archs) if method in _FROM_TARGET else ""
+    if gap:
+        raise LookupError(gap)
     raise last or LookupError(f"no target architecture fits the draft {arch}")
 
 
