@@ -131,6 +131,7 @@ class _Attempt:
     method: str
     target_folder: Callable[[], str]
     draft_folder: Callable[[str], str]  # from the target's folder
+    extra: bool = False  # tried only when no attempt before gave a draft config at all
 
 
 def _attempts(
@@ -154,23 +155,22 @@ def _attempts(
         for other in _OWN_CHECKPOINT:
             if other != method:
                 first = candidates[0]
-                out.append(_Attempt(first, other, functools.partial(resolve, first, None), own))
+                target = functools.partial(resolve, first, None)
+                out.append(_Attempt(first, other, target, own, extra=True))
         return out
     out = [_Attempt(t, method, functools.partial(resolve, t, None), same) for t in candidates]
     types = [mt for mt in mtp.model_types(mtp.override_triggers(arch)) if mtp.has_config_class(mt)]
-    by_arch = mtp.archs_of_types(types, archs)
-    for target in by_arch:  # a target of a type vLLM maps to the draft, synthesised so
-        for mt in types:
-            out.append(
-                _Attempt(target, method, functools.partial(mtp.synth_of_type, mt, target), same)
-            )
+    for mt in types:  # a target of a type vLLM maps to the draft, synthesised so
+        for target in mtp.archs_of_types([mt], archs):
+            synth = functools.partial(mtp.synth_of_type, mt, target)
+            out.append(_Attempt(target, method, synth, same, extra=True))
     # A type no registry architecture has: the draft's own checkpoint (an assistant
     # model beside its target), against the targets named like the draft.
     unmatched = [mt for mt in types if not mtp.archs_of_types([mt], archs)]
     for mt in unmatched:
         draft = functools.partial(mtp.synth_of_type, mt, arch)
         out += [
-            _Attempt(t, method, functools.partial(resolve, t, None), lambda _f, d=draft: d())
+            _Attempt(t, method, functools.partial(resolve, t, None), lambda _f, d=draft: d(), True)
             for t in candidates
         ]
     return out
@@ -204,6 +204,8 @@ def plan_draft(
     last: BaseException | None = None
     fallback: DraftPlan | None = None
     for attempt in _attempts(arch, cls, method, archs, registry, resolve):
+        if attempt.extra and fallback is not None:
+            break  # a draft config of the named targets, its architecture forced (below)
         try:
             target_folder = attempt.target_folder()
             if attempt.method in _FROM_TARGET:
