@@ -12,6 +12,7 @@ import functools
 import importlib
 import importlib.util
 import inspect
+import os
 import re
 import sys
 import time
@@ -44,7 +45,12 @@ from prefixlint.introspect.drafts import (  # noqa: E402
     target_layer_offset,
 )
 from prefixlint.introspect.explore import explore  # noqa: E402
-from prefixlint.introspect.gaps import describe, note, split_gaps  # noqa: E402
+from prefixlint.introspect.gaps import (  # noqa: E402
+    describe,
+    note,
+    runner_v2_reason,
+    split_gaps,
+)
 from prefixlint.introspect.meta import meta_parameters  # noqa: E402
 from prefixlint.introspect.parallel import Layout, fake_parallel_state  # noqa: E402
 from prefixlint.introspect.recorder import PrefixRecorder  # noqa: E402
@@ -294,7 +300,50 @@ def _plain_model_config_hf(folder: str) -> Any:
 _SPECS: dict[int, Any] = {}
 
 
+# ModelConfigs (by id) built under vLLM's Model Runner V2: see ``_model_runner_v2``.
+_V2_RUNNER: set[int] = set()
+V2_SOURCE = (
+    "Model Runner V2 selected (VLLM_USE_V2_MODEL_RUNNER=1, as vLLM selects it where "
+    "Triton has a GPU backend; its Triton check skipped: a meta build runs no kernel)"
+)
+
+
+@contextlib.contextmanager
+def _model_runner_v2(model_config: Any) -> Any:
+    """Select vLLM's Model Runner V2 for a model that V1 refuses ("Model Runner V1 does
+    not support: dspark speculative decoding") or that requires V2 at construction.
+    vLLM selects V2 by default wherever Triton finds a backend; here Triton finds none,
+    so its check in VllmConfig's validation (``HAS_TRITON``, read by name there) is
+    skipped for this build: the build constructs the model on the meta device and runs
+    no Triton kernel. Restored afterwards; other models keep V1."""
+    if id(model_config) not in _V2_RUNNER:
+        yield
+        return
+    import vllm.config.vllm as vllm_config_module
+
+    name = "VLLM_USE_V2_MODEL_RUNNER"
+    old_env = os.environ.get(name)
+    old_triton = getattr(vllm_config_module, "HAS_TRITON", None)
+    os.environ[name] = "1"
+    if old_triton is not None:
+        vllm_config_module.HAS_TRITON = True
+    try:
+        yield
+    finally:
+        if old_env is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old_env
+        if old_triton is not None:
+            vllm_config_module.HAS_TRITON = old_triton
+
+
 def _vllm_config(model_config: Any, layout: Layout) -> Any:
+    with _model_runner_v2(model_config):
+        return _plain_vllm_config(model_config, layout)
+
+
+def _plain_vllm_config(model_config: Any, layout: Layout) -> Any:
     from vllm.config import ParallelConfig, VllmConfig
 
     parallel = ParallelConfig(tensor_parallel_size=layout.tp, pipeline_parallel_size=layout.pp)
@@ -398,6 +447,7 @@ def build_layout(model_config: Any, layout: Layout, quant_config: Any = None) ->
             torch.device("cpu"),
             meta_parameters(),
             recorder.active(),
+            _model_runner_v2(model_config),
         ):
             model = initialize_model(vllm_config=vllm_config, model_config=model_config)
     except Exception as e:
@@ -478,6 +528,8 @@ def run_target(
     except Exception as e:
         return _skipped(result, e, started)
 
+    if layouts and _needs_model_runner_v2(model_config, layouts[0]):
+        result.config_source += f"; {V2_SOURCE}"
     if result.config_source.startswith("synthesised") and layouts:
         guessed, last_error = _repair_loop(model_config, layouts[0], cls=cls)
         if id(model_config) in _SPECS:  # a draft's dtype is its target's: plan again
@@ -487,7 +539,12 @@ def run_target(
         else:
             other = _demanded_dtype(model_config, source.folder, last_error, guessed)
         if other is not model_config:
+            if id(model_config) in _V2_RUNNER:
+                _V2_RUNNER.add(id(other))
             model_config = other
+            guessed += _repair_loop(model_config, layouts[0], cls=cls)[0]
+        elif _needs_model_runner_v2(model_config, layouts[0], last_error):
+            result.config_source += f"; {V2_SOURCE}"
             guessed += _repair_loop(model_config, layouts[0], cls=cls)[0]
         if guessed:
             result.config_source += f"; guessed {', '.join(guessed)}"
@@ -514,6 +571,7 @@ def run_target(
             failed[0].error, result.findings, result.config_source.startswith("synthesised")
         )
     result.seconds = time.perf_counter() - started
+    _V2_RUNNER.clear()  # ids are reused once the configs are freed
     # Free the meta models now: a zoo worker builds hundreds.
     for build in builds:
         build.model = None
@@ -668,6 +726,24 @@ def _demanded_dtype(
                         setattr(new, name, getattr(old, name))
             return other
     return model_config
+
+
+def _needs_model_runner_v2(model_config: Any, layout: Layout, error: Any = None) -> bool:
+    """Whether vLLM refuses the model under Model Runner V1 (VllmConfig's validation, or
+    ``error``: the model's own "requires the V2 model runner"): then it is built under
+    V2 (``_model_runner_v2``) from here on. Costs a VllmConfig, not a build."""
+    if id(model_config) in _V2_RUNNER:
+        return False
+    if error is None:
+        try:
+            _plain_vllm_config(model_config, layout)
+            return False
+        except Exception as e:
+            error = e
+    if not runner_v2_reason(str(error)):
+        return False
+    _V2_RUNNER.add(id(model_config))
+    return True
 
 
 def _draft_in_dtype(
