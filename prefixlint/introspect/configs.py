@@ -721,6 +721,42 @@ def _demanded_value(error: BaseException, configs: list[Any]) -> str | None:
     return None
 
 
+def _function_reads(error: BaseException) -> list[str]:
+    """Attribute names read (``x.name``, ``getattr(x, "name")``) in the failing function
+    up to the failing line: a section read into a local first (``draft_config =
+    config.dflash_config``) and indexed lines later."""
+    import linecache
+    import traceback
+
+    frames = list(traceback.walk_tb(error.__traceback__))
+    if not frames:
+        return []
+    frame, line = frames[-1]
+    path, first = frame.f_code.co_filename, frame.f_code.co_firstlineno
+    text = "".join(linecache.getline(path, n) for n in range(first, line + 1))
+    found = re.findall(r"\.(\w+)\b", text) + re.findall(r"getattr\(\s*\w+\s*,\s*[\"'](\w+)", text)
+    return list(dict.fromkeys(reversed(found)))  # nearest read first
+
+
+def _missing_key(error: KeyError, configs: list[Any], texts: list[str]) -> str | None:
+    """``config.dflash_config["conv_kernel_size"]``: a dict the config holds (a section
+    of a checkpoint's config.json) lacks a key the failing line reads; it gets a value
+    guessed as for an attribute of that name. Returns ``section.key``."""
+    key = error.args[0] if error.args else None
+    if not isinstance(key, str):
+        return None
+    for attr in _line_attributes(error) + _function_reads(error):
+        for config in configs:
+            section = vars(config).get(attr)
+            if isinstance(section, dict) and key not in section:
+                value = guess_attribute(key, config, texts)
+                if value is None:
+                    return None
+                section[key] = value
+                return f"{attr}.{key}"
+    return None
+
+
 def repair(
     error: BaseException, configs: list[Any], extra_files: list[str] | None = None
 ) -> str | None:
@@ -729,6 +765,8 @@ def repair(
     demanded = _demanded_value(error, configs)
     if demanded is not None:
         return demanded
+    if isinstance(error, KeyError):
+        return _missing_key(error, configs, _source_texts(error, extra_files))
     m = _MISSING.search(str(error)) if isinstance(error, AttributeError) else None
     texts = _source_texts(error, extra_files)
     if m is not None and m.group(1) not in ("NoneType", "list", "tuple"):

@@ -16,9 +16,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 # Name -> method. Order matters: EAGLE-3 before EAGLE.
@@ -144,19 +146,24 @@ def _attempts(
 
     candidates = target_candidates(arch, archs, registry)
 
-    def own(_: str) -> str:
-        return resolve(arch, cls)
+    def own(draft_method: str, _: str) -> str:
+        folder = resolve(arch, cls)
+        with contextlib.suppress(Exception):  # a vLLM without the converters: as it was
+            seed_method_fields(folder, arch, draft_method)
+        return folder
 
     def same(folder: str) -> str:
         return folder
 
     if method not in _FROM_TARGET:
-        out = [_Attempt(t, method, functools.partial(resolve, t, None), own) for t in candidates]
+        mine = functools.partial(own, method)
+        out = [_Attempt(t, method, functools.partial(resolve, t, None), mine) for t in candidates]
         for other in _OWN_CHECKPOINT:
             if other != method:
                 first = candidates[0]
                 target = functools.partial(resolve, first, None)
-                out.append(_Attempt(first, other, target, own, extra=True))
+                theirs = functools.partial(own, other)
+                out.append(_Attempt(first, other, target, theirs, extra=True))
         return out
     out = [_Attempt(t, method, functools.partial(resolve, t, None), same) for t in candidates]
     types = [mt for mt in mtp.model_types(mtp.override_triggers(arch)) if mtp.has_config_class(mt)]
@@ -174,6 +181,58 @@ def _attempts(
             for t in candidates
         ]
     return out
+
+
+def _converter(arch: str, method: str) -> Any:
+    """vLLM's converter from a ``speculators`` checkpoint to the draft config of a method
+    (speculators/algos.py): the one named like the draft (``dflash2`` for
+    ``DFlash2DraftModel``), else the method's."""
+    from vllm.transformers_utils.configs.speculators.algos import SUPPORTED_SPECULATORS_TYPES
+
+    name = _norm(arch)
+    named = [k for k in SUPPORTED_SPECULATORS_TYPES if name.startswith(_norm(k))]
+    key = max(named, key=len) if named else method
+    return SUPPORTED_SPECULATORS_TYPES.get(key)
+
+
+def _guess_field(key: str) -> Any:
+    """A value for a field a converter requires: layer ids of a small target (vLLM
+    indexes aux layers from 1), a token id inside any vocabulary."""
+    if key.endswith("_ids"):
+        return [1, 2]
+    if key.endswith("_id"):
+        return 1
+    raise KeyError(key)
+
+
+def seed_method_fields(folder: str, arch: str, method: str) -> list[str]:
+    """Give a synthesised draft config the fields vLLM's own converter writes for its
+    method (``dflash_config`` with ``target_layer_ids`` and ``mask_token_id`` for DFlash,
+    ``target_layer_ids`` for DSpark, ...), where the config lacks them; the draft's
+    architecture is kept. Returns the keys added."""
+    convert = _converter(arch, method)
+    if convert is None:
+        return []
+    given: dict[str, Any] = {}
+    fields: dict[str, Any] = {}
+    for _ in range(8):  # the converter names each field it requires (KeyError)
+        fields = {}
+        try:
+            convert(config_dict=dict(given), pre_trained_config=fields)
+            break
+        except KeyError as e:
+            given[str(e.args[0])] = _guess_field(str(e.args[0]))
+    else:
+        return []
+    path = Path(folder) / "config.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    added = [
+        k for k, v in fields.items() if k != "architectures" and v is not None and k not in data
+    ]
+    for k in added:
+        data[k] = fields[k]
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return added
 
 
 def mtp_gap(arch: str, archs: list[str]) -> str:
