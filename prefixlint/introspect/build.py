@@ -546,6 +546,8 @@ def run_target(
         elif _needs_model_runner_v2(model_config, layouts[0], last_error):
             result.config_source += f"; {V2_SOURCE}"
             guessed += _repair_loop(model_config, layouts[0], cls=cls)[0]
+        elif last_error is not None and _mirror_to_target(model_config, guessed):
+            guessed += _repair_loop(model_config, layouts[0], cls=cls)[0]
         if guessed:
             result.config_source += f"; guessed {', '.join(guessed)}"
     builds: list[Build] = []
@@ -744,6 +746,33 @@ def _needs_model_runner_v2(model_config: Any, layout: Layout, error: Any = None)
         return False
     _V2_RUNNER.add(id(model_config))
     return True
+
+
+def _mirror_to_target(model_config: Any, guessed: list[str]) -> bool:
+    """A draft reads its target's config too (``vllm_config.model_config`` is the
+    target's), and vLLM derives an MTP draft's config from the target's: an attribute
+    guessed on the draft's config is given to the target's config object of the same
+    class when it lacks it. Whether anything was given."""
+    spec = _SPECS.get(id(model_config))
+    if spec is None:
+        return False
+    target = spec.target_model_config
+    pairs = [
+        (model_config.hf_config, target.hf_config),
+        (getattr(model_config, "hf_text_config", None), getattr(target, "hf_text_config", None)),
+    ]
+    given = False
+    for mine, theirs in pairs:
+        if mine is None or theirs is None or mine is theirs:
+            continue
+        if type(mine).__name__.removesuffix("MTP") != type(theirs).__name__.removesuffix("MTP"):
+            continue
+        for name in guessed:
+            if name in vars(mine) and name not in vars(theirs):
+                with contextlib.suppress(Exception):
+                    setattr(theirs, name, getattr(mine, name))
+                    given = True
+    return given
 
 
 def _draft_in_dtype(
