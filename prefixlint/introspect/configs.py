@@ -738,6 +738,35 @@ def _function_reads(error: BaseException) -> list[str]:
     return list(dict.fromkeys(reversed(found)))  # nearest read first
 
 
+_NOTHING = object()
+
+
+def _required_empty(error: BaseException, attr: str) -> Any:
+    """The value the failing line requires ``attr`` to have when the feature is absent:
+    None for ``assert config.yoco_layer is None``, [] for ``assert
+    len(config.moe_layers) == 0`` (a checkpoint without it has that); else _NOTHING."""
+    import linecache
+    import traceback
+
+    name = re.escape(attr)
+    # the read may sit a few frames up (inside transformers' __getattribute__)
+    for frame, line in list(traceback.walk_tb(error.__traceback__))[-3:]:
+        text = linecache.getline(frame.f_code.co_filename, line)
+        if re.search(rf"\.{name}\s+is\s+None\b", text):
+            return None
+        if re.search(rf"len\(\s*[\w.]*\.{name}\s*\)\s*==\s*0\b", text):
+            return []
+    return _NOTHING
+
+
+def _give_value(configs: list[Any], attr: str, cls_name: str, value: Any) -> str | None:
+    for config in configs:
+        if type(config).__name__ == cls_name and not hasattr(config, attr):
+            setattr(config, attr, value)
+            return attr
+    return None
+
+
 def _missing_key(error: KeyError, configs: list[Any], texts: list[str]) -> str | None:
     """``config.dflash_config["conv_kernel_size"]``: a dict the config holds (a section
     of a checkpoint's config.json) lacks a key the failing line reads; it gets a value
@@ -777,6 +806,9 @@ def repair(
                     setattr(config, attr, sub_config(attr, config))
                     return attr
             return None
+        required = _required_empty(error, attr)
+        if required is not _NOTHING:
+            return _give_value(configs, attr, cls_name, required)
         return _give_guess(
             configs, attr, texts, lambda c: type(c).__name__ == cls_name and not hasattr(c, attr)
         )
