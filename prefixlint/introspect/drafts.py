@@ -18,6 +18,7 @@ import copy
 import functools
 import json
 import re
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,8 +147,9 @@ def _attempts(
 
     candidates = target_candidates(arch, archs, registry)
 
-    def own(draft_method: str, _: str) -> str:
+    def own(draft_method: str, target_folder: str) -> str:
         folder = resolve(arch, cls)
+        folder = target_shaped(folder, target_folder, arch, cls)
         with contextlib.suppress(Exception):  # a vLLM without the converters: as it was
             seed_method_fields(folder, arch, draft_method)
         return folder
@@ -181,6 +183,49 @@ def _attempts(
             for t in candidates
         ]
     return out
+
+
+_READ = re.compile(r"\bconfig\.(\w+)|getattr\(\s*[\w.]*config\s*,\s*[\"'](\w+)")
+
+
+def _config_reads(cls: type | None) -> set[str]:
+    """Attribute names the draft's own module reads from a config."""
+    import inspect
+
+    try:
+        text = Path(inspect.getsourcefile(cls) or "").read_text(encoding="utf-8")
+    except (OSError, TypeError):
+        return set()
+    return {a or b for a, b in _READ.findall(text)}
+
+
+def target_shaped(folder: str, target_folder: str, arch: str, cls: type | None) -> str:
+    """An EAGLE-style draft is a decoder layer or two of its target's architecture. When
+    no config class is known for the draft (a Llama-shaped guess) and the draft's module
+    reads attributes that guess lacks but the target's config has (an MLA draft reads
+    ``qk_nope_head_dim``), the draft gets the target's config, shrunk to the draft's
+    layer count, its own architecture name. Otherwise the folder is kept."""
+    path, target_path = Path(folder) / "config.json", Path(target_folder) / "config.json"
+    try:
+        mine = json.loads(path.read_text(encoding="utf-8"))
+        theirs = json.loads(target_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return folder
+    if mine.get("model_type") != "llama" or theirs.get("model_type") in (None, "llama"):
+        return folder
+    from prefixlint.introspect.mtp import override_types
+
+    if theirs.get("model_type") in override_types():
+        return folder  # vLLM would rewrite a config of this type into an MTP draft's
+    wanted = {a for a in _config_reads(cls) - set(mine) if a in theirs}
+    if not wanted:
+        return folder
+    data = {**theirs, "architectures": [arch]}
+    if isinstance(mine.get("num_hidden_layers"), int):
+        data["num_hidden_layers"] = mine["num_hidden_layers"]
+    out = Path(tempfile.mkdtemp(prefix="prefixlint-config-"))
+    (out / "config.json").write_text(json.dumps(data), encoding="utf-8")
+    return str(out)
 
 
 def _converter(arch: str, method: str) -> Any:

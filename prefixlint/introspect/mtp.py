@@ -79,6 +79,19 @@ def _override_source() -> str:
         return ""
 
 
+def override_types() -> set[str]:
+    """Every string hf_config_override tests: a config of one of these types is
+    rewritten into an MTP draft's by vLLM."""
+    source = _override_source()
+    try:
+        tree = ast.parse(textwrap.dedent(source)) if source else None
+    except SyntaxError:
+        return set()
+    if tree is None:
+        return set()
+    return {t for n in ast.walk(tree) if isinstance(n, ast.If) for t in _strings(n.test)}
+
+
 def override_triggers(arch: str) -> set[str]:
     source = _override_source()
     if not source:
@@ -136,21 +149,27 @@ def synth_of_type(model_type: str, arch: str, num_layers: int = 4) -> str:
     for key, sub_cls in (getattr(cls, "sub_configs", None) or {}).items():
         if getattr(default, key, None) is None and isinstance(sub_cls, type):
             with contextlib.suppress(Exception):
-                sub = sub_cls()
-                kw[key] = {
+                sub = _sub_config_class(cls, sub_cls, model_type)()
+                values = {
                     **sub.to_dict(),
                     **_keep_zeros(shrink_kwargs(sub, num_layers), sub.to_dict()),
                 }
+                kw[key] = _trim_layer_maps(values)
     cfg = None
-    for _ in range(4):
+    for _ in range(8):
         try:
             cfg = cls(**kw)
             break
         except Exception as e:
             m = _SAME.search(str(e))
-            if m is None or m.group(3) == m.group(1):
+            must = _MUST.search(str(e))
+            if m is not None and m.group(3) != m.group(1):
+                _set_where(kw, m.group(1), m.group(3), int(m.group(2)))
+            elif must is not None:
+                value = ast.literal_eval(must.group(2))
+                _set_where(kw, must.group(1), must.group(1), value, everywhere=True)
+            else:
                 raise
-            _set_where(kw, m.group(1), m.group(3), int(m.group(2)))
     if cfg is None:
         raise ValueError(f"cannot synthesise a {model_type} config")
     cfg.architectures = [arch]
@@ -172,12 +191,53 @@ def _keep_zeros(kw: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _set_where(kw: dict[str, Any], present: str, key: str, value: int) -> None:
+_MUST = re.compile(r"(\w+) must be (0|False|True|None), got")
+
+
+def _trim_layer_maps(values: dict[str, Any]) -> dict[str, Any]:
+    """Per-layer maps keyed by layer index (``per_layer_config``) keep the layers the
+    shrunk config has."""
+    n = values.get("num_hidden_layers")
+    if not isinstance(n, int):
+        return values
+    out = dict(values)
+    for k, v in values.items():
+        if isinstance(v, dict) and v and all(str(x).isdigit() for x in v):
+            out[k] = {x: y for x, y in v.items() if int(x) < n}
+    return out
+
+
+def _set_where(
+    kw: dict[str, Any], present: str, key: str, value: Any, everywhere: bool = False
+) -> None:
     """``key = value`` in every dict of ``kw`` (itself, its sub-configs) that has
-    ``present``: the validator may be a sub-config's (``text_config``)."""
-    for d in [kw, *(v for v in kw.values() if isinstance(v, dict))]:
-        if present in d:
-            d[key] = value
+    ``present``: the validator may be a sub-config's (``text_config``). With
+    ``everywhere``, in every sub-config when none has it (a default the shrunk dict does
+    not carry)."""
+    dicts = [kw, *(v for v in kw.values() if isinstance(v, dict))]
+    found = [d for d in dicts if present in d]
+    for d in found or (dicts[1:] if everywhere else []):
+        d[key] = value
+
+
+def _sub_config_class(cls: type, sub_cls: type, model_type: str) -> type:
+    """A sub-config declared as ``AutoConfig`` (an assistant's ``text_config``): the
+    config class of the model type the parent's source names for it, of the parent's
+    family (``gemma4_text`` for ``gemma4_assistant``)."""
+    from prefixlint.introspect.configs import config_class
+
+    if sub_cls.__name__ != "AutoConfig":
+        return sub_cls
+    family = model_type.split("_")[0]
+    try:
+        names = _strings(ast.parse(textwrap.dedent(inspect.getsource(cls))))
+    except (OSError, TypeError, SyntaxError):
+        return sub_cls
+    for name in sorted(names):
+        if name != model_type and name.startswith(family) and _MODEL_TYPE.match(name):
+            with contextlib.suppress(Exception):
+                return config_class(name)
+    return sub_cls
 
 
 def has_config_class(model_type: str) -> bool:
