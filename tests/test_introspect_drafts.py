@@ -170,14 +170,171 @@ def test_drafts_reached_by_what_vllm_derives_them_from(worker, arch: str, method
     assert "architecture forced" not in result["config_source"]
 
 
+def test_per_layer_maps_keep_the_layers_of_the_shrunk_config() -> None:
+    from prefixlint.introspect.mtp import _trim_layer_maps
+
+    values = {"num_hidden_layers": 4, "per_layer_config": {"1": {"a": 1}, "5": {"a": 2}}}
+    assert _trim_layer_maps(values)["per_layer_config"] == {"1": {"a": 1}}
+    assert _trim_layer_maps({"rope_scaling": {"type": "x"}})["rope_scaling"] == {"type": "x"}
+
+
+def test_must_be_validators_set_the_value_in_the_sub_config_that_has_it() -> None:
+    kw = {"text_config": {"hidden_size_per_layer_input": 256}, "vision_config": {}}
+    _set_where(kw, "hidden_size_per_layer_input", "hidden_size_per_layer_input", 0, True)
+    assert kw["text_config"]["hidden_size_per_layer_input"] == 0
+    assert "hidden_size_per_layer_input" not in kw["vision_config"]
+    # a default the shrunk dicts do not carry: set in every sub-config
+    _set_where(kw, "enable_moe_block", "enable_moe_block", False, everywhere=True)
+    assert kw["text_config"]["enable_moe_block"] is False and "enable_moe_block" not in kw
+
+
+def _raise_at(source: str, config: object, exc_name: str = "") -> BaseException:
+    """Run ``source`` (a model-like line reading ``config``) from a real file, so the
+    traceback's line is what the repair reads."""
+    import linecache
+    import tempfile
+
+    path = Path(tempfile.mkdtemp()) / "model_like.py"
+    path.write_text(source)
+    linecache.checkcache(str(path))
+    code = compile(source, str(path), "exec")
+    try:
+        exec(code, {"config": config})
+    except Exception as e:
+        return e
+    raise AssertionError("no error")
+
+
+def test_repair_gives_a_section_the_key_the_failing_function_indexes() -> None:
+    from transformers import PretrainedConfig
+
+    from prefixlint.introspect.configs import repair
+
+    config = PretrainedConfig()
+    config.dflash_config = {"mask_token_id": 1}
+    source = (
+        "def build(config):\n"
+        "    draft_config = config.dflash_config\n"
+        "    taps = int(draft_config['conv_kernel_size'])\n"
+        "build(config)\n"
+    )
+    error = _raise_at(source, config)
+    assert isinstance(error, KeyError)
+    assert repair(error, [config]) == "dflash_config.conv_kernel_size"
+    assert isinstance(config.dflash_config["conv_kernel_size"], int)
+
+
+@pytest.mark.parametrize(
+    ("line", "attr", "value"),
+    [
+        ("assert config.yoco_global_kv_layer is None\n", "yoco_global_kv_layer", None),
+        ("assert len(config.moe_layers) == 0\n", "moe_layers", []),
+    ],
+)
+def test_repair_gives_what_the_line_requires_of_an_absent_feature(line, attr, value) -> None:
+    from transformers import PretrainedConfig
+
+    from prefixlint.introspect.configs import repair
+
+    config = PretrainedConfig()
+    error = _raise_at(line, config)
+    assert isinstance(error, AttributeError)
+    assert repair(error, [config]) == attr
+    assert getattr(config, attr) == value
+
+
+@requires_vllm
+def test_draft_fields_come_from_vllms_own_speculators_converter(tmp_path: Path) -> None:
+    from prefixlint.introspect import env
+
+    env.prepare()
+    from prefixlint.introspect.drafts import seed_method_fields
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 64}))
+    added = seed_method_fields(str(tmp_path), "DFlash2DraftModel", "dflash")
+    data = json.loads((tmp_path / "config.json").read_text())
+    assert "dflash_config" in added and "architectures" not in data
+    assert data["dflash_config"]["target_layer_ids"]  # aux ids mapped by vLLM (i - 1)
+    assert data["vocab_size"] == 64  # what the config had is kept
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    assert seed_method_fields(str(tmp_path), "MedusaModel", "medusa") == []
+
+
+@requires_vllm
+def test_an_eagle_draft_takes_its_targets_shape_only_when_its_module_reads_it(
+    tmp_path: Path,
+) -> None:
+    from prefixlint.introspect import env
+
+    env.prepare()
+    from vllm.model_executor.models.deepseek_eagle3 import Eagle3DeepseekV2ForCausalLM
+    from vllm.model_executor.models.llama_eagle import EagleLlamaForCausalLM
+
+    from prefixlint.introspect.drafts import target_shaped
+
+    mine, theirs = tmp_path / "draft", tmp_path / "target"
+    mine.mkdir()
+    theirs.mkdir()
+    (mine / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 1}))
+    target = {"model_type": "deepseek_v2", "num_hidden_layers": 4, "qk_nope_head_dim": 16}
+    (theirs / "config.json").write_text(json.dumps(target))
+    arch = "Eagle3DeepseekV2ForCausalLM"
+    shaped = target_shaped(str(mine), str(theirs), arch, Eagle3DeepseekV2ForCausalLM)
+    data = json.loads((Path(shaped) / "config.json").read_text())
+    assert data["qk_nope_head_dim"] == 16 and data["architectures"] == [arch]
+    assert data["num_hidden_layers"] == 1  # the draft's own layer count
+    # a Llama draft reads nothing a Llama guess lacks: kept
+    arch = "EagleLlamaForCausalLM"
+    assert target_shaped(str(mine), str(theirs), arch, EagleLlamaForCausalLM) == str(mine)
+    # a type vLLM rewrites into an MTP draft (deepseek_v3): kept, vLLM would rename it
+    (theirs / "config.json").write_text(json.dumps({**target, "model_type": "deepseek_v3"}))
+    arch = "Eagle3DeepseekV2ForCausalLM"
+    assert target_shaped(str(mine), str(theirs), arch, Eagle3DeepseekV2ForCausalLM) == str(mine)
+
+
 @pytest.mark.slow
 @requires_vllm
-def test_a_draft_that_needs_model_runner_v2_is_a_precise_environment_note(worker) -> None:
+@pytest.mark.parametrize(
+    ("arch", "source"),
+    [
+        # Model Runner V1 refuses DSpark: built under V2, and the source says so
+        ("Qwen3DSparkModel", "Model Runner V2 selected"),
+        # an assistant checkpoint (gemma4_assistant) beside its target, from vLLM's code
+        ("Gemma4MTPModel", "synthesised draft (mtp) of Gemma4ForCausalLM"),
+        # an MLA draft shaped like its DeepSeek target
+        ("Eagle3DeepseekV2ForCausalLM", "synthesised draft (eagle3) of DeepseekV2"),
+        # a guessed attribute the MTP layer reads on the target's config
+        ("HYV3MTPModel", "guessed"),
+    ],
+)
+def test_drafts_built_by_the_mechanisms(worker, arch: str, source: str) -> None:
     from prefixlint.introspect import introspect
 
-    report = introspect("Qwen3DSparkModel", tp=(1,), pp=(1,), worker=worker, explore_budget=0)
+    report = introspect(arch, tp=(1,), pp=(1,), worker=worker, explore_budget=0)
     [result] = report.results
-    notes = [d for d in report.diagnostics if d.code == "PFX600"]
-    assert result["category"] == "environment", result
-    assert any("Model Runner V2 (dspark speculative decoding" in d.message for d in notes)
-    assert all(d.severity.value == "note" for d in notes)
+    assert result["status"] == "built", result
+    assert source in result["config_source"]
+
+
+def test_a_drafts_attention_numbered_on_from_the_targets_is_the_convention() -> None:
+    from prefixlint.introspect.drafts import target_layer_offset
+
+    msg = "`Attention` is at `model.layers.0.self_attn.attn` but was given prefix `{}`: x"
+    assert target_layer_offset(msg.format("model.layers.4.self_attn.attn"), 4)
+    assert target_layer_offset("is at `model.layers.1` but was given prefix `model.layers.5`", 4)
+    assert not target_layer_offset(msg.format("model.layers.3.self_attn.attn"), 4)  # off by one
+    assert not target_layer_offset(msg.format("model.layers.4.attn"), 4)  # a segment lost
+    assert not target_layer_offset(msg.format("model.layers.4.self_attn.attn"), 0)
+
+
+@pytest.mark.slow
+@requires_vllm
+@pytest.mark.parametrize("arch", ["DFlashLagunaForCausalLM", "Eagle3DeepseekV2ForCausalLM"])
+def test_draft_naming_conventions_are_not_findings(worker, arch: str) -> None:
+    """Laguna's draft names only its attention on from the target's layers; DeepSeek's
+    MLA wrapper hands down the (numbered-on) name its attention received."""
+    from prefixlint.introspect import introspect
+
+    report = introspect(arch, tp=(1,), pp=(1,), worker=worker, explore_budget=0)
+    assert report.results[0]["status"] == "built", report.results[0]
+    assert not [d for d in report.diagnostics if d.code == "PFX601"], report.diagnostics

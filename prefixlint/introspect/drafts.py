@@ -350,7 +350,8 @@ def force_architecture(plan: DraftPlan, name: str | None = None) -> None:
 
 
 _OFFSET = re.compile(
-    r"is at `(?P<path>[\w.]*?)(?P<i>\d+)` but was given prefix `(?P<prefix>[\w.]*?)(?P<j>\d+)`"
+    r"is at `(?P<path>[\w.]*?)(?P<i>\d+)(?P<rest>[\w.]*)` but was given prefix "
+    r"`(?P<prefix>[\w.]*?)(?P<j>\d+)(?P<rest2>[\w.]*)`"
 )
 
 
@@ -364,6 +365,7 @@ def target_layer_offset(message: str, offset: int) -> bool:
         m
         and offset > 0
         and m.group("path") == m.group("prefix")
+        and m.group("rest") == m.group("rest2")  # a layer's attention named on, alone
         and int(m.group("j")) - int(m.group("i")) == offset
     )
 
