@@ -338,3 +338,11 @@ def test_draft_naming_conventions_are_not_findings(worker, arch: str) -> None:
     report = introspect(arch, tp=(1,), pp=(1,), worker=worker, explore_budget=0)
     assert report.results[0]["status"] == "built", report.results[0]
     assert not [d for d in report.diagnostics if d.code == "PFX601"], report.diagnostics
+
+
+def test_a_bare_assertion_is_described_by_the_line_that_raised_it() -> None:
+    error = _raise_at("rope_parameters = None\nassert rope_parameters is not None\n", None)
+    assert describe(error) == (
+        "AssertionError: assert rope_parameters is not None (model_like.py:2)"
+    )
+    assert describe(AssertionError()) == "AssertionError: "  # no traceback: as before

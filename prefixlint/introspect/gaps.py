@@ -150,4 +150,22 @@ def describe(error: BaseException | None) -> str:
     text = lines[0] if lines else ""
     if "validation error" in text and len(lines) > 1:
         text += ": " + lines[1].strip().split(" [type=")[0]
+    if not text:
+        text = _raising_line(error)
     return f"{type(error).__name__}: {text}"[:300]
+
+
+def _raising_line(error: BaseException) -> str:
+    """For an error without a message (a bare ``assert``): the line that raised it and
+    where, so the reason says what failed."""
+    import traceback
+
+    try:
+        frames = traceback.extract_tb(error.__traceback__)
+    except Exception:
+        return ""
+    if not frames:
+        return ""
+    last = frames[-1]
+    name = last.filename.rsplit("/", 1)[-1]
+    return f"{(last.line or '').strip()} ({name}:{last.lineno})"
