@@ -528,28 +528,10 @@ def run_target(
     except Exception as e:
         return _skipped(result, e, started)
 
-    if layouts and _needs_model_runner_v2(model_config, layouts[0]):
-        result.config_source += f"; {V2_SOURCE}"
-    if result.config_source.startswith("synthesised") and layouts:
-        guessed, last_error = _repair_loop(model_config, layouts[0], cls=cls)
-        if id(model_config) in _SPECS:  # a draft's dtype is its target's: plan again
-            other = _draft_in_dtype(
-                model_config, arch_for_config, cls, registry, target.arch, last_error
-            )
-        else:
-            other = _demanded_dtype(model_config, source.folder, last_error, guessed)
-        if other is not model_config:
-            if id(model_config) in _V2_RUNNER:
-                _V2_RUNNER.add(id(other))
-            model_config = other
-            guessed += _repair_loop(model_config, layouts[0], cls=cls)[0]
-        elif _needs_model_runner_v2(model_config, layouts[0], last_error):
-            result.config_source += f"; {V2_SOURCE}"
-            guessed += _repair_loop(model_config, layouts[0], cls=cls)[0]
-        elif last_error is not None and _mirror_to_target(model_config, guessed):
-            guessed += _repair_loop(model_config, layouts[0], cls=cls)[0]
-        if guessed:
-            result.config_source += f"; guessed {', '.join(guessed)}"
+    if layouts:
+        model_config = _prepared(
+            result, model_config, layouts[0], cls, source, (arch_for_config, registry, target)
+        )
     builds: list[Build] = []
     for layout in layouts:
         build = build_layout(model_config, layout)
@@ -578,6 +560,42 @@ def run_target(
     for build in builds:
         build.model = None
     return result
+
+
+def _prepared(
+    result: TargetResult,
+    model_config: Any,
+    layout: Layout,
+    cls: type | None,
+    source: ConfigSource,
+    draft: tuple[str, Any, Target],
+) -> Any:
+    """The ModelConfig to build: Model Runner V2 where V1 refuses the model, a
+    synthesised config repaired (guessed attributes, a demanded dtype, guesses a draft's
+    target reads too); what was done is added to ``result.config_source``."""
+    arch, registry, target = draft
+    if _needs_model_runner_v2(model_config, layout):
+        result.config_source += f"; {V2_SOURCE}"
+    if not result.config_source.startswith("synthesised"):
+        return model_config
+    guessed, last_error = _repair_loop(model_config, layout, cls=cls)
+    if id(model_config) in _SPECS:  # a draft's dtype is its target's: plan again
+        other = _draft_in_dtype(model_config, arch, cls, registry, target.arch, last_error)
+    else:
+        other = _demanded_dtype(model_config, source.folder, last_error, guessed)
+    if other is not model_config:
+        if id(model_config) in _V2_RUNNER:
+            _V2_RUNNER.add(id(other))
+        model_config = other
+        guessed += _repair_loop(model_config, layout, cls=cls)[0]
+    elif _needs_model_runner_v2(model_config, layout, last_error):
+        result.config_source += f"; {V2_SOURCE}"
+        guessed += _repair_loop(model_config, layout, cls=cls)[0]
+    elif last_error is not None and _mirror_to_target(model_config, guessed):
+        guessed += _repair_loop(model_config, layout, cls=cls)[0]
+    if guessed:
+        result.config_source += f"; guessed {', '.join(guessed)}"
+    return model_config
 
 
 def _findings(
