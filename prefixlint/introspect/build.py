@@ -8,9 +8,11 @@ parallel groups faked, parameters on meta and every construction recorded.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import importlib.util
 import inspect
+import os
 import re
 import sys
 import time
@@ -43,7 +45,12 @@ from prefixlint.introspect.drafts import (  # noqa: E402
     target_layer_offset,
 )
 from prefixlint.introspect.explore import explore  # noqa: E402
-from prefixlint.introspect.gaps import describe, note, split_gaps  # noqa: E402
+from prefixlint.introspect.gaps import (  # noqa: E402
+    describe,
+    note,
+    runner_v2_reason,
+    split_gaps,
+)
 from prefixlint.introspect.meta import meta_parameters  # noqa: E402
 from prefixlint.introspect.parallel import Layout, fake_parallel_state  # noqa: E402
 from prefixlint.introspect.recorder import PrefixRecorder  # noqa: E402
@@ -293,7 +300,50 @@ def _plain_model_config_hf(folder: str) -> Any:
 _SPECS: dict[int, Any] = {}
 
 
+# ModelConfigs (by id) built under vLLM's Model Runner V2: see ``_model_runner_v2``.
+_V2_RUNNER: set[int] = set()
+V2_SOURCE = (
+    "Model Runner V2 selected (VLLM_USE_V2_MODEL_RUNNER=1, as vLLM selects it where "
+    "Triton has a GPU backend; its Triton check skipped: a meta build runs no kernel)"
+)
+
+
+@contextlib.contextmanager
+def _model_runner_v2(model_config: Any) -> Any:
+    """Select vLLM's Model Runner V2 for a model that V1 refuses ("Model Runner V1 does
+    not support: dspark speculative decoding") or that requires V2 at construction.
+    vLLM selects V2 by default wherever Triton finds a backend; here Triton finds none,
+    so its check in VllmConfig's validation (``HAS_TRITON``, read by name there) is
+    skipped for this build: the build constructs the model on the meta device and runs
+    no Triton kernel. Restored afterwards; other models keep V1."""
+    if id(model_config) not in _V2_RUNNER:
+        yield
+        return
+    import vllm.config.vllm as vllm_config_module
+
+    name = "VLLM_USE_V2_MODEL_RUNNER"
+    old_env = os.environ.get(name)
+    old_triton = getattr(vllm_config_module, "HAS_TRITON", None)
+    os.environ[name] = "1"
+    if old_triton is not None:
+        vllm_config_module.HAS_TRITON = True
+    try:
+        yield
+    finally:
+        if old_env is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old_env
+        if old_triton is not None:
+            vllm_config_module.HAS_TRITON = old_triton
+
+
 def _vllm_config(model_config: Any, layout: Layout) -> Any:
+    with _model_runner_v2(model_config):
+        return _plain_vllm_config(model_config, layout)
+
+
+def _plain_vllm_config(model_config: Any, layout: Layout) -> Any:
     from vllm.config import ParallelConfig, VllmConfig
 
     parallel = ParallelConfig(tensor_parallel_size=layout.tp, pipeline_parallel_size=layout.pp)
@@ -308,7 +358,7 @@ def _vllm_config(model_config: Any, layout: Layout) -> Any:
 
 
 def _draft_model_config(
-    arch: str, cls: type | None, registry: Any, registered_as: str
+    arch: str, cls: type | None, registry: Any, registered_as: str, dtype: str = "float32"
 ) -> tuple[Any, str] | None:
     """The draft's ModelConfig, built by vLLM's SpeculativeConfig against a synthesised
     target, and where it came from; None for an architecture that is not a draft."""
@@ -319,7 +369,8 @@ def _draft_model_config(
         return resolve_config(name, architecture_name=name, model_cls=model_cls).folder
 
     try:
-        plan = plan_draft(arch, cls, registry, _model_config, resolve)
+        make = functools.partial(_model_config, dtype=dtype)
+        plan = plan_draft(arch, cls, registry, make, resolve)
     except Exception as e:
         raise ConfigGap(
             f"no speculative config builds {arch} against a synthesised target: "
@@ -396,6 +447,7 @@ def build_layout(model_config: Any, layout: Layout, quant_config: Any = None) ->
             torch.device("cpu"),
             meta_parameters(),
             recorder.active(),
+            _model_runner_v2(model_config),
         ):
             model = initialize_model(vllm_config=vllm_config, model_config=model_config)
     except Exception as e:
@@ -477,14 +529,10 @@ def run_target(
     except Exception as e:
         return _skipped(result, e, started)
 
-    if result.config_source.startswith("synthesised") and layouts:
-        guessed, last_error = _repair_loop(model_config, layouts[0], cls=cls)
-        other = _demanded_dtype(model_config, source.folder, last_error, guessed)
-        if other is not model_config:
-            model_config = other
-            guessed += _repair_loop(model_config, layouts[0], cls=cls)[0]
-        if guessed:
-            result.config_source += f"; guessed {', '.join(guessed)}"
+    if layouts:
+        model_config = _prepared(
+            result, model_config, layouts[0], cls, source, (arch_for_config, registry, target)
+        )
     builds: list[Build] = []
     for layout in layouts:
         build = build_layout(model_config, layout)
@@ -508,10 +556,47 @@ def run_target(
             failed[0].error, result.findings, result.config_source.startswith("synthesised")
         )
     result.seconds = time.perf_counter() - started
+    _V2_RUNNER.clear()  # ids are reused once the configs are freed
     # Free the meta models now: a zoo worker builds hundreds.
     for build in builds:
         build.model = None
     return result
+
+
+def _prepared(
+    result: TargetResult,
+    model_config: Any,
+    layout: Layout,
+    cls: type | None,
+    source: ConfigSource,
+    draft: tuple[str, Any, Target],
+) -> Any:
+    """The ModelConfig to build: Model Runner V2 where V1 refuses the model, a
+    synthesised config repaired (guessed attributes, a demanded dtype, guesses a draft's
+    target reads too); what was done is added to ``result.config_source``."""
+    arch, registry, target = draft
+    if _needs_model_runner_v2(model_config, layout):
+        result.config_source += f"; {V2_SOURCE}"
+    if not result.config_source.startswith("synthesised"):
+        return model_config
+    guessed, last_error = _repair_loop(model_config, layout, cls=cls)
+    if id(model_config) in _SPECS:  # a draft's dtype is its target's: plan again
+        other = _draft_in_dtype(model_config, arch, cls, registry, target.arch, last_error)
+    else:
+        other = _demanded_dtype(model_config, source.folder, last_error, guessed)
+    if other is not model_config:
+        if id(model_config) in _V2_RUNNER:
+            _V2_RUNNER.add(id(other))
+        model_config = other
+        guessed += _repair_loop(model_config, layout, cls=cls)[0]
+    elif _needs_model_runner_v2(model_config, layout, last_error):
+        result.config_source += f"; {V2_SOURCE}"
+        guessed += _repair_loop(model_config, layout, cls=cls)[0]
+    elif last_error is not None and _mirror_to_target(model_config, guessed):
+        guessed += _repair_loop(model_config, layout, cls=cls)[0]
+    if guessed:
+        result.config_source += f"; guessed {', '.join(guessed)}"
+    return model_config
 
 
 def _findings(
@@ -672,6 +757,71 @@ def _demanded_dtype(
                     if name in vars(old):
                         setattr(new, name, getattr(old, name))
             return other
+    return model_config
+
+
+def _needs_model_runner_v2(model_config: Any, layout: Layout, error: Any = None) -> bool:
+    """Whether vLLM refuses the model under Model Runner V1 (VllmConfig's validation, or
+    ``error``: the model's own "requires the V2 model runner"): then it is built under
+    V2 (``_model_runner_v2``) from here on. Costs a VllmConfig, not a build."""
+    if id(model_config) in _V2_RUNNER:
+        return False
+    if error is None:
+        try:
+            _plain_vllm_config(model_config, layout)
+            return False
+        except Exception as e:
+            error = e
+    if not runner_v2_reason(str(error)):
+        return False
+    _V2_RUNNER.add(id(model_config))
+    return True
+
+
+def _mirror_to_target(model_config: Any, guessed: list[str]) -> bool:
+    """A draft reads its target's config too (``vllm_config.model_config`` is the
+    target's), and vLLM derives an MTP draft's config from the target's: an attribute
+    guessed on the draft's config is given to the target's config object of the same
+    class when it lacks it. Whether anything was given."""
+    spec = _SPECS.get(id(model_config))
+    if spec is None:
+        return False
+    target = spec.target_model_config
+    pairs = [
+        (model_config.hf_config, target.hf_config),
+        (getattr(model_config, "hf_text_config", None), getattr(target, "hf_text_config", None)),
+    ]
+    given = False
+    for mine, theirs in pairs:
+        if mine is None or theirs is None or mine is theirs:
+            continue
+        if type(mine).__name__.removesuffix("MTP") != type(theirs).__name__.removesuffix("MTP"):
+            continue
+        for name in guessed:
+            if name in vars(mine) and name not in vars(theirs):
+                with contextlib.suppress(Exception):
+                    setattr(theirs, name, getattr(mine, name))
+                    given = True
+    return given
+
+
+def _draft_in_dtype(
+    model_config: Any,
+    arch: str,
+    cls: type | None,
+    registry: Any,
+    registered_as: str,
+    error: BaseException | None,
+) -> Any:
+    """``_demanded_dtype`` for a draft: vLLM gives a draft its target's dtype, so the
+    draft is planned again against a target of the dtype the model demands."""
+    for words, dtype in _DTYPE_DEMAND:
+        if error is not None and words in str(error):
+            try:
+                draft = _draft_model_config(arch, cls, registry, registered_as, dtype=dtype)
+            except Exception:
+                return model_config
+            return draft[0] if draft is not None else model_config
     return model_config
 
 

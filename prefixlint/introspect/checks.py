@@ -233,7 +233,11 @@ class _View:
             parent, _, name = path.rpartition(".")
             # An element of a container (`layers.3`) given the container's name is a loop
             # that left out the index, never a wrapper's convention.
-            if r.prefix == parent and parent and not r.defaulted and not name.isdigit():
+            # The name the parent received counts as its name: a draft's layers are
+            # numbered on from the target's, and a wrapper there hands that number down.
+            received = self.by_path[parent].prefix if parent in self.by_path else None
+            handed = r.prefix == parent or (received is not None and r.prefix == received)
+            if handed and parent and not r.defaulted and not name.isdigit():
                 out.add(path)
         return out
 

@@ -755,6 +755,71 @@ def _demanded_value(error: BaseException, configs: list[Any]) -> str | None:
     return None
 
 
+def _function_reads(error: BaseException) -> list[str]:
+    """Attribute names read (``x.name``, ``getattr(x, "name")``) in the failing function
+    up to the failing line: a section read into a local first (``draft_config =
+    config.dflash_config``) and indexed lines later."""
+    import linecache
+    import traceback
+
+    frames = list(traceback.walk_tb(error.__traceback__))
+    if not frames:
+        return []
+    frame, line = frames[-1]
+    path, first = frame.f_code.co_filename, frame.f_code.co_firstlineno
+    text = "".join(linecache.getline(path, n) for n in range(first, line + 1))
+    found = re.findall(r"\.(\w+)\b", text) + re.findall(r"getattr\(\s*\w+\s*,\s*[\"'](\w+)", text)
+    return list(dict.fromkeys(reversed(found)))  # nearest read first
+
+
+_NOTHING = object()
+
+
+def _required_empty(error: BaseException, attr: str) -> Any:
+    """The value the failing line requires ``attr`` to have when the feature is absent:
+    None for ``assert config.yoco_layer is None``, [] for ``assert
+    len(config.moe_layers) == 0`` (a checkpoint without it has that); else _NOTHING."""
+    import linecache
+    import traceback
+
+    name = re.escape(attr)
+    # the read may sit a few frames up (inside transformers' __getattribute__)
+    for frame, line in list(traceback.walk_tb(error.__traceback__))[-3:]:
+        text = linecache.getline(frame.f_code.co_filename, line)
+        if re.search(rf"\.{name}\s+is\s+None\b", text):
+            return None
+        if re.search(rf"len\(\s*[\w.]*\.{name}\s*\)\s*==\s*0\b", text):
+            return []
+    return _NOTHING
+
+
+def _give_value(configs: list[Any], attr: str, cls_name: str, value: Any) -> str | None:
+    for config in configs:
+        if type(config).__name__ == cls_name and not hasattr(config, attr):
+            setattr(config, attr, value)
+            return attr
+    return None
+
+
+def _missing_key(error: KeyError, configs: list[Any], texts: list[str]) -> str | None:
+    """``config.dflash_config["conv_kernel_size"]``: a dict the config holds (a section
+    of a checkpoint's config.json) lacks a key the failing line reads; it gets a value
+    guessed as for an attribute of that name. Returns ``section.key``."""
+    key = error.args[0] if error.args else None
+    if not isinstance(key, str):
+        return None
+    for attr in _line_attributes(error) + _function_reads(error):
+        for config in configs:
+            section = vars(config).get(attr)
+            if isinstance(section, dict) and key not in section:
+                value = guess_attribute(key, config, texts)
+                if value is None:
+                    return None
+                section[key] = value
+                return f"{attr}.{key}"
+    return None
+
+
 def repair(
     error: BaseException, configs: list[Any], extra_files: list[str] | None = None
 ) -> str | None:
@@ -763,6 +828,8 @@ def repair(
     demanded = _demanded_value(error, configs)
     if demanded is not None:
         return demanded
+    if isinstance(error, KeyError):
+        return _missing_key(error, configs, _source_texts(error, extra_files))
     m = _MISSING.search(str(error)) if isinstance(error, AttributeError) else None
     texts = _source_texts(error, extra_files)
     if m is not None and m.group(1) not in ("NoneType", "list", "tuple"):
@@ -773,6 +840,9 @@ def repair(
                     setattr(config, attr, sub_config(attr, config))
                     return attr
             return None
+        required = _required_empty(error, attr)
+        if required is not _NOTHING:
+            return _give_value(configs, attr, cls_name, required)
         return _give_guess(
             configs, attr, texts, lambda c: type(c).__name__ == cls_name and not hasattr(c, attr)
         )

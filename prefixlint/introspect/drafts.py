@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
 import re
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,22 +96,11 @@ def target_candidates(arch: str, archs: list[str], registry: Any) -> list[str]:
     return out
 
 
-# A checkpoint that ships MTP layers says how many; a default config says 0 or nothing.
-_MTP_COUNT_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers")
+def _with_mtp_layers(folder: str, arch: str = "") -> None:
+    """The synthesised target's config.json says it has one MTP layer (see mtp.py)."""
+    from prefixlint.introspect.mtp import mtp_sections, with_mtp_layers
 
-
-def _with_mtp_layers(folder: str) -> None:
-    """The synthesised target's config.json says it has one MTP layer (its default is
-    none: a config without MTP weights, from which vLLM derives no draft)."""
-    path = Path(folder) / "config.json"
-    data = json.loads(path.read_text(encoding="utf-8"))
-    for config in [data, *(v for v in data.values() if isinstance(v, dict))]:
-        for key in _MTP_COUNT_KEYS:
-            if key in config and not config[key]:
-                config[key] = 1
-    if not any(k in data for k in _MTP_COUNT_KEYS):
-        data["num_nextn_predict_layers"] = 1
-    path.write_text(json.dumps(data), encoding="utf-8")
+    with_mtp_layers(folder, mtp_sections(arch) if arch else ())
 
 
 def _spec_config(method: str, draft_folder: str, target_mc: Any) -> Any:
@@ -128,6 +120,183 @@ def _draft_archs(spec: Any) -> list[str]:
     return list(getattr(dmc, "architectures", None) or dmc.hf_config.architectures or [])
 
 
+# Methods whose draft keeps its own checkpoint (not the target's). vLLM renames an
+# EAGLE/DFlash draft's architecture (``X`` -> ``EagleX``, ``Eagle3X``, ``DFlashX``) unless
+# the name already says so; ``draft_model`` keeps it. A draft registered under a name no
+# renaming yields (``PEagleDraftModel``, ``LiLiCorrDraftModel``) is reached by the method
+# that keeps its name, so each is tried, the name's own first.
+_OWN_CHECKPOINT = ("eagle3", "eagle", "dflash", "draft_model")
+
+
+@dataclass
+class _Attempt:
+    target: str
+    method: str
+    target_folder: Callable[[], str]
+    draft_folder: Callable[[str], str]  # from the target's folder
+    extra: bool = False  # tried only when no attempt before gave a draft config at all
+
+
+def _attempts(
+    arch: str, cls: type | None, method: str, archs: list[str], registry: Any, resolve: Any
+) -> list[_Attempt]:
+    """Targets and methods to try, best first: the name's method against the targets
+    named like the draft; for MTP, then the targets vLLM derives the draft from (mtp.py);
+    for the other methods, then the other methods against the best-placed target."""
+    from prefixlint.introspect import mtp
+
+    candidates = target_candidates(arch, archs, registry)
+
+    def own(draft_method: str, target_folder: str) -> str:
+        folder = resolve(arch, cls)
+        folder = target_shaped(folder, target_folder, arch, cls)
+        with contextlib.suppress(Exception):  # a vLLM without the converters: as it was
+            seed_method_fields(folder, arch, draft_method)
+        return folder
+
+    def same(folder: str) -> str:
+        return folder
+
+    if method not in _FROM_TARGET:
+        mine = functools.partial(own, method)
+        out = [_Attempt(t, method, functools.partial(resolve, t, None), mine) for t in candidates]
+        for other in _OWN_CHECKPOINT:
+            if other != method:
+                first = candidates[0]
+                target = functools.partial(resolve, first, None)
+                theirs = functools.partial(own, other)
+                out.append(_Attempt(first, other, target, theirs, extra=True))
+        return out
+    out = [_Attempt(t, method, functools.partial(resolve, t, None), same) for t in candidates]
+    types = [mt for mt in mtp.model_types(mtp.override_triggers(arch)) if mtp.has_config_class(mt)]
+    for mt in types:  # a target of a type vLLM maps to the draft, synthesised so
+        for target in mtp.archs_of_types([mt], archs):
+            synth = functools.partial(mtp.synth_of_type, mt, target)
+            out.append(_Attempt(target, method, synth, same, extra=True))
+    # A type no registry architecture has: the draft's own checkpoint (an assistant
+    # model beside its target), against the targets named like the draft.
+    unmatched = [mt for mt in types if not mtp.archs_of_types([mt], archs)]
+    for mt in unmatched:
+        draft = functools.partial(mtp.synth_of_type, mt, arch)
+        out += [
+            _Attempt(t, method, functools.partial(resolve, t, None), lambda _f, d=draft: d(), True)
+            for t in candidates
+        ]
+    return out
+
+
+_READ = re.compile(r"\bconfig\.(\w+)|getattr\(\s*[\w.]*config\s*,\s*[\"'](\w+)")
+
+
+def _config_reads(cls: type | None) -> set[str]:
+    """Attribute names the draft's own module reads from a config."""
+    import inspect
+
+    try:
+        text = Path(inspect.getsourcefile(cls) or "").read_text(encoding="utf-8")
+    except (OSError, TypeError):
+        return set()
+    return {a or b for a, b in _READ.findall(text)}
+
+
+def target_shaped(folder: str, target_folder: str, arch: str, cls: type | None) -> str:
+    """An EAGLE-style draft is a decoder layer or two of its target's architecture. When
+    no config class is known for the draft (a Llama-shaped guess) and the draft's module
+    reads attributes that guess lacks but the target's config has (an MLA draft reads
+    ``qk_nope_head_dim``), the draft gets the target's config, shrunk to the draft's
+    layer count, its own architecture name. Otherwise the folder is kept."""
+    path, target_path = Path(folder) / "config.json", Path(target_folder) / "config.json"
+    try:
+        mine = json.loads(path.read_text(encoding="utf-8"))
+        theirs = json.loads(target_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return folder
+    if mine.get("model_type") != "llama" or theirs.get("model_type") in (None, "llama"):
+        return folder
+    from prefixlint.introspect.mtp import override_types
+
+    if theirs.get("model_type") in override_types():
+        return folder  # vLLM would rewrite a config of this type into an MTP draft's
+    wanted = {a for a in _config_reads(cls) - set(mine) if a in theirs}
+    if not wanted:
+        return folder
+    data = {**theirs, "architectures": [arch]}
+    if isinstance(mine.get("num_hidden_layers"), int):
+        data["num_hidden_layers"] = mine["num_hidden_layers"]
+    out = Path(tempfile.mkdtemp(prefix="prefixlint-config-"))
+    (out / "config.json").write_text(json.dumps(data), encoding="utf-8")
+    return str(out)
+
+
+def _converter(arch: str, method: str) -> Any:
+    """vLLM's converter from a ``speculators`` checkpoint to the draft config of a method
+    (speculators/algos.py): the one named like the draft (``dflash2`` for
+    ``DFlash2DraftModel``), else the method's."""
+    from vllm.transformers_utils.configs.speculators.algos import SUPPORTED_SPECULATORS_TYPES
+
+    name = _norm(arch)
+    named = [k for k in SUPPORTED_SPECULATORS_TYPES if name.startswith(_norm(k))]
+    key = max(named, key=len) if named else method
+    return SUPPORTED_SPECULATORS_TYPES.get(key)
+
+
+def _guess_field(key: str) -> Any:
+    """A value for a field a converter requires: layer ids of a small target (vLLM
+    indexes aux layers from 1), a token id inside any vocabulary."""
+    if key.endswith("_ids"):
+        return [1, 2]
+    if key.endswith("_id"):
+        return 1
+    raise KeyError(key)
+
+
+def seed_method_fields(folder: str, arch: str, method: str) -> list[str]:
+    """Give a synthesised draft config the fields vLLM's own converter writes for its
+    method (``dflash_config`` with ``target_layer_ids`` and ``mask_token_id`` for DFlash,
+    ``target_layer_ids`` for DSpark, ...), where the config lacks them; the draft's
+    architecture is kept. Returns the keys added."""
+    convert = _converter(arch, method)
+    if convert is None:
+        return []
+    given: dict[str, Any] = {}
+    fields: dict[str, Any] = {}
+    for _ in range(8):  # the converter names each field it requires (KeyError)
+        fields = {}
+        try:
+            convert(config_dict=dict(given), pre_trained_config=fields)
+            break
+        except KeyError as e:
+            given[str(e.args[0])] = _guess_field(str(e.args[0]))
+    else:
+        return []
+    path = Path(folder) / "config.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    added = [
+        k for k, v in fields.items() if k != "architectures" and v is not None and k not in data
+    ]
+    for k in added:
+        data[k] = fields[k]
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return added
+
+
+def mtp_gap(arch: str, archs: list[str]) -> str:
+    """Why no target can give an MTP draft, from what vLLM derives it from: "" when
+    prefixlint has nothing more precise to say."""
+    from prefixlint.introspect import mtp
+
+    types = mtp.model_types(mtp.override_triggers(arch))
+    if not types:
+        return ""
+    if not any(mtp.has_config_class(mt) for mt in types):
+        return (
+            f"vLLM derives {arch} only from a target config of model type "
+            f"{', '.join(types)} (SpeculativeConfig.hf_config_override), and neither "
+            "transformers nor vLLM has a config class for it (remote code)"
+        )
+    return ""
+
+
 def plan_draft(
     arch: str, cls: type | None, registry: Any, make_model_config: Any, resolve: Any
 ) -> DraftPlan:
@@ -138,24 +307,29 @@ def plan_draft(
     archs = list(registry.ModelRegistry.get_supported_archs())
     last: BaseException | None = None
     fallback: DraftPlan | None = None
-    for target in target_candidates(arch, archs, registry):
+    for attempt in _attempts(arch, cls, method, archs, registry, resolve):
+        if attempt.extra and fallback is not None:
+            break  # a draft config of the named targets, its architecture forced (below)
         try:
-            target_folder = resolve(target, None)
-            if method in _FROM_TARGET:
-                _with_mtp_layers(target_folder)
+            target_folder = attempt.target_folder()
+            if attempt.method in _FROM_TARGET:
+                _with_mtp_layers(target_folder, arch)
             target_mc = make_model_config(target_folder)
-            draft_folder = target_folder if method in _FROM_TARGET else resolve(arch, cls)
-            spec = _spec_config(method, draft_folder, target_mc)
+            draft_folder = attempt.draft_folder(target_folder)
+            spec = _spec_config(attempt.method, draft_folder, target_mc)
         except Exception as e:  # this target does not fit; try the next
             last = last or e  # the best-placed target's reason, not Llama's
             continue
-        plan = DraftPlan(arch, target, method, spec)
+        plan = DraftPlan(arch, attempt.target, attempt.method, spec)
         if arch in _draft_archs(spec):
             return plan
         fallback = fallback or plan
     if fallback is not None:
         force_architecture(fallback)
         return fallback
+    gap = mtp_gap(arch, archs) if method in _FROM_TARGET else ""
+    if gap:
+        raise LookupError(gap)
     raise last or LookupError(f"no target architecture fits the draft {arch}")
 
 
@@ -176,7 +350,8 @@ def force_architecture(plan: DraftPlan, name: str | None = None) -> None:
 
 
 _OFFSET = re.compile(
-    r"is at `(?P<path>[\w.]*?)(?P<i>\d+)` but was given prefix `(?P<prefix>[\w.]*?)(?P<j>\d+)`"
+    r"is at `(?P<path>[\w.]*?)(?P<i>\d+)(?P<rest>[\w.]*)` but was given prefix "
+    r"`(?P<prefix>[\w.]*?)(?P<j>\d+)(?P<rest2>[\w.]*)`"
 )
 
 
@@ -190,6 +365,7 @@ def target_layer_offset(message: str, offset: int) -> bool:
         m
         and offset > 0
         and m.group("path") == m.group("prefix")
+        and m.group("rest") == m.group("rest2")  # a layer's attention named on, alone
         and int(m.group("j")) - int(m.group("i")) == offset
     )
 

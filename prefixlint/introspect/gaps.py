@@ -13,6 +13,7 @@ Light on purpose (no torch import): both the worker and the caller use it.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +45,11 @@ def fix_hint(category: str, reason: str, synthesised: bool) -> str:
                 "`--config path/to/config.json` (or `[tool.prefixlint.configs]`)"
             )
         return "the given config does not describe this architecture; check `--config`"
+    if "Model Runner V2" in reason:
+        return (
+            "run phase 2 where Triton finds a GPU (vLLM then runs Model Runner V2), or "
+            "with a Triton built with its CPU backend"
+        )
     if _CPU_PLATFORM.search(reason):
         return (
             "needs a CUDA platform: vLLM's CPU platform (or its CPU attention backend) does "
@@ -131,13 +137,59 @@ def split_gaps(
     return checked, gaps
 
 
+_V1_REFUSES = re.compile(r"Model Runner V1 does not support: ([^\n\[]+?)\s*(?:\[|$)", re.M)
+_NEEDS_V2 = re.compile(r"requires (?:the )?(?:V2 model runner|Model Runner V2)", re.I)
+
+
+def runner_v2_reason(text: str) -> str:
+    """A build refused because it needs vLLM's Model Runner V2 (DSpark, DFlash candidate
+    heads, mixed sliding/full DFlash drafts, n-gram embedding state): vLLM selects V2
+    (by default, or with ``VLLM_USE_V2_MODEL_RUNNER=1``) only where Triton finds an active
+    backend, a GPU or Triton's CPU build; "" for other failures."""
+    m = _V1_REFUSES.search(text)
+    if m is None and not _NEEDS_V2.search(text):
+        return ""
+    what = m.group(1).strip().rstrip(".") if m else "this model"
+    triton = sys.modules.get("vllm.triton_utils.importing")
+    here = (
+        "; vLLM found no Triton backend on this machine (HAS_TRITON is False)"
+        if triton is not None and getattr(triton, "HAS_TRITON", None) is False
+        else ""
+    )
+    return (
+        f"needs vLLM's Model Runner V2 ({what}: Model Runner V1 does not support it), "
+        f"which vLLM selects only where Triton has an active GPU or CPU backend{here}"
+    )
+
+
 def describe(error: BaseException | None) -> str:
     """``Type: first line`` of an error; for pydantic's "1 validation error for X", the
     line that says what failed."""
     if error is None:
         return ""
+    v2 = runner_v2_reason(str(error))
+    if v2:
+        return v2
     lines = str(error).strip().splitlines()
     text = lines[0] if lines else ""
     if "validation error" in text and len(lines) > 1:
         text += ": " + lines[1].strip().split(" [type=")[0]
+    if not text:
+        text = _raising_line(error)
     return f"{type(error).__name__}: {text}"[:300]
+
+
+def _raising_line(error: BaseException) -> str:
+    """For an error without a message (a bare ``assert``): the line that raised it and
+    where, so the reason says what failed."""
+    import traceback
+
+    try:
+        frames = traceback.extract_tb(error.__traceback__)
+    except Exception:
+        return ""
+    if not frames:
+        return ""
+    last = frames[-1]
+    name = last.filename.rsplit("/", 1)[-1]
+    return f"{(last.line or '').strip()} ({name}:{last.lineno})"
