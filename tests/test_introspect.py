@@ -328,6 +328,17 @@ def test_synthesis_finds_configs_by_name_and_keeps_derived_layer_indices() -> No
     assert synth_config("Mamba2ForCausalLM").num_heads == 16
 
 
+def test_counts_of_a_kind_of_layer_keep_their_share_of_the_shrunk_layers() -> None:
+    """Gemma 3n shares the KV cache of its last 15 of 35 layers: shrunk to 4 layers, the
+    count must stay below 4 or no layer computes its own KV (transformers' reference then
+    refuses the config), and a single MTP layer stays one."""
+    from prefixlint.introspect.configs import synth_config
+
+    gemma = synth_config("Gemma3nForCausalLM")
+    assert 1 <= gemma.num_kv_shared_layers < gemma.num_hidden_layers
+    assert synth_config("DeepseekV3ForCausalLM").num_nextn_predict_layers == 1
+
+
 def test_backend_limits_are_environment() -> None:
     from prefixlint.introspect.build import classify
 

@@ -221,7 +221,31 @@ def shrink_kwargs(default, num_layers: int = 2) -> dict[str, Any]:
         if hasattr(sub, "to_dict") and hasattr(sub, "model_type"):
             kw[k] = {**v, **shrink_kwargs(sub, num_layers)}
     _clamp_token_ids(d, kw)
+    _scale_layer_counts(d, kw)
     return kw
+
+
+_LAYER_COUNT = re.compile(r"^num_\w+_layers$")
+
+
+def _scale_layer_counts(d: dict[str, Any], kw: dict[str, Any]) -> None:
+    """Counts of some kind of layer among the decoder layers (Gemma 3n's
+    ``num_kv_shared_layers``: 15 of 35) keep their share of the shrunk layer count, at least
+    one and fewer than all: the default count would exceed the shrunk total, leaving none
+    of the other kind (and transformers' reference refuses such a config)."""
+    old_n, new_n = d.get("num_hidden_layers"), kw.get("num_hidden_layers")
+    if not (isinstance(old_n, int) and isinstance(new_n, int) and new_n < old_n):
+        return
+    for k, v in d.items():
+        if (
+            _LAYER_COUNT.match(k)
+            and k not in kw
+            and k != "num_hidden_layers"
+            and isinstance(v, int)
+            and not isinstance(v, bool)
+            and 0 < v < old_n
+        ):
+            kw[k] = min(max(1, round(v * new_n / old_n)), new_n - 1)
 
 
 _TOKEN_KEY = re.compile(r"(_token_id|_token_ids|_token_index|_tokens|_token)$")
