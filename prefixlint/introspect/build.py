@@ -605,11 +605,19 @@ def _repair_loop(
     seeded = False
     files = _model_files(cls)
     error: BaseException | None = None
+    updated = getattr(model_config, "config_updated", None)
     for _ in range(attempts):
         probe = build_layout(model_config, layout)
         error = probe.error
         if error is None:
             break
+        if updated is False and getattr(model_config, "config_updated", None) is True:
+            # vLLM ran its per-architecture config hooks on this ModelConfig once (and
+            # marks it so); a hook that left the first VllmConfig inconsistent
+            # (Glm5Next's mamba block size without prefix caching) is not run again
+            updated = True
+            if not _frame_files(error):
+                continue
         configs = _config_objects(model_config)
         attr = repair(probe.error, configs, files)
         if attr is None:
@@ -695,6 +703,8 @@ _ENVIRONMENT_WORDS = (
     # A module that copies its parameters at construction cannot be built on meta: a
     # limit of this way of building, not a property of the model.
     "Cannot copy out of meta tensor",
+    # no fused-MoE kernel of this platform takes the layer (vLLM's backend oracle)
+    "MoE backend supports the deployment configuration",
 )
 
 # A synthesised config folder holds config.json only: no processor or feature-extractor
