@@ -296,6 +296,79 @@ def test_a_config_the_model_unpacks_becomes_a_mapping(tmp_path: Path) -> None:
     assert module.build(cfg) == (2, 64)
 
 
+def test_dispatch_on_a_config_value_and_a_refused_zero(tmp_path: Path) -> None:
+    """Code shared by a family dispatches on ``config.model_type`` (or another value) and
+    raises for others, quoting the value it got; a 0 that a ``getattr(..., 0)``
+    elsewhere gave is refused on the line that raised."""
+    module = _module(
+        tmp_path,
+        "def layer(config):\n"
+        '    if config.model_type == "qwen3_5_moe_text":\n'
+        "        if 1 > config.num_experts:\n"
+        '            raise ValueError(f"tp 1 is greater than experts {config.num_experts}")\n'
+        '    elif config.model_type == "qwen3_5_text":\n'
+        "        pass\n"
+        "    else:\n"
+        '        raise ValueError(f"Invalid model_type {config.model_type}")\n'
+        '    if config.tile_tag == "2D":\n'
+        "        return\n"
+        "    tag = config.tile_tag\n"
+        '    raise ValueError(f"Only 2D tile_tag is supported currently, got: {tag}")\n',
+    )
+    cfg = _llama(num_experts=0, tile_tag="tile_tag")
+    assert _repair_until_built(module.layer, [cfg]) == ["model_type", "num_experts", "tile_tag"]
+    assert (cfg.model_type, cfg.num_experts, cfg.tile_tag) == ("qwen3_5_moe_text", 4, "2D")
+
+
+def test_a_sub_config_built_as_a_model_gets_its_architecture(tmp_path: Path) -> None:
+    """``init_vllm_registered_model(hf_config=self.text_config)``: vLLM's registry needs
+    the sub-config's ``architectures``, which checkpoints carry."""
+    module = _module(
+        tmp_path,
+        "def init_vllm_registered_model(hf_config):\n"
+        "    if not getattr(hf_config, 'architectures', None):\n"
+        '        raise ValueError("No model architectures are specified")\n'
+        "    return hf_config.architectures\n"
+        "def build(config):\n"
+        "    return init_vllm_registered_model(hf_config=config.text_config)\n",
+    )
+    from transformers import Qwen2Config
+
+    cfg = _llama()
+    cfg.text_config = Qwen2Config()
+    assert _repair_until_built(module.build, [cfg]) == ["architectures"]
+    assert module.build(cfg) == ["Qwen2ForCausalLM"]
+
+
+def test_a_sub_config_saved_under_the_name_its_constructor_reads(tmp_path: Path) -> None:
+    """DeepseekVLV2's config reads ``language_config`` and saves ``text_config``: the
+    synthesised file reloads with the shrunk text config."""
+    import json
+
+    from prefixlint.introspect.configs import resolve_config
+
+    source = resolve_config("DeepseekVLV2ForCausalLM")
+    data = json.loads(Path(source.folder, "config.json").read_text())
+    assert "language_config" in data and "text_config" not in data
+    assert data["language_config"]["hidden_size"] == 128
+
+
+def test_a_tokenizer_holds_the_models_special_tokens(tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from prefixlint.introspect.configs import write_tokenizer
+
+    model = tmp_path / "models" / "toy_vl.py"
+    model.parent.mkdir()
+    model.write_text('_IMAGE_TOKEN = "<image>"\nPAD = "<|vision_pad|>"\nX = "<not a token>"\n')
+    write_tokenizer(str(tmp_path), [str(model)])
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path))
+    vocab = tokenizer.get_vocab()
+    assert {"<image>", "<|vision_pad|>"} <= set(vocab) and "<not a token>" not in vocab
+    assert max(vocab.values()) < 512  # inside the shrunk vocabulary
+    assert tokenizer.encode("<image>", add_special_tokens=False) == [vocab["<image>"]]
+
+
 def test_no_moe_kernel_on_this_platform_is_an_environment_gap() -> None:
     from prefixlint.introspect.build import classify
 
@@ -315,6 +388,8 @@ def test_no_moe_kernel_on_this_platform_is_an_environment_gap() -> None:
         "FireRedASR2ForConditionalGeneration",  # an unpacked audio encoder config
         "MolmoForCausalLM",  # assert config.layer_norm_type == "rms"
         "Ernie4_5_VLMoeForConditionalGeneration",  # list-typed sizes, min()/max() of lists
+        "DeepseekVLV2ForCausalLM",  # a tokenizer at construction; language_config
+        "InternS2PreviewForConditionalGeneration",  # dispatch on config.model_type
     ],
 )
 def test_multimodal_architecture_builds(worker, arch: str) -> None:

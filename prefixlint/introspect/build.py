@@ -33,6 +33,7 @@ from prefixlint.introspect.configs import (  # noqa: E402
     repair,
     resolve_config,
     seed_from_code,
+    write_tokenizer,
 )
 from prefixlint.introspect.coverage import covered, not_verified  # noqa: E402
 from prefixlint.introspect.drafts import (  # noqa: E402
@@ -196,9 +197,11 @@ def _registered_class(registry: Any, arch: str) -> type | None:
         return None
 
 
-def _model_config(folder: str, dtype: str = "float32", overrides: Any = None) -> Any:
+def _model_config(
+    folder: str, dtype: str = "float32", overrides: Any = None, tokenizer: str | None = None
+) -> Any:
     try:
-        return _plain_model_config(folder, dtype, overrides)
+        return _plain_model_config(folder, dtype, overrides, tokenizer)
     except Exception as e:
         if not any(w in str(e) for w in _MISSING_FILES_WORDS):
             raise
@@ -206,7 +209,7 @@ def _model_config(folder: str, dtype: str = "float32", overrides: Any = None) ->
         # processor only to ask which modalities it takes: a meta build runs no
         # processor, so the model is taken as multimodal (its towers get built).
         with _no_processor_probe():
-            return _plain_model_config(folder, dtype, overrides)
+            return _plain_model_config(folder, dtype, overrides, tokenizer)
 
 
 @contextlib.contextmanager
@@ -225,14 +228,16 @@ def _no_processor_probe() -> Any:
         setattr(ModelConfig, name, original)
 
 
-def _plain_model_config(folder: str, dtype: str = "float32", overrides: Any = None) -> Any:
+def _plain_model_config(
+    folder: str, dtype: str = "float32", overrides: Any = None, tokenizer: str | None = None
+) -> Any:
     from vllm.config import ModelConfig
 
     return ModelConfig(
         hf_overrides=overrides or {},
         model=folder,
-        tokenizer=None,
-        skip_tokenizer_init=True,
+        tokenizer=tokenizer,
+        skip_tokenizer_init=tokenizer is None,
         dtype=dtype,
         enforce_eager=True,
         trust_remote_code=False,
@@ -481,7 +486,12 @@ def run_target(
         other = _demanded_dtype(model_config, source.folder, last_error, guessed)
         if other is not model_config:
             model_config = other
-            guessed += _repair_loop(model_config, layouts[0], cls=cls)[0]
+            more, last_error = _repair_loop(model_config, layouts[0], cls=cls)
+            guessed += more
+        other = _with_tokenizer(model_config, source.folder, last_error, guessed, cls)
+        if other is not model_config:
+            model_config = other
+            guessed += ["tokenizer", *_repair_loop(model_config, layouts[0], cls=cls)[0]]
         if guessed:
             result.config_source += f"; guessed {', '.join(guessed)}"
     builds: list[Build] = []
@@ -669,6 +679,45 @@ def _demanded_dtype(
                         setattr(new, name, getattr(old, name))
             return other
     return model_config
+
+
+def _with_tokenizer(
+    model_config: Any, folder: str, error: BaseException | None, guessed: list[str], cls: Any
+) -> Any:
+    """A model that looks its special tokens up in the tokenizer at construction
+    (``cached_tokenizer_from_config(...).vocab["<image>"]``) gets a small word-level one
+    written beside the synthesised config, holding the special tokens its files name;
+    the guesses made so far are carried over. Without such a failure: ``model_config``."""
+    if error is None or not _reads_tokenizer(error):
+        return model_config
+    try:
+        write_tokenizer(folder, _frame_files(error) + _model_files(cls))
+        dtype = str(model_config.dtype).removeprefix("torch.")
+        overrides = getattr(model_config, "hf_overrides", None) or None
+        other = _model_config(folder, dtype, overrides, tokenizer=folder)
+    except Exception:
+        return model_config
+    for old, new in zip(_config_objects(model_config), _config_objects(other), strict=False):
+        for name in guessed:
+            if name in vars(old):
+                setattr(new, name, getattr(old, name))
+    return other
+
+
+def _reads_tokenizer(error: BaseException) -> bool:
+    """The innermost model-code function that failed called vLLM's tokenizer getter, and
+    got None (phase 2 does not load one)."""
+    for frame, _ in reversed(list(traceback.walk_tb(error.__traceback__))):
+        if "/models/" not in frame.f_code.co_filename:
+            continue
+        try:
+            source = inspect.getsource(frame.f_code)
+        except (OSError, TypeError):
+            return False
+        return "tokenizer_from_config(" in source and (
+            "NoneType" in str(error) or isinstance(error, AssertionError)
+        )
+    return False
 
 
 def _environmental(error: BaseException) -> bool:

@@ -441,6 +441,17 @@ def _equalise(kw: dict[str, Any], first: str, second: str) -> bool:
     return changed
 
 
+def _rebuild_nested(cfg: Any, default: Any) -> None:
+    """A composite config whose constructor takes a sub-config under another name
+    (DeepseekVLV2's ``language_config`` for ``text_config``) keeps the shrunk one passed
+    under the attribute's name as a plain dict: it becomes its default's class again."""
+    for k, sub in vars(default).items():
+        value = vars(cfg).get(k)
+        if isinstance(value, dict) and hasattr(sub, "to_dict") and hasattr(sub, "model_type"):
+            with contextlib.suppress(Exception):
+                setattr(cfg, k, type(sub)(**value))
+
+
 def synth_config(arch: str, num_layers: int = 4, model_cls: type | None = None):
     errors = []
     for mt in arch_to_model_types(arch, model_cls) or []:
@@ -456,6 +467,7 @@ def synth_config(arch: str, num_layers: int = 4, model_cls: type | None = None):
                 except Exception as e:
                     last = last or e
                     continue
+                _rebuild_nested(candidate, default)
                 if _consistent(candidate, default, kw):
                     cfg = candidate
                     break
@@ -521,7 +533,32 @@ def resolve_config(
         origin = "synthesised (llama-shaped: remote-code architecture)"
     cfg.architectures = [name]
     cfg.save_pretrained(folder)
+    _rename_sub_config_keys(type(cfg), Path(folder, "config.json"))
     return ConfigSource(folder, origin)
+
+
+_POPPED_INTO = re.compile(r"self\.(\w+)\s*=\s*\w+\(\s*\*\*\s*kwargs\.pop\(\s*[\"'](\w+)[\"']")
+
+
+def _rename_sub_config_keys(cls: type, path: Path) -> None:
+    """``self.text_config = TextConfig(**kwargs.pop("language_config", {}))``: the config
+    saves the attribute's name but loads another; the saved file is given the name its
+    constructor reads, so the reloaded config has the shrunk sub-config."""
+    import inspect
+    import json
+
+    try:
+        source = inspect.getsource(cls.__init__)
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, TypeError, ValueError):
+        return
+    renamed = False
+    for attr, key in _POPPED_INTO.findall(source):
+        if attr != key and attr in data and key not in data:
+            data[key] = data.pop(attr)
+            renamed = True
+    if renamed:
+        path.write_text(json.dumps(data, indent=2), encoding="utf-8")
 
 
 def _exactly_mapped(arch: str) -> bool:
@@ -771,7 +808,7 @@ def guess_attribute(name: str, config: Any, texts: list[str] | None = None) -> A
         (("swiglu_limit", "clamp_limit"), 7.0),
         (("block_indexes", "layer_indexes"), [0]),
         (("sampling_rate",), 16000),
-        (("embedding_size", "embed_dim"), hidden),
+        (("embedding_size", "embed_dim", "n_embed"), hidden),
         (("fp32_",), False),
         (("query_num", "num_queries"), 16),
         (("image_size",), 56),
@@ -905,6 +942,9 @@ def repair(
         _asserted_literal,
         _asserted_argument,
         _asserted_present,
+        _dispatched_value,
+        _zero_refused,
+        _sub_model_architecture,
         _scalar_as_pair,
         _unpacked_stand_in,
         _unpacked_config,
@@ -1296,4 +1336,122 @@ def _asserted_present(error: BaseException, configs: list[Any]) -> str | None:
             if value is not None:
                 setattr(config, attr, value)
                 return attr
+    return None
+
+
+def _dispatched_value(error: BaseException, configs: list[Any]) -> str | None:
+    """``if config.model_type == "qwen3_5_text": ... else: raise ValueError("Invalid
+    model_type llama")``, ``if self.tile_tag == "2D": ... else: raise ValueError("Only 2D
+    tile_tag is supported, got: tile_tag")``: the failing function dispatches on a config
+    value, names the ones it takes, and the message quotes the value it got. The config
+    takes the first value named (what the family's checkpoints hold)."""
+    import inspect
+
+    message = str(error)
+    if not isinstance(error, (ValueError, NotImplementedError, AssertionError)):
+        return None
+    for frame in _failing_frames(error, 2):
+        try:
+            source = inspect.getsource(frame.f_code)
+        except (OSError, TypeError):
+            continue
+        named: dict[str, list[str]] = {}
+        for attr, value in re.findall(r"\.(\w+)\s*==\s*[\"']([^\"'\n]+)[\"']", source):
+            named.setdefault(attr, []).append(value)
+        local = frame.f_locals.get("config")
+        for attr, values in named.items():
+            for config in [c for c in configs if c is local] + configs:
+                try:
+                    current = getattr(config, attr)
+                except Exception:
+                    continue
+                if isinstance(current, str) and current in message and current not in values:
+                    with contextlib.suppress(Exception):
+                        setattr(config, attr, values[0])
+                        return attr
+    return None
+
+
+def _zero_refused(error: BaseException, configs: list[Any]) -> str | None:
+    """``if self.tp_size > config.num_experts: raise ValueError(...)`` with a 0 the
+    synthesis took from a ``getattr(config, "num_experts", 0)`` elsewhere: the model
+    refuses the 0 on the line that raised (or the test just above), so the attribute
+    gets the value its name suggests."""
+    if not isinstance(error, (ValueError, AssertionError)):
+        return None
+    for attr in _line_attributes(error):
+        for config in configs:
+            value = vars(config).get(attr)
+            if value == 0 and isinstance(value, int) and not isinstance(value, bool):
+                guess = guess_attribute(attr, config)
+                if isinstance(guess, int) and guess:
+                    setattr(config, attr, guess)
+                    return attr
+    return None
+
+
+_SPECIAL_TOKEN = re.compile(r"[\"'](<[^\"'\s<>]{1,40}>)[\"']")
+
+
+def write_tokenizer(folder: str, files: list[str]) -> None:
+    """A word-level tokenizer in ``folder``: unknown, padding, begin and end tokens and
+    the special tokens (``"<image>"``, ``"<|vision_pad|>"``) the model's ``files`` name,
+    all inside the shrunk vocabulary. Enough for a model that looks a token id up at
+    construction; a meta build tokenizes nothing."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials: list[str] = []
+    for text in _source_texts(None, files):
+        specials += [t for t in _SPECIAL_TOKEN.findall(text) if t not in specials]
+    words = ["<unk>", "<pad>", "<s>", "</s>", *specials][:256]
+    vocab = {word: i for i, word in enumerate(dict.fromkeys(words))}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        unk_token="<unk>",
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+    )
+    fast.save_pretrained(folder)
+
+
+def _sub_model_architecture(error: BaseException, configs: list[Any]) -> str | None:
+    """``init_vllm_registered_model(hf_config=self.text_config)`` raised "No model
+    architectures are specified": a checkpoint's language sub-config names its own
+    architecture; the synthesised one gets vLLM's causal LM of its model type."""
+    import traceback
+
+    if "No model architectures are specified" not in str(error):
+        return None
+    for frame, _ in traceback.walk_tb(error.__traceback__):
+        if frame.f_code.co_name != "init_vllm_registered_model":
+            continue
+        hf = frame.f_locals.get("hf_config")
+        # its own model type, else a base config class's (a family's text config)
+        types = [getattr(k, "model_type", None) for k in type(hf).__mro__]
+        arch = next((a for a in map(_causal_lm_of, types) if a), None)
+        if hf is None or getattr(hf, "architectures", None) or arch is None:
+            return None
+        hf.architectures = [arch]
+        return "architectures"
+    return None
+
+
+def _causal_lm_of(model_type: str | None) -> str | None:
+    """vLLM's registered causal LM architecture for ``model_type``, or None."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    from vllm import ModelRegistry
+    from vllm.transformers_utils.config import _ARCHITECTURE_TO_MODEL_TYPE
+
+    if not model_type:
+        return None
+    supported = set(ModelRegistry.get_supported_archs())
+    names = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)]
+    names += [a for a, mt in _ARCHITECTURE_TO_MODEL_TYPE.items() if mt == model_type]
+    for name in names:
+        if isinstance(name, str) and name in supported and name.endswith("ForCausalLM"):
+            return name
     return None
