@@ -78,13 +78,15 @@ def test_per_layer_config_follows_the_trimmed_layers() -> None:
 def test_remap_keeps_entries_by_layer_kind() -> None:
     from prefixlint.introspect.configs import _layer_keyed, _remap_layer_keyed
 
-    d = {"layer_types": ["s", "s", "f", "s", "s", "f"], "per_layer": {"02": "F", "05": "F"}}
+    full = {"head_dim": 512}
+    d = {"layer_types": ["s", "s", "f", "s", "s", "f"], "per_layer": {"02": full, "05": full}}
     kw = {"layer_types": ["s", "f", "s", "f"]}
     assert _layer_keyed(d["per_layer"], 6) and not _layer_keyed(d["per_layer"], 5)
-    assert not _layer_keyed({"sliding": 1}, 6)
-    assert _remap_layer_keyed(d["per_layer"], d, kw, 4) == {1: "F", 3: "F"}
+    assert not _layer_keyed({"sliding": full}, 6)
+    assert not _layer_keyed({0: "LABEL_0", 1: "LABEL_1"}, 6)  # id2label
+    assert _remap_layer_keyed(d["per_layer"], d, kw, 4) == {1: full, 3: full}
     # no per-layer list says the kind: the indices that still exist keep theirs
-    assert _remap_layer_keyed({0: "a", 5: "b"}, {}, {}, 4) == {0: "a"}
+    assert _remap_layer_keyed({0: {"a": 1}, 5: {"b": 2}}, {}, {}, 4) == {0: {"a": 1}}
 
 
 def test_a_tower_the_default_leaves_out_is_synthesised() -> None:

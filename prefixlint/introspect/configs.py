@@ -260,8 +260,11 @@ def _layer_index(key: Any) -> int | None:
 
 
 def _layer_keyed(value: Any, n: int) -> bool:
-    """A dict keyed by layer indices below ``n`` (``per_layer_config = {5: {...}}``)."""
+    """A dict keyed by layer indices below ``n`` whose entries are per-layer overrides
+    (``per_layer_config = {5: {"head_dim": 512}}``; not ``id2label = {0: "LABEL_0"}``)."""
     if not isinstance(value, dict) or not value:
+        return False
+    if not all(isinstance(v, dict) for v in value.values()):
         return False
     indices = [_layer_index(k) for k in value]
     return all(i is not None and 0 <= i < n for i in indices)
