@@ -35,6 +35,7 @@ from prefixlint.introspect.configs import (  # noqa: E402
     repair,
     resolve_config,
     seed_from_code,
+    write_tokenizer,
 )
 from prefixlint.introspect.coverage import covered, not_verified  # noqa: E402
 from prefixlint.introspect.drafts import (  # noqa: E402
@@ -203,9 +204,11 @@ def _registered_class(registry: Any, arch: str) -> type | None:
         return None
 
 
-def _model_config(folder: str, dtype: str = "float32", overrides: Any = None) -> Any:
+def _model_config(
+    folder: str, dtype: str = "float32", overrides: Any = None, tokenizer: str | None = None
+) -> Any:
     try:
-        return _plain_model_config(folder, dtype, overrides)
+        return _plain_model_config(folder, dtype, overrides, tokenizer)
     except Exception as e:
         if not any(w in str(e) for w in _MISSING_FILES_WORDS):
             raise
@@ -213,7 +216,7 @@ def _model_config(folder: str, dtype: str = "float32", overrides: Any = None) ->
         # processor only to ask which modalities it takes: a meta build runs no
         # processor, so the model is taken as multimodal (its towers get built).
         with _no_processor_probe():
-            return _plain_model_config(folder, dtype, overrides)
+            return _plain_model_config(folder, dtype, overrides, tokenizer)
 
 
 @contextlib.contextmanager
@@ -232,14 +235,16 @@ def _no_processor_probe() -> Any:
         setattr(ModelConfig, name, original)
 
 
-def _plain_model_config(folder: str, dtype: str = "float32", overrides: Any = None) -> Any:
+def _plain_model_config(
+    folder: str, dtype: str = "float32", overrides: Any = None, tokenizer: str | None = None
+) -> Any:
     from vllm.config import ModelConfig
 
     return ModelConfig(
         hf_overrides=overrides or {},
         model=folder,
-        tokenizer=None,
-        skip_tokenizer_init=True,
+        tokenizer=tokenizer,
+        skip_tokenizer_init=tokenizer is None,
         dtype=dtype,
         enforce_eager=True,
         trust_remote_code=False,
@@ -584,16 +589,25 @@ def _prepared(
         other = _draft_in_dtype(model_config, arch, cls, registry, target.arch, last_error)
     else:
         other = _demanded_dtype(model_config, source.folder, last_error, guessed)
+    more: list[str] = []
     if other is not model_config:
         if id(model_config) in _V2_RUNNER:
             _V2_RUNNER.add(id(other))
         model_config = other
-        guessed += _repair_loop(model_config, layout, cls=cls)[0]
+        more, last_error = _repair_loop(model_config, layout, cls=cls)
     elif _needs_model_runner_v2(model_config, layout, last_error):
         result.config_source += f"; {V2_SOURCE}"
-        guessed += _repair_loop(model_config, layout, cls=cls)[0]
+        more, last_error = _repair_loop(model_config, layout, cls=cls)
     elif last_error is not None and _mirror_to_target(model_config, guessed):
-        guessed += _repair_loop(model_config, layout, cls=cls)[0]
+        more, last_error = _repair_loop(model_config, layout, cls=cls)
+    guessed += more
+    if source.folder:  # a draft's config is vLLM's, from its target: no folder of ours
+        other = _with_tokenizer(model_config, source.folder, last_error, guessed, cls)
+        if other is not model_config:
+            if id(model_config) in _V2_RUNNER:
+                _V2_RUNNER.add(id(other))
+            model_config = other
+            guessed += ["tokenizer", *_repair_loop(model_config, layout, cls=cls)[0]]
     if guessed:
         result.config_source += f"; guessed {', '.join(guessed)}"
     return model_config
@@ -825,6 +839,45 @@ def _draft_in_dtype(
     return model_config
 
 
+def _with_tokenizer(
+    model_config: Any, folder: str, error: BaseException | None, guessed: list[str], cls: Any
+) -> Any:
+    """A model that looks its special tokens up in the tokenizer at construction
+    (``cached_tokenizer_from_config(...).vocab["<image>"]``) gets a small word-level one
+    written beside the synthesised config, holding the special tokens its files name;
+    the guesses made so far are carried over. Without such a failure: ``model_config``."""
+    if error is None or not _reads_tokenizer(error):
+        return model_config
+    try:
+        write_tokenizer(folder, _frame_files(error) + _model_files(cls))
+        dtype = str(model_config.dtype).removeprefix("torch.")
+        overrides = getattr(model_config, "hf_overrides", None) or None
+        other = _model_config(folder, dtype, overrides, tokenizer=folder)
+    except Exception:
+        return model_config
+    for old, new in zip(_config_objects(model_config), _config_objects(other), strict=False):
+        for name in guessed:
+            if name in vars(old):
+                setattr(new, name, getattr(old, name))
+    return other
+
+
+def _reads_tokenizer(error: BaseException) -> bool:
+    """The innermost model-code function that failed called vLLM's tokenizer getter, and
+    got None (phase 2 does not load one)."""
+    for frame, _ in reversed(list(traceback.walk_tb(error.__traceback__))):
+        if "/models/" not in frame.f_code.co_filename:
+            continue
+        try:
+            source = inspect.getsource(frame.f_code)
+        except (OSError, TypeError):
+            return False
+        return "tokenizer_from_config(" in source and (
+            "NoneType" in str(error) or isinstance(error, AssertionError)
+        )
+    return False
+
+
 def _environmental(error: BaseException) -> bool:
     return isinstance(error, ImportError) or any(w in str(error) for w in _ENVIRONMENT_WORDS)
 
@@ -860,6 +913,8 @@ _ENVIRONMENT_WORDS = (
     # A module that copies its parameters at construction cannot be built on meta: a
     # limit of this way of building, not a property of the model.
     "Cannot copy out of meta tensor",
+    # no fused-MoE kernel of this platform takes the layer (vLLM's backend oracle)
+    "MoE backend supports the deployment configuration",
 )
 
 # A synthesised config folder holds config.json only: no processor or feature-extractor

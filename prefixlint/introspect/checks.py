@@ -137,8 +137,8 @@ def check_build(
     out = Findings()
     class_site = _class_site(cls)
     hf = getattr(model_config, "hf_text_config", None) or model_config.hf_config
-    heads = getattr(hf, "num_attention_heads", None)
-    kv_heads = getattr(hf, "num_key_value_heads", None) or heads
+    heads = config_value(hf, "num_attention_heads")
+    kv_heads = config_value(hf, "num_key_value_heads") or heads
     built = [b for b in builds if b.error is None]
     for build in builds:
         if build.error is not None:
@@ -152,6 +152,16 @@ def check_build(
     _check_pp_interface(built, cls, class_site, out)
     _check_packed(built, cls, class_site, out, complete)
     return out.finish()
+
+
+def config_value(config: Any, name: str) -> Any:
+    """``config.name``, or None. A heterogeneous config (per-layer values, transformers'
+    ``per_layer_config``) refuses a global read of a per-layer attribute with its own
+    error, not an AttributeError: that value is then unknown here, not a crash."""
+    try:
+        return getattr(config, name, None)
+    except Exception:
+        return None
 
 
 def working_tp_sizes(heads: int | None, kv_heads: int | None) -> list[int]:
@@ -188,7 +198,7 @@ def _check_error(
     first = text.strip().splitlines()[0][:200] if text.strip() else ""
     message = f"building the model failed for {layout.name}: {type(error).__name__}: {first}"
     site = (file, line) if file else class_site
-    n_layers = getattr(hf, "num_hidden_layers", 0)
+    n_layers = config_value(hf, "num_hidden_layers") or 0
     if layout.pp > 1 and isinstance(n_layers, int) and n_layers // layout.pp < 2:
         # one layer per stage: a stage of a small config may lack a kind of layer a real
         # checkpoint's stages all hold (a MoE model whose stage 0 is the dense layer)
@@ -384,7 +394,7 @@ def _check_stages(view: _View, cls: Any, hf: Any, out: Findings) -> None:
         from vllm.distributed.utils import get_pp_indices
     except ImportError:
         return
-    n_layers = getattr(hf, "num_hidden_layers", None)
+    n_layers = config_value(hf, "num_hidden_layers")
     if layout.pp <= 1 or not n_layers:
         return
     start, end = get_pp_indices(n_layers, layout.pp_rank, layout.pp)
@@ -442,7 +452,7 @@ def _check_stage_ends(view: _View, hf: Any, first: bool, last: bool, add: Any) -
             "head",
             "warning",
         )
-    tied = bool(getattr(hf, "tie_word_embeddings", False))
+    tied = bool(config_value(hf, "tie_word_embeddings"))
     for name, module in view.model.named_modules():
         top = name.count(".") <= 1
         embeds = type(module).__name__ == "VocabParallelEmbedding" and top

@@ -178,9 +178,9 @@ def shrink_kwargs(default, num_layers: int = 2) -> dict[str, Any]:
     d = default.to_dict()
     kw: dict[str, Any] = {}
     for k, v in SHRINK.items():
-        # a 0 default is a feature switched off (``qk_rope_head_dim=0``: NoPE), not a size
+        # a 0 is a part switched off (Glm5Next's NoPE ``qk_rope_head_dim = 0``), not a size
         if k in d and d[k] is not None and not isinstance(d[k], bool) and d[k] != 0:
-            kw[k] = v
+            kw[k] = _like(d[k], v)
     for k, v in FILL_NONE.items():
         if k in d and d[k] is None:
             kw[k] = v
@@ -209,6 +209,9 @@ def shrink_kwargs(default, num_layers: int = 2) -> dict[str, Any]:
                 and len(v) != old_n
             ):
                 kw[k] = [x for x in v if x < new_n]
+        for k, v in d.items():
+            if k not in kw and _layer_keyed(v, old_n):
+                kw[k] = _remap_layer_keyed(v, d, kw, new_n)
         kw["num_hidden_layers"] = new_n
     # nested sub-configs (text_config, vision_config, ...)
     for k, v in d.items():
@@ -220,6 +223,7 @@ def shrink_kwargs(default, num_layers: int = 2) -> dict[str, Any]:
             continue
         if hasattr(sub, "to_dict") and hasattr(sub, "model_type"):
             kw[k] = {**v, **shrink_kwargs(sub, num_layers)}
+    _fill_sub_configs(default, d, kw, num_layers)
     _clamp_token_ids(d, kw)
     _scale_layer_counts(d, kw)
     return kw
@@ -246,6 +250,102 @@ def _scale_layer_counts(d: dict[str, Any], kw: dict[str, Any]) -> None:
             and 0 < v < old_n
         ):
             kw[k] = min(max(1, round(v * new_n / old_n)), new_n - 1)
+
+
+def _like(default: Any, value: Any) -> Any:
+    """``value`` in the shape of the default: a size some configs type as one entry per
+    group (Ernie 4.5 VL's ``moe_intermediate_size = [text, vision]``, a strict dataclass
+    field) stays a list, each entry shrunk."""
+    if not isinstance(default, (list, tuple)) or isinstance(value, (list, tuple)):
+        return value
+    if default and all(isinstance(x, int) and not isinstance(x, bool) for x in default):
+        return [value] * len(default)
+    return value
+
+
+def _fill_sub_configs(default: Any, d: dict[str, Any], kw: dict[str, Any], n: int) -> None:
+    """A composite config whose default leaves a tower out (``vision_config=None``: a
+    text-only checkpoint) gets that tower's own config class, default-constructed and
+    shrunk: real multimodal checkpoints carry it, and its layers get built and checked.
+    ``_variants`` keeps the config without it as a fallback."""
+    for k, sub_cls in (getattr(type(default), "sub_configs", None) or {}).items():
+        if k in kw or k not in d or d[k] is not None or not isinstance(sub_cls, type):
+            continue
+        try:
+            sub = sub_cls()
+            kw[k] = {**sub.to_dict(), **shrink_kwargs(sub, n)}
+        except Exception:
+            continue  # AutoConfig and classes that need arguments: left out
+
+
+def _layer_index(key: Any) -> int | None:
+    if isinstance(key, int) and not isinstance(key, bool):
+        return key
+    if isinstance(key, str) and key.isdigit():
+        return int(key)  # JSON keys ("05"): ``to_dict`` writes layer indices as text
+    return None
+
+
+def _layer_keyed(value: Any, n: int) -> bool:
+    """A dict keyed by layer indices below ``n`` whose entries are per-layer overrides
+    (``per_layer_config = {5: {"head_dim": 512}}``; not ``id2label = {0: "LABEL_0"}``)."""
+    if not isinstance(value, dict) or not value:
+        return False
+    if not all(isinstance(v, dict) for v in value.values()):
+        return False
+    indices = [_layer_index(k) for k in value]
+    return all(i is not None and 0 <= i < n for i in indices)
+
+
+def _remap_layer_keyed(
+    value: dict, d: dict[str, Any], kw: dict[str, Any], new_n: int
+) -> dict[int, Any]:
+    """Per-layer overrides for the trimmed layers: new layer ``j`` takes the entry of the
+    first old layer of the same kind (the per-layer lists that were trimmed say the kind);
+    with no such list, the indices that still exist keep theirs."""
+    by_index = {_layer_index(k): v for k, v in value.items()}
+    kinds = [k for k, v in kw.items() if isinstance(v, list) and isinstance(d.get(k), list)]
+    kinds = [k for k in kinds if len(d[k]) > max(by_index) and len(kw[k]) >= new_n]
+    if not kinds:
+        return {i: v for i, v in by_index.items() if i < new_n}
+
+    def kind(lists: list[list], i: int) -> tuple:
+        return tuple(repr(values[i]) for values in lists)
+
+    old = [d[k] for k in kinds]
+    new = [kw[k] for k in kinds]
+    out: dict[int, Any] = {}
+    for j in range(new_n):
+        for i in sorted(by_index):
+            if kind(old, i) == kind(new, j):
+                out[j] = by_index[i]
+                break
+    return out
+
+
+def _drop_layer_keyed(default: Any, kw: dict[str, Any]) -> dict[str, Any] | None:
+    """``kw`` without its per-layer override dicts, at the top and in nested configs:
+    configs that derive them from the trimmed ``layer_types`` (Gemma 4's
+    ``per_layer_config`` for its full-attention layers) then stay self-consistent.
+    None when ``kw`` has none."""
+    d = default.to_dict()
+    out: dict[str, Any] = {}
+    dropped = False
+    for k, v in kw.items():
+        n = v.get("num_hidden_layers") if isinstance(v, dict) else None
+        sub = d.get(k)
+        if isinstance(v, dict) and isinstance(n, int) and isinstance(sub, dict):
+            old_n = sub.get("num_hidden_layers")
+            keys = [x for x, y in v.items() if isinstance(old_n, int) and _layer_keyed(y, old_n)]
+            v = {x: y for x, y in v.items() if x not in keys}
+            dropped = dropped or bool(keys)
+        elif isinstance(d.get("num_hidden_layers"), int) and _layer_keyed(
+            d.get(k), d["num_hidden_layers"]
+        ):
+            dropped = True
+            continue
+        out[k] = v
+    return out if dropped else None
 
 
 _TOKEN_KEY = re.compile(r"(_token_id|_token_ids|_token_index|_tokens|_token)$")
@@ -302,6 +402,9 @@ def _variants(cls, default, kw: dict[str, Any]) -> list[dict[str, Any]]:
     first and is kept when its indices exist. Nested configs may refuse keys the parent's
     ``to_dict`` adds (``_name_or_path``): then only their non-default values are passed."""
     out = []
+    derived = _drop_layer_keyed(default, kw)
+    if derived is not None:
+        out.append(derived)
     index_keys = _index_list_keys(default, kw)
     if index_keys:
         out.append({k: v for k, v in kw.items() if k not in index_keys})
@@ -318,6 +421,10 @@ def _variants(cls, default, kw: dict[str, Any]) -> list[dict[str, Any]]:
             nested[k] = {**diff, **{x: y for x, y in v.items() if x in diff or x in SHRINK}}
     if nested:
         out.append({**kw, **nested})
+    d = default.to_dict()
+    filled = [k for k, v in kw.items() if isinstance(v, dict) and k in d and d[k] is None]
+    if filled:
+        out += [{k: v for k, v in x.items() if k not in filled} for x in list(out)]
     return out
 
 
@@ -341,10 +448,11 @@ def _first_consistent(cls, default, kw: dict[str, Any]) -> tuple[Any, Exception 
     last: Exception | None = None
     for variant in _variants(cls, default, kw):
         try:
-            candidate = cls(**variant)
+            candidate = _construct(cls, variant)
         except Exception as e:
             last = last or e
             continue
+        _rebuild_nested(candidate, default)
         if _consistent(candidate, default, kw):
             return candidate, None
     return None, last
@@ -356,6 +464,46 @@ def _agreeing(error: Exception, kw: dict[str, Any]) -> dict[str, Any] | None:
     from prefixlint.introspect.relations import fix_overrides
 
     return fix_overrides(str(error), kw)
+
+
+# "num_attention_heads (16) must be the same as num_key_value_heads (8)": a config's own
+# validator names two sizes it wants equal.
+_EQUAL = re.compile(r"(\w+) \(\d+\) must (?:be the same as|be equal to|equal) (\w+) \(\d+\)")
+
+
+def _construct(cls: type, kw: dict[str, Any], attempts: int = 4) -> Any:
+    """``cls(**kw)``; when the config's validator says two shrunk sizes must be equal,
+    the second takes the first's value (in ``kw`` and its nested dicts) and it is tried
+    again: the shrink table knows no such family-specific constraint."""
+    kw = dict(kw)
+    for _ in range(attempts):
+        try:
+            return cls(**kw)
+        except Exception as e:
+            m = _EQUAL.search(str(e))
+            if m is None or not _equalise(kw, m.group(1), m.group(2)):
+                raise
+    return cls(**kw)
+
+
+def _equalise(kw: dict[str, Any], first: str, second: str) -> bool:
+    changed = False
+    for scope in [kw, *(v for v in kw.values() if isinstance(v, dict))]:
+        if first in scope and second in scope and scope[first] != scope[second]:
+            scope[second] = scope[first]
+            changed = True
+    return changed
+
+
+def _rebuild_nested(cfg: Any, default: Any) -> None:
+    """A composite config whose constructor takes a sub-config under another name
+    (DeepseekVLV2's ``language_config`` for ``text_config``) keeps the shrunk one passed
+    under the attribute's name as a plain dict: it becomes its default's class again."""
+    for k, sub in vars(default).items():
+        value = vars(cfg).get(k)
+        if isinstance(value, dict) and hasattr(sub, "to_dict") and hasattr(sub, "model_type"):
+            with contextlib.suppress(Exception):
+                setattr(cfg, k, type(sub)(**value))
 
 
 def synth_config(arch: str, num_layers: int = 4, model_cls: type | None = None):
@@ -436,7 +584,32 @@ def resolve_config(
         origin = "synthesised (llama-shaped: remote-code architecture)"
     cfg.architectures = [name]
     cfg.save_pretrained(folder)
+    _rename_sub_config_keys(type(cfg), Path(folder, "config.json"))
     return ConfigSource(folder, origin)
+
+
+_POPPED_INTO = re.compile(r"self\.(\w+)\s*=\s*\w+\(\s*\*\*\s*kwargs\.pop\(\s*[\"'](\w+)[\"']")
+
+
+def _rename_sub_config_keys(cls: type, path: Path) -> None:
+    """``self.text_config = TextConfig(**kwargs.pop("language_config", {}))``: the config
+    saves the attribute's name but loads another; the saved file is given the name its
+    constructor reads, so the reloaded config has the shrunk sub-config."""
+    import inspect
+    import json
+
+    try:
+        source = inspect.getsource(cls.__init__)
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, TypeError, ValueError):
+        return
+    renamed = False
+    for attr, key in _POPPED_INTO.findall(source):
+        if attr != key and attr in data and key not in data:
+            data[key] = data.pop(attr)
+            renamed = True
+    if renamed:
+        path.write_text(json.dumps(data, indent=2), encoding="utf-8")
 
 
 def _exactly_mapped(arch: str) -> bool:
@@ -462,7 +635,10 @@ def llama_shaped(num_layers: int = 4):
 
 
 _MISSING = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
-_NONE_USE = re.compile(r"'NoneType' object (is not (subscriptable|iterable)|has no attribute)")
+_NONE_USE = re.compile(
+    r"'NoneType' object (is not (subscriptable|iterable)|has no attribute)"
+    r"|object of type 'NoneType' has no len\(\)|not 'NoneType'"
+)
 _LITERAL = r"""("[^"\n]*"|'[^'\n]*'|-?\d+(?:\.\d+)?(?:e-?\d+)?|True|False)"""
 # Reads of the model's (HF) config, not of vLLM's cache/quant/parallel configs.
 _CONFIG_READ = re.compile(
@@ -511,6 +687,8 @@ def code_hints(name: str, texts: list[str]) -> CodeHints:
             )
             if m:
                 hints.default = ast.literal_eval(m.group(1))
+        if hints.default is None:
+            hints.default = _field_default(name, text)
         for m in re.finditer(rf"{ref}(?:\[[^\]\n]*\])?\s*(?:==|!=)\s*{_LITERAL}", text):
             value = ast.literal_eval(m.group(1))
             if value not in hints.compared:
@@ -521,15 +699,36 @@ def code_hints(name: str, texts: list[str]) -> CodeHints:
                 hints.compared.append(value)
         if re.search(rf"{ref}\s*\[\s*[\w.]*(?:layer|idx|index|\bi\b)[\w.]*\s*\]", text):
             hints.per_layer = True
-        if re.search(rf"(?:set|list|sorted|len|enumerate)\(\s*{ref}\s*\)|\bin\s+{ref}\s*:", text):
+        if re.search(
+            rf"(?:set|list|sorted|len|enumerate|min|max|tuple)\(\s*{ref}\s*\)|\bin\s+{ref}\s*:",
+            text,
+        ):
             hints.iterated = True
         if re.search(rf"%\s*{ref}", text):
             hints.modulo = True
         if re.search(rf"\w*(?:layer|idx)\w*\s*(?:<|>=)\s*{ref}", text):
             hints.layer_bound = True
-        if re.search(rf"(?:\bnot\s+|\bif\s+){ref}\s*(?::|\)|,|$|\band\b|\bor\b)", text, re.M):
+        if re.search(
+            rf"(?:\bnot\s+|\bif\s+){ref}\s*(?::|\)|,|$|\band\b|\bor\b|\belse\b)", text, re.M
+        ):
             hints.truth = True
     return hints
+
+
+def _field_default(name: str, text: str) -> Any:
+    """The default of a dataclass field ``name: T = <literal>`` in the model's own code
+    (Molmo 2's ``vit_layers: tuple[int, int] = (-3, -9)``): what the model takes when a
+    checkpoint says nothing; None when there is no literal one."""
+    import ast
+
+    m = re.search(rf"^[ \t]+{re.escape(name)}\s*:[^=\n]+=\s*(.+?)\s*(?:#.*)?$", text, re.M)
+    if m is None or m.group(1).endswith(","):
+        return None  # a function's parameter (``embed_dim: int = 1280,``), not a field
+    try:
+        value = ast.literal_eval(m.group(1))
+    except (ValueError, SyntaxError):
+        return None
+    return list(value) if isinstance(value, tuple) else value
 
 
 _VLLM_TEXTS: list[str] | None = None
@@ -585,7 +784,9 @@ def guess_from_code(name: str, config: Any, texts: list[str]) -> Any:
                 if other is not None:
                     kinds = [other, v]
             return _per_layer(kinds, n)
-        if not hints.per_layer and any(w in name.lower() for w in ("ids", "idx", "indices")):
+        if not hints.per_layer and any(
+            w in name.lower() for w in ("ids", "idx", "indices", "index")
+        ):
             return list(range(0, n, 2))  # every other layer: both kinds get built
         element = guess_attribute(re.sub(r"^(interleaved|per_layer)_|_list$|s$", "", name), config)
         if element is not None and not isinstance(element, list):
@@ -641,6 +842,9 @@ def guess_attribute(name: str, config: Any, texts: list[str] | None = None) -> A
     heads = getattr(config, "num_attention_heads", 16) or 16
     if n == "layer_types":
         return ["full_attention"] * _num_layers(config)
+    if n == "rope_parameters":  # transformers' form of rope_theta / rope_scaling
+        theta = getattr(config, "rope_theta", None) or 10000.0
+        return {"rope_type": "default", "rope_theta": theta}
     table: list[tuple[tuple[str, ...], Any]] = [
         (("eps",), 1e-6),
         (("dropout",), 0.0),
@@ -658,25 +862,31 @@ def guess_attribute(name: str, config: Any, texts: list[str] | None = None) -> A
         (("iters", "iterations"), 1),  # an iteration count (Sinkhorn): one pass
         (("block_indexes", "layer_indexes"), [0]),
         (("sampling_rate",), 16000),
-        (("embedding_size", "embed_dim"), hidden),
+        (("embedding_size", "embed_dim", "n_embed"), hidden),
         (("fp32_",), False),
         (("query_num", "num_queries"), 16),
         (("image_size",), 56),
         (("patch_size",), 14),
         (("num_channels", "in_chans"), 3),
+        (("pad_token_id",), 0),
+        (("_token_id", "_token_index", "patch_id"), 10),  # below every shrunk vocabulary
+        (("depth",), 2),
+        (("channels",), 16),
         (("window",), 64),
         (("intermediate",), 256),
         (("kv_channels",), getattr(config, "head_dim", None) or hidden // heads),
         (("head_dim", "rotary_dim", "block_dim", "rank", "_dim"), 16),
-        (("dim_model_base", "hidden"), hidden),
         (("scale", "scalar", "multiplier", "factor", "logit"), 1.0),
         (("mult",), 1),
         (("gate_func", "act_func"), "silu"),
         (("activation", "hidden_act", "act_fn"), "silu"),
-        (("ratio",), 1),
+        # before "hidden": a layer count is not a width (128 MoE layers exhaust memory)
+        (("num_hidden_layers", "num_layers", "n_layers"), _num_layers(config)),
+        # after the activations: ``projector_hidden_act`` names a function, not a width
+        (("dim_model_base", "hidden"), hidden),
+        (("ratio", "rate"), 1),
         (("score_func", "scoring_func"), "softmax"),
         (("use_", "is_", "_bias", "enable", "norm_topk", "_norm", "norm_", "interleaved"), False),
-        (("num_hidden_layers", "num_layers", "n_layers"), _num_layers(config)),
         # a head count before any other count: 2 heads would not divide tp 4 and 8
         (("heads", "n_head"), heads),
         (("num_",), 2),
@@ -854,8 +1064,26 @@ def repair(
         return demanded
     if isinstance(error, KeyError):
         return _missing_key(error, configs, _source_texts(error, extra_files))
+    for mechanism in (
+        _checked_class,
+        _asserted_literal,
+        _asserted_argument,
+        _asserted_present,
+        _dispatched_value,
+        _zero_refused,
+        _sub_model_architecture,
+        _scalar_as_pair,
+        _unpacked_stand_in,
+        _unpacked_config,
+    ):
+        fixed = mechanism(error, configs)
+        if fixed is not None:
+            return fixed
     m = _MISSING.search(str(error)) if isinstance(error, AttributeError) else None
     texts = _source_texts(error, extra_files)
+    copied = _copied_mapping(error, configs, texts)
+    if copied is not None:
+        return copied
     if m is not None and m.group(1) not in ("NoneType", "list", "tuple"):
         cls_name, attr = m.groups()
         if is_sub_config(attr):
@@ -1017,11 +1245,19 @@ def _give_guess(configs: list[Any], attr: str, texts: Any, wanted: Any) -> str |
     for config in configs:
         if wanted(config):
             value = guess_attribute(attr, config, texts)
-            if value is None:
+            if value is None and not _field_default_none(attr, texts):
                 return None
             setattr(config, attr, value)
             return attr
     return None
+
+
+def _field_default_none(name: str, texts: Any) -> bool:
+    """The model's own dataclass declares ``name: T | None = None``: it copies every
+    field from the config (``getattr(hf_config, field.name)``), and None is its value
+    when a checkpoint leaves the field out."""
+    pattern = re.compile(rf"^[ \t]+{re.escape(name)}\s*:[^=\n]+=\s*None\s*(?:#.*)?$", re.M)
+    return any(pattern.search(t) for t in texts or [])
 
 
 def seed_from_code(configs: list[Any], files: list[str]) -> list[str]:
@@ -1044,3 +1280,415 @@ def seed_from_code(configs: list[Any], files: list[str]) -> list[str]:
                 setattr(config, attr, value)
                 seeded.append(attr)
     return seeded
+
+
+def _failing_frames(error: BaseException, depth: int = 4) -> list[Any]:
+    """The innermost ``depth`` frames of ``error`` (innermost first)."""
+    import traceback
+
+    return [f for f, _ in traceback.walk_tb(error.__traceback__)][-depth:][::-1]
+
+
+def _failing_line(error: BaseException, after: int = 0) -> str:
+    """The line that raised ``error``, with ``after`` more (a call spread over lines)."""
+    import linecache
+    import traceback
+
+    frames = list(traceback.walk_tb(error.__traceback__))
+    if not frames:
+        return ""
+    frame, line = frames[-1]
+    return "".join(
+        linecache.getline(frame.f_code.co_filename, n) for n in range(line, line + after + 1)
+    )
+
+
+_ISINSTANCE = re.compile(r"isinstance\(\s*([\w.]+)\s*,\s*\(?\s*([\w.,\s]+?)\s*\)?\s*\)")
+
+
+def _checked_class(error: BaseException, configs: list[Any]) -> str | None:
+    """The model refused prefixlint's stand-in sub-config (``Unsupported vision config:
+    SubConfig``, ``assert isinstance(config.vision_config, PixtralVisionConfig)``): the
+    code that refused it names, in an ``isinstance`` check, the config classes it takes.
+    The stand-in is replaced by the first of them, default-constructed and shrunk."""
+    import inspect
+
+    from prefixlint.introspect.subconfigs import is_stand_in
+
+    if "SubConfig" not in str(error) and not isinstance(error, AssertionError):
+        return None
+    for frame in _failing_frames(error):
+        try:
+            source = inspect.getsource(frame.f_code)
+        except (OSError, TypeError):
+            continue
+        for held, names in _ISINSTANCE.findall(source):
+            attr = held.rsplit(".", 1)[-1]
+            for owner in configs:
+                current = vars(owner).get(attr)
+                if not is_stand_in(current):
+                    continue
+                for name in (n.strip() for n in names.split(",")):
+                    value = _shrunk_instance(frame.f_globals.get(name))
+                    if value is not None:
+                        setattr(owner, attr, value)
+                        return attr
+    return None
+
+
+def _shrunk_instance(cls: Any) -> Any:
+    """A default instance of the config class ``cls``, shrunk; None if it is none."""
+    from transformers import PretrainedConfig
+
+    if not (isinstance(cls, type) and issubclass(cls, PretrainedConfig)):
+        return None
+    try:
+        default = cls()
+        return _construct(cls, shrink_kwargs(default, 2))
+    except Exception:
+        return None
+
+
+_COMPARED_LITERAL = re.compile(
+    rf"(?:config|cfg)\w*(?:\.\w+)*\.(?P<attr>\w+)\s*(?:==|\bin\b)\s*\(?\s*(?P<value>{_LITERAL})"
+)
+
+
+def _asserted_literal(error: BaseException, configs: list[Any]) -> str | None:
+    """``assert config.layer_norm_type == "rms"``: the model accepts one value of the
+    attribute, and says which (real checkpoints of it have that value)."""
+    import ast
+
+    if not isinstance(error, AssertionError):
+        return None
+    line = _failing_line(error)
+    if "assert" not in line:
+        return None
+    for m in _COMPARED_LITERAL.finditer(line):
+        attr, value = m.group("attr"), ast.literal_eval(m.group("value"))
+        for config in configs:
+            if attr in vars(config) and getattr(config, attr) != value:
+                setattr(config, attr, value)
+                return attr
+    return None
+
+
+_SCALAR_USE = re.compile(r"'int' object is not (iterable|subscriptable)")
+
+
+def _scalar_as_pair(error: BaseException, configs: list[Any]) -> str | None:
+    """``config.image_size[0]``, ``tuple(config.input_size)``: the model reads as a pair
+    what the synthesised config holds as one number (checkpoints write ``[h, w]``)."""
+    if not (isinstance(error, TypeError) and _SCALAR_USE.search(str(error))):
+        return None
+    line = _failing_line(error)
+    # ``config.x[0]`` on the line; else a local read from the config just above it
+    names = re.findall(r"\.(\w+)", line) + [
+        attr
+        for local, attr in re.findall(
+            r"(\w+)\s*=\s*(?:self\.)?\w*config\.(\w+)", _model_lines(error)
+        )
+        if re.search(rf"\b{local}\b", line)
+    ]
+    for attr in names:
+        for config in configs:
+            value = vars(config).get(attr)
+            if isinstance(value, int) and not isinstance(value, bool):
+                setattr(config, attr, [value, value])
+                return attr
+    return None
+
+
+_UNEXPECTED_KW = re.compile(r"(\w+)\.__init__\(\) (got an unexpected keyword|missing \d+ required)")
+
+
+def _unpacked_stand_in(error: BaseException, configs: list[Any]) -> str | None:
+    """``Encoder(**config.audio_encoder_conf)`` refused a key of prefixlint's stand-in
+    mapping, or missed one: the callee's signature says which keys it takes."""
+    import inspect
+
+    from prefixlint.introspect.subconfigs import fit_to_callee, is_stand_in
+
+    m = _UNEXPECTED_KW.search(str(error)) if isinstance(error, TypeError) else None
+    if m is None:
+        return None
+    line = _failing_line(error, after=3)
+    frames = _failing_frames(error, 1)
+    callee = frames[0].f_globals.get(m.group(1)) if frames else None
+    if not isinstance(callee, type):
+        return None
+    try:
+        params = dict(inspect.signature(callee.__init__).parameters)
+    except (TypeError, ValueError):
+        return None
+    params.pop("self", None)
+    for config in configs:
+        for attr, value in vars(config).items():
+            if is_stand_in(value) and "**" in line and attr in line:
+
+                def guess(name: str, annotation: Any, sub: Any = value) -> Any:
+                    found = guess_attribute(name, sub)
+                    if found is None and annotation in (int, "int"):
+                        found = 16  # a size: small, divides by 1, 2, 4, 8
+                    return found
+
+                if fit_to_callee(value, params, guess):
+                    return attr
+    return None
+
+
+def _model_lines(error: BaseException, before: int = 2) -> str:
+    """The line of the innermost model-code frame (``/models/``) of ``error``, with the
+    ``before`` lines above it (a sub-config read into a local first)."""
+    import linecache
+    import traceback
+
+    for frame, line in reversed(list(traceback.walk_tb(error.__traceback__))):
+        f = frame.f_code.co_filename
+        if "/models/" in f and "/transformers/" not in f:
+            return "".join(linecache.getline(f, n) for n in range(max(1, line - before), line + 1))
+    return ""
+
+
+_NOT_MAPPING = re.compile(r"argument after \*\* must be a mapping, not (\w+)")
+
+
+def _unpacked_config(error: BaseException, configs: list[Any]) -> str | None:
+    """``Namespace(**config.vision_config)``, ``from_dict(config.vision_config)``: the model
+    unpacks a sub-config that checkpoints store as a dict. A config object there becomes a
+    config that is also a mapping (same values); a None one, a stand-in sub-config."""
+    from prefixlint.introspect.subconfigs import as_mapping, is_sub_config, sub_config
+
+    m = _NOT_MAPPING.search(str(error)) if isinstance(error, TypeError) else None
+    if m is None:
+        return None
+    for attr in re.findall(r"\.(\w+)", _model_lines(error)):
+        if not is_sub_config(attr):
+            continue
+        for config in configs:
+            value = vars(config).get(attr, False)
+            if value is None:
+                setattr(config, attr, sub_config(attr, config))
+                return attr
+            if hasattr(value, "to_dict") and not hasattr(value, "keys"):
+                setattr(config, attr, as_mapping(value))
+                return attr
+    return None
+
+
+_UNPACKED = re.compile(r"(?:\*\*\s*|from_dict\(\s*)[\w.]*?(\w+)\s*[,)]")
+
+
+def _copied_mapping(error: BaseException, configs: list[Any], texts: list[str]) -> str | None:
+    """``Namespace(**config.vision_config).num_positions``,
+    ``PreTrainedConfig.from_dict(vision_config).x``: the object that lacks the attribute
+    is a copy the model made of a sub-config it unpacked, made again at each build. The
+    attribute goes on the sub-config it was copied from."""
+    from prefixlint.introspect.subconfigs import is_sub_config, sub_config
+
+    m = _MISSING.search(str(error)) if isinstance(error, AttributeError) else None
+    if m is None or any(type(c).__name__ == m.group(1) for c in configs):
+        return None
+    attr = m.group(2)
+    unpacked = {name for text in texts for name in _UNPACKED.findall(text)}
+    for holder in configs:
+        for name, value in list(vars(holder).items()):
+            if name not in unpacked or not hasattr(value, "keys") or hasattr(value, attr):
+                continue
+            if not hasattr(value, "to_dict"):
+                continue
+            guess = (
+                sub_config(attr, value)
+                if is_sub_config(attr)
+                else guess_attribute(attr, value, texts)
+            )
+            if guess is None:
+                return None
+            setattr(value, attr, guess)
+            return attr
+    return None
+
+
+_ASSERT_LOCAL = re.compile(rf"assert\s+(\w+)\s*(?:==|\bin\b)\s*\(?\s*(?P<value>{_LITERAL})")
+
+
+def _asserted_argument(error: BaseException, configs: list[Any]) -> str | None:
+    """``assert hidden_act == "silu"`` on a parameter the caller passed as
+    ``hidden_act=adapter_config.hidden_act``: that config attribute gets the value."""
+    import ast
+    import linecache
+    import traceback
+
+    if not isinstance(error, AssertionError):
+        return None
+    m = _ASSERT_LOCAL.search(_failing_line(error))
+    frames = list(traceback.walk_tb(error.__traceback__))
+    if m is None or len(frames) < 2:
+        return None
+    name, value = m.group(1), ast.literal_eval(m.group("value"))
+    caller, line = frames[-2]
+    call = "".join(linecache.getline(caller.f_code.co_filename, n) for n in range(line, line + 12))
+    passed = re.search(rf"\b{name}\s*=\s*([\w.]+)\.(\w+)\s*[,)]", call)
+    if passed is None:
+        return None
+    path, attr = passed.group(1).split("."), passed.group(2)
+    holder = caller.f_locals.get(path[0])
+    for part in path[1:]:
+        holder = getattr(holder, part, None)
+    if not any(holder is c for c in configs):
+        # a copy the model made (a dataclass built from the sub-config of that name)
+        held = [vars(c).get(path[-1]) for c in configs]
+        holder = next((h for h in held if h is not None and hasattr(h, "to_dict")), None)
+    if holder is None or getattr(holder, attr, None) == value:
+        return None
+    setattr(holder, attr, value)
+    return attr
+
+
+def _asserted_present(error: BaseException, configs: list[Any]) -> str | None:
+    """``x = getattr(config, "rope_parameters", None)`` ... ``assert x is not None``: the
+    model needs an attribute the synthesised config lacks (its class declares none; a
+    checkpoint ships one). Read up to four lines above the assert."""
+    import linecache
+    import traceback
+
+    m = re.search(r"assert\s+(\w+)\s+is\s+not\s+None", _failing_line(error))
+    frames = list(traceback.walk_tb(error.__traceback__))
+    if not isinstance(error, AssertionError) or m is None or not frames:
+        return None
+    frame, line = frames[-1]
+    above = "".join(
+        linecache.getline(frame.f_code.co_filename, n) for n in range(max(1, line - 4), line)
+    )
+    read = re.search(
+        rf"\b{m.group(1)}\s*=\s*getattr\(\s*(?:self\.)?\w*config\s*,\s*[\"'](\w+)[\"']", above
+    ) or re.search(rf"\b{m.group(1)}\s*=\s*(?:self\.)?\w*config\.(\w+)", above)
+    if read is None:
+        return None
+    attr = read.group(1)
+    here = [c for c in configs if any(c is v for v in frame.f_locals.values())]
+    for config in here + configs:
+        if getattr(config, attr, None) is None:
+            value = guess_attribute(attr, config)
+            if value is not None:
+                setattr(config, attr, value)
+                return attr
+    return None
+
+
+def _dispatched_value(error: BaseException, configs: list[Any]) -> str | None:
+    """``if config.model_type == "qwen3_5_text": ... else: raise ValueError("Invalid
+    model_type llama")``, ``if self.tile_tag == "2D": ... else: raise ValueError("Only 2D
+    tile_tag is supported, got: tile_tag")``: the failing function dispatches on a config
+    value, names the ones it takes, and the message quotes the value it got. The config
+    takes the first value named (what the family's checkpoints hold)."""
+    import inspect
+
+    message = str(error)
+    if not isinstance(error, (ValueError, NotImplementedError, AssertionError)):
+        return None
+    for frame in _failing_frames(error, 2):
+        try:
+            source = inspect.getsource(frame.f_code)
+        except (OSError, TypeError):
+            continue
+        named: dict[str, list[str]] = {}
+        for attr, value in re.findall(r"\.(\w+)\s*==\s*[\"']([^\"'\n]+)[\"']", source):
+            named.setdefault(attr, []).append(value)
+        local = frame.f_locals.get("config")
+        for attr, values in named.items():
+            for config in [c for c in configs if c is local] + configs:
+                try:
+                    current = getattr(config, attr)
+                except Exception:
+                    continue
+                if isinstance(current, str) and current in message and current not in values:
+                    with contextlib.suppress(Exception):
+                        setattr(config, attr, values[0])
+                        return attr
+    return None
+
+
+def _zero_refused(error: BaseException, configs: list[Any]) -> str | None:
+    """``if self.tp_size > config.num_experts: raise ValueError(...)`` with a 0 the
+    synthesis took from a ``getattr(config, "num_experts", 0)`` elsewhere: the model
+    refuses the 0 on the line that raised (or the test just above), so the attribute
+    gets the value its name suggests."""
+    if not isinstance(error, (ValueError, AssertionError)):
+        return None
+    for attr in _line_attributes(error):
+        for config in configs:
+            value = vars(config).get(attr)
+            if value == 0 and isinstance(value, int) and not isinstance(value, bool):
+                guess = guess_attribute(attr, config)
+                if isinstance(guess, int) and guess:
+                    setattr(config, attr, guess)
+                    return attr
+    return None
+
+
+_SPECIAL_TOKEN = re.compile(r"[\"'](<[^\"'\s<>]{1,40}>)[\"']")
+
+
+def write_tokenizer(folder: str, files: list[str]) -> None:
+    """A word-level tokenizer in ``folder``: unknown, padding, begin and end tokens and
+    the special tokens (``"<image>"``, ``"<|vision_pad|>"``) the model's ``files`` name,
+    all inside the shrunk vocabulary. Enough for a model that looks a token id up at
+    construction; a meta build tokenizes nothing."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials: list[str] = []
+    for text in _source_texts(None, files):
+        specials += [t for t in _SPECIAL_TOKEN.findall(text) if t not in specials]
+    words = ["<unk>", "<pad>", "<s>", "</s>", *specials][:256]
+    vocab = {word: i for i, word in enumerate(dict.fromkeys(words))}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        unk_token="<unk>",
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+    )
+    fast.save_pretrained(folder)
+
+
+def _sub_model_architecture(error: BaseException, configs: list[Any]) -> str | None:
+    """``init_vllm_registered_model(hf_config=self.text_config)`` raised "No model
+    architectures are specified": a checkpoint's language sub-config names its own
+    architecture; the synthesised one gets vLLM's causal LM of its model type."""
+    import traceback
+
+    if "No model architectures are specified" not in str(error):
+        return None
+    for frame, _ in traceback.walk_tb(error.__traceback__):
+        if frame.f_code.co_name != "init_vllm_registered_model":
+            continue
+        hf = frame.f_locals.get("hf_config")
+        # its own model type, else a base config class's (a family's text config)
+        types = [getattr(k, "model_type", None) for k in type(hf).__mro__]
+        arch = next((a for a in map(_causal_lm_of, types) if a), None)
+        if hf is None or getattr(hf, "architectures", None) or arch is None:
+            return None
+        hf.architectures = [arch]
+        return "architectures"
+    return None
+
+
+def _causal_lm_of(model_type: str | None) -> str | None:
+    """vLLM's registered causal LM architecture for ``model_type``, or None."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    from vllm import ModelRegistry
+    from vllm.transformers_utils.config import _ARCHITECTURE_TO_MODEL_TYPE
+
+    if not model_type:
+        return None
+    supported = set(ModelRegistry.get_supported_archs())
+    names = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)]
+    names += [a for a, mt in _ARCHITECTURE_TO_MODEL_TYPE.items() if mt == model_type]
+    for name in names:
+        if isinstance(name, str) and name in supported and name.endswith("ForCausalLM"):
+            return name
+    return None

@@ -58,6 +58,9 @@ _SUB_CONFIG = re.compile(r"(_config|_conf|_cfg)$")
 _TEXT = re.compile(r"^(text|llm|language|thinker|decoder)")
 
 
+_ONLY_KEYS = "_prefixlint_only_keys"
+
+
 def is_sub_config(name: str) -> bool:
     return bool(_SUB_CONFIG.search(name))
 
@@ -89,9 +92,51 @@ def _mapping_config(base: type) -> type:
 
     class SubConfig(base):  # type: ignore[misc, valid-type]
         def keys(self) -> Any:
-            return [k for k in self.to_dict() if k not in common or k in ENCODER_DEFAULTS]
+            only = self.__dict__.get(_ONLY_KEYS)
+            if only is not None:  # what the callee that unpacks it takes (fit_to_callee)
+                return [k for k in only if k in self.__dict__]
+            return [
+                k
+                for k in self.to_dict()
+                if (k not in common or k in ENCODER_DEFAULTS) and not k.startswith("_")
+            ]
 
         def __getitem__(self, key: str) -> Any:
             return self.to_dict()[key]
 
     return SubConfig
+
+
+def is_stand_in(value: Any) -> bool:
+    """A sub-config made here (not a checkpoint's class)."""
+    return type(value).__name__ == "SubConfig" and hasattr(value, "keys")
+
+
+def fit_to_callee(sub: Any, params: dict[str, Any], guess: Any) -> bool:
+    """Make the stand-in ``sub`` unpack (``Encoder(**sub)``) into exactly the callee's
+    keyword parameters ``params`` (name -> ``inspect.Parameter``): keys the callee does not
+    take are left out, required ones it lacks get ``guess(name, annotation)``. False when
+    nothing changes or a required value cannot be guessed."""
+    import inspect
+
+    names: list[str] = []
+    for name, p in params.items():
+        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            continue
+        if name not in sub.__dict__:
+            if p.default is not inspect.Parameter.empty:
+                continue
+            value = guess(name, p.annotation)
+            if value is None:
+                return False
+            setattr(sub, name, value)
+        names.append(name)
+    if sub.__dict__.get(_ONLY_KEYS) == names:
+        return False
+    sub.__dict__[_ONLY_KEYS] = names
+    return True
+
+
+def as_mapping(config: Any) -> Any:
+    """A copy of ``config`` (same class, same values) that also unpacks as a mapping."""
+    return _mapping_config(type(config))(**config.to_dict())
