@@ -1068,7 +1068,6 @@ def repair(
         _checked_class,
         _asserted_literal,
         _asserted_argument,
-        _asserted_present,
         _dispatched_value,
         _zero_refused,
         _sub_model_architecture,
@@ -1213,32 +1212,6 @@ def _asserted_present(error: BaseException, configs: list[Any], texts: list[str]
     return None
 
 
-def _asserted_literal(error: BaseException, configs: list[Any]) -> str | None:
-    """``assert config.gate_activation == "sigmoid" and ...``: set the attribute to the
-    literal the failing line compares it with, where the config holds another value (a
-    guessed one, or a default of a mode the model does not build)."""
-    import ast
-    import linecache
-    import traceback
-
-    frames = list(traceback.walk_tb(error.__traceback__))
-    if not frames:
-        return None
-    frame, line = frames[-1]
-    text = linecache.getline(frame.f_code.co_filename, line)
-    read = _CONFIG_READ.pattern
-    pairs = [(m.group(1), m.group(2)) for m in re.finditer(rf"{read}\s*==\s*{_LITERAL}", text)] + [
-        (m.group(2), m.group(1)) for m in re.finditer(rf"{_LITERAL}\s*==\s*{read}", text)
-    ]
-    for attr, literal in pairs:
-        value = ast.literal_eval(literal)
-        for config in configs:
-            if attr in vars(config) and getattr(config, attr) != value:
-                setattr(config, attr, value)
-                return attr
-    return None
-
-
 def _give_guess(configs: list[Any], attr: str, texts: Any, wanted: Any) -> str | None:
     """Set a guessed ``attr`` on the first config ``wanted`` accepts; its name, or None
     when no config is wanted or no value can be guessed."""
@@ -1354,9 +1327,15 @@ _COMPARED_LITERAL = re.compile(
 )
 
 
+_LITERAL_COMPARED = re.compile(
+    rf"(?P<value>{_LITERAL})\s*==\s*(?:self\.)?(?:config|cfg)\w*(?:\.\w+)*\.(?P<attr>\w+)"
+)
+
+
 def _asserted_literal(error: BaseException, configs: list[Any]) -> str | None:
-    """``assert config.layer_norm_type == "rms"``: the model accepts one value of the
-    attribute, and says which (real checkpoints of it have that value)."""
+    """``assert config.layer_norm_type == "rms"`` (or ``"rms" == config.x``, or ``in``):
+    the model accepts one value of the attribute, and says which (real checkpoints of it
+    have that value)."""
     import ast
 
     if not isinstance(error, AssertionError):
@@ -1364,8 +1343,10 @@ def _asserted_literal(error: BaseException, configs: list[Any]) -> str | None:
     line = _failing_line(error)
     if "assert" not in line:
         return None
-    for m in _COMPARED_LITERAL.finditer(line):
-        attr, value = m.group("attr"), ast.literal_eval(m.group("value"))
+    pairs = [(m.group("attr"), m.group("value")) for m in _COMPARED_LITERAL.finditer(line)]
+    pairs += [(m.group("attr"), m.group("value")) for m in _LITERAL_COMPARED.finditer(line)]
+    for attr, literal in pairs:
+        value = ast.literal_eval(literal)
         for config in configs:
             if attr in vars(config) and getattr(config, attr) != value:
                 setattr(config, attr, value)
@@ -1543,37 +1524,6 @@ def _asserted_argument(error: BaseException, configs: list[Any]) -> str | None:
         return None
     setattr(holder, attr, value)
     return attr
-
-
-def _asserted_present(error: BaseException, configs: list[Any]) -> str | None:
-    """``x = getattr(config, "rope_parameters", None)`` ... ``assert x is not None``: the
-    model needs an attribute the synthesised config lacks (its class declares none; a
-    checkpoint ships one). Read up to four lines above the assert."""
-    import linecache
-    import traceback
-
-    m = re.search(r"assert\s+(\w+)\s+is\s+not\s+None", _failing_line(error))
-    frames = list(traceback.walk_tb(error.__traceback__))
-    if not isinstance(error, AssertionError) or m is None or not frames:
-        return None
-    frame, line = frames[-1]
-    above = "".join(
-        linecache.getline(frame.f_code.co_filename, n) for n in range(max(1, line - 4), line)
-    )
-    read = re.search(
-        rf"\b{m.group(1)}\s*=\s*getattr\(\s*(?:self\.)?\w*config\s*,\s*[\"'](\w+)[\"']", above
-    ) or re.search(rf"\b{m.group(1)}\s*=\s*(?:self\.)?\w*config\.(\w+)", above)
-    if read is None:
-        return None
-    attr = read.group(1)
-    here = [c for c in configs if any(c is v for v in frame.f_locals.values())]
-    for config in here + configs:
-        if getattr(config, attr, None) is None:
-            value = guess_attribute(attr, config)
-            if value is not None:
-                setattr(config, attr, value)
-                return attr
-    return None
 
 
 def _dispatched_value(error: BaseException, configs: list[Any]) -> str | None:
