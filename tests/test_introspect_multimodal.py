@@ -75,7 +75,11 @@ def planted_defect_is_found(worker, tmp_path, source, cls, edit_cls, old, new, a
     anchor, needle = at or (f"class {edit_cls}(", new)
     expected = (code, broken.name, line_of(text, anchor, needle))
     assert expected in added, (expected, sorted(added))
-    assert {c for c, _, _ in added} == {code}, sorted(added)
+    # Nothing but the wrong name, and what follows from it: with the checkpoint dry-run,
+    # a quantization config that matches the checkpoint's names misses the renamed layers
+    # (PFX702), at the same line.
+    assert {c for c, _, _ in added} <= {code, "PFX702"}, sorted(added)
+    assert {(f, r) for c, f, r in added if c == "PFX702"} <= {expected[1:]}, sorted(added)
 
 
 @pytest.mark.skipif(not _optional_site_has("torchvision"), reason="torchvision not installed")
