@@ -35,6 +35,15 @@ from prefixlint.introspect.configs import (  # noqa: E402
     seed_from_code,
 )
 from prefixlint.introspect.coverage import covered, not_verified  # noqa: E402
+from prefixlint.introspect.demands import (  # noqa: E402
+    alias_value,
+    apply_demands,
+    asserted_reads,
+    assertion_demands,
+    choice_demands,
+    raising_function_source,
+    validation_cause,
+)
 from prefixlint.introspect.drafts import (  # noqa: E402
     force_architecture,
     is_draft,
@@ -253,8 +262,7 @@ def _model_config_repaired(folder: str, attempts: int = 16) -> tuple[Any, list[s
     guessed: list[str] = []
 
     def override(hf_config: Any) -> Any:
-        for name, value in extra.items():
-            setattr(hf_config, name, value)
+        apply_demands(hf_config, extra)
         return hf_config
 
     for _ in range(attempts):
@@ -269,7 +277,10 @@ def _model_config_repaired(folder: str, attempts: int = 16) -> tuple[Any, list[s
             parent = _plain_model_config_hf(folder)
             value = sub_config(attr, parent) if is_sub_config(attr) else None
             if value is None:
-                value = guess_attribute(attr, parent)
+                # how the validator uses it first (``== "rotary"``), then the name
+                value = guess_attribute(attr, parent, raising_function_source(e))
+            if value is None:
+                value = alias_value(e, attr, parent)
             if value is None:
                 raise
             # an attribute of a sub-config given before: set on it, else on the config
@@ -279,7 +290,32 @@ def _model_config_repaired(folder: str, attempts: int = 16) -> tuple[Any, list[s
                 guessed.append(attr)
             else:
                 extra[attr] = value
+        except Exception as e:
+            if not _validator_demands(e, extra, folder):
+                raise
     return _model_config(folder, overrides=override), list(extra) + guessed
+
+
+def _validator_demands(error: BaseException, extra: dict[str, Any], folder: str) -> bool:
+    """vLLM's config validators state what a checkpoint's config holds (an ``assert``
+    on a value or on the config class's name, a ``ValueError`` listing the accepted
+    values of a field it found missing): add what they ask to ``extra``. An ``assert``
+    on a value read from the config without saying which gets a guess from how the
+    validator reads it (``getattr(..., "pooling", "avg")``)."""
+    from prefixlint.introspect.configs import guess_attribute
+
+    cause = validation_cause(error)
+    demands = {**assertion_demands(cause), **choice_demands(cause)}
+    texts = raising_function_source(cause)
+    for name in asserted_reads(cause):
+        if name not in demands and name not in extra:
+            value = guess_attribute(name, _plain_model_config_hf(folder), texts)
+            if value is not None:
+                demands[name] = value
+    # a guess made before (``activation_function="silu"``) yields to what is asked
+    new = {k: v for k, v in demands.items() if k not in extra or extra[k] != v}
+    extra.update(new)
+    return bool(new)
 
 
 def _plain_model_config_hf(folder: str) -> Any:

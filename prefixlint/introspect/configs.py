@@ -17,6 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prefixlint.introspect.demands import (
+    annotated_default,
+    callee_default,
+    fit_unpacked,
+    integral_sizes,
+    mismatch_demands,
+    must_be,
+    none_source,
+)
 from prefixlint.introspect.subconfigs import is_sub_config, sub_config
 
 # name -> tiny value; only applied where the default config has the attribute
@@ -145,6 +154,52 @@ def arch_to_model_types(arch: str, model_cls: type | None = None) -> list[str]:
         for mt in _module_config_types(model_cls):
             if mt not in out:
                 out.append(mt)
+    if not out:
+        out.extend(_base_model_types(model_cls))
+    return out
+
+
+def _base_model_types(model_cls: type | None) -> list[str]:
+    """A model class that extends another architecture's class (a retrieval head over
+    a vision-language model, a ColBERT head over an encoder) reads that class's config:
+    the model types of its nearest base that has one."""
+    for base in getattr(model_cls, "__mro__", ())[1:]:
+        if "model_executor.models" not in getattr(base, "__module__", ""):
+            continue
+        found = arch_to_model_types(base.__name__, base)
+        if found:
+            return found
+    for backbone in _backbones(model_cls):
+        found = arch_to_model_types(backbone.__name__, backbone)
+        if found:
+            return found
+    return []
+
+
+def _backbones(model_cls: type | None) -> list[type]:
+    """Classes the model's ``__init__`` builds with its own ``vllm_config`` (``self.model
+    = Lfm2Model(vllm_config=vllm_config, ...)``): they read the same config."""
+    import ast
+    import inspect
+    import sys
+    import textwrap
+
+    init = getattr(model_cls, "__init__", None)
+    module = sys.modules.get(getattr(model_cls, "__module__", ""))
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(init)))
+    except (OSError, TypeError, SyntaxError):
+        return []
+    out: list[type] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        passes_config = any(
+            kw.arg == "vllm_config" and isinstance(kw.value, ast.Name) for kw in node.keywords
+        )
+        found = getattr(module, node.func.id, None)
+        if passes_config and isinstance(found, type) and found is not model_cls:
+            out.append(found)
     return out
 
 
@@ -177,6 +232,10 @@ def shrink_kwargs(default, num_layers: int = 2) -> dict[str, Any]:
     for k, v in SHRINK.items():
         if k in d and d[k] is not None and not isinstance(d[k], bool):
             kw[k] = v
+    if d.get("num_key_value_heads") == 1 and d.get("multi_query"):
+        # multi-query attention: one KV head by design, and it divides any head count
+        # (the query heads may keep a name SHRINK does not know, GPTBigCode's n_head)
+        kw.pop("num_key_value_heads", None)
     for k, v in FILL_NONE.items():
         if k in d and d[k] is None:
             kw[k] = v
@@ -198,13 +257,14 @@ def shrink_kwargs(default, num_layers: int = 2) -> dict[str, Any]:
             if (
                 k not in kw
                 and "layer" in k
-                and isinstance(v, list)
+                and isinstance(v, (list, tuple))
                 and v
                 and all(isinstance(x, int) for x in v)
                 and max(v) < old_n
                 and len(v) != old_n
             ):
-                kw[k] = [x for x in v if x < new_n]
+                # none left (MoE from layer 4 on): the last layer keeps the kind built
+                kw[k] = [x for x in v if x < new_n] or [new_n - 1]
         kw["num_hidden_layers"] = new_n
     # nested sub-configs (text_config, vision_config, ...)
     for k, v in d.items():
@@ -328,12 +388,50 @@ def synth_config(arch: str, num_layers: int = 4, model_cls: type | None = None):
             if cfg is None:
                 raise last or ValueError("inconsistent layer indices")
             cfg.architectures = [arch]
+            _name_text_architectures(cfg)
             return cfg
         except Exception as e:
             errors.append(f"{mt}: {type(e).__name__}: {e}")
     if not errors:
         raise ConfigGap(f"no model type is known for {arch} (remote code?)")
     raise ConfigGap(f"cannot synthesise a config for {arch}: {'; '.join(errors)[:300]}")
+
+
+def _name_text_architectures(cfg: Any) -> None:
+    """A composite config's language model is built by its ``architectures``
+    (``init_vllm_registered_model(hf_config=config.text_config)``); a checkpoint names it,
+    a default-constructed sub-config often does not. The sub-config class's own
+    declaration first, then the causal LM transformers maps its model type to."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    for name, sub in list(vars(cfg).items()):
+        if not (name.startswith(("text", "llm", "language")) and hasattr(sub, "to_dict")):
+            continue
+        if vars(sub).get("architectures"):
+            continue
+        declared = getattr(type(sub), "architectures", None)
+        model_type = getattr(sub, "model_type", "")
+        mapped = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type) or _causal_lm_named(model_type)
+        if isinstance(declared, (list, tuple)) and declared:
+            sub.architectures = list(declared)
+        elif isinstance(mapped, str):
+            sub.architectures = [mapped]
+
+
+def _causal_lm_named(model_type: str) -> str | None:
+    """vLLM's ``<Type>ForCausalLM`` for a model type (``step3p5`` -> Step3p5ForCausalLM)."""
+    if not model_type:
+        return None
+    try:
+        from vllm.model_executor.models.registry import ModelRegistry
+
+        archs = ModelRegistry.get_supported_archs()
+    except Exception:
+        return None
+    for arch in archs:
+        if arch.endswith("ForCausalLM") and _norm(arch[: -len("ForCausalLM")]) == _norm(model_type):
+            return arch
+    return None
 
 
 @dataclass
@@ -523,7 +621,8 @@ def guess_from_code(name: str, config: Any, texts: list[str]) -> Any:
         return hints.default
     if hints.modulo or hints.layer_bound:
         return 1  # a step of 1; or layer 0 on one side of the bound, the rest on the other
-    if hints.per_layer or (hints.iterated and "layer" in name.lower()):
+    index_list = re.search(r"(indexes|indices|_ids|_idx)$", name.lower()) is not None
+    if hints.per_layer or (hints.iterated and ("layer" in name.lower() or index_list)):
         if hints.compared:
             kinds = list(hints.compared)
             if len(kinds) == 1:
@@ -536,7 +635,9 @@ def guess_from_code(name: str, config: Any, texts: list[str]) -> Any:
                 if other is not None:
                     kinds = [other, v]
             return _per_layer(kinds, n)
-        if not hints.per_layer and any(w in name.lower() for w in ("ids", "idx", "indices")):
+        if not hints.per_layer and any(
+            w in name.lower() for w in ("ids", "idx", "indices", "indexes")
+        ):
             return list(range(0, n, 2))  # every other layer: both kinds get built
         element = guess_attribute(re.sub(r"^(interleaved|per_layer)_|_list$|s$", "", name), config)
         if element is not None and not isinstance(element, list):
@@ -590,16 +691,25 @@ def guess_attribute(name: str, config: Any, texts: list[str] | None = None) -> A
     n = name.lower()
     hidden = getattr(config, "hidden_size", 128) or 128
     heads = getattr(config, "num_attention_heads", 16) or 16
+    stft = _stft_size(n, config)
+    if stft is not None:
+        return stft
+    if n == "eps":
+        return 1e-6
+    if n == "layers":
+        return _num_layers(config)  # a layer count (``config.layers`` of a vision tower)
     if n == "layer_types":
         return ["full_attention"] * _num_layers(config)
     table: list[tuple[tuple[str, ...], Any]] = [
-        (("eps",), 1e-6),
+        (("_eps", "epsilon"), 1e-6),  # not "deepstack"
         (("dropout",), 0.0),
         (("padded_vocab_size",), getattr(config, "vocab_size", 512)),
         (("vocab_size",), 512),
         (("num_experts_per_tok", "top_k", "topk", "moe_k"), 2),
         (("experts",), 4),
         (("first_k_dense", "n_group", "topk_group", "group"), 1),
+        # transformers 5's rope dict (configs of older shape lack it): a fresh one per call
+        (("rope_parameters",), {"rope_type": "default", "rope_theta": 10000.0}),
         (("rope_theta", "rope_base"), 10000.0),
         (("max_position_embedding",), 256),
         (("select_layer", "feature_layer"), -1),  # the last layer of the vision tower
@@ -633,6 +743,26 @@ def guess_attribute(name: str, config: Any, texts: list[str] | None = None) -> A
     for words, value in table:
         if any(w in n for w in words):
             return value
+    return None
+
+
+def _stft_size(name: str, config: Any) -> int | None:
+    """An audio encoder's (``num_mel_bins`` beside it) window and hop are STFT sizes in
+    samples, not token windows: 25 ms and 10 ms of its sampling rate, as speech models
+    use. Mel filters need that many frequency bins (a 64-sample window leaves 33 bins,
+    too few for 128 mel filters)."""
+    try:
+        mel = getattr(config, "num_mel_bins", None)
+    except Exception:
+        return None
+    if not isinstance(mel, int):
+        return None
+    rate = getattr(config, "sampling_rate", None)
+    rate = rate if isinstance(rate, int) and rate > 0 else 16000
+    if name in ("window_size", "n_fft", "win_length", "fft_size"):
+        return rate * 25 // 1000
+    if name in ("hop_length", "hop_size"):
+        return rate // 100
     return None
 
 
@@ -739,9 +869,47 @@ def repair(
                     setattr(config, attr, sub_config(attr, config))
                     return attr
             return None
+        configs = _with_nested(configs)  # a thinker's audio config sits two levels down
+        lacking = [c for c in configs if type(c).__name__ == cls_name and not hasattr(c, attr)]
+        # the very object that lacked it (vision and audio stand-ins share a class name)
+        owner = getattr(error, "obj", None)
+        if any(owner is c for c in lacking):
+            lacking.remove(owner)
+            lacking.insert(0, owner)
+            configs = [owner] + [c for c in configs if c is not owner]
+        known, value = annotated_default(error, attr)
+        if not known:
+            known, value = callee_default(error, attr)
+        if not known and lacking:
+            known, value = _registered_default(lacking[0], attr)
+        if known and lacking:
+            setattr(lacking[0], attr, value)
+            return attr
         return _give_guess(
             configs, attr, texts, lambda c: type(c).__name__ == cls_name and not hasattr(c, attr)
         )
+    if isinstance(error, RecursionError) and _builds_itself(error):
+        # ``init_vllm_registered_model(hf_config=config.get_text_config())`` on a flat
+        # config returns the config itself: the model builds itself again. A composite
+        # checkpoint has a text sub-config naming the language model.
+        top = configs[0] if configs else None
+        if top is not None and "text_config" not in vars(top):
+            top.text_config = sub_config("text_config", top)
+            return "text_config"
+        return None
+    fitted = (
+        fit_unpacked(error)
+        or must_be(error, _with_nested(configs))
+        or integral_sizes(error, _with_nested(configs))
+    )
+    if fitted is not None:
+        return fitted
+    stated = mismatch_demands(error, _with_nested(configs))
+    for attr, value in stated.items():
+        for config in _with_nested(configs):
+            if vars(config).get(attr) is not None and vars(config)[attr] != value:
+                setattr(config, attr, value)
+                return attr
     if isinstance(error, AttributeError) and _SEQUENCE_AS_TEXT.search(str(error)):
         # ``config.x.strip().split(",")``: the checkpoint writes the list as text
         for attr in _line_attributes(error):
@@ -766,6 +934,16 @@ def repair(
                     setattr(config, attr, value)
                     return attr
         return None
+    read = none_source(error)
+    if read is not None:
+        attr, value = read
+        for config in _with_nested(configs):
+            if attr in vars(config) and vars(config)[attr] is None:
+                value = guess_attribute(attr, config, texts) if value is None else value
+                if value is None:
+                    return None
+                setattr(config, attr, value)
+                return attr
     if isinstance(error, (TypeError, AttributeError)) and _NONE_USE.search(str(error)):
         attr = _none_attribute(error, configs)
         if attr is None:
@@ -774,6 +952,57 @@ def repair(
             configs, attr, texts, lambda c: attr in vars(c) and getattr(c, attr) is None
         )
     return None
+
+
+def _builds_itself(error: BaseException) -> bool:
+    import traceback
+
+    names = [f.f_code.co_name for f, _ in traceback.walk_tb(error.__traceback__)]
+    return names.count("init_vllm_registered_model") > 2
+
+
+def _registered_default(config: Any, attr: str) -> tuple[bool, Any]:
+    """The default of ``attr`` in the config class vLLM registers for ``config``'s model
+    type, when that is another class (transformers' ``Step3p7TextConfig`` and vLLM's
+    ``Step3p5Config`` share ``step3p5``; vLLM's model reads vLLM's)."""
+    from vllm.transformers_utils.config import _CONFIG_REGISTRY
+
+    model_type = getattr(config, "model_type", "") or ""
+    try:
+        # a lazy registry: ``[]`` loads the class, ``.get`` may not
+        cls = _CONFIG_REGISTRY[model_type] if model_type in _CONFIG_REGISTRY else None  # noqa: SIM401
+    except Exception:
+        return False, None
+    if not isinstance(cls, type) or isinstance(config, cls):
+        return False, None
+    try:
+        default = cls()
+        value = getattr(default, attr)
+    except Exception:
+        return False, None
+    with contextlib.suppress(Exception):
+        value = shrink_kwargs(default).get(attr, value)
+    return True, value
+
+
+def _with_nested(configs: list[Any], depth: int = 3) -> list[Any]:
+    """``configs`` and the configs nested in them (``thinker_config.audio_config``)."""
+    out = list(configs)
+    frontier = list(configs)
+    for _ in range(depth):
+        found = []
+        for config in frontier:
+            try:
+                values = list(vars(config).values())
+            except TypeError:
+                continue
+            for value in values:
+                nested = hasattr(value, "to_dict") and hasattr(value, "model_type")
+                if nested and all(value is not c for c in out):
+                    out.append(value)
+                    found.append(value)
+        frontier = found
+    return out
 
 
 def _give_guess(configs: list[Any], attr: str, texts: Any, wanted: Any) -> str | None:

@@ -56,6 +56,7 @@ ENCODER_DEFAULTS: dict[str, Any] = {
 # ``audio_encoder_conf``, ``thinker_config``), not a value.
 _SUB_CONFIG = re.compile(r"(_config|_conf|_cfg)$")
 _TEXT = re.compile(r"^(text|llm|language|thinker|decoder)")
+_AUDIO = re.compile(r"audio|speech|sound|whisper|acoustic")
 
 
 def is_sub_config(name: str) -> bool:
@@ -73,8 +74,17 @@ def sub_config(name: str, parent: Any) -> Any:
             for k, v in parent.to_dict().items()
             if not isinstance(v, dict) and k not in ("architectures", "auto_map")
         }
+        arch = _causal_lm(getattr(parent, "model_type", ""))
+        if arch is not None:
+            # vLLM builds the language model by this name; the parent's would be the
+            # multimodal model itself again
+            values["architectures"] = [arch]
     else:
         values = dict(ENCODER_DEFAULTS)
+        if _AUDIO.search(name):
+            # an audio encoder's window is its STFT window (25 ms at 16 kHz): enough
+            # frequency bins for its mel filters, unlike a vision tower's window
+            values.update(window_size=400, hop_length=160)
         out_size = getattr(parent, "hidden_size", None)
         if isinstance(out_size, int):
             values["out_hidden_size"] = out_size  # projector output: the text width
@@ -95,3 +105,12 @@ def _mapping_config(base: type) -> type:
             return self.to_dict()[key]
 
     return SubConfig
+
+
+def _causal_lm(model_type: str) -> str | None:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from prefixlint.introspect.configs import _causal_lm_named
+
+    found = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+    return found if isinstance(found, str) else _causal_lm_named(model_type)
