@@ -232,6 +232,12 @@ def test_repair_reads_stated_values(tmp_path: Path) -> None:
         "    return list(range(\n"
         "        config.d_model * config.downsample_factor,\n"
         "    ))\n"
+        "def make(width, n):\n"
+        "    return [0] * width * n\n"
+        "class Head:\n"
+        "    def __init__(self, config):\n"
+        "        self.classify_num = config.classify_num\n"
+        "        self.out = make(4, self.classify_num)\n"
         "def scaled(config):\n"
         '    head_dim = getattr(config, "head_dim", config.hidden_size // '
         "config.num_attention_heads)\n"
@@ -248,6 +254,11 @@ def test_repair_reads_stated_values(tmp_path: Path) -> None:
     cfg.head_dim = None
     assert repair(raised(module.scaled, cfg), [cfg]) == "head_dim"
     assert cfg.head_dim == 8  # the code's own fallback: hidden_size // heads
+    # the callee raises; the caller's frame read the None value into ``self``
+    cfg.classify_num = None
+    assert repair(raised(module.Head, cfg), [cfg]) == "classify_num"
+    assert cfg.classify_num == 16  # used as a size
+    module.Head(cfg)
 
 
 def test_guesses_by_name_and_shape() -> None:
@@ -311,6 +322,7 @@ BUILDS = [
     "HunYuanDenseV1ForCausalLM",  # the code's fallback for a None head_dim
     "StepVLForConditionalGeneration",  # must-be values, callee defaults, text arch
     "GPTBigCodeForCausalLM",  # multi-query: one KV head
+    "Qwen3ASRForcedAlignerForTokenClassification",  # a None size read in the caller
 ]
 
 

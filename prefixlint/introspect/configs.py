@@ -869,47 +869,10 @@ def repair(
                     setattr(config, attr, sub_config(attr, config))
                     return attr
             return None
-        configs = _with_nested(configs)  # a thinker's audio config sits two levels down
-        lacking = [c for c in configs if type(c).__name__ == cls_name and not hasattr(c, attr)]
-        # the very object that lacked it (vision and audio stand-ins share a class name)
-        owner = getattr(error, "obj", None)
-        if any(owner is c for c in lacking):
-            lacking.remove(owner)
-            lacking.insert(0, owner)
-            configs = [owner] + [c for c in configs if c is not owner]
-        known, value = annotated_default(error, attr)
-        if not known:
-            known, value = callee_default(error, attr)
-        if not known and lacking:
-            known, value = _registered_default(lacking[0], attr)
-        if known and lacking:
-            setattr(lacking[0], attr, value)
-            return attr
-        return _give_guess(
-            configs, attr, texts, lambda c: type(c).__name__ == cls_name and not hasattr(c, attr)
-        )
-    if isinstance(error, RecursionError) and _builds_itself(error):
-        # ``init_vllm_registered_model(hf_config=config.get_text_config())`` on a flat
-        # config returns the config itself: the model builds itself again. A composite
-        # checkpoint has a text sub-config naming the language model.
-        top = configs[0] if configs else None
-        if top is not None and "text_config" not in vars(top):
-            top.text_config = sub_config("text_config", top)
-            return "text_config"
-        return None
-    fitted = (
-        fit_unpacked(error)
-        or must_be(error, _with_nested(configs))
-        or integral_sizes(error, _with_nested(configs))
-    )
-    if fitted is not None:
-        return fitted
-    stated = mismatch_demands(error, _with_nested(configs))
-    for attr, value in stated.items():
-        for config in _with_nested(configs):
-            if vars(config).get(attr) is not None and vars(config)[attr] != value:
-                setattr(config, attr, value)
-                return attr
+        return _repair_missing(error, configs, cls_name, attr, texts)
+    stated = _repair_stated(error, configs, texts)
+    if stated is not None:
+        return stated or None
     if isinstance(error, AttributeError) and _SEQUENCE_AS_TEXT.search(str(error)):
         # ``config.x.strip().split(",")``: the checkpoint writes the list as text
         for attr in _line_attributes(error):
@@ -934,16 +897,6 @@ def repair(
                     setattr(config, attr, value)
                     return attr
         return None
-    read = none_source(error)
-    if read is not None:
-        attr, value = read
-        for config in _with_nested(configs):
-            if attr in vars(config) and vars(config)[attr] is None:
-                value = guess_attribute(attr, config, texts) if value is None else value
-                if value is None:
-                    return None
-                setattr(config, attr, value)
-                return attr
     if isinstance(error, (TypeError, AttributeError)) and _NONE_USE.search(str(error)):
         attr = _none_attribute(error, configs)
         if attr is None:
@@ -951,6 +904,69 @@ def repair(
         return _give_guess(
             configs, attr, texts, lambda c: attr in vars(c) and getattr(c, attr) is None
         )
+    return None
+
+
+def _repair_missing(
+    error: BaseException, configs: list[Any], cls_name: str, attr: str, texts: list[str]
+) -> str | None:
+    """An attribute a config lacks: the default the code declares for it (the config
+    class it annotates, the parameter it is passed to, vLLM's class for the model
+    type), else a guess from its use and name."""
+    configs = _with_nested(configs)  # a thinker's audio config sits two levels down
+    lacking = [c for c in configs if type(c).__name__ == cls_name and not hasattr(c, attr)]
+    # the very object that lacked it (vision and audio stand-ins share a class name)
+    owner = getattr(error, "obj", None)
+    if any(owner is c for c in lacking):
+        lacking.remove(owner)
+        lacking.insert(0, owner)
+        configs = [owner] + [c for c in configs if c is not owner]
+    known, value = annotated_default(error, attr)
+    if not known:
+        known, value = callee_default(error, attr)
+    if not known and lacking:
+        known, value = _registered_default(lacking[0], attr)
+    if known and lacking:
+        setattr(lacking[0], attr, value)
+        return attr
+    return _give_guess(
+        configs, attr, texts, lambda c: type(c).__name__ == cls_name and not hasattr(c, attr)
+    )
+
+
+def _repair_stated(error: BaseException, configs: list[Any], texts: list[str]) -> str | None:
+    """What the failing code states (see demands.py): the names changed; "" when the
+    error is of such a kind but nothing could be given; None when it is of none."""
+    nested = _with_nested(configs)
+    if isinstance(error, RecursionError) and _builds_itself(error):
+        # ``init_vllm_registered_model(hf_config=config.get_text_config())`` on a flat
+        # config returns the config itself: the model builds itself again. A composite
+        # checkpoint has a text sub-config naming the language model.
+        top = configs[0] if configs else None
+        if top is not None and "text_config" not in vars(top):
+            top.text_config = sub_config("text_config", top)
+            return "text_config"
+        return ""
+    fitted = fit_unpacked(error) or must_be(error, nested) or integral_sizes(error, nested)
+    if fitted is not None:
+        return fitted
+    for attr, value in mismatch_demands(error, nested).items():
+        for config in nested:
+            if vars(config).get(attr) is not None and vars(config)[attr] != value:
+                setattr(config, attr, value)
+                return attr
+    read = none_source(error)
+    if read is not None:
+        attr, value = read
+        for config in nested:
+            if attr in vars(config) and vars(config)[attr] is None:
+                value = guess_attribute(attr, config, texts) if value is None else value
+                if value is None and re.search(r"\bints?\b|integer|size", str(error)):
+                    value = 16  # used as a size: small, divides by 1, 2, 4 and 8
+                if value is None:
+                    return ""
+                setattr(config, attr, value)
+                return attr
     return None
 
 

@@ -444,14 +444,22 @@ _SAFE_NODES = (
 
 def none_source(error: BaseException) -> tuple[str, Any] | None:
     """``self.head_dim = getattr(config, "head_dim", hidden // heads)`` then
-    ``self.head_dim ** -0.5``: a value used on the failing line was read from a config
+    ``self.head_dim ** -0.5``: a value used on a failing line (the innermost frame that
+    has one: torch raises for ``nn.Linear(h, self.classify_num)``) was read from a config
     attribute that holds None. Returns that attribute and the fallback the code itself
     spells (evaluated in the frame when it is plain arithmetic on names), else None for
-    the value; None when the line uses no such read."""
-    where = _raising_frame(error)
-    if not isinstance(error, TypeError) or "NoneType" not in str(error) or where is None:
+    the value; None when no frame uses such a read."""
+    if not isinstance(error, TypeError) or "NoneType" not in str(error):
         return None
-    filename, line, frame = where
+    frames = list(traceback.walk_tb(error.__traceback__))
+    for frame, line in reversed(frames[-6:]):
+        found = _none_read(frame.f_code.co_filename, line, frame)
+        if found is not None:
+            return found
+    return None
+
+
+def _none_read(filename: str, line: int, frame: Any) -> tuple[str, Any] | None:
     try:
         tree = ast.parse(textwrap.dedent(_function_source(filename, frame)))
     except SyntaxError:
@@ -471,7 +479,7 @@ def none_source(error: BaseException) -> tuple[str, Any] | None:
     stmt = _statement(filename, line, frame)
     used = {ast.unparse(n) for n in ast.walk(stmt)} if stmt is not None else set()
     for target, (attr, fallback) in reads.items():
-        if target not in used:
+        if target not in used or not _is_none(target, frame):
             continue
         value = None
         if fallback is not None and all(
@@ -482,6 +490,20 @@ def none_source(error: BaseException) -> tuple[str, Any] | None:
                 value = eval(code, dict(frame.f_globals), dict(frame.f_locals))
         return attr, value
     return None
+
+
+def _is_none(target: str, frame: Any) -> bool:
+    """``self.x`` / ``x`` holds None in the frame."""
+    head, _, rest = target.partition(".")
+    if head not in frame.f_locals:
+        return False
+    value = frame.f_locals[head]
+    for part in rest.split(".") if rest else []:
+        value = getattr(value, part, _MISSING_VALUE)
+    return value is None
+
+
+_MISSING_VALUE = object()
 
 
 _FLOAT_SIZE = re.compile(r"float.*(?:int|size)|(?:int|size).*float", re.S)
