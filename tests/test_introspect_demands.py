@@ -114,7 +114,12 @@ def test_choice_and_asserted_reads_name_a_missing_field(tmp_path: Path) -> None:
         "    raise ValueError(\"pooling must be one of 'avg', 'cls'\")\n"
         "def verify_type(config):\n"
         '    pooling = getattr(config, "pooling", None)\n'
-        "    assert isinstance(pooling, str)\n",
+        "    assert isinstance(pooling, str)\n"
+        "def getattr_iter(obj, names, default):\n"
+        "    return next((getattr(obj, n) for n in names if hasattr(obj, n)), default)\n"
+        "def moe(config):\n"
+        '    top_k = getattr_iter(config, ["num_experts_per_tok", "top_k"], None)\n'
+        "    assert top_k is not None\n",
     )
     cfg = _config()
     assert choice_demands(raised(module.verify, cfg)) == {"pooling": "avg"}
@@ -122,6 +127,11 @@ def test_choice_and_asserted_reads_name_a_missing_field(tmp_path: Path) -> None:
     # the message names values, but the code reads no such attribute: no demand
     assert choice_demands(raised(module.unrelated, cfg)) == {}
     assert asserted_reads(raised(module.verify_type, cfg)) == ["pooling"]
+    assert asserted_reads(raised(module.moe, cfg)) == ["num_experts_per_tok"]
+    from prefixlint.introspect.configs import repair
+
+    assert repair(raised(module.moe, cfg), [cfg]) == "num_experts_per_tok"
+    module.moe(cfg)
 
 
 def test_alias_and_validator_function_source(tmp_path: Path) -> None:
@@ -323,6 +333,7 @@ BUILDS = [
     "StepVLForConditionalGeneration",  # must-be values, callee defaults, text arch
     "GPTBigCodeForCausalLM",  # multi-query: one KV head
     "Qwen3ASRForcedAlignerForTokenClassification",  # a None size read in the caller
+    "TransformersMoEForCausalLM",  # an asserted getattr_iter read
 ]
 
 

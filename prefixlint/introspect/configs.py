@@ -19,6 +19,7 @@ from typing import Any
 
 from prefixlint.introspect.demands import (
     annotated_default,
+    asserted_reads,
     callee_default,
     fit_unpacked,
     integral_sizes,
@@ -895,6 +896,14 @@ def repair(
                     value = True if isinstance(current, bool) or current is None else None
                 if value is not None and value != current:
                     setattr(config, attr, value)
+                    return attr
+        # ``top_k = getattr_iter(config, ["num_experts_per_tok", "top_k"], None)`` and
+        # ``assert top_k is not None``: the config has none of these names
+        for attr in asserted_reads(error):
+            if configs and not any(hasattr(c, attr) for c in configs):
+                value = guess_attribute(attr, configs[0], texts)
+                if value is not None:
+                    setattr(configs[0], attr, value)
                     return attr
         return None
     if isinstance(error, (TypeError, AttributeError)) and _NONE_USE.search(str(error)):

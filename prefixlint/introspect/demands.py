@@ -556,12 +556,14 @@ def asserted_reads(error: BaseException) -> list[str]:
         if not (isinstance(target, ast.Name) and target.id in tested):
             continue
         value = node.value
-        if isinstance(value, ast.Call) and getattr(value.func, "id", "") == "getattr":
+        if isinstance(value, ast.Call) and "getattr" in getattr(value.func, "id", ""):
+            # getattr(config, "x", None), getattr_iter(config, ["x", "y"], None)
             args = value.args
-            if len(args) >= 2 and isinstance(args[1], ast.Constant):
-                name = str(args[1].value)
-                if name not in out:
-                    out.append(name)
+            names = args[1] if len(args) >= 2 else None
+            if isinstance(names, (ast.List, ast.Tuple)) and names.elts:
+                names = names.elts[0]
+            if isinstance(names, ast.Constant) and str(names.value) not in out:
+                out.append(str(names.value))
         elif _config_attr(value) and _config_attr(value) not in out:
             out.append(_config_attr(value))
     return out
