@@ -170,16 +170,15 @@ def _base_model_types(model_cls: type | None) -> list[str]:
         found = arch_to_model_types(base.__name__, base)
         if found:
             return found
-    for backbone in _backbones(model_cls):
-        found = arch_to_model_types(backbone.__name__, backbone)
-        if found:
-            return found
+    backbones = _backbones(model_cls)
+    if len(backbones) == 1:  # several (an audio tower beside a language model): ambiguous
+        return arch_to_model_types(backbones[0].__name__, backbones[0])
     return []
 
 
 def _backbones(model_cls: type | None) -> list[type]:
-    """Classes the model's ``__init__`` builds with its own ``vllm_config`` (``self.model
-    = Lfm2Model(vllm_config=vllm_config, ...)``): they read the same config."""
+    """Model classes the model's ``__init__`` builds with its own ``vllm_config``
+    (``self.model = Lfm2Model(vllm_config=vllm_config, ...)``): they read its config."""
     import ast
     import inspect
     import sys
@@ -199,7 +198,10 @@ def _backbones(model_cls: type | None) -> list[type]:
             kw.arg == "vllm_config" and isinstance(kw.value, ast.Name) for kw in node.keywords
         )
         found = getattr(module, node.func.id, None)
-        if passes_config and isinstance(found, type) and found is not model_cls:
+        # a model (``Lfm2Model``), not a modality tower (``...WhisperEncoder``) that
+        # reads its own sub-config out of the same vllm_config
+        backbone = isinstance(found, type) and _ARCH_SUFFIX.search(found.__name__)
+        if passes_config and backbone and found is not model_cls and found not in out:
             out.append(found)
     return out
 

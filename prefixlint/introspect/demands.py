@@ -413,8 +413,9 @@ def must_be(error: BaseException, configs: list[Any]) -> str | None:
 
 def callee_default(error: BaseException, attr: str) -> tuple[bool, Any]:
     """``Encoder(ls_init_value=config.ls_init_value)``: the attribute is passed straight
-    to a parameter with a default (``ls_init_value: float | None = None``); a checkpoint
-    that omits it means that default. ``(False, None)`` when the line is no such call."""
+    to a parameter with a default (``ls_init_value: float | None = None``) of a callee
+    the model's own module defines; a checkpoint that omits it means that default.
+    ``(False, None)`` when the line is no such call."""
     import inspect
 
     where = _raising_frame(error)
@@ -427,8 +428,13 @@ def callee_default(error: BaseException, attr: str) -> tuple[bool, Any]:
         for kw in node.keywords:
             if kw.arg is None or _config_attr(kw.value) != attr:
                 continue
+            callee = _callee(node.func, where[2])
+            if getattr(callee, "__module__", None) != where[2].f_globals.get("__name__"):
+                # only the model's own declaration says what an omitted value means
+                # (a shared layer's ``bias=True`` default says nothing of the config)
+                continue
             try:
-                param = inspect.signature(_callee(node.func, where[2])).parameters.get(kw.arg)
+                param = inspect.signature(callee).parameters.get(kw.arg)
             except (TypeError, ValueError):
                 continue
             if param is not None and param.default is not inspect.Parameter.empty:
