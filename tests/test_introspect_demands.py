@@ -271,6 +271,30 @@ def test_repair_reads_stated_values(tmp_path: Path) -> None:
     module.Head(cfg)
 
 
+def test_repair_gives_a_stand_in_the_model_type_the_code_dispatches_on(tmp_path: Path) -> None:
+    from prefixlint.introspect.configs import repair
+    from prefixlint.introspect.subconfigs import sub_config
+
+    module = toy(
+        tmp_path,
+        "def backbone(config):\n"
+        "    model_type = config.model_type\n"
+        '    if model_type == "siglip_vision_model":\n'
+        "        return config.layer_norm_eps\n"
+        '    raise ValueError(f"Unsupported visual tokenizer model_type: {model_type}")\n'
+        "def tower(parent):\n"
+        "    return backbone(parent.vit_config)\n",
+    )
+    cfg = _config()
+    cfg.vit_config = sub_config("vit_config", cfg)
+    cfg.vit_config.hidden_size = 64  # what the stand-in has already is kept
+    del cfg.vit_config.layer_norm_eps
+    assert repair(raised(module.tower, cfg), [cfg, cfg.vit_config]) == "model_type"
+    assert cfg.vit_config.model_type == "siglip_vision_model"
+    assert cfg.vit_config.hidden_size == 64
+    assert module.tower(cfg) == 1e-6  # SiglipVisionConfig's own default filled in
+
+
 def test_guesses_by_name_and_shape() -> None:
     from prefixlint.introspect.configs import guess_attribute
     from prefixlint.introspect.subconfigs import sub_config
@@ -334,6 +358,7 @@ BUILDS = [
     "GPTBigCodeForCausalLM",  # multi-query: one KV head
     "Qwen3ASRForcedAlignerForTokenClassification",  # a None size read in the caller
     "TransformersMoEForCausalLM",  # an asserted getattr_iter read
+    "Ovis2_5",  # a stand-in vision config dispatched on by model type
 ]
 
 

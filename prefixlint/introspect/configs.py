@@ -21,6 +21,7 @@ from prefixlint.introspect.demands import (
     annotated_default,
     asserted_reads,
     callee_default,
+    compared_model_type,
     fit_unpacked,
     integral_sizes,
     mismatch_demands,
@@ -958,6 +959,9 @@ def _repair_stated(error: BaseException, configs: list[Any], texts: list[str]) -
             top.text_config = sub_config("text_config", top)
             return "text_config"
         return ""
+    dispatch = compared_model_type(error)
+    if dispatch is not None and any(dispatch[0] is c for c in nested):
+        return _become_model_type(*dispatch)
     fitted = fit_unpacked(error) or must_be(error, nested) or integral_sizes(error, nested)
     if fitted is not None:
         return fitted
@@ -979,6 +983,20 @@ def _repair_stated(error: BaseException, configs: list[Any], texts: list[str]) -
                 setattr(config, attr, value)
                 return attr
     return None
+
+
+def _become_model_type(config: Any, model_type: str) -> str:
+    """A stand-in sub-config the code dispatches on by model type takes the first type
+    it names, and, where transformers or vLLM know that type, its config class's
+    (shrunk) values for what the stand-in lacks."""
+    config.model_type = model_type
+    with contextlib.suppress(Exception):
+        default = config_class(model_type)()
+        values = {**default.to_dict(), **shrink_kwargs(default)}
+        for key, value in values.items():
+            if key not in vars(config) and not key.startswith("_"):
+                setattr(config, key, value)
+    return "model_type"
 
 
 def _builds_itself(error: BaseException) -> bool:

@@ -573,3 +573,43 @@ def asserted_reads(error: BaseException) -> list[str]:
         elif _config_attr(value) and _config_attr(value) not in out:
             out.append(_config_attr(value))
     return out
+
+
+def compared_model_type(error: BaseException) -> tuple[Any, str] | None:
+    """``model_type = config.model_type`` / ``if model_type == "siglip2_navit": ...`` /
+    ``raise ValueError("Unsupported ...")``: the raising function dispatches on a
+    config's model type and the (stand-in) config has none it knows. Returns that config
+    object and the first model type the code compares with, or None."""
+    where = _raising_frame(error)
+    if not isinstance(error, (ValueError, NotImplementedError)) or where is None:
+        return None
+    filename, _, frame = where
+    try:
+        tree = ast.parse(textwrap.dedent(_function_source(filename, frame)))
+    except SyntaxError:
+        return None
+    holders = {}  # local name or expression -> the name of the config it was read from
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            value = node.value
+            if isinstance(value, ast.Attribute) and value.attr == "model_type":
+                holders[ast.unparse(node.targets[0])] = ast.unparse(value.value)
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Compare) and len(node.ops) == 1):
+            continue
+        left, right = node.left, node.comparators[0]
+        if not (isinstance(right, ast.Constant) and isinstance(right.value, str)):
+            continue
+        source = ast.unparse(left)
+        owner = holders.get(source)
+        if owner is None and isinstance(left, ast.Attribute) and left.attr == "model_type":
+            owner = ast.unparse(left.value)
+        head, _, rest = (owner or "").partition(".")
+        if not owner or head not in frame.f_locals:
+            continue
+        obj = frame.f_locals[head]
+        for part in rest.split(".") if rest else []:
+            obj = getattr(obj, part, None)
+        if hasattr(obj, "to_dict") and getattr(obj, "model_type", None) != right.value:
+            return obj, right.value
+    return None
