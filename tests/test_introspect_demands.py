@@ -178,6 +178,9 @@ def test_repair_takes_defaults_the_code_declares(tmp_path: Path) -> None:
         "        self.n_window_infer = config.n_window_infer\n"
         "def scale(d_model, ls_init_value: float | None = None, eps=1e-6):\n"
         "    return ls_init_value\n"
+        "def embed(config):\n"
+        '    layer = config.img_processor.get("layer_idx", -2)\n'
+        '    return layer, config.img_processor["image_dim_out"]\n'
         "def build(config):\n"
         "    return scale(\n"
         "        config.hidden_size,\n"
@@ -193,6 +196,9 @@ def test_repair_takes_defaults_the_code_declares(tmp_path: Path) -> None:
     assert audio.n_window_infer == 800 and not hasattr(vision, "n_window_infer")
     module.Encoder(audio)
     cfg = _config()
+    assert repair(raised(module.embed, cfg), [cfg], [str(module.__file__)]) == "img_processor"
+    assert cfg.img_processor == {"layer_idx": -2, "image_dim_out": 16}
+    module.embed(cfg)
     assert repair(raised(module.build, cfg), [cfg]) == "ls_init_value"
     assert cfg.ls_init_value is None
     module.build(cfg)

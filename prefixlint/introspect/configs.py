@@ -938,6 +938,9 @@ def _repair_missing(
         known, value = callee_default(error, attr)
     if not known and lacking:
         known, value = _registered_default(lacking[0], attr)
+    if not known and lacking:
+        value = _dict_from_code(attr, lacking[0], texts)
+        known = value is not None
     if known and lacking:
         setattr(lacking[0], attr, value)
         return attr
@@ -997,6 +1000,27 @@ def _become_model_type(config: Any, model_type: str) -> str:
             if key not in vars(config) and not key.startswith("_"):
                 setattr(config, key, value)
     return "model_type"
+
+
+def _dict_from_code(attr: str, config: Any, texts: list[str]) -> dict[str, Any] | None:
+    """``config.img_processor["image_dim_out"]``, ``config.img_processor.get("layer_idx",
+    -2)``: a dict-valued attribute (checkpoints write it as a JSON object); its keys are
+    those the code reads, with the code's defaults, else guessed by name (a size when
+    nothing names them)."""
+    import ast
+
+    name = re.escape(attr)
+    out: dict[str, Any] = {}
+    for text in texts:
+        if attr not in text:
+            continue
+        for m in re.finditer(rf"\.{name}\.get\(\s*[\"'](\w+)[\"']\s*,\s*{_LITERAL}\s*\)", text):
+            out.setdefault(m.group(1), ast.literal_eval(m.group(2)))
+        for m in re.finditer(rf"\.{name}\[\s*[\"'](\w+)[\"']\s*\]", text):
+            if m.group(1) not in out:
+                guess = guess_attribute(m.group(1), config)
+                out[m.group(1)] = 16 if guess is None else guess
+    return out or None
 
 
 def _builds_itself(error: BaseException) -> bool:
