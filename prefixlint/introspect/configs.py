@@ -156,7 +156,10 @@ def arch_to_model_types(arch: str, model_cls: type | None = None) -> list[str]:
         for mt in _module_config_types(model_cls):
             if mt not in out:
                 out.append(mt)
-    if not out:
+    if not out and not arch.endswith("ForCausalLM"):
+        # (a causal LM that reuses another family's class, DeepseekForCausalLM over
+        # DeepSeek-V2's, reads its own checkpoint format: the llama-shaped guess and
+        # the repair loop fit it better than the base family's defaults)
         out.extend(_base_model_types(model_cls))
     return out
 
