@@ -66,7 +66,10 @@ def test_validator_asserts_become_demands(tmp_path: Path) -> None:
         "def verify_choice(config):\n"
         '    assert config.activation_function in ["swiglu", "gelu"]\n'
         "def verify_other(config):\n"
-        "    assert config.hidden_size > 4096\n",
+        "    assert config.hidden_size > 4096\n"
+        "def gate(config):\n"
+        '    kind = getattr(config, "output_gate_type", "silu")\n'
+        '    assert kind in ["silu", "sigmoid"], f"unsupported {kind=}"\n',
     )
     cfg = _config()
 
@@ -94,6 +97,13 @@ def test_validator_asserts_become_demands(tmp_path: Path) -> None:
     assert assertion_demands(raised(module.verify_choice, cfg)) == {"activation_function": "swiglu"}
     # an inequality names no value: nothing is made up
     assert assertion_demands(raised(module.verify_other, cfg)) == {}
+    # a local read from the config stands for the attribute
+    cfg.output_gate_type = None
+    assert assertion_demands(raised(module.gate, cfg)) == {"output_gate_type": "silu"}
+    from prefixlint.introspect.configs import repair
+
+    assert repair(raised(module.gate, cfg), [cfg]) == "output_gate_type"
+    module.gate(cfg)
 
 
 def test_choice_and_asserted_reads_name_a_missing_field(tmp_path: Path) -> None:
@@ -365,6 +375,7 @@ BUILDS = [
     "Qwen3ASRForcedAlignerForTokenClassification",  # a None size read in the caller
     "TransformersMoEForCausalLM",  # an asserted getattr_iter read
     "Ovis2_5",  # a stand-in vision config dispatched on by model type
+    "Qwen4ExpForConditionalGeneration",  # an asserted local read from the config
 ]
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from prefixlint.introspect.demands import (
     annotated_default,
     asserted_reads,
+    assertion_demands,
     callee_default,
     compared_model_type,
     fit_unpacked,
@@ -890,6 +891,12 @@ def repair(
                     return attr
         return None
     if isinstance(error, AssertionError):
+        # ``assert x in ["silu", "sigmoid"]`` on a value read from the config: the first
+        for attr, value in assertion_demands(error).items():
+            for config in _with_nested(configs):
+                if attr in vars(config) and vars(config)[attr] != value:
+                    setattr(config, attr, value)
+                    return attr
         # ``assert config.n_shared_experts > 0 and config.shared_expert_sink``: the model
         # needs what the default leaves off (0, None, False)
         for attr in _line_attributes(error):

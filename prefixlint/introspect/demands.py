@@ -84,8 +84,14 @@ def _statement(filename: str, line: int, frame: Any = None) -> ast.stmt | None:
     return None
 
 
+_ALIASES: dict[str, str] = {}  # while one assertion is read: local -> config attribute
+
+
 def _config_attr(node: ast.AST) -> str | None:
-    """``config.x`` / ``self.config.x`` / ``hf_config.x``: ``x``."""
+    """``config.x`` / ``self.config.x`` / ``hf_config.x``: ``x`` (or a local the failing
+    function read it into, while an assertion is read)."""
+    if isinstance(node, ast.Name) and node.id in _ALIASES:
+        return _ALIASES[node.id]
     if not isinstance(node, ast.Attribute):
         return None
     base = node.value
@@ -146,7 +152,35 @@ def assertion_demands(error: BaseException) -> dict[str, Any]:
     if not isinstance(error, AssertionError) or where is None:
         return {}
     stmt = _statement(where[0], where[1], where[2])
-    return _test_demands(stmt.test) if isinstance(stmt, ast.Assert) else {}
+    if not isinstance(stmt, ast.Assert):
+        return {}
+    # ``x = getattr(config, "x", "silu")`` ... ``assert x in ["silu", ...]``
+    _ALIASES.update(_local_reads(where[0], where[2]))
+    try:
+        return _test_demands(stmt.test)
+    finally:
+        _ALIASES.clear()
+
+
+def _local_reads(filename: str, frame: Any) -> dict[str, str]:
+    """Locals the function assigns straight from a config attribute."""
+    try:
+        tree = ast.parse(textwrap.dedent(_function_source(filename, frame)))
+    except SyntaxError:
+        return {}
+    out: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        target, value = node.targets[0], node.value
+        if not isinstance(target, ast.Name):
+            continue
+        if isinstance(value, ast.Call) and getattr(value.func, "id", "") == "getattr":
+            if len(value.args) >= 2 and isinstance(value.args[1], ast.Constant):
+                out.setdefault(target.id, str(value.args[1].value))
+        elif isinstance(value, ast.Attribute) and _config_attr(value):
+            out.setdefault(target.id, value.attr)
+    return out
 
 
 _QUOTED = re.compile(r"""['"`](\w[\w.\-]*)['"`]""")
