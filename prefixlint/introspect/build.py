@@ -38,6 +38,15 @@ from prefixlint.introspect.configs import (  # noqa: E402
     write_tokenizer,
 )
 from prefixlint.introspect.coverage import covered, not_verified  # noqa: E402
+from prefixlint.introspect.demands import (  # noqa: E402
+    alias_value,
+    apply_demands,
+    asserted_reads,
+    assertion_demands,
+    choice_demands,
+    raising_function_source,
+    validation_cause,
+)
 from prefixlint.introspect.drafts import (  # noqa: E402
     force_architecture,
     is_draft,
@@ -204,7 +213,7 @@ def _registered_class(registry: Any, arch: str) -> type | None:
         return None
 
 
-def _model_config(
+def load_model_config(
     folder: str, dtype: str = "float32", overrides: Any = None, tokenizer: str | None = None
 ) -> Any:
     try:
@@ -265,13 +274,12 @@ def _model_config_repaired(folder: str, attempts: int = 16) -> tuple[Any, list[s
     guessed: list[str] = []
 
     def override(hf_config: Any) -> Any:
-        for name, value in extra.items():
-            setattr(hf_config, name, value)
+        apply_demands(hf_config, extra)
         return hf_config
 
     for _ in range(attempts):
         try:
-            config = _model_config(folder, overrides=override if extra else None)
+            config = load_model_config(folder, overrides=override if extra else None)
             return config, list(extra) + guessed
         except AttributeError as e:
             m = re.search(r"'(\w+)' object has no attribute '(\w+)'", str(e))
@@ -281,7 +289,10 @@ def _model_config_repaired(folder: str, attempts: int = 16) -> tuple[Any, list[s
             parent = _plain_model_config_hf(folder)
             value = sub_config(attr, parent) if is_sub_config(attr) else None
             if value is None:
-                value = guess_attribute(attr, parent)
+                # how the validator uses it first (``== "rotary"``), then the name
+                value = guess_attribute(attr, parent, raising_function_source(e))
+            if value is None:
+                value = alias_value(e, attr, parent)
             if value is None:
                 raise
             # an attribute of a sub-config given before: set on it, else on the config
@@ -291,7 +302,32 @@ def _model_config_repaired(folder: str, attempts: int = 16) -> tuple[Any, list[s
                 guessed.append(attr)
             else:
                 extra[attr] = value
-    return _model_config(folder, overrides=override), list(extra) + guessed
+        except Exception as e:
+            if not _validator_demands(e, extra, folder):
+                raise
+    return load_model_config(folder, overrides=override), list(extra) + guessed
+
+
+def _validator_demands(error: BaseException, extra: dict[str, Any], folder: str) -> bool:
+    """vLLM's config validators state what a checkpoint's config holds (an ``assert``
+    on a value or on the config class's name, a ``ValueError`` listing the accepted
+    values of a field it found missing): add what they ask to ``extra``. An ``assert``
+    on a value read from the config without saying which gets a guess from how the
+    validator reads it (``getattr(..., "pooling", "avg")``)."""
+    from prefixlint.introspect.configs import guess_attribute
+
+    cause = validation_cause(error)
+    demands = {**assertion_demands(cause), **choice_demands(cause)}
+    texts = raising_function_source(cause)
+    for name in asserted_reads(cause):
+        if name not in demands and name not in extra:
+            value = guess_attribute(name, _plain_model_config_hf(folder), texts)
+            if value is not None:
+                demands[name] = value
+    # a guess made before (``activation_function="silu"``) yields to what is asked
+    new = {k: v for k, v in demands.items() if k not in extra or extra[k] != v}
+    extra.update(new)
+    return bool(new)
 
 
 def _plain_model_config_hf(folder: str) -> Any:
@@ -374,7 +410,7 @@ def _draft_model_config(
         return resolve_config(name, architecture_name=name, model_cls=model_cls).folder
 
     try:
-        make = functools.partial(_model_config, dtype=dtype)
+        make = functools.partial(load_model_config, dtype=dtype)
         plan = plan_draft(arch, cls, registry, make, resolve)
     except Exception as e:
         raise ConfigGap(
@@ -530,7 +566,7 @@ def run_target(
                 if early:
                     result.config_source += f"; guessed {', '.join(early)}"
             else:
-                model_config = _model_config(source.folder)
+                model_config = load_model_config(source.folder)
     except Exception as e:
         return _skipped(result, e, started)
 
@@ -760,7 +796,7 @@ def _demanded_dtype(
     for words, dtype in _DTYPE_DEMAND:
         if words in str(error):
             try:
-                other = _model_config(folder, dtype=dtype)
+                other = load_model_config(folder, dtype=dtype)
             except Exception:
                 return model_config
             # the guesses were made on the first config objects: carry them over
@@ -852,7 +888,7 @@ def _with_tokenizer(
         write_tokenizer(folder, _frame_files(error) + _model_files(cls))
         dtype = str(model_config.dtype).removeprefix("torch.")
         overrides = getattr(model_config, "hf_overrides", None) or None
-        other = _model_config(folder, dtype, overrides, tokenizer=folder)
+        other = load_model_config(folder, dtype, overrides, tokenizer=folder)
     except Exception:
         return model_config
     for old, new in zip(_config_objects(model_config), _config_objects(other), strict=False):

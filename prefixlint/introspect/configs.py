@@ -17,6 +17,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prefixlint.introspect.demands import (
+    annotated_default,
+    asserted_reads,
+    assertion_demands,
+    callee_default,
+    compared_model_type,
+    fit_unpacked,
+    integral_sizes,
+    mismatch_demands,
+    must_be,
+    none_source,
+)
 from prefixlint.introspect.subconfigs import is_sub_config, sub_config
 
 # name -> tiny value; only applied where the default config has the attribute
@@ -148,6 +160,57 @@ def arch_to_model_types(arch: str, model_cls: type | None = None) -> list[str]:
         for mt in _module_config_types(model_cls):
             if mt not in out:
                 out.append(mt)
+    if not out and not arch.endswith("ForCausalLM"):
+        # (a causal LM that reuses another family's class, DeepseekForCausalLM over
+        # DeepSeek-V2's, reads its own checkpoint format: the llama-shaped guess and
+        # the repair loop fit it better than the base family's defaults)
+        out.extend(_base_model_types(model_cls))
+    return out
+
+
+def _base_model_types(model_cls: type | None) -> list[str]:
+    """A model class that extends another architecture's class (a retrieval head over
+    a vision-language model, a ColBERT head over an encoder) reads that class's config:
+    the model types of its nearest base that has one."""
+    for base in getattr(model_cls, "__mro__", ())[1:]:
+        if "model_executor.models" not in getattr(base, "__module__", ""):
+            continue
+        found = arch_to_model_types(base.__name__, base)
+        if found:
+            return found
+    backbones = _backbones(model_cls)
+    if len(backbones) == 1:  # several (an audio tower beside a language model): ambiguous
+        return arch_to_model_types(backbones[0].__name__, backbones[0])
+    return []
+
+
+def _backbones(model_cls: type | None) -> list[type]:
+    """Model classes the model's ``__init__`` builds with its own ``vllm_config``
+    (``self.model = Lfm2Model(vllm_config=vllm_config, ...)``): they read its config."""
+    import ast
+    import inspect
+    import sys
+    import textwrap
+
+    init = getattr(model_cls, "__init__", None)
+    module = sys.modules.get(getattr(model_cls, "__module__", ""))
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(init)))
+    except (OSError, TypeError, SyntaxError):
+        return []
+    out: list[type] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        passes_config = any(
+            kw.arg == "vllm_config" and isinstance(kw.value, ast.Name) for kw in node.keywords
+        )
+        found = getattr(module, node.func.id, None)
+        # a model (``Lfm2Model``), not a modality tower (``...WhisperEncoder``) that
+        # reads its own sub-config out of the same vllm_config
+        backbone = isinstance(found, type) and _ARCH_SUFFIX.search(found.__name__)
+        if passes_config and backbone and found is not model_cls and found not in out:
+            out.append(found)
     return out
 
 
@@ -181,6 +244,10 @@ def shrink_kwargs(default, num_layers: int = 2) -> dict[str, Any]:
         # a 0 is a part switched off (Glm5Next's NoPE ``qk_rope_head_dim = 0``), not a size
         if k in d and d[k] is not None and not isinstance(d[k], bool) and d[k] != 0:
             kw[k] = _like(d[k], v)
+    if d.get("num_key_value_heads") == 1 and d.get("multi_query"):
+        # multi-query attention: one KV head by design, and it divides any head count
+        # (the query heads may keep a name SHRINK does not know, GPTBigCode's n_head)
+        kw.pop("num_key_value_heads", None)
     for k, v in FILL_NONE.items():
         if k in d and d[k] is None:
             kw[k] = v
@@ -202,13 +269,14 @@ def shrink_kwargs(default, num_layers: int = 2) -> dict[str, Any]:
             if (
                 k not in kw
                 and "layer" in k
-                and isinstance(v, list)
+                and isinstance(v, (list, tuple))
                 and v
                 and all(isinstance(x, int) for x in v)
                 and max(v) < old_n
                 and len(v) != old_n
             ):
-                kw[k] = [x for x in v if x < new_n]
+                # none left (MoE from layer 4 on): the last layer keeps the kind built
+                kw[k] = [x for x in v if x < new_n] or [new_n - 1]
         for k, v in d.items():
             if k not in kw and _layer_keyed(v, old_n):
                 kw[k] = _remap_layer_keyed(v, d, kw, new_n)
@@ -525,12 +593,50 @@ def synth_config(arch: str, num_layers: int = 4, model_cls: type | None = None):
             if cfg is None:
                 raise last or ValueError("inconsistent layer indices")
             cfg.architectures = [arch]
+            _name_text_architectures(cfg)
             return cfg
         except Exception as e:
             errors.append(f"{mt}: {type(e).__name__}: {e}")
     if not errors:
         raise ConfigGap(f"no model type is known for {arch} (remote code?)")
     raise ConfigGap(f"cannot synthesise a config for {arch}: {'; '.join(errors)[:300]}")
+
+
+def _name_text_architectures(cfg: Any) -> None:
+    """A composite config's language model is built by its ``architectures``
+    (``init_vllm_registered_model(hf_config=config.text_config)``); a checkpoint names it,
+    a default-constructed sub-config often does not. The sub-config class's own
+    declaration first, then the causal LM transformers maps its model type to."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    for name, sub in list(vars(cfg).items()):
+        if not (name.startswith(("text", "llm", "language")) and hasattr(sub, "to_dict")):
+            continue
+        if vars(sub).get("architectures"):
+            continue
+        declared = getattr(type(sub), "architectures", None)
+        model_type = getattr(sub, "model_type", "")
+        mapped = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type) or causal_lm_named(model_type)
+        if isinstance(declared, (list, tuple)) and declared:
+            sub.architectures = list(declared)
+        elif isinstance(mapped, str):
+            sub.architectures = [mapped]
+
+
+def causal_lm_named(model_type: str) -> str | None:
+    """vLLM's ``<Type>ForCausalLM`` for a model type (``step3p5`` -> Step3p5ForCausalLM)."""
+    if not model_type:
+        return None
+    try:
+        from vllm.model_executor.models.registry import ModelRegistry
+
+        archs = ModelRegistry.get_supported_archs()
+    except Exception:
+        return None
+    for arch in archs:
+        if arch.endswith("ForCausalLM") and _norm(arch[: -len("ForCausalLM")]) == _norm(model_type):
+            return arch
+    return None
 
 
 @dataclass
@@ -771,7 +877,8 @@ def guess_from_code(name: str, config: Any, texts: list[str]) -> Any:
         return hints.default
     if hints.modulo or hints.layer_bound:
         return 1  # a step of 1; or layer 0 on one side of the bound, the rest on the other
-    if hints.per_layer or (hints.iterated and "layer" in name.lower()):
+    index_list = re.search(r"(indexes|indices|_ids|_idx)$", name.lower()) is not None
+    if hints.per_layer or (hints.iterated and ("layer" in name.lower() or index_list)):
         if hints.compared:
             kinds = list(hints.compared)
             if len(kinds) == 1:
@@ -840,13 +947,20 @@ def guess_attribute(name: str, config: Any, texts: list[str] | None = None) -> A
     n = name.lower()
     hidden = getattr(config, "hidden_size", 128) or 128
     heads = getattr(config, "num_attention_heads", 16) or 16
+    stft = _stft_size(n, config)
+    if stft is not None:
+        return stft
+    if n == "eps":
+        return 1e-6
+    if n == "layers":
+        return _num_layers(config)  # a layer count (``config.layers`` of a vision tower)
     if n == "layer_types":
         return ["full_attention"] * _num_layers(config)
     if n == "rope_parameters":  # transformers' form of rope_theta / rope_scaling
         theta = getattr(config, "rope_theta", None) or 10000.0
         return {"rope_type": "default", "rope_theta": theta}
     table: list[tuple[tuple[str, ...], Any]] = [
-        (("eps",), 1e-6),
+        (("_eps", "epsilon"), 1e-6),  # not "deepstack"
         (("dropout",), 0.0),
         (("padded_vocab_size",), getattr(config, "vocab_size", 512)),
         (("vocab_size",), 512),
@@ -854,7 +968,6 @@ def guess_attribute(name: str, config: Any, texts: list[str] | None = None) -> A
         (("experts",), 4),
         (("first_k_dense", "n_group", "topk_group", "group"), 1),
         (("rope_theta", "rope_base"), 10000.0),
-        (("rope_parameters",), {"rope_type": "default", "rope_theta": 10000.0}),
         (("max_position_embedding",), 256),
         (("select_layer", "feature_layer"), -1),  # the last layer of the vision tower
         (("swiglu_limit", "clamp_limit"), 7.0),
@@ -901,6 +1014,26 @@ def guess_attribute(name: str, config: Any, texts: list[str] | None = None) -> A
     for words, value in table:
         if any(w in n for w in words):
             return value
+    return None
+
+
+def _stft_size(name: str, config: Any) -> int | None:
+    """An audio encoder's (``num_mel_bins`` beside it) window and hop are STFT sizes in
+    samples, not token windows: 25 ms and 10 ms of its sampling rate, as speech models
+    use. Mel filters need that many frequency bins (a 64-sample window leaves 33 bins,
+    too few for 128 mel filters)."""
+    try:
+        mel = getattr(config, "num_mel_bins", None)
+    except Exception:
+        return None
+    if not isinstance(mel, int):
+        return None
+    rate = getattr(config, "sampling_rate", None)
+    rate = rate if isinstance(rate, int) and rate > 0 else 16000
+    if name in ("window_size", "n_fft", "win_length", "fft_size"):
+        return rate * 25 // 1000
+    if name in ("hop_length", "hop_size"):
+        return rate // 100
     return None
 
 
@@ -1094,9 +1227,10 @@ def repair(
         required = _required_empty(error, attr)
         if required is not _NOTHING:
             return _give_value(configs, attr, cls_name, required)
-        return _give_guess(
-            configs, attr, texts, lambda c: type(c).__name__ == cls_name and not hasattr(c, attr)
-        )
+        return _repair_missing(error, configs, cls_name, attr, texts)
+    stated = _repair_stated(error, configs, texts)
+    if stated is not None:
+        return stated or None
     if isinstance(error, AttributeError) and _SEQUENCE_AS_TEXT.search(str(error)):
         # ``config.x.strip().split(",")``: the checkpoint writes the list as text
         for attr in _line_attributes(error):
@@ -1106,10 +1240,16 @@ def repair(
                     setattr(config, attr, ",".join(map(str, value)))
                     return attr
         return None
-    stated = _stated_repair(error, configs, texts)
+    stated = _repair_checked(error, configs, texts)
     if stated is not None:
         return stated
     if isinstance(error, AssertionError):
+        # ``assert x in ["silu", "sigmoid"]`` on a value read from the config: the first
+        for attr, value in assertion_demands(error).items():
+            for config in _with_nested(configs):
+                if attr in vars(config) and vars(config)[attr] != value:
+                    setattr(config, attr, value)
+                    return attr
         # ``assert config.n_shared_experts > 0 and config.shared_expert_sink``: the model
         # needs what the default leaves off (0, None, False)
         for attr in _line_attributes(error):
@@ -1122,6 +1262,14 @@ def repair(
                     value = True if isinstance(current, bool) or current is None else None
                 if value is not None and value != current:
                     setattr(config, attr, value)
+                    return attr
+        # ``top_k = getattr_iter(config, ["num_experts_per_tok", "top_k"], None)`` and
+        # ``assert top_k is not None``: the config has none of these names
+        for attr in asserted_reads(error):
+            if configs and not any(hasattr(c, attr) for c in configs):
+                value = guess_attribute(attr, configs[0], texts)
+                if value is not None:
+                    setattr(configs[0], attr, value)
                     return attr
         return None
     if isinstance(error, (TypeError, AttributeError)) and _NONE_USE.search(str(error)):
@@ -1137,7 +1285,7 @@ def repair(
 _NAMED_NONE = re.compile(r"\b(\w+)\s*=\s*None\b")
 
 
-def _stated_repair(error: BaseException, configs: list[Any], texts: list[str]) -> str | None:
+def _repair_checked(error: BaseException, configs: list[Any], texts: list[str]) -> str | None:
     """Repairs a check's own words or line decide: an ``assert`` comparing a config
     attribute with a literal (the model supports only that value), a message naming a
     config attribute that is None (``unsupported output_gate_type=None``), and two counts
@@ -1210,6 +1358,161 @@ def _asserted_present(error: BaseException, configs: list[Any], texts: list[str]
             lambda c, a=attr: getattr(c, a, None) is None,
         )
     return None
+
+
+def _repair_missing(
+    error: BaseException, configs: list[Any], cls_name: str, attr: str, texts: list[str]
+) -> str | None:
+    """An attribute a config lacks: the default the code declares for it (the config
+    class it annotates, the parameter it is passed to, vLLM's class for the model
+    type), else a guess from its use and name."""
+    configs = _with_nested(configs)  # a thinker's audio config sits two levels down
+    lacking = [c for c in configs if type(c).__name__ == cls_name and not hasattr(c, attr)]
+    # the very object that lacked it (vision and audio stand-ins share a class name)
+    owner = getattr(error, "obj", None)
+    if any(owner is c for c in lacking):
+        lacking.remove(owner)
+        lacking.insert(0, owner)
+        configs = [owner] + [c for c in configs if c is not owner]
+    known, value = annotated_default(error, attr)
+    if not known:
+        known, value = callee_default(error, attr)
+    if not known and lacking:
+        known, value = _registered_default(lacking[0], attr)
+    if not known and lacking:
+        value = _dict_from_code(attr, lacking[0], texts)
+        known = value is not None
+    if known and lacking:
+        setattr(lacking[0], attr, value)
+        return attr
+    return _give_guess(
+        configs, attr, texts, lambda c: type(c).__name__ == cls_name and not hasattr(c, attr)
+    )
+
+
+def _repair_stated(error: BaseException, configs: list[Any], texts: list[str]) -> str | None:
+    """What the failing code states (see demands.py): the names changed; "" when the
+    error is of such a kind but nothing could be given; None when it is of none."""
+    nested = _with_nested(configs)
+    if isinstance(error, RecursionError) and _builds_itself(error):
+        # ``init_vllm_registered_model(hf_config=config.get_text_config())`` on a flat
+        # config returns the config itself: the model builds itself again. A composite
+        # checkpoint has a text sub-config naming the language model.
+        top = configs[0] if configs else None
+        if top is not None and "text_config" not in vars(top):
+            top.text_config = sub_config("text_config", top)
+            return "text_config"
+        return ""
+    dispatch = compared_model_type(error)
+    if dispatch is not None and any(dispatch[0] is c for c in nested):
+        return _become_model_type(*dispatch)
+    fitted = fit_unpacked(error) or must_be(error, nested) or integral_sizes(error, nested)
+    if fitted is not None:
+        return fitted
+    for attr, value in mismatch_demands(error, nested).items():
+        for config in nested:
+            if vars(config).get(attr) is not None and vars(config)[attr] != value:
+                setattr(config, attr, value)
+                return attr
+    read = none_source(error)
+    if read is not None:
+        attr, value = read
+        for config in nested:
+            if attr in vars(config) and vars(config)[attr] is None:
+                value = guess_attribute(attr, config, texts) if value is None else value
+                if value is None and re.search(r"\bints?\b|integer|size", str(error)):
+                    value = 16  # used as a size: small, divides by 1, 2, 4 and 8
+                if value is None:
+                    return ""
+                setattr(config, attr, value)
+                return attr
+    return None
+
+
+def _become_model_type(config: Any, model_type: str) -> str:
+    """A stand-in sub-config the code dispatches on by model type takes the first type
+    it names, and, where transformers or vLLM know that type, its config class's
+    (shrunk) values for what the stand-in lacks."""
+    config.model_type = model_type
+    with contextlib.suppress(Exception):
+        default = config_class(model_type)()
+        values = {**default.to_dict(), **shrink_kwargs(default)}
+        for key, value in values.items():
+            if key not in vars(config) and not key.startswith("_"):
+                setattr(config, key, value)
+    return "model_type"
+
+
+def _dict_from_code(attr: str, config: Any, texts: list[str]) -> dict[str, Any] | None:
+    """``config.img_processor["image_dim_out"]``, ``config.img_processor.get("layer_idx",
+    -2)``: a dict-valued attribute (checkpoints write it as a JSON object); its keys are
+    those the code reads, with the code's defaults, else guessed by name (a size when
+    nothing names them)."""
+    import ast
+
+    name = re.escape(attr)
+    out: dict[str, Any] = {}
+    for text in texts:
+        if attr not in text:
+            continue
+        for m in re.finditer(rf"\.{name}\.get\(\s*[\"'](\w+)[\"']\s*,\s*{_LITERAL}\s*\)", text):
+            out.setdefault(m.group(1), ast.literal_eval(m.group(2)))
+        for m in re.finditer(rf"\.{name}\[\s*[\"'](\w+)[\"']\s*\]", text):
+            if m.group(1) not in out:
+                guess = guess_attribute(m.group(1), config)
+                out[m.group(1)] = 16 if guess is None else guess
+    return out or None
+
+
+def _builds_itself(error: BaseException) -> bool:
+    import traceback
+
+    names = [f.f_code.co_name for f, _ in traceback.walk_tb(error.__traceback__)]
+    return names.count("init_vllm_registered_model") > 2
+
+
+def _registered_default(config: Any, attr: str) -> tuple[bool, Any]:
+    """The default of ``attr`` in the config class vLLM registers for ``config``'s model
+    type, when that is another class (transformers' ``Step3p7TextConfig`` and vLLM's
+    ``Step3p5Config`` share ``step3p5``; vLLM's model reads vLLM's)."""
+    from vllm.transformers_utils.config import _CONFIG_REGISTRY
+
+    model_type = getattr(config, "model_type", "") or ""
+    try:
+        # a lazy registry: ``[]`` loads the class, ``.get`` may not
+        cls = _CONFIG_REGISTRY[model_type] if model_type in _CONFIG_REGISTRY else None  # noqa: SIM401
+    except Exception:
+        return False, None
+    if not isinstance(cls, type) or isinstance(config, cls):
+        return False, None
+    try:
+        default = cls()
+        value = getattr(default, attr)
+    except Exception:
+        return False, None
+    with contextlib.suppress(Exception):
+        value = shrink_kwargs(default).get(attr, value)
+    return True, value
+
+
+def _with_nested(configs: list[Any], depth: int = 3) -> list[Any]:
+    """``configs`` and the configs nested in them (``thinker_config.audio_config``)."""
+    out = list(configs)
+    frontier = list(configs)
+    for _ in range(depth):
+        found = []
+        for config in frontier:
+            try:
+                values = list(vars(config).values())
+            except TypeError:
+                continue
+            for value in values:
+                nested = hasattr(value, "to_dict") and hasattr(value, "model_type")
+                if nested and all(value is not c for c in out):
+                    out.append(value)
+                    found.append(value)
+        frontier = found
+    return out
 
 
 def _give_guess(configs: list[Any], attr: str, texts: Any, wanted: Any) -> str | None:

@@ -56,6 +56,7 @@ ENCODER_DEFAULTS: dict[str, Any] = {
 # ``audio_encoder_conf``, ``thinker_config``), not a value.
 _SUB_CONFIG = re.compile(r"(_config|_conf|_cfg)$")
 _TEXT = re.compile(r"^(text|llm|language|thinker|decoder)")
+_AUDIO = re.compile(r"audio|speech|sound|whisper|acoustic")
 
 
 _ONLY_KEYS = "_prefixlint_only_keys"
@@ -76,8 +77,17 @@ def sub_config(name: str, parent: Any) -> Any:
             for k, v in parent.to_dict().items()
             if not isinstance(v, dict) and k not in ("architectures", "auto_map")
         }
+        arch = _causal_lm(getattr(parent, "model_type", ""))
+        if arch is not None:
+            # vLLM builds the language model by this name; the parent's would be the
+            # multimodal model itself again
+            values["architectures"] = [arch]
     else:
         values = dict(ENCODER_DEFAULTS)
+        if _AUDIO.search(name):
+            # an audio encoder's window is its STFT window (25 ms at 16 kHz): enough
+            # frequency bins for its mel filters, unlike a vision tower's window
+            values.update(window_size=400, hop_length=160)
         out_size = getattr(parent, "hidden_size", None)
         if isinstance(out_size, int):
             values["out_hidden_size"] = out_size  # projector output: the text width
@@ -140,3 +150,12 @@ def fit_to_callee(sub: Any, params: dict[str, Any], guess: Any) -> bool:
 def as_mapping(config: Any) -> Any:
     """A copy of ``config`` (same class, same values) that also unpacks as a mapping."""
     return _mapping_config(type(config))(**config.to_dict())
+
+
+def _causal_lm(model_type: str) -> str | None:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from prefixlint.introspect.configs import causal_lm_named
+
+    found = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+    return found if isinstance(found, str) else causal_lm_named(model_type)

@@ -538,10 +538,10 @@ def unloaded_weights(model_dir: Path) -> list[str]:
     import torch
     from safetensors import safe_open
 
-    from prefixlint.introspect.build import _model_config, build_layout
+    from prefixlint.introspect.build import build_layout, load_model_config
     from prefixlint.introspect.parallel import Layout, fake_parallel_state
 
-    built = build_layout(_model_config(str(model_dir)), Layout(tp=1))
+    built = build_layout(load_model_config(str(model_dir)), Layout(tp=1))
     if built.model is None or not hasattr(built.model, "load_weights"):
         return []  # the engine will say why it cannot build; nothing to compare here
 
