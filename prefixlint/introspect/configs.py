@@ -898,6 +898,8 @@ def guess_from_code(name: str, config: Any, texts: list[str]) -> Any:
         element = guess_attribute(re.sub(r"^(interleaved|per_layer)_|_list$|s$", "", name), config)
         if element is not None and not isinstance(element, list):
             return [element] * n
+        if hints.iterated and not hints.per_layer:
+            return list(range(0, n, 2))  # a collection of layers: layer indices, every other
         return None
     by_name = guess_attribute(name, config)
     if by_name is not None:
@@ -952,6 +954,8 @@ def guess_attribute(name: str, config: Any, texts: list[str] | None = None) -> A
         return stft
     if n == "eps":
         return 1e-6
+    if n == "n_embed":  # a width; only the whole name ("position_embedding_type" holds it)
+        return hidden
     if n == "layers":
         return _num_layers(config)  # a layer count (``config.layers`` of a vision tower)
     if n == "layer_types":
@@ -975,7 +979,7 @@ def guess_attribute(name: str, config: Any, texts: list[str] | None = None) -> A
         (("iters", "iterations"), 1),  # an iteration count (Sinkhorn): one pass
         (("block_indexes", "layer_indexes"), [0]),
         (("sampling_rate",), 16000),
-        (("embedding_size", "embed_dim", "n_embed"), hidden),
+        (("embedding_size", "embed_dim"), hidden),
         (("fp32_",), False),
         (("query_num", "num_queries"), 16),
         (("image_size",), 56),
@@ -1229,8 +1233,8 @@ def repair(
             return _give_value(configs, attr, cls_name, required)
         return _repair_missing(error, configs, cls_name, attr, texts)
     stated = _repair_stated(error, configs, texts)
-    if stated is not None:
-        return stated or None
+    if stated:  # "" (its kind, nothing given): the mechanisms below may still give it
+        return stated
     if isinstance(error, AttributeError) and _SEQUENCE_AS_TEXT.search(str(error)):
         # ``config.x.strip().split(",")``: the checkpoint writes the list as text
         for attr in _line_attributes(error):
