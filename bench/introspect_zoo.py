@@ -28,26 +28,40 @@ import time
 from pathlib import Path
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--markdown", type=Path, help="Also write the report as Markdown here.")
-    ap.add_argument("--explore-budget", default=None, help="seconds per target (zoo default)")
-    args = ap.parse_args()
-    budget = ["--explore-budget", args.explore_budget] if args.explore_budget else []
+def run_zoo(jobs: int, explore_budget: str | None) -> tuple[dict, float]:
+    budget = ["--explore-budget", explore_budget] if explore_budget else []
     exe = str(Path(sys.executable).with_name("prefixlint"))
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "zoo.json"
         started = time.perf_counter()
         proc = subprocess.run(
-            [exe, "zoo", "--jobs", str(args.jobs), "--format", "json", "-o", str(out), *budget],
+            [exe, "zoo", "--jobs", str(jobs), "--format", "json", "-o", str(out), *budget],
             capture_output=True,
             text=True,
         )
         wall = time.perf_counter() - started
         if proc.returncode not in (0, 1):
             sys.exit(f"zoo failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-        data = json.loads(out.read_text())
+        return json.loads(out.read_text()), wall
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--markdown", type=Path, help="Also write the report as Markdown here.")
+    ap.add_argument("--explore-budget", default=None, help="seconds per target (zoo default)")
+    ap.add_argument(
+        "--from-json",
+        type=Path,
+        help="Report on this `prefixlint zoo --format json` output instead of running the "
+        "zoo (its own wall time is reported).",
+    )
+    args = ap.parse_args()
+    if args.from_json:
+        data = json.loads(args.from_json.read_text())
+        wall = data["summary"]["wall_seconds"]
+    else:
+        data, wall = run_zoo(args.jobs, args.explore_budget)
     s = data["summary"]
     print(f"architectures               {s['architectures']}")
     print(f"built / skipped / failed    {s['built']} / {s['skipped']} / {s['failed']}")
@@ -57,7 +71,7 @@ def main() -> None:
     ratio = s["text_generation_built_ratio"] or 0
     print(
         f"text generation built       {s['text_generation_built']}/{s['text_generation']} "
-        f"({ratio * 100:.1f}%)   target >= 90%"
+        f"({ratio * 100:.1f}%)   target >= 97%"
     )
     print(f"median build (tp=1)         {s['median_build_seconds']} s   target <= 2 s")
     dry = s.get("text_generation_dryrun_ratio") or 0
