@@ -308,3 +308,92 @@ def test_a_bias_the_loader_makes_itself_is_written(worker) -> None:
     assert report.results[0]["dryrun"] == "verified", report.results[0]["dryrun_reason"]
     shards = [d.message for d in report.diagnostics if d.code == "PFX701" and "shard" in d.message]
     assert shards == []
+
+
+def test_incomplete_reference_experts_are_not_streamed() -> None:
+    """Experts lacking a tensor every other expert of the block has are an allocation of
+    the reference class, not checkpoint tensors; complete experts are all kept."""
+    from prefixlint.introspect.dryrun import incomplete_experts
+
+    shape = ((4, 4), None)
+    layout = {
+        f"model.layers.0.mlp.experts.{i}.{leaf}.weight": shape
+        for i in range(4)
+        for leaf in ("gate_proj", "up_proj", "down_proj")
+    }
+    assert incomplete_experts(layout) == (set(), "")
+    extra = {
+        f"model.layers.0.mlp.experts.{i}.{p}.weight": shape
+        for i in (4, 5)
+        for p in ("gate_proj", "up_proj")
+    }
+    dropped, why = incomplete_experts({**layout, **extra})
+    assert dropped == set(extra)
+    assert "2 incomplete experts" in why and "model.layers.N.mlp.experts" in why
+
+
+@pytest.mark.slow
+def test_identity_experts_of_the_reference_are_not_checkpoint_tensors(worker) -> None:
+    """transformers' Longcat-Flash sizes the fused ``gate_up_proj`` for its routed and its
+    weightless identity (zero) experts, ``down_proj`` for the routed ones: reverted, the
+    layout has gate/up projections for experts no checkpoint holds. They are left out
+    with a note, and vLLM's per-expert loader is judged on the routed experts only (it
+    loads them all: no PFX701)."""
+    report = introspect("LongcatFlashForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    assert report.results[0]["dryrun"] == "verified", report.results[0]["dryrun_reason"]
+    assert [d.message for d in report.diagnostics if d.code == "PFX701"] == []
+    notes = [d.message for d in dry_run_diagnostics(report) if d.code == "PFX600"]
+    assert any("incomplete experts" in n for n in notes), notes
+
+
+@pytest.mark.slow
+def test_fused_experts_transposed_on_load_only_when_needed_have_the_hub_layout(worker) -> None:
+    """Qwen3-VL-MoE's converter transposes the fused experts on load only when the shape
+    is not the parameter's, so transformers saves its own (E, H, I) ``down_proj``; the hub
+    (and vLLM's loader, ``is_fused_checkpoint_transposed``) has (E, I, H). That original
+    layout is made too, and vLLM loads it: no raise, nothing left random."""
+    report = introspect("Qwen3VLMoeForConditionalGeneration", tp=(1,), pp=(1,), worker=worker)
+    assert report.results[0]["dryrun"] == "verified", report.results[0]["dryrun_reason"]
+    assert [d.message for d in report.diagnostics if d.code == "PFX701"] == []
+
+
+@pytest.mark.slow
+def test_a_head_tied_from_another_sub_config_is_a_note_on_a_synthesised_config(worker) -> None:
+    """The synthesised Qwen2.5-Omni config ties the thinker's text config and not the
+    thinker: vLLM reads the former and ties ``lm_head``, transformers the latter and keeps
+    it. What a checkpoint holds is unknown there: a note, not a dropped-tensor finding. The
+    talker and token2wav weights, which the class's mapper maps to None (a thinker-only
+    model), are dropped as declared: not reported."""
+    report = introspect("Qwen2_5OmniForConditionalGeneration", tp=(1,), pp=(1,), worker=worker)
+    loading = [d.message for d in report.diagnostics if d.code == "PFX701"]
+    assert not [m for m in loading if "talker." in m or "token2wav." in m], loading
+    dropped = [
+        d.message for d in report.diagnostics if d.code == "PFX701" and "lm_head" in d.message
+    ]
+    assert dropped == []
+    notes = [d.message for d in dry_run_diagnostics(report) if d.code == "PFX600"]
+    assert any("vLLM ties `language_model.lm_head.weight`" in n for n in notes), notes
+
+
+def test_an_attribute_passed_as_a_layers_width_is_guessed_as_the_hidden_size() -> None:
+    """An attribute the config lacks that a layer takes as ``dim=``/``hidden_size=`` is
+    the model's width (Lfm2's ``dim=config.block_dim``, dropped by transformers 5), not
+    the table's small size; a tensor ``dim=`` keyword with another value is not one."""
+    from types import SimpleNamespace
+
+    from prefixlint.introspect.configs import code_hints, guess_from_code
+
+    config = SimpleNamespace(hidden_size=128, num_hidden_layers=2, num_attention_heads=4)
+    text = "self.mlp = Lfm2MLP(\n    dim=config.block_dim,\n    quant_config=quant_config,\n)"
+    assert code_hints("block_dim", [text]).width
+    assert guess_from_code("block_dim", config, [text]) == 128
+    assert not code_hints("concat_dim", ["torch.cat(xs, dim=config.concat_dim + 1)"]).width
+
+
+@pytest.mark.slow
+def test_lfm2_dry_runs_clean_with_its_width_guessed(worker) -> None:
+    """With ``block_dim`` guessed as the hidden size, Lfm2's checkpoint ``w1``/``w3``
+    stack into ``w13`` and nothing raises or stays random (they did with 16)."""
+    report = introspect("Lfm2ForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    assert report.results[0]["dryrun"] == "verified", report.results[0]["dryrun_reason"]
+    assert [d.message for d in report.diagnostics if d.code == "PFX701"] == []

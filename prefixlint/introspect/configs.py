@@ -775,6 +775,7 @@ class CodeHints:
     modulo: bool = False  # ``x % config.name``: a positive step
     truth: bool = False  # ``if config.name:`` / ``not config.name``: a flag
     layer_bound: bool = False  # ``layer_idx < config.name``: the first layers differ
+    width: bool = False  # passed as a layer's ``dim=``/``hidden_size=``: the model's width
 
 
 def code_hints(name: str, texts: list[str]) -> CodeHints:
@@ -818,6 +819,8 @@ def code_hints(name: str, texts: list[str]) -> CodeHints:
             rf"(?:\bnot\s+|\bif\s+){ref}\s*(?::|\)|,|$|\band\b|\bor\b|\belse\b)", text, re.M
         ):
             hints.truth = True
+        if re.search(rf"\b(?:dim|hidden_size|embed_dim|d_model)\s*=\s*{ref}\s*[,)]", text):
+            hints.width = True
     return hints
 
 
@@ -877,6 +880,10 @@ def guess_from_code(name: str, config: Any, texts: list[str]) -> Any:
         return hints.default
     if hints.modulo or hints.layer_bound:
         return 1  # a step of 1; or layer 0 on one side of the bound, the rest on the other
+    if hints.width and isinstance(getattr(config, "hidden_size", None), int):
+        # the width a layer reads the hidden states with (Lfm2's ``dim=config.block_dim``;
+        # transformers 5 dropped the attribute, checkpoints set it to ``hidden_size``)
+        return config.hidden_size
     index_list = re.search(r"(indexes|indices|_ids|_idx)$", name.lower()) is not None
     if hints.per_layer or (hints.iterated and ("layer" in name.lower() or index_list)):
         if hints.compared:

@@ -18,6 +18,7 @@ Where the dry-run cannot run, a PFX600 note says why; it never guesses a finding
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import inspect
 import re
@@ -84,7 +85,6 @@ def _reference_class(archs: list[str]) -> type | None:
 def _reference_config(hf_config: Any) -> Any:
     """A copy of the config the reference class accepts: a ``pad_token_id`` beyond a shrunk
     vocabulary is clamped into it (it names a row, no size; vLLM never reads it)."""
-    import copy
 
     def beyond(config: Any) -> bool:
         vocab = getattr(config, "vocab_size", None)
@@ -127,6 +127,7 @@ def reference(hf_config: Any, cls: type | None = None) -> tuple[list[Reference],
             state = mu.remove_tied_weights_from_state_dict(state, ref)
         native = dict(state)
         variants = _revert_variants(ref, native)
+        original = _forced_transposes(ref, native)
         if hasattr(mu, "revert_weight_conversion"):
             state = mu.revert_weight_conversion(ref, state)
     except Exception as e:
@@ -136,11 +137,60 @@ def reference(hf_config: Any, cls: type | None = None) -> tuple[list[Reference],
         ) from None
     # save_pretrained writes the original (reverted) layout; checkpoints saved without
     # reverting, in transformers' own layout, exist too: either is a valid checkpoint.
+    # A layout differs from another by its names or by a shape (a transposed tensor).
     layouts = [{k: (tuple(v.shape), v.dtype) for k, v in state.items()}]
-    for other in (native, *variants):
-        if other and all(set(other) != set(layout) for layout in layouts):
-            layouts.append({k: (tuple(v.shape), v.dtype) for k, v in other.items()})
+    for other in (original, native, *variants):
+        shaped = {k: (tuple(v.shape), v.dtype) for k, v in (other or {}).items()}
+        if shaped and all(shaped != layout for layout in layouts):
+            layouts.append(shaped)
     return layouts, ref
+
+
+def _forced_transposes(ref: nn.Module, native: dict[str, Any]) -> dict[str, Any] | None:
+    """The original layout of tensors that transformers transposes on load only when their
+    shape is not the parameter's (``Transpose(check_dims=True)``). Reverted on save, the op
+    sees the parameter's own shape and keeps it, so ``save_pretrained`` writes transformers'
+    layout and never the one the converter exists for (Qwen3-VL-MoE's fused experts are
+    (E, H, 2I) on the hub, (E, 2I, H) in transformers). Both load in transformers; this is
+    the second. None where no converter has such an op (or before transformers 5)."""
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import (
+            PrefixChange,
+            Transpose,
+            WeightConverter,
+            revert_weight_conversion,
+        )
+
+        # what revert_weight_conversion uses for a model not loaded with from_pretrained
+        conversions = [
+            c
+            for c in get_model_conversion_mapping(ref, add_legacy=False)
+            if not isinstance(c, PrefixChange)
+        ]
+    except Exception:
+        return None
+
+    def checked(op: Any) -> bool:
+        return isinstance(op, Transpose) and bool(getattr(op, "check_dims", False))
+
+    forced = []
+    for c in conversions:
+        if isinstance(c, WeightConverter) and any(checked(op) for op in c.operations):
+            c = copy.copy(c)
+            c.operations = [
+                Transpose(op.dim0, op.dim1) if checked(op) else op for op in c.operations
+            ]
+        forced.append(c)
+    if all(a is b for a, b in zip(forced, conversions, strict=True)):
+        return None
+    ref._weight_conversions = forced
+    try:
+        return revert_weight_conversion(ref, dict(native))
+    except Exception:
+        return None
+    finally:
+        del ref._weight_conversions
 
 
 def _revert_variants(ref: nn.Module, native: dict[str, Any]) -> list[dict[str, Any]]:
@@ -211,6 +261,42 @@ def _quiet() -> Any:
             yield
         finally:
             log.setLevel(level)
+
+
+_EXPERT = re.compile(r"^(?P<owner>.*\.experts\.)(?P<index>\d+)\.(?P<rest>.+)$")
+
+
+def incomplete_experts(layout: Reference) -> tuple[set[str], str]:
+    """Per-expert tensors of experts that lack a tensor every other expert of the same
+    block has, and why. An expert without, say, its down projection computes nothing, so
+    no checkpoint holds one: such rows are an allocation of the reference class
+    (transformers' Longcat-Flash sizes ``gate_up_proj`` for its routed *and* its weightless
+    identity experts, ``down_proj`` for the routed ones only). They are not streamed; a
+    loader that misses whole experts is still judged (every expert is complete there)."""
+    kinds: dict[str, dict[str, set[int]]] = {}
+    for name in layout:
+        m = _EXPERT.match(name)
+        if m:
+            kinds.setdefault(m["owner"], {}).setdefault(m["rest"], set()).add(int(m["index"]))
+    dropped: set[str] = set()
+    why = ""
+    for owner, by_kind in kinds.items():
+        complete = set.intersection(*by_kind.values())
+        partial = set.union(*by_kind.values()) - complete
+        if not partial:
+            continue
+        for name in layout:
+            m = _EXPERT.match(name)
+            if m and m["owner"] == owner and int(m["index"]) in partial:
+                dropped.add(name)
+        if not why:
+            counts = ", ".join(f"`{k}` {len(v)}" for k, v in sorted(by_kind.items()))
+            why = (
+                f"the reference class holds experts of `{_normal(owner.rstrip('.'))}` that "
+                f"lack tensors the others have ({counts}): {len(partial)} incomplete "
+                "experts, which no checkpoint holds, are not streamed"
+            )
+    return dropped, why
 
 
 # -- transformers and vLLM reading a synthesised config differently -------------------------
@@ -355,10 +441,16 @@ def reconcile(
 def explained_drop(cls: type | None, model: nn.Module, name: str, stream: Stream) -> str | None:
     """After streaming: a checkpoint tensor inside a layer for which vLLM has no module or
     parameter at all, in a module whose parameters were all written (a renamed module
-    would leave its own parameter unwritten): vLLM built the module without it."""
+    would leave its own parameter unwritten): vLLM built the module without it. Or one
+    whose vLLM parameter is a tied alias of another, written, parameter (a head tied in
+    vLLM and not in the reference: each read the tie flag from another sub-config)."""
     block = _block(name)
     mapped = _mapped(cls, name)
     path, value = _walk(model, mapped)
+    tied = stream.recorder.owner(value) if isinstance(value, torch.Tensor) else None
+    if tied is not None and tied.name != mapped and tied.written:
+        # the config's tie flag, read from another (sub-)config by one of the two
+        return f"vLLM ties `{mapped}` to `{tied.name}`, transformers keeps both"
     if block is None or value is not _MISSING or not path.startswith(_mapped(cls, block)):
         return None
     written = {t.name for t in stream.recorder.by_storage.values() if t.written}
@@ -396,7 +488,8 @@ class Stream:
 
 
 def _normal(name: str) -> str:
-    return re.sub(r"\.\d+(?=\.|$)", ".N", name)
+    """Layer numbers left out, also where a name ends inside a message (before a backtick)."""
+    return re.sub(r"\.\d+(?=[.`]|$)", ".N", name)
 
 
 def _targets(model: nn.Module) -> dict[str, tuple[torch.Tensor, bool]]:
@@ -751,6 +844,8 @@ def coverage_findings(
             continue
         if name not in unwritten and explained(name):
             continue
+        if nothing_random and _declared_drop(sites.cls, name):
+            continue
         severity = "error"
         if name in unwritten:
             unwritten.pop(name)
@@ -787,6 +882,17 @@ def coverage_findings(
         if t.written:
             out.extend(_shard_findings(stream, t, sites))
     return out
+
+
+def _declared_drop(cls: type | None, name: str) -> bool:
+    """The class's own ``hf_to_vllm_mapper`` maps the name to None: the model says it does
+    not load it (Qwen2.5-Omni's thinker maps ``talker.`` and ``token2wav.`` to None). Only
+    asked when every parameter is written; with one left random it is still reported."""
+    fn = getattr(getattr(cls, "hf_to_vllm_mapper", None), "_map_name", None)
+    if callable(fn):
+        with contextlib.suppress(Exception):
+            return fn(name) is None
+    return False
 
 
 def _optional_bias(stream: Stream, reference: dict[str, Any], name: str) -> str | None:
@@ -1100,16 +1206,24 @@ def run(
     tried = []
     for layout in layouts:
         divergence = reconcile(cls, ref, base.model, layout) if synthesised else None
-        streamed = {k: v for k, v in layout.items() if not divergence or k not in divergence.names}
+        incomplete, why = incomplete_experts(layout)
+        streamed = {
+            k: v
+            for k, v in layout.items()
+            if k not in incomplete and not (divergence and k in divergence.names)
+        }
         with _as_served(base.model, model_config):
             s = stream(base.model, streamed, _stream_context(base, model_config))
-        tried.append((s, streamed, coverage_findings(s, streamed, sites, divergence), divergence))
-        if not tried[-1][2] and not s.limit:
+        found = coverage_findings(s, streamed, sites, divergence)
+        tried.append((s, streamed, found, divergence, why))
+        if not found and not s.limit:
             break
     # the layout vLLM loads best: a loader need only accept one of them
-    s, _, findings, divergence = min(tried, key=lambda t: (not t[0].complete, len(t[2])))
+    s, _, findings, divergence, why = min(tried, key=lambda t: (not t[0].complete, len(t[2])))
     if divergence is not None and divergence.reasons:
         findings.append(_divergence_note(divergence, sites))
+    if why:
+        findings.append(_note(f"checkpoint dry-run, in part: {why}", sites.class_site))
     if s.limit:
         reason = f"a weight loader needs real data on meta tensors ({s.limit})"
         site = (s.limit_error and sites.frame(s.limit_error)) or sites.loader("")
