@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import importlib.util
+import itertools
 import shutil
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -42,3 +45,21 @@ def worker():
     w = Worker()
     yield w
     w.close()
+
+
+_MODULE_NUMBERS = itertools.count()
+
+
+def model_module(tmp_path: Path, source: str) -> ModuleType:
+    """``source`` imported as a model file under a ``models/`` folder (where phase 2's
+    repairs read model code), under a name no other test uses."""
+    folder = tmp_path / "models"
+    folder.mkdir(exist_ok=True)
+    name = f"toy_model_{next(_MODULE_NUMBERS)}"
+    path = folder / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -6,29 +6,13 @@ architectures that needed it."""
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.conftest import requires_vllm
+from tests.conftest import model_module, requires_vllm
 
-_COUNTER = itertools.count()
-
-
-def toy(tmp_path: Path, source: str) -> Any:
-    """``source`` as a model file under a ``models/`` folder (where repair reads code)."""
-    folder = tmp_path / "models"
-    folder.mkdir(exist_ok=True)
-    name = f"toy_demands_{next(_COUNTER)}"
-    path = folder / f"{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+toy = model_module
 
 
 def raised(func, *args) -> BaseException:

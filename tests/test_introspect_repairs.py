@@ -7,31 +7,16 @@ and vLLM's own; nothing is mocked. The slow tests build real architectures."""
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import requires_vllm
+from tests.conftest import model_module, requires_vllm
 
 pytestmark = requires_vllm
 
-_COUNT = itertools.count()
-
-
-def _module(tmp_path: Path, source: str) -> Any:
-    """``source`` as a module of a file under ``models/`` (where model code lives)."""
-    folder = tmp_path / "models"
-    folder.mkdir(exist_ok=True)
-    name = f"toy_repair_{next(_COUNT)}"
-    path = folder / f"{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+_module = model_module
 
 
 def _llama(**kw: Any) -> Any:
