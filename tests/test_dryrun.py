@@ -397,3 +397,21 @@ def test_lfm2_dry_runs_clean_with_its_width_guessed(worker) -> None:
     report = introspect("Lfm2ForCausalLM", tp=(1,), pp=(1,), worker=worker)
     assert report.results[0]["dryrun"] == "verified", report.results[0]["dryrun_reason"]
     assert [d.message for d in report.diagnostics if d.code == "PFX701"] == []
+
+
+def test_a_loader_that_refuses_the_whole_layout_gives_warnings(worker, tmp_path) -> None:
+    """A loader that reads another checkpoint format (here: every name under `llm.`)
+    raises on more kinds of names than the stream retries: not verified, and its raises
+    are warnings that say the layout may not be the loader's, never errors."""
+    other_format = (
+        "LlamaForCausalLM",
+        "        loader = AutoWeightsLoader(self)\n",
+        "        loader = AutoWeightsLoader(self)\n"
+        '        weights = ((n.replace("model.", "llm.", 1), w) for n, w in weights)\n',
+    )
+    path, _ = model_copy(tmp_path, "llama", "other_format", [other_format])
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    assert report.results[0]["dryrun"] == "not verified"
+    raises = [d for d in report.diagnostics if d.code == "PFX701"]
+    assert raises and all(d.severity.value == "warning" for d in raises)
+    assert all("layout" in d.message for d in raises)
