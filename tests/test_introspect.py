@@ -361,3 +361,21 @@ def test_duplicate_name_from_a_loop_without_index_points_at_the_loop(worker) -> 
     report = introspect(f"{path}:LoopForCausalLM", tp=(1,), pp=(1,), worker=worker)
     found = [(d.code, d.location.row) for d in report.diagnostics if d.code == "PFX602"]
     assert found == [("PFX602", loop_call)], report.diagnostics
+
+
+def test_vllm_private_tables_have_a_fallback(monkeypatch) -> None:
+    """vLLM's architecture and config-class tables are private: where a release moves
+    them, synthesis goes on with transformers' tables alone."""
+    import vllm.transformers_utils.config as vllm_config
+
+    from prefixlint.introspect.configs import (
+        arch_to_model_types,
+        vllm_architecture_types,
+        vllm_config_registry,
+    )
+
+    assert vllm_config_registry() and vllm_architecture_types()  # vLLM 0.32's layout
+    monkeypatch.delattr(vllm_config, "_CONFIG_REGISTRY")
+    monkeypatch.delattr(vllm_config, "_ARCHITECTURE_TO_MODEL_TYPE")
+    assert vllm_config_registry() == {} and vllm_architecture_types() == {}
+    assert arch_to_model_types("LlamaForCausalLM") == ["llama"]

@@ -68,6 +68,27 @@ SHRINK: dict[str, Any] = {
 FILL_NONE: dict[str, Any] = {"num_key_value_heads": 8}
 
 
+def vllm_config_registry() -> Any:
+    """vLLM's model type -> config class table (private: ``_CONFIG_REGISTRY`` in vLLM 0.32's
+    ``transformers_utils.config``); empty where a release moved it, so synthesis falls
+    back on transformers' classes alone."""
+    try:
+        from vllm.transformers_utils.config import _CONFIG_REGISTRY
+    except ImportError:
+        return {}
+    return _CONFIG_REGISTRY
+
+
+def vllm_architecture_types() -> dict[str, str]:
+    """vLLM's architecture -> model type table (private: ``_ARCHITECTURE_TO_MODEL_TYPE``);
+    empty where a release moved it (transformers' mappings still answer)."""
+    try:
+        from vllm.transformers_utils.config import _ARCHITECTURE_TO_MODEL_TYPE
+    except ImportError:
+        return {}
+    return _ARCHITECTURE_TO_MODEL_TYPE
+
+
 _ARCH_SUFFIX = re.compile(
     r"(For[A-Z]\w*|Model|LMHeadModel|MTP\w*|Chat\w*Model)$",
 )
@@ -81,10 +102,11 @@ def _known_model_types() -> dict[str, str]:
     """normalised model type -> model type, for every config class vLLM or transformers
     can load without remote code."""
     from transformers import CONFIG_MAPPING
-    from vllm.transformers_utils.config import _CONFIG_REGISTRY
+
+    config_registry = vllm_config_registry()
 
     out: dict[str, str] = {}
-    for mt in [*_CONFIG_REGISTRY, *CONFIG_MAPPING.keys()]:
+    for mt in [*config_registry, *CONFIG_MAPPING.keys()]:
         out.setdefault(_norm(mt), mt)
     return out
 
@@ -129,11 +151,12 @@ def _text_only(model_type: str) -> bool:
 
 def arch_to_model_types(arch: str, model_cls: type | None = None) -> list[str]:
     from transformers.models.auto import modeling_auto
-    from vllm.transformers_utils.config import _ARCHITECTURE_TO_MODEL_TYPE
+
+    arch_types = vllm_architecture_types()
 
     out: list[str] = []
-    if arch in _ARCHITECTURE_TO_MODEL_TYPE:
-        out.append(_ARCHITECTURE_TO_MODEL_TYPE[arch])
+    if arch in arch_types:
+        out.append(arch_types[arch])
     for name in dir(modeling_auto):
         if not name.endswith("_MAPPING_NAMES"):
             continue
@@ -151,11 +174,11 @@ def arch_to_model_types(arch: str, model_cls: type | None = None) -> list[str]:
         # model's module imports.
         # transformers' names follow ``<Type>ForCausalLM``; its other classes of the same
         # stem are other families (``ernie`` is BERT-like, ErnieMTPModel is not).
-        from vllm.transformers_utils.config import _CONFIG_REGISTRY
+        config_registry = vllm_config_registry()
 
         stem = _norm(_ARCH_SUFFIX.sub("", arch))
         known = _known_model_types()
-        if stem in known and (arch.endswith("ForCausalLM") or known[stem] in _CONFIG_REGISTRY):
+        if stem in known and (arch.endswith("ForCausalLM") or known[stem] in config_registry):
             out.append(known[stem])
         for mt in _module_config_types(model_cls):
             if mt not in out:
@@ -216,10 +239,11 @@ def _backbones(model_cls: type | None) -> list[type]:
 
 def config_class(model_type: str):
     from transformers import CONFIG_MAPPING
-    from vllm.transformers_utils.config import _CONFIG_REGISTRY
 
-    if model_type in _CONFIG_REGISTRY:
-        return _CONFIG_REGISTRY[model_type]
+    config_registry = vllm_config_registry()
+
+    if model_type in config_registry:
+        return config_registry[model_type]
     return CONFIG_MAPPING[model_type]
 
 
@@ -721,9 +745,10 @@ def _rename_sub_config_keys(cls: type, path: Path) -> None:
 def _exactly_mapped(arch: str) -> bool:
     """vLLM or transformers map ``arch`` to a model type (not a guess from its name)."""
     from transformers.models.auto import modeling_auto
-    from vllm.transformers_utils.config import _ARCHITECTURE_TO_MODEL_TYPE
 
-    if arch in _ARCHITECTURE_TO_MODEL_TYPE:
+    arch_types = vllm_architecture_types()
+
+    if arch in arch_types:
         return True
     for name in dir(modeling_auto):
         if name.endswith("_MAPPING_NAMES"):
@@ -905,8 +930,9 @@ def guess_from_code(name: str, config: Any, texts: list[str]) -> Any:
         element = guess_attribute(re.sub(r"^(interleaved|per_layer)_|_list$|s$", "", name), config)
         if element is not None and not isinstance(element, list):
             return [element] * n
-        if hints.iterated and not hints.per_layer:
-            return list(range(0, n, 2))  # a collection of layers: layer indices, every other
+        if hints.iterated and not hints.per_layer and re.search(r"_(map|list|set)$", name):
+            # a collection of layers (``deepstack_layer_map``): layer indices, every other
+            return list(range(0, n, 2))
         return None
     by_name = guess_attribute(name, config)
     if by_name is not None:
@@ -943,34 +969,9 @@ def _compared_elsewhere(name: str) -> str | None:
     return _COMPARED_CACHE[name]
 
 
-def guess_attribute(name: str, config: Any, texts: list[str] | None = None) -> Any:
-    """A plausible value for an attribute a model reads but the synthesised config lacks
-    (real checkpoints' config.json carry it). With the model's source ``texts``, how the
-    code uses the attribute decides first. None: no guess."""
-    if name.endswith("config"):
-        return None  # a nested config: no single value stands in for one
-    if texts is not None:
-        value = guess_from_code(name, config, texts)
-        if value is not None:
-            return value
-    n = name.lower()
-    hidden = getattr(config, "hidden_size", 128) or 128
-    heads = getattr(config, "num_attention_heads", 16) or 16
-    stft = _stft_size(n, config)
-    if stft is not None:
-        return stft
-    if n == "eps":
-        return 1e-6
-    if n == "n_embed":  # a width; only the whole name ("position_embedding_type" holds it)
-        return hidden
-    if n == "layers":
-        return _num_layers(config)  # a layer count (``config.layers`` of a vision tower)
-    if n == "layer_types":
-        return ["full_attention"] * _num_layers(config)
-    if n == "rope_parameters":  # transformers' form of rope_theta / rope_scaling
-        theta = getattr(config, "rope_theta", None) or 10000.0
-        return {"rope_type": "default", "rope_theta": theta}
-    table: list[tuple[tuple[str, ...], Any]] = [
+def _name_table(config: Any, hidden: int, heads: int) -> list[tuple[tuple[str, ...], Any]]:
+    """Words of an attribute's name -> a value, first match wins (``guess_attribute``)."""
+    return [
         (("_eps", "epsilon"), 1e-6),  # not "deepstack"
         (("dropout",), 0.0),
         (("padded_vocab_size",), getattr(config, "vocab_size", 512)),
@@ -1017,6 +1018,36 @@ def guess_attribute(name: str, config: Any, texts: list[str] | None = None) -> A
         (("width",), hidden),
         (("_size",), 16),  # a size no other entry names: small, divides by 1, 2, 4, 8
     ]
+
+
+def guess_attribute(name: str, config: Any, texts: list[str] | None = None) -> Any:
+    """A plausible value for an attribute a model reads but the synthesised config lacks
+    (real checkpoints' config.json carry it). With the model's source ``texts``, how the
+    code uses the attribute decides first. None: no guess."""
+    if name.endswith("config"):
+        return None  # a nested config: no single value stands in for one
+    if texts is not None:
+        value = guess_from_code(name, config, texts)
+        if value is not None:
+            return value
+    n = name.lower()
+    hidden = getattr(config, "hidden_size", 128) or 128
+    heads = getattr(config, "num_attention_heads", 16) or 16
+    stft = _stft_size(n, config)
+    if stft is not None:
+        return stft
+    if n == "eps":
+        return 1e-6
+    if n == "n_embed":  # a width; only the whole name ("position_embedding_type" holds it)
+        return hidden
+    if n == "layers":
+        return _num_layers(config)  # a layer count (``config.layers`` of a vision tower)
+    if n == "layer_types":
+        return ["full_attention"] * _num_layers(config)
+    if n == "rope_parameters":  # transformers' form of rope_theta / rope_scaling
+        theta = getattr(config, "rope_theta", None) or 10000.0
+        return {"rope_type": "default", "rope_theta": theta}
+    table = _name_table(config, hidden, heads)
     # A name the table spells out wins over a word inside it (``hidden_act`` is an
     # activation, not a size because it holds "hidden"); then the first word found.
     for words, value in table:
@@ -1255,34 +1286,7 @@ def repair(
     if stated is not None:
         return stated
     if isinstance(error, AssertionError):
-        # ``assert x in ["silu", "sigmoid"]`` on a value read from the config: the first
-        for attr, value in assertion_demands(error).items():
-            for config in _with_nested(configs):
-                if attr in vars(config) and vars(config)[attr] != value:
-                    setattr(config, attr, value)
-                    return attr
-        # ``assert config.n_shared_experts > 0 and config.shared_expert_sink``: the model
-        # needs what the default leaves off (0, None, False)
-        for attr in _line_attributes(error):
-            for config in configs:
-                if attr not in vars(config) or getattr(config, attr):
-                    continue
-                current = getattr(config, attr)
-                value = guess_attribute(attr, config, texts)
-                if isinstance(current, bool) or isinstance(value, bool) or value is None:
-                    value = True if isinstance(current, bool) or current is None else None
-                if value is not None and value != current:
-                    setattr(config, attr, value)
-                    return attr
-        # ``top_k = getattr_iter(config, ["num_experts_per_tok", "top_k"], None)`` and
-        # ``assert top_k is not None``: the config has none of these names
-        for attr in asserted_reads(error):
-            if configs and not any(hasattr(c, attr) for c in configs):
-                value = guess_attribute(attr, configs[0], texts)
-                if value is not None:
-                    setattr(configs[0], attr, value)
-                    return attr
-        return None
+        return _repair_asserted(error, configs, texts)
     if isinstance(error, (TypeError, AttributeError)) and _NONE_USE.search(str(error)):
         attr = _none_attribute(error, configs)
         if attr is None:
@@ -1290,6 +1294,39 @@ def repair(
         return _give_guess(
             configs, attr, texts, lambda c: attr in vars(c) and getattr(c, attr) is None
         )
+    return None
+
+
+def _repair_asserted(error: BaseException, configs: list[Any], texts: list[str]) -> str | None:
+    """An ``assert`` no stated-value repair answered: a literal it demands, a flag or size
+    the default leaves off, or a name read with ``getattr_iter`` that the config lacks."""
+    # ``assert x in ["silu", "sigmoid"]`` on a value read from the config: the first
+    for attr, value in assertion_demands(error).items():
+        for config in _with_nested(configs):
+            if attr in vars(config) and vars(config)[attr] != value:
+                setattr(config, attr, value)
+                return attr
+    # ``assert config.n_shared_experts > 0 and config.shared_expert_sink``: the model
+    # needs what the default leaves off (0, None, False)
+    for attr in _line_attributes(error):
+        for config in configs:
+            if attr not in vars(config) or getattr(config, attr):
+                continue
+            current = getattr(config, attr)
+            value = guess_attribute(attr, config, texts)
+            if isinstance(current, bool) or isinstance(value, bool) or value is None:
+                value = True if isinstance(current, bool) or current is None else None
+            if value is not None and value != current:
+                setattr(config, attr, value)
+                return attr
+    # ``top_k = getattr_iter(config, ["num_experts_per_tok", "top_k"], None)`` and
+    # ``assert top_k is not None``: the config has none of these names
+    for attr in asserted_reads(error):
+        if configs and not any(hasattr(c, attr) for c in configs):
+            value = guess_attribute(attr, configs[0], texts)
+            if value is not None:
+                setattr(configs[0], attr, value)
+                return attr
     return None
 
 
@@ -1306,7 +1343,8 @@ def _repair_checked(error: BaseException, configs: list[Any], texts: list[str]) 
     if not isinstance(error, (AssertionError, ValueError)):
         return None
     if isinstance(error, AssertionError):
-        attr = _asserted_literal(error, configs) or _asserted_present(error, configs, texts)
+        # (a literal the assert compares with: ``_asserted_literal``, run before this)
+        attr = _asserted_present(error, configs, texts)
         if attr is not None:
             return attr
     for name in _NAMED_NONE.findall(str(error)):
@@ -1486,12 +1524,12 @@ def _registered_default(config: Any, attr: str) -> tuple[bool, Any]:
     """The default of ``attr`` in the config class vLLM registers for ``config``'s model
     type, when that is another class (transformers' ``Step3p7TextConfig`` and vLLM's
     ``Step3p5Config`` share ``step3p5``; vLLM's model reads vLLM's)."""
-    from vllm.transformers_utils.config import _CONFIG_REGISTRY
+    config_registry = vllm_config_registry()
 
     model_type = getattr(config, "model_type", "") or ""
     try:
         # a lazy registry: ``[]`` loads the class, ``.get`` may not
-        cls = _CONFIG_REGISTRY[model_type] if model_type in _CONFIG_REGISTRY else None  # noqa: SIM401
+        cls = config_registry[model_type] if model_type in config_registry else None  # noqa: SIM401
     except Exception:
         return False, None
     if not isinstance(cls, type) or isinstance(config, cls):
@@ -1945,13 +1983,14 @@ def _causal_lm_of(model_type: str | None) -> str | None:
     """vLLM's registered causal LM architecture for ``model_type``, or None."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
     from vllm import ModelRegistry
-    from vllm.transformers_utils.config import _ARCHITECTURE_TO_MODEL_TYPE
+
+    arch_types = vllm_architecture_types()
 
     if not model_type:
         return None
     supported = set(ModelRegistry.get_supported_archs())
     names = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)]
-    names += [a for a, mt in _ARCHITECTURE_TO_MODEL_TYPE.items() if mt == model_type]
+    names += [a for a, mt in arch_types.items() if mt == model_type]
     for name in names:
         if isinstance(name, str) and name in supported and name.endswith("ForCausalLM"):
             return name

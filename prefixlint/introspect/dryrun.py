@@ -55,13 +55,6 @@ class NotVerified(Exception):
 Reference = dict[str, tuple[tuple[int, ...], torch.dtype]]
 
 
-def reference_layouts(hf_config: Any, cls: type | None = None) -> list[Reference]:
-    """The checkpoint layouts (name -> (shape, dtype)) of the transformers class of the
-    architecture (the config's, or the vLLM class's own name: an out-of-tree copy of a
-    known class): the original layout first, then transformers' own when it differs."""
-    return reference(hf_config, cls)[0]
-
-
 # Renamings of up to 4 (sub-)models are reverted in every combination (15 layouts at most).
 MAX_SCOPES = 4
 
@@ -101,7 +94,9 @@ def _reference_config(hf_config: Any) -> Any:
 
 
 def reference(hf_config: Any, cls: type | None = None) -> tuple[list[Reference], nn.Module]:
-    """``reference_layouts`` and the reference model built on meta (its module tree)."""
+    """The checkpoint layouts (name -> (shape, dtype)) of the transformers class of the
+    architecture (the config's, or the vLLM class's own name: an out-of-tree copy of a
+    known class), the original layout first, and the reference model built on meta."""
     archs = [
         a.removesuffix("__prefixlint")
         for a in (getattr(hf_config, "architectures", None) or [])
@@ -1253,10 +1248,16 @@ def run(
         return DryRun("not verified", reason, merge(_layout_refused(findings)))
     sources = layer_sources(s, base.model)
     mapping = {layer: path for path, layers in sources.items() for layer in layers}
-    quant, reason = quant_findings(cls, model_config, base, sources, sites, deadline)
+    quant, skipped = quant_findings(cls, model_config, base, sources, sites, deadline)
     findings += quant
-    if reason:
-        findings.append(_note(f"quantization dry-run: {reason}", sites.class_site))
-    elif divergence is not None and divergence.reasons:
-        reason = f"in part: {len(divergence.reasons)} part(s) read differently from the config"
+    # "verified" with a reason: what of the check did not run, never left unsaid
+    partial = []
+    if skipped:
+        findings.append(_note(f"quantization dry-run: {skipped}", sites.class_site))
+        partial.append(f"the quantization dry-run did not run ({skipped})")
+    if divergence is not None and divergence.reasons:
+        partial.append(f"{len(divergence.reasons)} part(s) read differently from the config")
+    if why:
+        partial.append(why)
+    reason = f"in part: {'; '.join(partial)}" if partial else ""
     return DryRun("verified", reason, merge(findings), mapping)

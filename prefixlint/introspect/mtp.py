@@ -113,10 +113,13 @@ def archs_of_types(types: list[str], archs: list[str]) -> list[str]:
     """Registry architectures whose config is of one of ``types`` (vLLM's and
     transformers' architecture -> model type tables), in the order of ``types``."""
     from transformers.models.auto import modeling_auto
-    from vllm.transformers_utils.config import _ARCHITECTURE_TO_MODEL_TYPE
+
+    from prefixlint.introspect.configs import vllm_architecture_types
+
+    arch_types = vllm_architecture_types()
 
     by_type: dict[str, list[str]] = {}
-    for a, mt in _ARCHITECTURE_TO_MODEL_TYPE.items():
+    for a, mt in arch_types.items():
         by_type.setdefault(mt, []).append(a)
     for name in dir(modeling_auto):
         if name.endswith("_MAPPING_NAMES"):
