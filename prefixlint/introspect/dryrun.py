@@ -1212,7 +1212,13 @@ def run(
         note = _note(f"checkpoint and quantization dry-run: {OUT_OF_TIME}", sites.class_site)
         return DryRun("not verified", OUT_OF_TIME, [note])
     try:
-        layouts, ref = reference(model_config.hf_config, cls)
+        from vllm.config import set_current_vllm_config
+
+        # Under the build's vLLM config: model modules imported earlier in this worker may
+        # have put vLLM layers into transformers' classes (ones that ask for the current
+        # config), and the reference must not depend on which ran before.
+        with set_current_vllm_config(base.vllm_config):
+            layouts, ref = reference(model_config.hf_config, cls)
         if not callable(getattr(base.model, "load_weights", None)):
             raise NotVerified("the model has no `load_weights`")
     except NotVerified as e:
