@@ -41,3 +41,16 @@ def test_table_is_consistent() -> None:
 def test_github_anchor() -> None:
     assert github_anchor("PFX301 missing-prefix") == "pfx301-missing-prefix"
     assert github_anchor("What's new?") == "whats-new"
+
+
+def test_readme_code_tables_agree_with_the_table() -> None:
+    """README explains the phase-2 and smoke codes in its own tables (with more to say
+    than the one-line summaries); each row's code, name and severities are the table's."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (PFX\d{3}) \| ([\w-]+) \|([^|\n]*)\|", readme, re.M)
+    assert {code for code, _, _ in rows} >= {c for c in CODES if c[3] in "678"}
+    for code, name, third in rows:
+        assert name == CODES[code].name, f"README names {code} `{name}`"
+        severities = re.findall(r"\b(error|warning|note)\b", third)
+        if severities:  # the phase-2 table's severity column: the table's is among them
+            assert CODES[code].severity.value in severities, f"README: {code} {severities}"
