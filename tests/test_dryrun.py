@@ -35,6 +35,13 @@ def line_of(text: str, cls: str, needle: str) -> int:
     return text.count("\n", 0, at) + 1
 
 
+def filtering_llama_weights(expression: str) -> tuple[str, str, str]:
+    """An edit of llama's ``LlamaForCausalLM.load_weights``: the checkpoint's
+    ``weights`` pass through ``expression`` before vLLM's loader sees them."""
+    line = "        loader = AutoWeightsLoader(self)\n"
+    return ("LlamaForCausalLM", line, f"{line}        weights = {expression}\n")
+
+
 def dry_run_diagnostics(report) -> list:
     """The dry-run's own findings and notes (phase 2's other checks report on these
     copies too: llama's `embed_tokens` without prefix, coverage notes)."""
@@ -176,12 +183,7 @@ def test_renamed_layer_without_mapper_entry(worker, tmp_path) -> None:
 
 
 def test_weight_loader_needing_real_data_is_a_note(worker, tmp_path) -> None:
-    edit = (
-        "LlamaForCausalLM",
-        "        loader = AutoWeightsLoader(self)\n",
-        "        loader = AutoWeightsLoader(self)\n"
-        "        weights = ((n, w / float(w.abs().max())) for n, w in weights)\n",
-    )
+    edit = filtering_llama_weights("((n, w / float(w.abs().max())) for n, w in weights)")
     path, _ = model_copy(tmp_path, "llama", "needs_data", [edit])
     report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
     [diag] = dry_run_diagnostics(report)
@@ -403,12 +405,8 @@ def test_a_loader_that_refuses_the_whole_layout_gives_warnings(worker, tmp_path)
     """A loader that reads another checkpoint format (here: every name under `llm.`)
     raises on more kinds of names than the stream retries: not verified, and its raises
     are warnings that say the layout may not be the loader's, never errors."""
-    other_format = (
-        "LlamaForCausalLM",
-        "        loader = AutoWeightsLoader(self)\n",
-        "        loader = AutoWeightsLoader(self)\n"
-        '        weights = ((n.replace("model.", "llm.", 1), w) for n, w in weights)\n',
-    )
+    renamed = '((n.replace("model.", "llm.", 1), w) for n, w in weights)'
+    other_format = filtering_llama_weights(renamed)
     path, _ = model_copy(tmp_path, "llama", "other_format", [other_format])
     report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
     assert report.results[0]["dryrun"] == "not verified"
