@@ -52,3 +52,19 @@ def test_llama_builds_and_a_planted_bug_is_found(tmp_path: Path) -> None:
     )
     assert out.returncode == 1, out.stderr[-2000:]
     assert [d["code"] for d in json.loads(out.stdout)] == ["PFX601"]
+
+
+def test_torchvision_of_the_wheel_imports_in_the_worker() -> None:
+    """torchvision 0.29 (paired with torch 2.14) ships ``_C_stable.so``, not ``_C.so``, and
+    its extension loads: the worker must define no schema of its own (a second
+    registration aborts the process, signal 6)."""
+    code = (
+        "import torch\n"
+        "from prefixlint.introspect.optional import prepare_optional_packages, STATUS\n"
+        "prepare_optional_packages()\n"
+        "import torchvision\n"
+        "print(STATUS['torchvision'])\n"
+    )
+    out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] in ("extension", "schemas"), out.stdout

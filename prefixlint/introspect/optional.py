@@ -1,20 +1,20 @@
 """Optional packages that model files import, made importable for meta builds.
 
 torchvision's wheels pair with one torch release each and ship a compiled extension
-(``torchvision/_C.so``) built against that release's CUDA or CPU flavour. Beside a torch
-of the same release but another flavour (``2.13.0+cpu`` vs the PyPI build) the extension
-does not load, and ``import torchvision`` then fails in ``_meta_registrations.py``
-("operator torchvision::nms does not exist"): it registers fake kernels for operators
-the extension would have defined. A meta build never calls those operators (image
-processing runs on requests, not at construction), so when, and only when, the extension
-cannot load, the worker defines their schemas with ``torch.library`` and the Python side
-imports. The schemas are torchvision's own (``torchvision/csrc/ops/*.cpp``).
+(``_C.so``; ``_C_stable.so`` from 0.29) built against that release's CUDA or CPU flavour.
+Beside a torch of the same release but another flavour (``2.13.0+cpu`` vs the PyPI build)
+the extension does not load, and ``import torchvision`` then fails in
+``_meta_registrations.py`` ("operator torchvision::nms does not exist"): it registers fake
+kernels for operators the extension would have defined. A meta build never calls those
+operators (image processing runs on requests, not at construction), so when, and only
+when, torchvision has tried its extension and torch's registry still lacks the operators,
+the worker defines their schemas with ``torch.library`` and the Python side imports. The
+schemas are torchvision's own (``torchvision/csrc/ops/*.cpp``).
 """
 
 from __future__ import annotations
 
 import importlib.abc
-import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -73,33 +73,6 @@ def _has_op(namespace: str, name: str) -> bool:
         return False
 
 
-def _extension_path(package_dir: Path, name: str) -> Path | None:
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = package_dir / f"{name}{suffix}"
-        if path.is_file():
-            return path
-    return None
-
-
-def _load_extension(package: str, name: str) -> bool:
-    """Whether the package's compiled extension loads (as the package itself would try)."""
-    import torch
-
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        return False
-    for folder in spec.submodule_search_locations:
-        path = _extension_path(Path(folder), name)
-        if path is None:
-            continue
-        try:
-            torch.ops.load_library(str(path))
-            return True
-        except (ImportError, OSError, RuntimeError):
-            return False
-    return False
-
-
 def define_schemas(namespace: str, schemas: tuple[str, ...]) -> int:
     """Define the operators of ``namespace`` that do not exist yet; how many were."""
     import torch
@@ -114,16 +87,6 @@ def define_schemas(namespace: str, schemas: tuple[str, ...]) -> int:
         added += 1
     _LIBRARIES.append(library)
     return added
-
-
-def prepare_torchvision() -> str:
-    """Make ``import torchvision`` work for a meta build; how it was done."""
-    if importlib.util.find_spec("torchvision") is None:
-        return "absent"
-    if _has_op("torchvision", "nms") or _load_extension("torchvision", "_C"):
-        return "extension"
-    define_schemas("torchvision", TORCHVISION_SCHEMAS)
-    return "schemas"
 
 
 class _PatchAfterExec(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -153,6 +116,33 @@ class _PatchAfterExec(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def exec_module(self, module: Any) -> None:
         self.loader.exec_module(module)  # type: ignore[union-attr]
         self.patch(module)
+
+
+def prepare_torchvision() -> str:
+    """Make ``import torchvision`` work for a meta build; how it was done.
+
+    Decided by behaviour, not by file names (``_C.so`` until 0.28, ``_C_stable.so`` from
+    0.29): once ``torchvision.extension`` has run, torchvision has tried its own extension;
+    the schemas are defined then, and only for operators torch's registry still lacks. A
+    loaded extension leaves nothing to define (defining first would make its registration
+    fail with "Tried to register an operator ... multiple times")."""
+    if importlib.util.find_spec("torchvision") is None:
+        return "absent"
+    if _has_op("torchvision", "nms"):
+        return "extension"
+
+    def after_extension(_module: Any) -> None:
+        if _has_op("torchvision", "nms"):
+            STATUS["torchvision"] = "extension"
+            return
+        try:
+            define_schemas("torchvision", TORCHVISION_SCHEMAS)
+            STATUS["torchvision"] = "schemas"
+        except Exception as e:  # a torch without torch.library: the import fails as before
+            STATUS["torchvision"] = f"error: {type(e).__name__}: {e}"
+
+    sys.meta_path.insert(0, _PatchAfterExec("torchvision.extension", after_extension))
+    return "hooked"
 
 
 def prepare_torchaudio() -> str:
