@@ -285,10 +285,10 @@ def test_bare_base_model_loads_through_vllms_embedding_adapter(worker) -> None:
 
 
 def test_reference_class_names_match_ignoring_case() -> None:
-    from prefixlint.introspect.dryrun import _reference_class
+    from prefixlint.introspect.dryrun import reference_class
 
-    assert _reference_class(["PhiMoEForCausalLM"]).__name__ == "PhimoeForCausalLM"
-    assert _reference_class(["NoSuchThingForCausalLM"]) is None
+    assert reference_class(["PhiMoEForCausalLM"]).__name__ == "PhimoeForCausalLM"
+    assert reference_class(["NoSuchThingForCausalLM"]) is None
 
 
 @pytest.mark.slow

@@ -34,7 +34,7 @@ def test_validator_asserts_become_demands(tmp_path: Path) -> None:
     the assertion inside says the value (and the remote-code class name) it needs."""
     from pydantic.dataclasses import dataclass
 
-    from prefixlint.introspect.demands import (
+    from prefixlint.introspect.configs.demands import (
         CLASS_NAME,
         apply_demands,
         assertion_demands,
@@ -91,7 +91,7 @@ def test_validator_asserts_become_demands(tmp_path: Path) -> None:
 
 
 def test_choice_and_asserted_reads_name_a_missing_field(tmp_path: Path) -> None:
-    from prefixlint.introspect.demands import asserted_reads, choice_demands
+    from prefixlint.introspect.configs.demands import asserted_reads, choice_demands
 
     module = toy(
         tmp_path,
@@ -132,7 +132,7 @@ def test_alias_and_validator_function_source(tmp_path: Path) -> None:
     """``config.intermediate_size = config.n_inner``: a checkpoint's own name for a size
     the synthesised config has under another; only the raising function is read."""
     from prefixlint.introspect.configs import guess_attribute
-    from prefixlint.introspect.demands import alias_value, raising_function_source
+    from prefixlint.introspect.configs.demands import alias_value, raising_function_source
 
     module = toy(
         tmp_path,
@@ -200,7 +200,7 @@ def test_repair_takes_defaults_the_code_declares(tmp_path: Path) -> None:
 
 def test_repair_fits_an_unpacked_sub_config_to_the_callee(tmp_path: Path) -> None:
     from prefixlint.introspect.configs import repair
-    from prefixlint.introspect.subconfigs import sub_config
+    from prefixlint.introspect.configs.subconfigs import sub_config
 
     module = toy(
         tmp_path,
@@ -273,7 +273,7 @@ def test_repair_reads_stated_values(tmp_path: Path) -> None:
 
 def test_repair_gives_a_stand_in_the_model_type_the_code_dispatches_on(tmp_path: Path) -> None:
     from prefixlint.introspect.configs import repair
-    from prefixlint.introspect.subconfigs import sub_config
+    from prefixlint.introspect.configs.subconfigs import sub_config
 
     module = toy(
         tmp_path,
@@ -297,7 +297,7 @@ def test_repair_gives_a_stand_in_the_model_type_the_code_dispatches_on(tmp_path:
 
 def test_guesses_by_name_and_shape() -> None:
     from prefixlint.introspect.configs import guess_attribute
-    from prefixlint.introspect.subconfigs import sub_config
+    from prefixlint.introspect.configs.subconfigs import sub_config
 
     cfg = _config()
     # "deepstack" holds "eps": an index list iterated by len() is no epsilon
@@ -322,7 +322,7 @@ def test_guesses_by_name_and_shape() -> None:
 def test_synthesis_follows_the_model_class_and_names_the_language_model() -> None:
     from prefixlint.introspect.build import load_class, vllm_registry
     from prefixlint.introspect.configs import arch_to_model_types, synth_config
-    from prefixlint.introspect.subconfigs import sub_config
+    from prefixlint.introspect.configs.subconfigs import sub_config
 
     registry = vllm_registry()
     # (a head subclassing another architecture's class: ColQwen3_5 in the slow builds;

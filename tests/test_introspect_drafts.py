@@ -14,7 +14,6 @@ import pytest
 from prefixlint.introspect.gaps import describe, fix_hint, runner_v2_reason
 from prefixlint.introspect.mtp import (
     _keep_zeros,
-    _set_where,
     model_types,
     sections_in,
     triggers_in,
@@ -98,10 +97,17 @@ def test_shrinking_never_turns_a_zero_size_on() -> None:
 
 
 def test_equal_sizes_demanded_by_a_validator_are_set_where_the_first_lives() -> None:
+    from prefixlint.introspect.configs.relations import fix_overrides
+
     kw = {"vocab_size": 64, "text_config": {"num_attention_heads": 16, "num_key_value_heads": 8}}
-    _set_where(kw, "num_attention_heads", "num_key_value_heads", 16)
-    assert kw["text_config"]["num_key_value_heads"] == 16
-    assert "num_key_value_heads" not in kw
+    message = "num_attention_heads (16) must be the same as num_key_value_heads (8)"
+    fixed = fix_overrides(message, kw)
+    assert fixed is not None and fixed["text_config"]["num_key_value_heads"] == 16
+    assert "num_key_value_heads" not in fixed
+    # the second size left to the class's default: given where the first lives
+    fixed = fix_overrides(message, {"text_config": {"num_attention_heads": 16}})
+    assert fixed == {"text_config": {"num_attention_heads": 16, "num_key_value_heads": 16}}
+    assert fix_overrides(message, {"hidden_size": 128}) is None
 
 
 # As vLLM 0.32 words them (config/vllm.py, models/longcat_flash_ngram.py).
@@ -179,13 +185,19 @@ def test_per_layer_maps_keep_the_layers_of_the_shrunk_config() -> None:
 
 
 def test_must_be_validators_set_the_value_in_the_sub_config_that_has_it() -> None:
+    from prefixlint.introspect.configs.synthesis import _with_stated_value
+
     kw = {"text_config": {"hidden_size_per_layer_input": 256}, "vision_config": {}}
-    _set_where(kw, "hidden_size_per_layer_input", "hidden_size_per_layer_input", 0, True)
-    assert kw["text_config"]["hidden_size_per_layer_input"] == 0
-    assert "hidden_size_per_layer_input" not in kw["vision_config"]
+    error = ValueError("hidden_size_per_layer_input must be 0, got 256")
+    fixed = _with_stated_value(error, kw)
+    assert fixed is not None and fixed["text_config"]["hidden_size_per_layer_input"] == 0
+    assert "hidden_size_per_layer_input" not in fixed["vision_config"]
+    assert kw["text_config"]["hidden_size_per_layer_input"] == 256  # a copy changed
     # a default the shrunk dicts do not carry: set in every sub-config
-    _set_where(kw, "enable_moe_block", "enable_moe_block", False, everywhere=True)
-    assert kw["text_config"]["enable_moe_block"] is False and "enable_moe_block" not in kw
+    fixed = _with_stated_value(ValueError("enable_moe_block must be False, got True"), kw)
+    assert fixed is not None and fixed["text_config"]["enable_moe_block"] is False
+    assert fixed["vision_config"]["enable_moe_block"] is False and "enable_moe_block" not in fixed
+    assert _with_stated_value(ValueError("unrelated"), kw) is None
 
 
 def _raise_at(source: str, config: object, exc_name: str = "") -> BaseException:

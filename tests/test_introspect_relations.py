@@ -13,8 +13,13 @@ from types import SimpleNamespace
 
 import pytest
 
+from prefixlint.introspect.configs.relations import (
+    Change,
+    fix_overrides,
+    make_consistent,
+    proposals,
+)
 from prefixlint.introspect.gaps import fix_hint
-from prefixlint.introspect.relations import Change, fix_overrides, make_consistent, proposals
 from tests.conftest import requires_vllm
 
 

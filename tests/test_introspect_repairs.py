@@ -1,9 +1,13 @@
-"""Config synthesis and repair mechanisms for multimodal models (issue 11).
+"""Config synthesis and the repairs of ``prefixlint/introspect/configs/repairs/``.
 
-Fast tests drive each repair with a small model file written under ``models/`` (as
-vLLM's model files are) that fails the way real vLLM models fail, and check that the
-repaired config lets the same code run. Config classes are the installed transformers'
-and vLLM's own; nothing is mocked. The slow tests build real architectures."""
+Each repair has a hand-written model file in ``tests/fixtures/models/repairs/`` (under
+``models/``, where phase 2's repairs read model code) that fails the way real vLLM
+models fail: the fast test runs its code on the config phase 2 synthesises for it and
+checks which repairs of the table answer, in order, until the code runs; the slow test
+builds its model class through the worker against the installed vLLM. Config classes
+are the installed transformers' and vLLM's own; nothing is mocked. More tests drive
+repairs with model files written at test time; the slow tests at the end build real
+architectures."""
 
 from __future__ import annotations
 
@@ -61,17 +65,17 @@ def test_per_layer_config_follows_the_trimmed_layers() -> None:
 
 
 def test_remap_keeps_entries_by_layer_kind() -> None:
-    from prefixlint.introspect.configs import _layer_keyed, _remap_layer_keyed
+    from prefixlint.introspect.configs import layer_keyed, remap_layer_keyed
 
     full = {"head_dim": 512}
     d = {"layer_types": ["s", "s", "f", "s", "s", "f"], "per_layer": {"02": full, "05": full}}
     kw = {"layer_types": ["s", "f", "s", "f"]}
-    assert _layer_keyed(d["per_layer"], 6) and not _layer_keyed(d["per_layer"], 5)
-    assert not _layer_keyed({"sliding": full}, 6)
-    assert not _layer_keyed({0: "LABEL_0", 1: "LABEL_1"}, 6)  # id2label
-    assert _remap_layer_keyed(d["per_layer"], d, kw, 4) == {1: full, 3: full}
+    assert layer_keyed(d["per_layer"], 6) and not layer_keyed(d["per_layer"], 5)
+    assert not layer_keyed({"sliding": full}, 6)
+    assert not layer_keyed({0: "LABEL_0", 1: "LABEL_1"}, 6)  # id2label
+    assert remap_layer_keyed(d["per_layer"], d, kw, 4) == {1: full, 3: full}
     # no per-layer list says the kind: the indices that still exist keep theirs
-    assert _remap_layer_keyed({0: {"a": 1}, 5: {"b": 2}}, {}, {}, 4) == {0: {"a": 1}}
+    assert remap_layer_keyed({0: {"a": 1}, 5: {"b": 2}}, {}, {}, 4) == {0: {"a": 1}}
 
 
 def test_a_tower_the_default_leaves_out_is_synthesised() -> None:
@@ -131,7 +135,7 @@ def test_guesses_by_name() -> None:
 
 
 def test_guesses_from_the_models_code() -> None:
-    from prefixlint.introspect.configs import _field_default_none, guess_attribute
+    from prefixlint.introspect.configs import field_default_none, guess_attribute
 
     cfg = _llama()
     code = """
@@ -148,11 +152,198 @@ def __init__(self, embed_dim: int = 1280,
 """
     assert guess_attribute("vit_layers", cfg, [code]) == [-3, -9]
     assert guess_attribute("embed_dim", cfg, [code]) == 128  # a parameter's default: no
-    assert _field_default_none("rope_scaling_layers", [code])
-    assert not _field_default_none("vit_layers", [code])
+    assert field_default_none("rope_scaling_layers", [code])
+    assert not field_default_none("vit_layers", [code])
     assert guess_attribute("rmsnorm", cfg, [code]) is False
     assert guess_attribute("rope_interleave", cfg, [code]) is False
     assert guess_attribute("moe_layer_start_index", cfg, [code]) == [0, 2]
+
+
+# --- one fixture per repair --------------------------------------------------------------
+
+REPAIR_FIXTURES = Path(__file__).parent / "fixtures" / "models" / "repairs"
+
+# Each fixture's failures, in the order its code raises them: the repair of the table
+# that answers each (the first that gives something) and what it changed.
+CHAINS: dict[str, list[tuple[str, str]]] = {
+    "stated_value": [("stated_value", "mlp_bias"), ("stated_value", "attention_bias")],
+    "missing_key": [("missing_key", "rope_parameters.factor")],
+    "checked_class": [
+        ("missing_sub_config", "vision_config"),
+        ("checked_class", "vision_config"),
+    ],
+    "asserted_literal": [("asserted_literal", "hidden_act")],
+    "asserted_argument": [("asserted_argument", "hidden_act")],
+    "dispatched_value": [("dispatched_value", "hidden_act")],
+    "zero_refused": [("missing_attribute", "num_experts"), ("zero_refused", "num_experts")],
+    "sub_model_architecture": [("sub_model_architecture", "architectures")],
+    "scalar_as_pair": [("missing_sub_config", "vision_config"), ("scalar_as_pair", "image_size")],
+    "unpacked_stand_in": [
+        ("missing_sub_config", "audio_encoder_conf"),
+        ("unpacked_stand_in", "audio_encoder_conf"),
+        ("missing_sub_config", "head_config"),
+        ("unpacked_stand_in", "head_config"),
+    ],
+    "unpacked_config": [("unpacked_config", "vision_config")],
+    "copied_mapping": [
+        ("missing_sub_config", "vision_config"),
+        ("copied_mapping", "num_positions"),
+    ],
+    "missing_sub_config": [("missing_sub_config", "vision_config")],
+    "required_empty": [("required_empty", "yoco_layer"), ("required_empty", "moe_layers")],
+    "missing_attribute": [
+        ("missing_attribute", "ls_init_value"),
+        ("missing_attribute", "conv_kernel_size"),
+    ],
+    "builds_itself": [("builds_itself", "text_config")],
+    "dispatched_model_type": [
+        ("missing_sub_config", "vit_config"),
+        ("dispatched_model_type", "model_type"),
+    ],
+    "integral_sizes": [
+        ("missing_attribute", "downsample_factor"),
+        ("integral_sizes", "downsample_factor"),
+    ],
+    "mismatched_value": [("mismatched_value", "intermediate_size")],
+    "none_fallback": [("none_fallback", "head_dim")],
+    "sequence_as_text": [
+        ("missing_attribute", "moe_layer_list"),
+        ("sequence_as_text", "moe_layer_list"),
+    ],
+    "named_none": [("named_none", "pad_token_id")],
+    "relation": [("missing_attribute", "num_kv_head"), ("relation", "num_kv_head")],
+    "asserted_demand": [("asserted_demand", "hidden_act")],
+    "asserted_read": [
+        ("asserted_read", "num_experts_per_tok"),
+        ("asserted_read", "sinkhorn_iters"),
+    ],
+    "asserted_flag": [("asserted_flag", "attention_bias"), ("asserted_flag", "mlp_bias")],
+    "none_used": [("none_used", "layer_types")],
+}
+
+
+def _text_config_without_architecture(config: Any) -> None:
+    from transformers import Qwen2Config
+
+    config.text_config = Qwen2Config()
+
+
+# Fixtures whose failure no synthesised config reaches today: the state is made by hand,
+# and there is no model class to build.
+PREPARED = {"sub_model_architecture": _text_config_without_architecture}
+
+
+def _fixture(name: str) -> Any:
+    import importlib.util
+    import sys
+
+    path = REPAIR_FIXTURES / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"repair_fixture_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # as phase 2 imports a model file
+    spec.loader.exec_module(module)
+    return module
+
+
+def _model_class(module: Any) -> type | None:
+    from torch import nn
+
+    classes = [
+        v
+        for v in vars(module).values()
+        if isinstance(v, type) and issubclass(v, nn.Module) and v.__module__ == module.__name__
+    ]
+    return next((c for c in classes if "For" in c.__name__), None)
+
+
+def _synthesised(module: Any) -> Any:
+    """The config phase 2 gives the fixture's architecture (``resolve_config``): its
+    model type's, synthesised, else the Llama-shaped one of a remote-code model."""
+    from prefixlint.introspect.configs import ConfigGap, llama_shaped, synth_config
+
+    cls = _model_class(module)
+    arch = cls.__name__ if cls is not None else "ToyForCausalLM"
+    try:
+        config = synth_config(arch, model_cls=cls)
+    except ConfigGap:
+        config = llama_shaped()
+    config.architectures = [arch]
+    return config
+
+
+def _config_objects(config: Any) -> list[Any]:
+    """As the build's repair loop passes them: the config, then its sub-configs."""
+    out = [config]
+    for value in vars(config).values():
+        if hasattr(value, "to_dict") and hasattr(value, "model_type") and value not in out:
+            out.append(value)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(CHAINS))
+def test_each_repair_answers_the_failure_its_fixture_raises(name: str) -> None:
+    from prefixlint.introspect.configs.repairs import apply
+    from prefixlint.introspect.configs.repairs.reading import Failure
+
+    module = _fixture(name)
+    config = _synthesised(module)
+    PREPARED.get(name, lambda _: None)(config)
+    answered: list[tuple[str, str]] = []
+    for _ in range(len(CHAINS[name]) + 1):
+        try:
+            module.build(config)
+            break
+        except Exception as e:  # what the fixture raises on the config as it is now
+            found = apply(Failure(e, _config_objects(config), [module.__file__]))
+            assert found is not None, f"no repair for {type(e).__name__}: {e} after {answered}"
+            answered.append((found[0].name, found[1]))
+    else:
+        raise AssertionError(f"still failing after {answered}")
+    assert answered == CHAINS[name]
+
+
+def test_every_repair_has_its_fixture_and_says_what_it_reads() -> None:
+    from prefixlint.introspect.configs import REPAIRS
+
+    names = [entry.name for entry in REPAIRS]
+    assert len(names) == len(set(names))
+    assert set(names) == set(CHAINS)  # one fixture per repair, named after it
+    for name, chain in CHAINS.items():
+        assert name in {repair for repair, _ in chain}, name
+    for entry in REPAIRS:
+        doc = entry.module.__doc__ or ""
+        assert all(word in doc for word in ("Failure:", "Change:", "Limits:")), entry.name
+        assert entry.why, entry.name
+
+
+def test_a_repair_that_claims_a_failure_ends_the_search() -> None:
+    """A KeyError on a dict the config does not hold: ``missing_key`` claims it and gives
+    nothing, so no later repair (which would read other words of it) is tried."""
+    from prefixlint.introspect.configs import repair
+
+    config = _llama()
+    try:
+        {}["hidden_size must be 64"]
+    except KeyError as e:
+        assert repair(e, [config]) is None
+    assert config.hidden_size == 128
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(set(CHAINS) - set(PREPARED)))
+def test_each_repair_fixture_builds_through_the_worker(worker, name: str) -> None:
+    from prefixlint.introspect import introspect
+
+    path = REPAIR_FIXTURES / f"{name}.py"
+    report = introspect(str(path), tp=(1,), pp=(), worker=worker, dryrun=False, explore_budget=0)
+    assert report.error is None, report.error
+    [result] = report.results
+    assert result["status"] == "built", result["reason"]
+    source = result["config_source"]
+    assert source.startswith("synthesised"), source
+    for _, changed in CHAINS[name]:
+        assert changed in source, source
 
 
 # --- repairs -----------------------------------------------------------------------------
@@ -162,7 +353,7 @@ def test_stand_in_replaced_by_the_class_an_isinstance_check_names(tmp_path: Path
     """``Unsupported vision config: SubConfig`` and ``assert isinstance(...)``."""
     from transformers import CLIPVisionConfig, PixtralVisionConfig
 
-    from prefixlint.introspect.subconfigs import sub_config
+    from prefixlint.introspect.configs.subconfigs import sub_config
 
     module = _module(
         tmp_path,
@@ -201,7 +392,7 @@ def test_asserted_values_are_given(tmp_path: Path) -> None:
         "\n"
         "    assert rope_parameters is not None\n",
     )
-    from prefixlint.introspect.subconfigs import sub_config
+    from prefixlint.introspect.configs.subconfigs import sub_config
 
     cfg = _llama(layer_norm_type="layer")
     cfg.adapter_config = sub_config("adapter_config", cfg)  # hidden_act "gelu"
@@ -219,7 +410,7 @@ def test_a_number_read_as_a_pair_or_list_becomes_one(tmp_path: Path) -> None:
         "    experts = config.moe_num_experts\n"
         "    return size, max(experts)\n",
     )
-    from prefixlint.introspect.subconfigs import sub_config
+    from prefixlint.introspect.configs.subconfigs import sub_config
 
     cfg = _llama(moe_num_experts=4)
     cfg.vision_config = sub_config("vision_config", cfg)
@@ -254,12 +445,13 @@ def test_an_unpacked_stand_in_fits_the_callees_signature(tmp_path: Path) -> None
         "        **config.audio_encoder_conf\n"
         "    )\n",
     )
-    from prefixlint.introspect.subconfigs import sub_config
+    from prefixlint.introspect.configs.subconfigs import sub_config
 
     cfg = _llama()
     cfg.audio_encoder_conf = sub_config("audio_encoder_conf", cfg)
     assert _repair_until_built(module.build, [cfg]) == ["audio_encoder_conf"]
-    assert module.build(cfg).sizes == (16, 2, 128, 3)  # the encoder's 2 layers
+    # a required int no name explains: a width every head count divides
+    assert module.build(cfg).sizes == (128, 2, 128, 3)  # the encoder's 2 layers
 
 
 def test_a_config_the_model_unpacks_becomes_a_mapping(tmp_path: Path) -> None:

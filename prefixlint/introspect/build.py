@@ -1,23 +1,20 @@
 """Build one architecture for several parallel layouts, on the meta device, and check it.
 
-Runs inside a worker process (see ``worker.py``): it imports torch and vLLM. The steps
-mirror vLLM's own loader (``initialize_model`` under ``set_default_torch_dtype``), with the
-parallel groups faked, parameters on meta and every construction recorded.
+Runs inside a worker process (see ``worker.py``): it imports torch and vLLM. A target
+(``targets.py``) gets its config (``configs/``: a given file, or synthesis repaired by
+probe builds), its ModelConfig (``modelconfig.py``), one build per layout
+(``building.py``) and config variants that reach unexecuted sites (``explore.py``); the
+checks (``checks.py``), coverage notes (``coverage.py``) and the checkpoint dry-run
+(``dryrun/``) judge the builds, and ``outcome.py`` says what it all came to.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
-import importlib.util
 import inspect
-import os
-import re
-import sys
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +22,16 @@ from prefixlint.introspect.env import prepare
 
 prepare()
 
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
-
-from prefixlint.introspect.checks import Finding, check_build  # noqa: E402
+from prefixlint.introspect.building import (  # noqa: E402
+    DRAFT_SPECS,
+    V2_RUNNER,
+    V2_SOURCE,
+    Build,
+    build_layout,
+    class_location,
+    needs_model_runner_v2,
+)
+from prefixlint.introspect.checks import check_build  # noqa: E402
 from prefixlint.introspect.configs import (  # noqa: E402
     ConfigGap,
     ConfigSource,
@@ -38,15 +41,6 @@ from prefixlint.introspect.configs import (  # noqa: E402
     write_tokenizer,
 )
 from prefixlint.introspect.coverage import covered, not_verified  # noqa: E402
-from prefixlint.introspect.demands import (  # noqa: E402
-    alias_value,
-    apply_demands,
-    asserted_reads,
-    assertion_demands,
-    choice_demands,
-    raising_function_source,
-    validation_cause,
-)
 from prefixlint.introspect.drafts import (  # noqa: E402
     force_architecture,
     is_draft,
@@ -55,454 +49,28 @@ from prefixlint.introspect.drafts import (  # noqa: E402
     target_layer_offset,
 )
 from prefixlint.introspect.explore import explore  # noqa: E402
-from prefixlint.introspect.gaps import (  # noqa: E402
-    describe,
-    note,
-    runner_v2_reason,
-    split_gaps,
+from prefixlint.introspect.finding import Finding  # noqa: E402
+from prefixlint.introspect.gaps import describe, note, split_gaps  # noqa: E402
+from prefixlint.introspect.modelconfig import (  # noqa: E402
+    load_model_config,
+    model_config_repaired,
 )
-from prefixlint.introspect.meta import meta_parameters  # noqa: E402
-from prefixlint.introspect.parallel import Layout, fake_parallel_state  # noqa: E402
-from prefixlint.introspect.recorder import PrefixRecorder  # noqa: E402
-
-
-@dataclass
-class Target:
-    """What to build: a registry architecture, ``module:Class`` or ``file.py[:Class]``."""
-
-    spec: str
-    arch: str = ""  # the architecture name the config carries
-    cls: type | None = None
-    registered: bool = False  # True when prefixlint registered it (out-of-tree)
-
-
-@dataclass
-class LayoutOutcome:
-    layout: Layout
-    status: str  # "built", "failed", "skipped"
-    seconds: float = 0.0
-    reason: str = ""
-
-
-@dataclass
-class TargetResult:
-    target: str
-    arch: str
-    config_source: str = ""
-    status: str = "built"  # built | failed | skipped
-    reason: str = ""
-    category: str = ""  # for failures/skips: config-gap | environment | finding
-    layouts: list[LayoutOutcome] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
-    seconds: float = 0.0
-    dryrun: str = ""  # PFX701/702: verified | not verified | off | "" (nothing built)
-    dryrun_reason: str = ""
-    dryrun_seconds: float = 0.0
-    coverage: dict[str, Any] = field(default_factory=dict)  # see coverage.py
-    variants: list[dict[str, Any]] = field(default_factory=list)  # see explore.py
-
-
-def vllm_registry() -> Any:
-    """vLLM's model registry module, with lazy subprocess inspection turned off."""
-    from vllm.model_executor.models import registry
-
-    # vLLM inspects lazily registered models in a subprocess (to keep CUDA out of the
-    # parent): 10+ s per architecture on CPU. Here the class is imported anyway.
-    if hasattr(registry, "_run_in_subprocess"):
-        registry._run_in_subprocess = lambda fn: fn()
-    return registry
-
-
-def _import_file(path: Path) -> Any:
-    """A file inside a package is imported as its package module (relative imports work);
-    a loose file as itself."""
-    from prefixlint.static.index import module_name_for, package_root_for
-
-    module_name, _ = module_name_for(path)
-    root = package_root_for(path)
-    if module_name and root is not None:
-        if str(root) not in sys.path:
-            sys.path.insert(0, str(root))
-        return importlib.import_module(module_name)
-    name = f"prefixlint_target_{abs(hash(str(path.resolve())))}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def _model_classes(module: Any) -> list[type]:
-    out = []
-    for value in vars(module).values():
-        if (
-            isinstance(value, type)
-            and issubclass(value, nn.Module)
-            and value.__module__ == module.__name__
-            and "vllm_config" in inspect.signature(value.__init__).parameters
-            and hasattr(value, "forward")
-            and ("For" in value.__name__ or hasattr(value, "compute_logits"))
-        ):
-            out.append(value)
-    return out
-
-
-def resolve_targets(spec: str) -> list[Target]:
-    registry = vllm_registry()
-    archs = set(registry.ModelRegistry.get_supported_archs())
-    if spec in archs:
-        return [Target(spec, arch=spec)]
-    module: Any
-    class_name: str | None = None
-    if spec.endswith(".py") or ".py:" in spec:
-        file_part, _, class_name = spec.partition(".py:")
-        path = Path(file_part if spec.endswith(".py") else file_part + ".py")
-        if not path.is_file():
-            raise FileNotFoundError(f"no such file: {path}")
-        module = _import_file(path)
-        class_name = class_name or None
-    elif ":" in spec:
-        module_name, _, class_name = spec.partition(":")
-        module = importlib.import_module(module_name)
-    else:
-        raise LookupError(f"{spec!r} is not an architecture of the installed vLLM registry")
-    classes = [getattr(module, class_name)] if class_name else _model_classes(module)
-    if not classes:
-        raise LookupError(f"no model class (an nn.Module taking vllm_config) in {spec}")
-    targets = []
-    for cls in classes:
-        name = cls.__name__
-        registered = False
-        if name in archs:
-            registered_cls = _registered_class(registry, name)
-            if registered_cls is not cls:
-                name = f"{name}__prefixlint"
-                registry.ModelRegistry.register_model(name, cls)
-                registered = True
-        else:
-            registry.ModelRegistry.register_model(name, cls)
-            registered = True
-        targets.append(Target(spec, arch=name, cls=cls, registered=registered))
-    return targets
-
-
-def load_class(registry: Any, arch: str) -> type:
-    """The class an architecture name maps to. vLLM's registry API moves between
-    releases: the private single-name loader first, then the public resolver's forms."""
-    reg = registry.ModelRegistry
-    entry = getattr(reg, "models", {}).get(arch)
-    if entry is not None and hasattr(entry, "load_model_cls"):
-        return entry.load_model_cls()  # raises the real reason (a missing package, ...)
-    loader = getattr(reg, "_try_load_model_cls", None)
-    if loader is not None:
-        cls = loader(arch)
-        if cls is not None:
-            return cls
-    try:
-        return reg.resolve_model_cls([arch])[0]
-    except TypeError:
-        return reg.resolve_model_cls([arch], model_config=None)[0]
-
-
-def _registered_class(registry: Any, arch: str) -> type | None:
-    try:
-        return load_class(registry, arch)
-    except Exception:
-        return None
-
-
-def load_model_config(
-    folder: str, dtype: str = "float32", overrides: Any = None, tokenizer: str | None = None
-) -> Any:
-    try:
-        return _plain_model_config(folder, dtype, overrides, tokenizer)
-    except Exception as e:
-        if not any(w in str(e) for w in _MISSING_FILES_WORDS):
-            raise
-        # A synthesised folder has no processor files, and ModelConfig loads the
-        # processor only to ask which modalities it takes: a meta build runs no
-        # processor, so the model is taken as multimodal (its towers get built).
-        with _no_processor_probe():
-            return _plain_model_config(folder, dtype, overrides, tokenizer)
-
-
-@contextlib.contextmanager
-def _no_processor_probe() -> Any:
-    from vllm.config import ModelConfig
-
-    name = "_supports_multimodal_inputs"  # vLLM 0.32's probe; absent: nothing to skip
-    original = ModelConfig.__dict__.get(name)
-    if original is None:
-        yield
-        return
-    setattr(ModelConfig, name, lambda self: bool(self.is_multimodal_model))
-    try:
-        yield
-    finally:
-        setattr(ModelConfig, name, original)
-
-
-def _plain_model_config(
-    folder: str, dtype: str = "float32", overrides: Any = None, tokenizer: str | None = None
-) -> Any:
-    from vllm.config import ModelConfig
-
-    return ModelConfig(
-        hf_overrides=overrides or {},
-        model=folder,
-        tokenizer=tokenizer,
-        skip_tokenizer_init=tokenizer is None,
-        dtype=dtype,
-        enforce_eager=True,
-        trust_remote_code=False,
-        max_model_len=128,
-    )
-
-
-def _model_config_repaired(folder: str, attempts: int = 16) -> tuple[Any, list[str]]:
-    """vLLM's ModelConfig asks the model's multimodal processing info about the config
-    (``_supports_multimodal_inputs``): a synthesised config that lacks what it reads
-    (Ovis's ``vit_config``) gets it, as vLLM's own ``hf_overrides`` callable applies it
-    after loading (a sub-config as an object, not a dict), and the ModelConfig is made
-    again."""
-    from prefixlint.introspect.configs import guess_attribute
-    from prefixlint.introspect.subconfigs import is_sub_config, sub_config
-
-    extra: dict[str, Any] = {}
-    guessed: list[str] = []
-
-    def override(hf_config: Any) -> Any:
-        apply_demands(hf_config, extra)
-        return hf_config
-
-    for _ in range(attempts):
-        try:
-            config = load_model_config(folder, overrides=override if extra else None)
-            return config, list(extra) + guessed
-        except AttributeError as e:
-            m = re.search(r"'(\w+)' object has no attribute '(\w+)'", str(e))
-            if m is None or m.group(2) in extra or m.group(1) in ("dict", "NoneType", "list"):
-                raise
-            owner, attr = m.groups()
-            parent = _plain_model_config_hf(folder)
-            value = sub_config(attr, parent) if is_sub_config(attr) else None
-            if value is None:
-                # how the validator uses it first (``== "rotary"``), then the name
-                value = guess_attribute(attr, parent, raising_function_source(e))
-            if value is None:
-                value = alias_value(e, attr, parent)
-            if value is None:
-                raise
-            # an attribute of a sub-config given before: set on it, else on the config
-            nested = [v for v in extra.values() if type(v).__name__ == owner]
-            if nested:
-                setattr(nested[0], attr, value)
-                guessed.append(attr)
-            else:
-                extra[attr] = value
-        except Exception as e:
-            if not _validator_demands(e, extra, folder):
-                raise
-    return load_model_config(folder, overrides=override), list(extra) + guessed
-
-
-def _validator_demands(error: BaseException, extra: dict[str, Any], folder: str) -> bool:
-    """vLLM's config validators state what a checkpoint's config holds (an ``assert``
-    on a value or on the config class's name, a ``ValueError`` listing the accepted
-    values of a field it found missing): add what they ask to ``extra``. An ``assert``
-    on a value read from the config without saying which gets a guess from how the
-    validator reads it (``getattr(..., "pooling", "avg")``)."""
-    from prefixlint.introspect.configs import guess_attribute
-
-    cause = validation_cause(error)
-    demands = {**assertion_demands(cause), **choice_demands(cause)}
-    texts = raising_function_source(cause)
-    for name in asserted_reads(cause):
-        if name not in demands and name not in extra:
-            value = guess_attribute(name, _plain_model_config_hf(folder), texts)
-            if value is not None:
-                demands[name] = value
-    # a guess made before (``activation_function="silu"``) yields to what is asked
-    new = {k: v for k, v in demands.items() if k not in extra or extra[k] != v}
-    extra.update(new)
-    return bool(new)
-
-
-def _plain_model_config_hf(folder: str) -> Any:
-    from transformers import PretrainedConfig
-
-    return PretrainedConfig.from_pretrained(folder)
-
-
-# A draft's ModelConfig (by id) -> the SpeculativeConfig it belongs to (see drafts.py):
-# a draft is built under its target's VllmConfig, as vLLM's proposers build it.
-_SPECS: dict[int, Any] = {}
-
-
-# ModelConfigs (by id) built under vLLM's Model Runner V2: see ``_model_runner_v2``.
-_V2_RUNNER: set[int] = set()
-V2_SOURCE = (
-    "Model Runner V2 selected (VLLM_USE_V2_MODEL_RUNNER=1, as vLLM selects it where "
-    "Triton has a GPU backend; its Triton check skipped: a meta build runs no kernel)"
+from prefixlint.introspect.outcome import (  # noqa: E402
+    LayoutOutcome,
+    TargetResult,
+    classify,
+    environmental,
+    skipped,
+)
+from prefixlint.introspect.parallel import Layout  # noqa: E402
+from prefixlint.introspect.targets import (  # noqa: E402
+    Target,
+    load_class,
+    vllm_registry,
 )
 
-
-@contextlib.contextmanager
-def _model_runner_v2(model_config: Any) -> Any:
-    """Select vLLM's Model Runner V2 for a model that V1 refuses ("Model Runner V1 does
-    not support: dspark speculative decoding") or that requires V2 at construction.
-    vLLM selects V2 by default wherever Triton finds a backend; here Triton finds none,
-    so its check in VllmConfig's validation (``HAS_TRITON``, read by name there) is
-    skipped for this build: the build constructs the model on the meta device and runs
-    no Triton kernel. Restored afterwards; other models keep V1."""
-    if id(model_config) not in _V2_RUNNER:
-        yield
-        return
-    import vllm.config.vllm as vllm_config_module
-
-    name = "VLLM_USE_V2_MODEL_RUNNER"
-    old_env = os.environ.get(name)
-    old_triton = getattr(vllm_config_module, "HAS_TRITON", None)
-    os.environ[name] = "1"
-    if old_triton is not None:
-        vllm_config_module.HAS_TRITON = True
-    try:
-        yield
-    finally:
-        if old_env is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old_env
-        if old_triton is not None:
-            vllm_config_module.HAS_TRITON = old_triton
-
-
-def _vllm_config(model_config: Any, layout: Layout) -> Any:
-    with _model_runner_v2(model_config):
-        return _plain_vllm_config(model_config, layout)
-
-
-def _plain_vllm_config(model_config: Any, layout: Layout) -> Any:
-    from vllm.config import ParallelConfig, VllmConfig
-
-    parallel = ParallelConfig(tensor_parallel_size=layout.tp, pipeline_parallel_size=layout.pp)
-    spec = _SPECS.get(id(model_config))
-    if spec is not None:
-        return VllmConfig(
-            model_config=spec.target_model_config,
-            parallel_config=parallel,
-            speculative_config=spec,
-        )
-    return VllmConfig(model_config=model_config, parallel_config=parallel)
-
-
-def _draft_model_config(
-    arch: str, cls: type | None, registry: Any, registered_as: str, dtype: str = "float32"
-) -> tuple[Any, str] | None:
-    """The draft's ModelConfig, built by vLLM's SpeculativeConfig against a synthesised
-    target, and where it came from; None for an architecture that is not a draft."""
-    if not is_draft(arch, registry):
-        return None
-
-    def resolve(name: str, model_cls: type | None) -> str:
-        return resolve_config(name, architecture_name=name, model_cls=model_cls).folder
-
-    try:
-        make = functools.partial(load_model_config, dtype=dtype)
-        plan = plan_draft(arch, cls, registry, make, resolve)
-    except Exception as e:
-        raise ConfigGap(
-            f"no speculative config builds {arch} against a synthesised target: "
-            f"{type(e).__name__}: {str(e).strip()[:200]}"
-        ) from e
-    if registered_as != arch:  # an out-of-tree copy of a draft: build the copy
-        force_architecture(plan, registered_as)
-    model_config = plan.spec.draft_model_config
-    _SPECS[id(model_config)] = plan.spec
-    return model_config, plan.source
-
-
-@contextlib.contextmanager
-def _fresh_caches() -> Any:
-    """get_rope() memoises rotary modules across models: a second build would reuse the
-    first one's and never construct (or record) its own."""
-    try:
-        from vllm.model_executor.layers import rotary_embedding
-
-        cache = getattr(rotary_embedding, "_ROPE_DICT", None)
-    except ImportError:
-        cache = None
-    saved = dict(cache) if isinstance(cache, dict) else None
-    if isinstance(cache, dict):
-        cache.clear()
-    try:
-        yield
-    finally:
-        if isinstance(cache, dict) and saved is not None:
-            cache.clear()
-            cache.update(saved)
-
-
-@dataclass
-class Build:
-    layout: Layout
-    model: nn.Module | None
-    vllm_config: Any
-    recorder: PrefixRecorder
-    seconds: float
-    error: BaseException | None = None
-    error_tb: Any = None
-    variant: str = ""  # the config variant it was built with ("" for the base config)
-
-
-def build_layout(model_config: Any, layout: Layout, quant_config: Any = None) -> Build:
-    from vllm.model_executor.model_loader.utils import initialize_model
-
-    try:
-        from vllm.utils.torch_utils import set_default_torch_dtype
-    except ImportError:  # older layouts of vLLM
-        from vllm.model_executor.model_loader.utils import (  # type: ignore[no-redef]
-            set_default_torch_dtype,
-        )
-
-    recorder = PrefixRecorder()
-    started = time.perf_counter()
-    try:
-        vllm_config = _vllm_config(model_config, layout)
-        if quant_config is not None:  # the quantization dry-run's synthetic config
-            vllm_config.quant_config = quant_config
-    except Exception as e:
-        return Build(layout, None, None, recorder, 0.0, e, e.__traceback__)
-    model = None
-    error: BaseException | None = None
-    tb = None
-    try:
-        with (
-            _fresh_caches(),
-            # vLLM makes the expert group only for MoE configs; a synthesised config may
-            # not say MoE where the model still builds experts, and a spare group is inert.
-            fake_parallel_state(layout, moe=True),
-            set_default_torch_dtype(model_config.dtype),
-            torch.device("cpu"),
-            meta_parameters(),
-            recorder.active(),
-            _model_runner_v2(model_config),
-        ):
-            model = initialize_model(vllm_config=vllm_config, model_config=model_config)
-    except Exception as e:
-        error, tb = e, e.__traceback__
-    return Build(layout, model, vllm_config, recorder, time.perf_counter() - started, error, tb)
-
-
-def class_location(cls: type | None) -> tuple[str, int]:
-    if cls is None:
-        return "", 0
-    try:
-        return inspect.getsourcefile(cls) or "", inspect.getsourcelines(cls)[1]
-    except (OSError, TypeError):
-        return "", 0
+# (the worker reaches the targets through this module)
+from prefixlint.introspect.targets import resolve_targets as resolve_targets  # noqa: E402
 
 
 def _config_source(
@@ -549,7 +117,7 @@ def run_target(
         try:
             cls = load_class(registry, target.arch)
         except Exception as e:
-            return _skipped(result, e, started)
+            return skipped(result, e, started)
     try:
         arch_for_config = target.arch.removesuffix("__prefixlint")
         draft = None
@@ -562,13 +130,13 @@ def run_target(
             source = _config_source(target, cls, config, config_table, config_base)
             result.config_source = source.source
             if source.source.startswith("synthesised"):
-                model_config, early = _model_config_repaired(source.folder)
+                model_config, early = model_config_repaired(source.folder)
                 if early:
                     result.config_source += f"; guessed {', '.join(early)}"
             else:
                 model_config = load_model_config(source.folder)
     except Exception as e:
-        return _skipped(result, e, started)
+        return skipped(result, e, started)
 
     if layouts:
         model_config = _prepared(
@@ -597,7 +165,7 @@ def run_target(
             failed[0].error, result.findings, result.config_source.startswith("synthesised")
         )
     result.seconds = time.perf_counter() - started
-    _V2_RUNNER.clear()  # ids are reused once the configs are freed
+    V2_RUNNER.clear()  # ids are reused once the configs are freed
     # Free the meta models now: a zoo worker builds hundreds.
     for build in builds:
         build.model = None
@@ -616,22 +184,22 @@ def _prepared(
     synthesised config repaired (guessed attributes, a demanded dtype, guesses a draft's
     target reads too); what was done is added to ``result.config_source``."""
     arch, registry, target = draft
-    if _needs_model_runner_v2(model_config, layout):
+    if needs_model_runner_v2(model_config, layout):
         result.config_source += f"; {V2_SOURCE}"
     if not result.config_source.startswith("synthesised"):
         return model_config
     guessed, last_error = _repair_loop(model_config, layout, cls=cls)
-    if id(model_config) in _SPECS:  # a draft's dtype is its target's: plan again
+    if id(model_config) in DRAFT_SPECS:  # a draft's dtype is its target's: plan again
         other = _draft_in_dtype(model_config, arch, cls, registry, target.arch, last_error)
     else:
         other = _demanded_dtype(model_config, source.folder, last_error, guessed)
     more: list[str] = []
     if other is not model_config:
-        if id(model_config) in _V2_RUNNER:
-            _V2_RUNNER.add(id(other))
+        if id(model_config) in V2_RUNNER:
+            V2_RUNNER.add(id(other))
         model_config = other
         more, last_error = _repair_loop(model_config, layout, cls=cls)
-    elif _needs_model_runner_v2(model_config, layout, last_error):
+    elif needs_model_runner_v2(model_config, layout, last_error):
         result.config_source += f"; {V2_SOURCE}"
         more, last_error = _repair_loop(model_config, layout, cls=cls)
     elif last_error is not None and _mirror_to_target(model_config, guessed):
@@ -640,8 +208,8 @@ def _prepared(
     if source.folder:  # a draft's config is vLLM's, from its target: no folder of ours
         other = _with_tokenizer(model_config, source.folder, last_error, guessed, cls)
         if other is not model_config:
-            if id(model_config) in _V2_RUNNER:
-                _V2_RUNNER.add(id(other))
+            if id(model_config) in V2_RUNNER:
+                V2_RUNNER.add(id(other))
             model_config = other
             guessed += ["tokenizer", *_repair_loop(model_config, layout, cls=cls)[0]]
     if guessed:
@@ -662,7 +230,7 @@ def _findings(
     synthesised = config_source.startswith("synthesised")
     checked, gap_builds = split_gaps(builds, synthesised, classify)
     findings = check_build(cls, model_config, checked, complete)
-    spec = _SPECS.get(id(model_config))
+    spec = DRAFT_SPECS.get(id(model_config))
     if spec is not None:  # a draft's layers are numbered on from its target's
         offset = getattr(spec.target_model_config.hf_text_config, "num_hidden_layers", 0)
         findings = [
@@ -708,7 +276,7 @@ def _dry_run(
 def _config_objects(model_config: Any) -> list[Any]:
     out = []
     configs = [model_config.hf_config, getattr(model_config, "hf_text_config", None)]
-    spec = _SPECS.get(id(model_config))
+    spec = DRAFT_SPECS.get(id(model_config))
     if spec is not None:  # a draft reads its target's config too
         target = spec.target_model_config
         configs += [target.hf_config, getattr(target, "hf_text_config", None)]
@@ -762,7 +330,7 @@ def _repair_loop(
         if attr is None:
             # Seed only for a failure inside the model's code (not, say, VllmConfig's own
             # validation) that names nothing, and only once.
-            if seeded or _environmental(probe.error) or not _frame_files(probe.error):
+            if seeded or environmental(probe.error) or not _frame_files(probe.error):
                 break
             seeded = True
             more = seed_from_code(configs, _frame_files(probe.error) + files)
@@ -810,30 +378,12 @@ def _demanded_dtype(
     return model_config
 
 
-def _needs_model_runner_v2(model_config: Any, layout: Layout, error: Any = None) -> bool:
-    """Whether vLLM refuses the model under Model Runner V1 (VllmConfig's validation, or
-    ``error``: the model's own "requires the V2 model runner"): then it is built under
-    V2 (``_model_runner_v2``) from here on. Costs a VllmConfig, not a build."""
-    if id(model_config) in _V2_RUNNER:
-        return False
-    if error is None:
-        try:
-            _plain_vllm_config(model_config, layout)
-            return False
-        except Exception as e:
-            error = e
-    if not runner_v2_reason(str(error)):
-        return False
-    _V2_RUNNER.add(id(model_config))
-    return True
-
-
 def _mirror_to_target(model_config: Any, guessed: list[str]) -> bool:
     """A draft reads its target's config too (``vllm_config.model_config`` is the
     target's), and vLLM derives an MTP draft's config from the target's: an attribute
     guessed on the draft's config is given to the target's config object of the same
     class when it lacks it. Whether anything was given."""
-    spec = _SPECS.get(id(model_config))
+    spec = DRAFT_SPECS.get(id(model_config))
     if spec is None:
         return False
     target = spec.target_model_config
@@ -853,6 +403,32 @@ def _mirror_to_target(model_config: Any, guessed: list[str]) -> bool:
                     setattr(theirs, name, getattr(mine, name))
                     given = True
     return given
+
+
+def _draft_model_config(
+    arch: str, cls: type | None, registry: Any, registered_as: str, dtype: str = "float32"
+) -> tuple[Any, str] | None:
+    """The draft's ModelConfig, built by vLLM's SpeculativeConfig against a synthesised
+    target, and where it came from; None for an architecture that is not a draft."""
+    if not is_draft(arch, registry):
+        return None
+
+    def resolve(name: str, model_cls: type | None) -> str:
+        return resolve_config(name, architecture_name=name, model_cls=model_cls).folder
+
+    try:
+        make = functools.partial(load_model_config, dtype=dtype)
+        plan = plan_draft(arch, cls, registry, make, resolve)
+    except Exception as e:
+        raise ConfigGap(
+            f"no speculative config builds {arch} against a synthesised target: "
+            f"{type(e).__name__}: {str(e).strip()[:200]}"
+        ) from e
+    if registered_as != arch:  # an out-of-tree copy of a draft: build the copy
+        force_architecture(plan, registered_as)
+    model_config = plan.spec.draft_model_config
+    DRAFT_SPECS[id(model_config)] = plan.spec
+    return model_config, plan.source
 
 
 def _draft_in_dtype(
@@ -914,104 +490,5 @@ def _reads_tokenizer(error: BaseException) -> bool:
     return False
 
 
-def _environmental(error: BaseException) -> bool:
-    return isinstance(error, ImportError) or any(w in str(error) for w in _ENVIRONMENT_WORDS)
-
-
 def _describe(error: BaseException | None) -> str:
     return describe(error)
-
-
-_ENVIRONMENT_WORDS = (
-    "CUDA",
-    "cuda",
-    "GPU",
-    "flash_attn",
-    "triton",
-    "not supported on",
-    "cutlass",
-    "only for CUDA",
-    "supported only for",
-    "model runner",
-    "bfloat16 only",
-    "ROCm",
-    "dummy base class",  # torch.cuda.Event() and friends on a CPU-only torch
-    "not supported by backend",  # the CPU attention backend lacks a feature
-    "BackendImpl.__init__() got an unexpected keyword",  # ... or an argument
-    "not implemented on CPU",
-    # vLLM's MoE oracle offers only the platform's kernels: on CPU none may take a layer
-    # (SwiGLU-OAI experts) that a CUDA platform's kernels do
-    "MoE backend supports the deployment configuration",
-    "does not support AttentionBackendEnum",  # the CPU platform's ViT attention backend
-    # without Triton (CPU) vLLM falls back to the V1 model runner, which lacks some paths
-    "Model Runner V1 does not support",
-    "requires the V2 model runner",
-    # A module that copies its parameters at construction cannot be built on meta: a
-    # limit of this way of building, not a property of the model.
-    "Cannot copy out of meta tensor",
-    # no fused-MoE kernel of this platform takes the layer (vLLM's backend oracle)
-    "MoE backend supports the deployment configuration",
-)
-
-# A synthesised config folder holds config.json only: no processor or feature-extractor
-# files, which multimodal models load at start-up.
-_MISSING_FILES_WORDS = ("image processor", "feature extractor", "load the processor")
-
-
-# What a made-up value typically raises in model code (an index past a per-layer list, a
-# zero where a checkpoint has a size): with a synthesised config, the config's gap.
-_SYNTHESIS_ERRORS = (
-    AttributeError,
-    KeyError,
-    TypeError,
-    ValueError,
-    AssertionError,
-    IndexError,
-    ArithmeticError,
-)
-
-
-def classify(error: BaseException | None, findings: list[Finding], synthesised: bool) -> str:
-    """Why a target failed: a gap in prefixlint's config synthesis, a gap of this
-    environment (a package, a GPU kernel), or a finding about the model. With a
-    synthesised config, a failure reading the config is the synthesis's fault."""
-    if error is None:
-        return ""
-    text = str(error)
-    if isinstance(error, ImportError) or any(w in text for w in _ENVIRONMENT_WORDS):
-        return "environment"
-    if any(f.code in ("PFX602", "PFX603") for f in findings):
-        return "finding"
-    name = type(error).__name__
-    if isinstance(error, ConfigGap) or "Validation" in name or "config" in name.lower():
-        return "config-gap"
-    if synthesised and any(w in text for w in _MISSING_FILES_WORDS):
-        return "config-gap"
-    if synthesised and "prefixlint" in text:
-        # the model refused an object prefixlint made ("Unsupported vision config:
-        # <class 'prefixlint...SubConfig'>"): a real checkpoint's class would differ
-        return "config-gap"
-    if synthesised and isinstance(error, _SYNTHESIS_ERRORS):
-        return "config-gap"
-    return "finding"
-
-
-def _skipped(result: TargetResult, error: BaseException, started: float) -> TargetResult:
-    result.status = "skipped"
-    result.reason = _describe(error)
-    text = str(error)
-    if isinstance(error, ConfigGap):
-        result.category = "config-gap"
-        if "remote code" in text or "no model type" in text:
-            result.reason = f"needs remote code: {text}"
-    elif isinstance(error, ImportError):
-        missing = getattr(error, "name", None) or text
-        result.category = "environment"
-        result.reason = f"needs package {missing}"
-    else:
-        result.category = classify(error, [], True)
-    result.seconds = time.perf_counter() - started
-    if result.category == "finding":
-        tb = "".join(traceback.format_exception_only(type(error), error)).strip()
-        result.reason = tb[:300]
-    return result

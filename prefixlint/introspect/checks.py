@@ -14,34 +14,18 @@ import inspect
 import re
 import traceback
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
 
 from prefixlint.introspect.coverage import passes_quant_config
+from prefixlint.introspect.finding import Finding
 
 TP_CANDIDATES = tuple(range(1, 17))
 # vLLM conventions that are not path mismatches: a draft model's weights live under its
 # own namespace (``mtp.``, ``draft_model.``) whatever attribute holds it.
 _DRAFT_NAMESPACES = ("mtp", "draft_model")
 _SHOWN = 3  # repeats named in a message
-
-
-@dataclass
-class Finding:
-    code: str
-    severity: str
-    message: str
-    file: str
-    line: int
-    layouts: list[str] = field(default_factory=list)
-    paths: list[str] = field(default_factory=list)  # where the same site's finding repeats
-    variants: list[str] = field(default_factory=list)  # config variants it appeared in
-    group: str = ""  # findings of one code, site and group are one
-
-    def key(self) -> tuple[str, str, int, str]:
-        return (self.code, self.file, self.line, self.group)
 
 
 class Findings:

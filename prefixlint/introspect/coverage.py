@@ -242,7 +242,7 @@ UNEXECUTED_SITE = "unexecuted-site"
 
 def not_verified(coverage: dict[str, Any]) -> list[Any]:
     """A PFX600 note at each site no build executed: nothing there was checked."""
-    from prefixlint.introspect.checks import Finding
+    from prefixlint.introspect.finding import Finding
 
     tried = coverage.get("explored", 0)
     why = {

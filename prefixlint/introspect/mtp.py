@@ -134,15 +134,12 @@ def archs_of_types(types: list[str], archs: list[str]) -> list[str]:
     return out
 
 
-_SAME = re.compile(r"(\w+) \((\d+)\) must be the same as (\w+) \((\d+)\)")
-
-
 def synth_of_type(model_type: str, arch: str, num_layers: int = 4) -> str:
     """A folder with a small config of ``model_type`` (the config class's defaults,
-    shrunk as configs.py shrinks them), ``architectures = [arch]``. A config class whose
-    validator demands two sizes be equal ("num_attention_heads (16) must be the same as
-    num_key_value_heads (8)") gets the second set to the first, as a checkpoint has it."""
-    from prefixlint.introspect.configs import config_class, shrink_kwargs
+    shrunk as synthesis shrinks them), ``architectures = [arch]``. What the class's
+    validator demands (two sizes equal, a stated value) is given as synthesis gives it
+    (``configs.synthesis.construct``), as a checkpoint has it."""
+    from prefixlint.introspect.configs import config_class, construct, shrink_kwargs
 
     cls = config_class(model_type)
     default = cls()
@@ -158,23 +155,7 @@ def synth_of_type(model_type: str, arch: str, num_layers: int = 4) -> str:
                     **_keep_zeros(shrink_kwargs(sub, num_layers), sub.to_dict()),
                 }
                 kw[key] = _trim_layer_maps(values)
-    cfg = None
-    for _ in range(8):
-        try:
-            cfg = cls(**kw)
-            break
-        except Exception as e:
-            m = _SAME.search(str(e))
-            must = _MUST.search(str(e))
-            if m is not None and m.group(3) != m.group(1):
-                _set_where(kw, m.group(1), m.group(3), int(m.group(2)))
-            elif must is not None:
-                value = ast.literal_eval(must.group(2))
-                _set_where(kw, must.group(1), must.group(1), value, everywhere=True)
-            else:
-                raise
-    if cfg is None:
-        raise ValueError(f"cannot synthesise a {model_type} config")
+    cfg = construct(cls, kw)
     cfg.architectures = [arch]
     folder = tempfile.mkdtemp(prefix="prefixlint-config-")
     cfg.save_pretrained(folder)
@@ -194,9 +175,6 @@ def _keep_zeros(kw: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-_MUST = re.compile(r"(\w+) must be (0|False|True|None), got")
-
-
 def _trim_layer_maps(values: dict[str, Any]) -> dict[str, Any]:
     """Per-layer maps keyed by layer index (``per_layer_config``) keep the layers the
     shrunk config has."""
@@ -208,19 +186,6 @@ def _trim_layer_maps(values: dict[str, Any]) -> dict[str, Any]:
         if isinstance(v, dict) and v and all(str(x).isdigit() for x in v):
             out[k] = {x: y for x, y in v.items() if int(x) < n}
     return out
-
-
-def _set_where(
-    kw: dict[str, Any], present: str, key: str, value: Any, everywhere: bool = False
-) -> None:
-    """``key = value`` in every dict of ``kw`` (itself, its sub-configs) that has
-    ``present``: the validator may be a sub-config's (``text_config``). With
-    ``everywhere``, in every sub-config when none has it (a default the shrunk dict does
-    not carry)."""
-    dicts = [kw, *(v for v in kw.values() if isinstance(v, dict))]
-    found = [d for d in dicts if present in d]
-    for d in found or (dicts[1:] if everywhere else []):
-        d[key] = value
 
 
 def _sub_config_class(cls: type, sub_cls: type, model_type: str) -> type:

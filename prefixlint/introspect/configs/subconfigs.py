@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from prefixlint.introspect.configs.model_types import causal_lm_named
+
 # What vision and audio encoders read most; sizes divide by tp 1, 2, 4 and 8.
 ENCODER_DEFAULTS: dict[str, Any] = {
     "hidden_size": 128,
@@ -125,11 +127,14 @@ def is_stand_in(value: Any) -> bool:
 def fit_to_callee(sub: Any, params: dict[str, Any], guess: Any) -> bool:
     """Make the stand-in ``sub`` unpack (``Encoder(**sub)``) into exactly the callee's
     keyword parameters ``params`` (name -> ``inspect.Parameter``): keys the callee does not
-    take are left out, required ones it lacks get ``guess(name, annotation)``. False when
-    nothing changes or a required value cannot be guessed."""
+    take are left out, required ones it lacks get ``guess(name, annotation)``. A callee
+    that takes ``**kwargs`` keeps every key. False when nothing changes or a required
+    value cannot be guessed."""
     import inspect
 
+    takes_any = any(p.kind == p.VAR_KEYWORD for p in params.values())
     names: list[str] = []
+    added = False
     for name, p in params.items():
         if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
             continue
@@ -140,7 +145,10 @@ def fit_to_callee(sub: Any, params: dict[str, Any], guess: Any) -> bool:
             if value is None:
                 return False
             setattr(sub, name, value)
+            added = True
         names.append(name)
+    if takes_any:
+        return added
     if sub.__dict__.get(_ONLY_KEYS) == names:
         return False
     sub.__dict__[_ONLY_KEYS] = names
@@ -154,8 +162,6 @@ def as_mapping(config: Any) -> Any:
 
 def _causal_lm(model_type: str) -> str | None:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    from prefixlint.introspect.configs import causal_lm_named
 
     found = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
     return found if isinstance(found, str) else causal_lm_named(model_type)

@@ -130,12 +130,51 @@ def make_consistent(text: str, configs: Iterable[Any], keep: dict[str, Any]) -> 
 
 def fix_overrides(text: str, kw: dict[str, Any]) -> dict[str, Any] | None:
     """For a config class that refused the overrides ``kw`` with a message naming two
-    of its keys: overrides that satisfy the relation, or None."""
+    of its keys: overrides that satisfy the relation, or None. ``A (a) must be the same
+    as B (b)``: B takes ``a`` in every dict of ``kw`` that holds A (its own, a
+    sub-config's: the validator may be either's), whether or not B was overridden (a
+    value the class derived from its defaults). Else the first of ``proposals`` that a
+    key of ``kw`` holds."""
+    equal = stated_equality(text)
+    if equal is not None:
+        fixed = _copied_where(kw, *equal)
+        if fixed is not None:
+            return fixed
     for change in proposals(text):
         fixed = _override(kw, change)
         if fixed is not None:
             return fixed
     return None
+
+
+def stated_equality(text: str) -> tuple[str, int, str] | None:
+    """``A (a) must be the same as B (b)``, a != b: ``(A, a, B)``; None for another
+    relation (a divisibility) or none."""
+    for line in text.splitlines():
+        counts = named_counts(line)
+        if len(counts) < 2 or _DIVISIBLE.search(line) or not _EQUAL.search(line):
+            continue
+        (name_a, a), (name_b, b) = counts[0], counts[1]
+        if a > 0 and b > 0 and a != b and name_a != name_b:
+            return name_a, a, name_b
+    return None
+
+
+def _copied_where(kw: dict[str, Any], first: str, value: int, second: str) -> dict | None:
+    """``kw`` with ``second = value`` in each of its dicts that holds ``first``; None
+    when none changes."""
+    changed = False
+    out: dict[str, Any] = {}
+    for key, item in kw.items():
+        if isinstance(item, dict):
+            nested = _copied_where(item, first, value, second)
+            changed = changed or nested is not None
+            item = nested if nested is not None else item
+        out[key] = item
+    if first in kw and kw.get(second) != value:
+        out[second] = value
+        changed = True
+    return out if changed else None
 
 
 def _override(kw: dict[str, Any], change: Change) -> dict[str, Any] | None:

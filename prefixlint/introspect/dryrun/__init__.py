@@ -1,0 +1,220 @@
+"""PFX701/PFX702: a checkpoint and a quantization config dry-run on the meta device.
+
+PFX701: the reference ``transformers`` class of the same config, built on meta, says which
+tensors a checkpoint holds (its ``state_dict`` as ``save_pretrained`` writes it: tied
+copies dropped, transformers' own weight conversions reverted). Each is streamed, as a
+tagged meta tensor, through the vLLM model's own ``load_weights``; ``tagged.py`` records
+which parameter regions each checkpoint tensor reached. Dropped tensors, parameters (or
+shards of stacked parameters) never written, and a ``load_weights`` that raises on a name
+are reported.
+
+PFX702: the model is built again under vLLM's real ``Fp8Config`` with ``ignored_layers``
+naming whole kinds of checkpoint layers, and every linear layer's method is compared with
+what the checkpoint names that PFX701 saw reach it demand.
+
+Where the dry-run cannot run, a PFX600 note says why; it never guesses a finding.
+
+Parts: ``layouts.py`` (the checkpoint layouts), ``divergence.py`` (a synthesised config
+read differently), ``streaming.py`` (through ``load_weights``), ``weights.py`` (PFX701),
+``quant.py`` (PFX702), ``sites.py`` (where findings point); ``run`` here ties them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from prefixlint.introspect.building import build_layout
+from prefixlint.introspect.dryrun.divergence import Divergence, reconcile
+from prefixlint.introspect.dryrun.layouts import (
+    NotVerified,
+    incomplete_experts,
+    reference,
+    reference_class,
+)
+from prefixlint.introspect.dryrun.quant import OUT_OF_TIME, layer_sources, past, quant_findings
+from prefixlint.introspect.dryrun.sites import Sites
+from prefixlint.introspect.dryrun.streaming import stream
+from prefixlint.introspect.dryrun.weights import coverage_findings, layout_refused, merge
+from prefixlint.introspect.finding import Finding
+from prefixlint.introspect.parallel import Layout
+
+__all__ = ["DryRun", "NotVerified", "incomplete_experts", "reference_class", "run"]
+
+
+@dataclass
+class DryRun:
+    status: str = "off"  # verified | not verified | off
+    reason: str = ""
+    findings: list[Finding] = field(default_factory=list)
+    # checkpoint layer name -> vLLM module path, for PFX702 and the report
+    mapping: dict[str, str] = field(default_factory=dict)
+
+
+def _note(message: str, site: tuple[str, int]) -> Finding:
+    return Finding("PFX600", "note", f"not verified: {message}", *site)
+
+
+def _divergence_note(divergence: Divergence, sites: Sites) -> Finding:
+    shown = divergence.reasons[:4]
+    more = len(divergence.reasons) - len(shown)
+    what = "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+    return _note(
+        "checkpoint dry-run, in part: transformers and vLLM read the synthesised config "
+        f"differently, so what a checkpoint holds there is unknown ({what}); those tensors "
+        "are not judged. `--config` with a real checkpoint's config.json checks them",
+        sites.class_site,
+    )
+
+
+def _stream_context(base: Any, model_config: Any) -> Any:
+    from vllm.config import set_current_vllm_config
+
+    from prefixlint.introspect.parallel import fake_parallel_state
+
+    try:
+        from vllm.utils.torch_utils import set_default_torch_dtype
+    except ImportError:  # older layouts of vLLM
+        from vllm.model_executor.model_loader.utils import set_default_torch_dtype
+
+    @contextlib.contextmanager
+    def context() -> Any:
+        with (
+            fake_parallel_state(base.layout, moe=True),
+            set_current_vllm_config(base.vllm_config),
+            set_default_torch_dtype(model_config.dtype),
+        ):
+            yield
+
+    return context
+
+
+def _served_as_embedding(model_config: Any) -> bool:
+    """vLLM converts the model for embedding: the config says so (a pooling runner), or
+    the architecture is one vLLM registers as an embedding model, which its pooling runner
+    serves through the adapter (the synthesised config has no sentence-transformers files
+    that would select that runner)."""
+    if getattr(model_config, "convert_type", None) == "embed":
+        return True
+    try:  # private layout of vLLM 0.32's registry; without it, as configured
+        from vllm.model_executor.models.registry import _EMBEDDING_MODELS
+    except ImportError:
+        return False
+    archs = getattr(model_config.hf_config, "architectures", None) or []
+    return bool(archs) and archs[0] in _EMBEDDING_MODELS
+
+
+@contextlib.contextmanager
+def _as_served(model: nn.Module, model_config: Any) -> Any:
+    """The model as vLLM's loader serves it: an architecture run as an embedding model
+    (``LlamaModel``, ``MistralModel``) gets vLLM's own ``as_embedding_model`` adapter, whose
+    ``load_weights`` accepts a base model's checkpoint (names without ``model.``) by
+    probing the prefix (adapters.py). The built instance takes the adapter class for the
+    stream only; the adapter adds no parameters."""
+    original = type(model)
+    adapted = original
+    if _served_as_embedding(model_config):
+        with contextlib.suppress(Exception):
+            from vllm.model_executor.models.adapters import as_embedding_model
+
+            adapted = as_embedding_model(original)
+    if adapted is not original and issubclass(adapted, original):
+        model.__class__ = adapted
+    try:
+        yield
+    finally:
+        model.__class__ = original
+
+
+def _base_build(model_config: Any, builds: list[Any]) -> Any:
+    base = next(
+        (b for b in builds if b.error is None and b.layout.tp == 1 and b.layout.pp == 1), None
+    )
+    if base is not None or not any(b.error is None for b in builds):
+        return base
+
+    fresh = build_layout(model_config, Layout())
+    return fresh if fresh.error is None else None
+
+
+def run(
+    cls: type | None,
+    model_config: Any,
+    builds: list[Any],
+    enabled: bool = True,
+    synthesised: bool = False,
+    deadline: float | None = None,
+) -> DryRun:
+    """PFX701 and PFX702 for one target; the tp=1 build is reused. ``synthesised``: the
+    config was made up by prefixlint, so where transformers and vLLM read it into different
+    structures nothing is judged (``reconcile``). Past ``deadline`` (``time.monotonic``),
+    the steps not yet run are skipped with a note."""
+    if not enabled:
+        return DryRun("off")
+    base = _base_build(model_config, builds)
+    if base is None:
+        return DryRun("", "the model did not build")
+    sites = Sites(cls, base.model, base.recorder)
+    sites.embedding = _served_as_embedding(model_config)
+    if past(deadline):
+        note = _note(f"checkpoint and quantization dry-run: {OUT_OF_TIME}", sites.class_site)
+        return DryRun("not verified", OUT_OF_TIME, [note])
+    try:
+        from vllm.config import set_current_vllm_config
+
+        # Under the build's vLLM config: model modules imported earlier in this worker may
+        # have put vLLM layers into transformers' classes (ones that ask for the current
+        # config), and the reference must not depend on which ran before.
+        with set_current_vllm_config(base.vllm_config):
+            layouts, ref = reference(model_config.hf_config, cls)
+        if not callable(getattr(base.model, "load_weights", None)):
+            raise NotVerified("the model has no `load_weights`")
+    except NotVerified as e:
+        return DryRun("not verified", str(e), [_note(f"checkpoint dry-run: {e}", sites.class_site)])
+    tried = []
+    for layout in layouts:
+        divergence = reconcile(cls, ref, base.model, layout) if synthesised else None
+        incomplete, why = incomplete_experts(layout)
+        streamed = {
+            k: v
+            for k, v in layout.items()
+            if k not in incomplete and not (divergence and k in divergence.names)
+        }
+        with _as_served(base.model, model_config):
+            s = stream(base.model, streamed, _stream_context(base, model_config))
+        found = coverage_findings(s, streamed, sites, divergence)
+        tried.append((s, streamed, found, divergence, why))
+        if not found and not s.limit:
+            break
+    # the layout vLLM loads best: a loader need only accept one of them
+    s, _, findings, divergence, why = min(tried, key=lambda t: (not t[0].complete, len(t[2])))
+    if divergence is not None and divergence.reasons:
+        findings.append(_divergence_note(divergence, sites))
+    if why:
+        findings.append(_note(f"checkpoint dry-run, in part: {why}", sites.class_site))
+    if s.limit:
+        reason = f"a weight loader needs real data on meta tensors ({s.limit})"
+        site = (s.limit_error and sites.frame(s.limit_error)) or sites.loader("")
+        findings.append(_note(f"checkpoint dry-run: {reason}", site))
+        return DryRun("not verified", reason, merge(findings))
+    if not s.complete:
+        reason = "`load_weights` raised on too many kinds of names to check the rest"
+        return DryRun("not verified", reason, merge(layout_refused(findings)))
+    sources = layer_sources(s, base.model)
+    mapping = {layer: path for path, layers in sources.items() for layer in layers}
+    quant, skipped = quant_findings(cls, model_config, base, sources, sites, deadline)
+    findings += quant
+    # "verified" with a reason: what of the check did not run, never left unsaid
+    partial = []
+    if skipped:
+        findings.append(_note(f"quantization dry-run: {skipped}", sites.class_site))
+        partial.append(f"the quantization dry-run did not run ({skipped})")
+    if divergence is not None and divergence.reasons:
+        partial.append(f"{len(divergence.reasons)} part(s) read differently from the config")
+    if why:
+        partial.append(why)
+    reason = f"in part: {'; '.join(partial)}" if partial else ""
+    return DryRun("verified", reason, merge(findings), mapping)

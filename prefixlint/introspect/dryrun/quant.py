@@ -1,0 +1,144 @@
+"""PFX702: the model built again under vLLM's real ``Fp8Config`` with ``ignored_layers``
+naming whole kinds of checkpoint layers; every linear layer's method is compared with
+what the checkpoint names that PFX701 saw reach it demand."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from torch import nn
+
+from prefixlint.introspect.building import build_layout
+from prefixlint.introspect.dryrun.sites import Sites
+from prefixlint.introspect.dryrun.streaming import Stream, describe_error
+from prefixlint.introspect.dryrun.weights import module_leaf
+from prefixlint.introspect.finding import Finding
+
+OUT_OF_TIME = "skipped: the builds used most of this target's time budget (raise `--timeout`)"
+
+
+def past(deadline: float | None, need: float = 0.0) -> bool:
+    """The deadline has passed, or would before a step of ``need`` seconds ends."""
+    return deadline is not None and time.monotonic() + need > deadline
+
+
+def layer_sources(stream: Stream, model: nn.Module) -> dict[str, list[str]]:
+    """vLLM linear module path -> the checkpoint layers (names without the tensor's last
+    component) whose tensors were written into its parameters, in the order of the
+    regions they fill (q, k, v)."""
+    from vllm.model_executor.layers.linear import LinearBase
+
+    linear = {path for path, m in model.named_modules() if isinstance(m, LinearBase)}
+    first: dict[str, dict[str, int]] = {}
+    for t in stream.recorder.by_storage.values():
+        path = t.name.rpartition(".")[0]
+        if not (t.is_param and path in linear and t.sources):
+            continue
+        where = first.setdefault(path, {})
+        for lo, _, tags in t.writes:
+            for tag in tags:
+                layer = tag.rpartition(".")[0]
+                where[layer] = min(where.get(layer, lo), lo)
+        for tag in t.sources:
+            where.setdefault(tag.rpartition(".")[0], 1 << 62)
+    return {path: sorted(w, key=lambda k: (w[k], k)) for path, w in first.items()}
+
+
+def ignore_sets(sources: dict[str, list[str]]) -> list[set[str]]:
+    """Two ``ignored_layers`` lists that split the kinds of linear layers between them, so
+    that each layer is checked once ignored and once quantized."""
+    kinds: dict[str, set[str]] = {}
+    for path, layers in sources.items():
+        kinds.setdefault(module_leaf(path), set()).update(layers)
+    names = sorted(kinds)
+    first = set().union(*(kinds[k] for k in names[0::2])) if names else set()
+    second = set().union(*(kinds[k] for k in names[1::2])) if names[1:] else set()
+    return [first, second]
+
+
+def quant_findings(
+    cls: type | None,
+    model_config: Any,
+    base: Any,
+    sources: dict[str, list[str]],
+    sites: Sites,
+    deadline: float | None = None,
+) -> tuple[list[Finding], str]:
+    """Build under vLLM's Fp8Config for each ignore set and compare each linear layer's
+    method with the checkpoint layers it loads. Returns findings and a reason when the
+    check could not run (or not before ``deadline``: each build takes about as long as
+    the first)."""
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+    from vllm.model_executor.layers.quantization.fp8 import Fp8Config
+
+    out: list[Finding] = []
+    for ignored in ignore_sets(sources):
+        if past(deadline, need=base.seconds):
+            return out, OUT_OF_TIME
+        config = Fp8Config(ignored_layers=sorted(ignored))
+        build = build_layout(model_config, base.layout, quant_config=config)
+        if build.error is not None:
+            if "same" in str(build.error) and "precision" in str(build.error).lower():
+                msg = (
+                    "a fused layer mixes checkpoint layers the checkpoint ignores with ones it "
+                    "quantizes; `packed_modules_mapping` does not match the checkpoint: "
+                    f"vLLM: {describe_error(build.error)}"
+                )
+                out.append(Finding("PFX702", "error", msg, *sites.packed_mapping()))
+                continue
+            return out, f"building under `Fp8Config` failed: {describe_error(build.error)}"
+        for path, layers in sorted(sources.items()):
+            skipped = set(layers) & ignored
+            if skipped and skipped != set(layers):
+                continue  # a layer fed by several kinds: no single expectation
+            try:
+                module = build.model.get_submodule(path)
+            except AttributeError:
+                continue
+            method = getattr(module, "quant_method", None)
+            if method is None or getattr(module, "quant_config", None) is None:
+                continue  # built without a quant config: the model opts the layer out
+            actual = isinstance(method, UnquantizedLinearMethod)
+            if actual != bool(skipped):
+                out.append(_quant_mismatch(cls, path, module, layers, bool(skipped), sites))
+    return out, ""
+
+
+def _quant_mismatch(
+    cls: type | None, path: str, module: nn.Module, layers: list[str], ignored: bool, sites: Sites
+) -> Finding:
+    prefix = getattr(module, "prefix", path)
+    names = ", ".join(f"`{n}`" for n in layers)
+    if ignored:
+        what = f"`{path}` is quantized although the checkpoint lists {names} in `ignored_layers`"
+    else:
+        what = f"`{path}` is left unquantized although the checkpoint quantizes {names}"
+    leaf = module_leaf(path)
+    leaves = list(dict.fromkeys(module_leaf(n) for n in layers))
+    packed = getattr(cls, "packed_modules_mapping", None) or {}
+    site = sites.module(path)
+    if prefix != path:
+        site = sites.prefix_root(path)
+        why = (
+            f"its prefix `{prefix}` is not its path, and the quantization config matches the prefix"
+        )
+    elif len(layers) > 1 and leaves != [leaf]:
+        entry = packed.get(leaf)
+        if entry is None:
+            why = f"`packed_modules_mapping` has no entry `{leaf!r}: {leaves}`"
+        else:
+            why = f"`packed_modules_mapping[{leaf!r}]` is {list(entry)}, not {leaves}"
+        site = sites.packed_mapping()
+    elif layers != [path]:
+        name = layers[0]
+        why = (
+            f"the checkpoint calls it `{name}` and no `hf_to_vllm_mapper` entry renames that "
+            f"to `{path}`"
+        )
+    else:
+        why = "vLLM's `is_layer_skipped` decides otherwise for this prefix"
+    return Finding("PFX702", "error", f"{what} (prefix `{prefix}`): {why}", *site)
+
+
+# -- entry point ------------------------------------------------------------------------------

@@ -1,0 +1,276 @@
+"""PFX701: what the stream left undone. Checkpoint tensors never loaded, parameters (or
+shards of stacked parameters) never written, a ``load_weights`` that raises on a name;
+one finding per line and kind of message."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Any
+
+import torch
+from torch import nn
+
+from prefixlint.introspect.dryrun.divergence import Divergence, explained_drop
+from prefixlint.introspect.dryrun.layouts import normal
+from prefixlint.introspect.dryrun.sites import Sites
+from prefixlint.introspect.dryrun.streaming import MAX_RETRIES, Stream, describe_error
+from prefixlint.introspect.finding import Finding
+
+
+def _shards(module: nn.Module, param: torch.Tensor) -> list[tuple[str, int, int]] | None:
+    """(label, start, end) along the output dim for the shards of a stacked parameter."""
+    sizes = getattr(module, "output_sizes", None)
+    dim = getattr(param, "output_dim", None)
+    if not isinstance(sizes, (list, tuple)) or len(sizes) < 2 or dim is None:
+        return None
+    if param.dim() <= dim or sum(sizes) != param.shape[dim]:
+        return None
+    qkv = "QKV" in type(module).__name__ and len(sizes) == 3
+    labels = ["q", "k", "v"] if qkv else [str(i) for i in range(len(sizes))]
+    out, start = [], 0
+    for label, size in zip(labels, sizes, strict=True):
+        out.append((label, start, start + size))
+        start += size
+    return out
+
+
+def shard_findings(stream: Stream, target: Any, sites: Sites) -> list[Finding]:
+    path = target.name.rpartition(".")[0]
+    try:
+        module = sites.model.get_submodule(path)
+    except AttributeError:
+        return []
+    covered = stream.recorder.covered(target)
+    rows = getattr(module, "org_vocab_size", None)
+    if covered is not None and isinstance(rows, int) and 0 < rows < covered.shape[0]:
+        covered = covered[:rows]  # vocabulary padding rows are never in a checkpoint
+    shards = _shards(module, target.tensor) if covered is not None else None
+    if covered is None or covered.all():
+        return []
+    if shards is None:
+        missing = int((~covered).sum())
+        msg = (
+            f"{missing} of {covered.numel()} elements of `{target.name}` are never written "
+            "by `load_weights`: they stay random"
+        )
+        return [Finding("PFX701", "error", msg, *sites.module(path))]
+    dim = target.tensor.output_dim
+    row = target.tensor.stride(dim)
+    base = target.tensor.storage_offset()
+    writers: dict[str, set[str]] = {}
+    for label, lo, hi in shards:
+        flat = (base + lo * row, base + hi * row)
+        writers[label] = {
+            t for wlo, whi, tags in target.writes if wlo < flat[1] and whi > flat[0] for t in tags
+        }
+    out = []
+    for label, lo, hi in shards:
+        if covered.narrow(dim, lo, hi - lo).all():
+            continue
+        msg = (
+            f"shard `{label}` of `{target.name}` is never written by `load_weights`: "
+            "it stays random"
+        )
+        site = sites.module(path)
+        for other, names in writers.items():
+            if len(names) < 2 or dim != 0:
+                continue
+            msg += (
+                f"; shard `{other}` is written by {' and '.join(f'`{n}`' for n in sorted(names))}"
+                " instead: a stacked-params mapping entry names the wrong shard"
+            )
+            site = _wrong_entry(sites, path, other, names) or site
+        out.append(Finding("PFX701", "error", msg, *site))
+    return out
+
+
+def _owner(sites: Sites, path: str, label: str) -> str | None:
+    """The checkpoint layer that should fill shard ``label`` of the stacked module."""
+    packed = getattr(sites.cls, "packed_modules_mapping", None) or {}
+    parts = packed.get(module_leaf(path)) if isinstance(packed, dict) else None
+    if label.isdigit():
+        return parts[int(label)] if parts and int(label) < len(parts) else None
+    return next((p for p in parts or () if p.startswith(f"{label}_")), f"{label}_proj")
+
+
+def _wrong_entry(sites: Sites, path: str, label: str, names: set[str]) -> tuple[str, int] | None:
+    """The mapping line that sends a checkpoint layer into shard ``label`` it does not own."""
+    leaves = sorted({n.rsplit(".", 2)[-2] for n in names if n.count(".") >= 1})
+    owner = _owner(sites, path, label)
+    culprits = [leaf for leaf in leaves if leaf != owner] or leaves
+    for leaf in culprits:
+        found = sites.mapping_line(leaf, module_leaf(path), label)
+        if found:
+            return found
+    return None
+
+
+def module_leaf(path: str) -> str:
+    return path.rsplit(".", 1)[-1]
+
+
+def coverage_findings(
+    stream: Stream, reference: dict[str, Any], sites: Sites, divergence: Divergence | None = None
+) -> list[Finding]:
+    """``divergence`` (synthesised configs only): the parts not judged, and it collects the
+    tensors vLLM has no place for in a module it otherwise fills."""
+
+    def explained(name: str) -> bool:
+        why = divergence and explained_drop(sites.cls, sites.model, name, stream)
+        if why and divergence is not None:
+            divergence.add(why)
+        return bool(why)
+
+    out = [
+        _raise_finding(name, error, sites)
+        for name, error in stream.raised
+        if not (stream.complete and explained(name))
+    ]
+    if not stream.complete:
+        return out
+    raised = {normal(n) for n, _ in stream.raised}
+    targets = [
+        t
+        for t in stream.recorder.by_storage.values()
+        if t.is_param and not (divergence and divergence.covers(t.name))
+    ]
+    unwritten = {t.name: t for t in targets if not t.written}
+    # With every parameter written, a dropped tensor has no place it was meant for in the
+    # built model: an unused head or statistic, most likely on purpose. Still reported, as
+    # a warning, since a renamed module that vLLM builds fresh would look the same.
+    nothing_random = not unwritten and not _partial(stream, sites)
+    for name in sorted(reference):
+        if name in stream.recorder.consumed or normal(name) in raised:
+            continue
+        if name not in unwritten and explained(name):
+            continue
+        if nothing_random and _declared_drop(sites.cls, name):
+            continue
+        severity = "error"
+        if name in unwritten:
+            unwritten.pop(name)
+            msg = (
+                f"checkpoint tensor `{name}` is never loaded and the parameter of that name "
+                "stays random: `load_weights` skips it"
+            )
+        elif nothing_random:
+            severity = "warning"
+            msg = (
+                f"checkpoint tensor `{name}` is never loaded: `load_weights` drops it, and "
+                "every parameter of the model is written without it (unused by vLLM?)"
+            )
+        else:
+            msg = f"checkpoint tensor `{name}` is never loaded: `load_weights` drops it silently"
+        out.append(Finding("PFX701", severity, msg, *sites.loader(name)))
+    for name in sorted(unwritten):
+        path = name.rpartition(".")[0]
+        why = divergence and _optional_bias(stream, reference, name)
+        if why and divergence is not None:
+            divergence.add(why)
+            continue
+        msg = (
+            f"`{name}` is never written by `load_weights`: no checkpoint tensor reaches it, "
+            "so it stays random"
+        )
+        severity = "error"
+        if sites.embedding and name.startswith("lm_head."):
+            # vLLM's embedding adapter keeps the head; its pooler never computes logits
+            severity = "warning"
+            msg += " (served as an embedding model, whose pooler never uses the head)"
+        out.append(Finding("PFX701", severity, msg, *sites.module(path)))
+    for t in targets:
+        if t.written:
+            out.extend(shard_findings(stream, t, sites))
+    return out
+
+
+def _declared_drop(cls: type | None, name: str) -> bool:
+    """The class's own ``hf_to_vllm_mapper`` maps the name to None: the model says it does
+    not load it (Qwen2.5-Omni's thinker maps ``talker.`` and ``token2wav.`` to None). Only
+    asked when every parameter is written; with one left random it is still reported."""
+    fn = getattr(getattr(cls, "hf_to_vllm_mapper", None), "_map_name", None)
+    if callable(fn):
+        with contextlib.suppress(Exception):
+            return fn(name) is None
+    return False
+
+
+def _optional_bias(stream: Stream, reference: dict[str, Any], name: str) -> str | None:
+    """An unwritten ``bias`` of a module whose weight was written from checkpoint layers
+    none of which has a bias in the reference: vLLM builds the bias, transformers does
+    not, for this config (Phi-3.5-MoE's biases: vLLM always, transformers on
+    ``attention_bias``)."""
+    path, _, leaf = name.rpartition(".")
+    if leaf != "bias":
+        return None
+    weight = next(
+        (t for t in stream.recorder.by_storage.values() if t.name == f"{path}.weight"), None
+    )
+    if weight is None or not weight.sources:
+        return None
+    layers = {tag.rpartition(".")[0] for tag in weight.sources}
+    if any(f"{layer}.bias" in reference for layer in layers):
+        return None
+    return f"vLLM builds `{path}` with a bias, transformers without"
+
+
+def _partial(stream: Stream, sites: Sites) -> bool:
+    return any(
+        shard_findings(stream, t, sites)
+        for t in stream.recorder.by_storage.values()
+        if t.is_param and t.written
+    )
+
+
+def _raise_finding(name: str, error: BaseException, sites: Sites) -> Finding:
+    leaf = name.rsplit(".", 2)[-2] if name.count(".") >= 1 else name
+    site = sites.frame(error) or sites.loader(name)
+    entry = sites.mapping_line(leaf) if isinstance(error, ValueError) else None
+    if entry is not None and "shard" in str(error).lower():
+        site = entry
+    msg = f"`load_weights` raises on checkpoint tensor `{name}`: {describe_error(error)}"
+    return Finding("PFX701", "error", msg, *site)
+
+
+def layout_refused(findings: list[Finding]) -> list[Finding]:
+    """A loader that raised on more kinds of names than the stream retries refuses the
+    reference layout as a whole: far more often a checkpoint format transformers renames
+    (remote code's own names) than a loader broken for every kind of tensor, which any
+    real checkpoint would expose at once. Its raises become warnings that say so."""
+    out = []
+    for f in findings:
+        if f.code == "PFX701" and f.message.startswith("`load_weights` raises"):
+            f.severity = "warning"
+            f.message += (
+                f" (one of more than {MAX_RETRIES} kinds of names it refused: the checkpoint "
+                "layout transformers gives may not be the one this loader reads; `--config` "
+                "with a real checkpoint's config.json or the smoke phase with its weights "
+                "decides)"
+            )
+        out.append(f)
+    return out
+
+
+def _kind(message: str) -> str:
+    """A message with layer numbers, and for a raise the tensor name, left out."""
+    if message.startswith("`load_weights` raises on checkpoint tensor"):
+        message = re.sub(r"^[^:]*:", "", message)[:120]
+    return normal(message)
+
+
+def merge(findings: list[Finding]) -> list[Finding]:
+    """One finding per line and kind of message: layer 0's, with how many layers repeat it."""
+    groups: dict[tuple[str, str, int, str], list[Finding]] = {}
+    for f in findings:
+        groups.setdefault((f.code, f.file, f.line, _kind(f.message)), []).append(f)
+    out = []
+    for same in groups.values():
+        first = same[0]
+        if len(same) > 1:
+            first.message += f" (and {len(same) - 1} more like it)"
+        out.append(first)
+    return out
+
+
+# -- PFX702 -------------------------------------------------------------------------------------

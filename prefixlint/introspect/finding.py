@@ -1,0 +1,25 @@
+"""What a phase-2 check reports: one finding at a line of the model's own code.
+
+Light (stdlib only): the checks (``checks.py``), the coverage notes (``coverage.py``)
+and the dry-run (``dryrun/``) all make findings, and none of them imports another for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Finding:
+    code: str
+    severity: str
+    message: str
+    file: str
+    line: int
+    layouts: list[str] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)  # where the same site's finding repeats
+    variants: list[str] = field(default_factory=list)  # config variants it appeared in
+    group: str = ""  # findings of one code, site and group are one
+
+    def key(self) -> tuple[str, str, int, str]:
+        return (self.code, self.file, self.line, self.group)
