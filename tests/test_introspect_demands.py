@@ -1,5 +1,5 @@
 """Values a model's own code states it needs, read from the error it raised
-(``prefixlint/introspect/demands.py``), and the config-synthesis mechanisms that give a
+(``prefixlint/introspect/configs/demands.py``), and the config-synthesis mechanisms that give a
 multimodal or pooling architecture what its checkpoint would: each on a small
 hand-written model file raising the real error, then (slow) on the installed vLLM's
 architectures that needed it."""

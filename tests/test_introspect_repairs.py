@@ -317,17 +317,26 @@ def test_every_repair_has_its_fixture_and_says_what_it_reads() -> None:
         assert entry.why, entry.name
 
 
-def test_a_repair_that_claims_a_failure_ends_the_search() -> None:
-    """A KeyError on a dict the config does not hold: ``missing_key`` claims it and gives
-    nothing, so no later repair (which would read other words of it) is tried."""
+def test_a_repair_that_claims_a_failure_ends_the_search(tmp_path: Path) -> None:
+    """``missing_key`` claims every KeyError: when it gives nothing, no later repair reads
+    the error's words (here ``sub_model_architecture``'s, which the same words raised as
+    a ValueError reach)."""
+    from transformers import Qwen2Config
+
     from prefixlint.introspect.configs import repair
 
-    config = _llama()
-    try:
-        {}["hidden_size must be 64"]
-    except KeyError as e:
-        assert repair(e, [config]) is None
-    assert config.hidden_size == 128
+    module = _module(
+        tmp_path,
+        "def init_vllm_registered_model(hf_config, kind):\n"
+        '    raise kind("No model architectures are specified")\n',
+    )
+    for kind, expected in ((KeyError, None), (ValueError, "architectures")):
+        text = Qwen2Config()
+        try:
+            module.init_vllm_registered_model(text, kind)
+        except kind as e:
+            assert repair(e, [_llama()]) == expected
+        assert bool(text.architectures) == (expected is not None)
 
 
 @pytest.mark.slow

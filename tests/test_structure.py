@@ -136,7 +136,8 @@ def test_no_import_circle() -> None:
 def test_the_walker_sees_function_level_and_package_imports(tmp_path: Path) -> None:
     """A circle closed by an import inside a function, and one closed through a package's
     ``__init__`` (importing ``pkg.sub`` runs ``pkg/__init__.py`` first), are both found;
-    a submodule importing a sibling while its package initialises is no circle."""
+    a submodule importing a sibling while its package initialises is no circle, nor is
+    an import under ``if TYPE_CHECKING:``."""
     modules = {
         "prefixlint.a": tmp_path / "a.py",
         "prefixlint.b": tmp_path / "b.py",
@@ -144,6 +145,7 @@ def test_the_walker_sees_function_level_and_package_imports(tmp_path: Path) -> N
         "prefixlint.pkg.sub": tmp_path / "pkg" / "sub.py",
         "prefixlint.pkg.other": tmp_path / "pkg" / "other.py",
         "prefixlint.c": tmp_path / "c.py",
+        "prefixlint.d": tmp_path / "d.py",
     }
     sources = {
         "prefixlint.a": "from prefixlint import b\n",
@@ -152,12 +154,14 @@ def test_the_walker_sees_function_level_and_package_imports(tmp_path: Path) -> N
         "prefixlint.pkg.sub": "from prefixlint.pkg.other import z\n",
         "prefixlint.pkg.other": "def g():\n    from prefixlint.c import w\n",
         "prefixlint.c": "import prefixlint.pkg.sub\n",
+        "prefixlint.d": "if TYPE_CHECKING:\n    import prefixlint.a\n",
     }
     graph = {n: _imported(n, ast.parse(s), modules) for n, s in sources.items()}
     assert graph["prefixlint.b"] == {"prefixlint.a"}
     assert graph["prefixlint.pkg"] == {"prefixlint.pkg.sub", "prefixlint.pkg.other"}
     assert graph["prefixlint.pkg.sub"] == {"prefixlint.pkg.other"}  # not its own package
     assert graph["prefixlint.c"] == {"prefixlint.pkg", "prefixlint.pkg.sub"}
+    assert graph["prefixlint.d"] == set()  # annotations only: never run
     assert circles(graph) == [
         ["prefixlint.a", "prefixlint.b"],
         ["prefixlint.c", "prefixlint.pkg", "prefixlint.pkg.other", "prefixlint.pkg.sub"],

@@ -255,7 +255,7 @@ def _dry_run(
     enabled: bool,
     deadline: float | None = None,
 ) -> None:
-    """PFX701/PFX702 (``dryrun.py``) on the tp=1 build; a failure of the dry-run itself is
+    """PFX701/PFX702 (``dryrun/``) on the tp=1 build; a failure of the dry-run itself is
     a PFX600 note, never a lost target."""
     from prefixlint.introspect import dryrun
 

@@ -132,7 +132,7 @@ def _class_name_of_config(node: ast.AST) -> bool:
     return isinstance(inner, ast.Call) and getattr(inner.func, "id", "") == "type"
 
 
-def literal(node: ast.AST) -> tuple[bool, Any]:
+def _literal(node: ast.AST) -> tuple[bool, Any]:
     try:
         return True, ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
@@ -153,7 +153,7 @@ def _test_demands(test: ast.AST) -> dict[str, Any]:
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
         return {}
     left, op, right = test.left, test.ops[0], test.comparators[0]
-    ok, value = literal(right)
+    ok, value = _literal(right)
     if not ok:
         return {}
     if _class_name_of_config(left) and isinstance(op, ast.Eq) and isinstance(value, str):
