@@ -10,7 +10,6 @@ ModelConfig is made again. (The build's own failures are repaired by
 from __future__ import annotations
 
 import contextlib
-import re
 from typing import Any
 
 from prefixlint.introspect.configs import guess_attribute
@@ -23,6 +22,7 @@ from prefixlint.introspect.configs.demands import (
     raising_function_source,
     validation_cause,
 )
+from prefixlint.introspect.configs.repairs.reading import missing
 from prefixlint.introspect.configs.subconfigs import is_sub_config, sub_config
 
 
@@ -97,10 +97,10 @@ def model_config_repaired(folder: str, attempts: int = 16) -> tuple[Any, list[st
             config = load_model_config(folder, overrides=override if extra else None)
             return config, list(extra) + guessed
         except AttributeError as e:
-            m = re.search(r"'(\w+)' object has no attribute '(\w+)'", str(e))
-            if m is None or m.group(2) in extra or m.group(1) in ("dict", "NoneType", "list"):
+            found = missing(e)
+            if found is None or found[1] in extra or found[0] in ("dict", "NoneType", "list"):
                 raise
-            owner, attr = m.groups()
+            owner, attr = found
             parent = _plain_model_config_hf(folder)
             value = sub_config(attr, parent) if is_sub_config(attr) else None
             if value is None:

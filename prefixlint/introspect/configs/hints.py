@@ -265,7 +265,7 @@ def _name_table(config: Any, hidden: int, heads: int) -> list[tuple[tuple[str, .
         (("ratio", "rate"), 1),
         (("score_func", "scoring_func"), "softmax"),
         (
-            ("use_", "is_", "_bias", "enable", "norm_topk", "norm_name", "norm_", "interleaved"),
+            ("use_", "is_", "_bias", "enable", "norm_topk", "_norm", "norm_", "interleaved"),
             False,
         ),
         # a head count before any other count: 2 heads would not divide tp 4 and 8
