@@ -299,10 +299,12 @@ def callee(func: ast.AST, frame: Any) -> Any:
     return found
 
 
-def asserted_reads(error: BaseException) -> list[str]:
+def asserted_reads(error: BaseException, came_back_none: bool = False) -> list[str]:
     """``pooling = getattr(config, "pooling", None)`` ... ``assert isinstance(pooling,
     str)``: config attributes read into the locals a failing ``assert`` tests (the
-    checkpoint holds a value there; which one is for the caller to guess)."""
+    checkpoint holds a value there; which one is for the caller to guess). With
+    ``came_back_none``, only those whose local holds None in the failing frame (an
+    ``assert x`` on a False flag is about its value, not a missing one)."""
     where = raising_frame(error)
     if not isinstance(error, AssertionError) or where is None:
         return []
@@ -311,6 +313,9 @@ def asserted_reads(error: BaseException) -> list[str]:
     if not isinstance(stmt, ast.Assert):
         return []
     tested = {n.id for n in ast.walk(stmt.test) if isinstance(n, ast.Name)}
+    if came_back_none:
+        tested = {name for name in tested if name in frame.f_locals}
+        tested = {name for name in tested if frame.f_locals[name] is None}
     try:
         tree = ast.parse(textwrap.dedent(function_source(filename, frame)))
     except SyntaxError:

@@ -11,8 +11,10 @@ Change: the first config where the attribute is None or absent gets a guess, rea
 first from the file that raised (its ``getattr`` default or use), then from the model's
 files (the first name of a ``getattr_iter`` list).
 
-Limits: only reads assigned in the failing function; a local whose value the assert
-compares with literals is ``asserted_demand``'s (it runs first).
+Limits: only reads assigned in the failing function, and only locals that hold None
+where the assert failed (``assert mla_use_nope`` on a False flag is not this failure);
+a local whose value the assert compares with literals is ``asserted_demand``'s (it runs
+first).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from prefixlint.introspect.configs.repairs.reading import Failure, give_guess, r
 
 
 def repair(failure: Failure) -> str | None:
-    reads = asserted_reads(failure.error)
+    reads = asserted_reads(failure.error, came_back_none=True)
     texts = [*raising_file_text(failure.error), *failure.texts] if reads else []
     for attr in reads:
         found = give_guess(
