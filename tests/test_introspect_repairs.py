@@ -339,6 +339,35 @@ def test_a_repair_that_claims_a_failure_ends_the_search(tmp_path: Path) -> None:
         assert bool(text.architectures) == (expected is not None)
 
 
+def test_an_assert_on_a_flag_that_is_off_is_no_missing_read(tmp_path: Path) -> None:
+    """``asserted_read`` gives a value only where the local came back None: ``assert
+    use_nope`` on a False flag read from the config is about its value (the flag repair's
+    turn), and a sub-config that lacks the name must not get it."""
+    from prefixlint.introspect.configs.repairs import asserted_read
+    from prefixlint.introspect.configs.repairs.reading import Failure
+    from prefixlint.introspect.configs.subconfigs import sub_config
+
+    module = _module(
+        tmp_path,
+        "def build(config):\n"
+        "    use_nope = config.use_nope\n"
+        "    assert use_nope, 'NoPE only'\n",
+    )
+    cfg = _llama(use_nope=False)
+    cfg.vision_config = sub_config("vision_config", cfg)
+    try:
+        module.build(cfg)
+    except AssertionError as e:
+        assert asserted_read.repair(Failure(e, [cfg, cfg.vision_config])) is None
+    assert not hasattr(cfg.vision_config, "use_nope")
+    cfg.use_nope = None  # the read came back None: now it is this repair's failure
+    try:
+        module.build(cfg)
+    except AssertionError as e:
+        assert asserted_read.repair(Failure(e, [cfg, cfg.vision_config])) == "use_nope"
+    assert cfg.use_nope is not None
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(set(CHAINS) - set(PREPARED)))
 def test_each_repair_fixture_builds_through_the_worker(worker, name: str) -> None:
