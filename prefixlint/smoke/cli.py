@@ -1,5 +1,4 @@
-"""``prefixlint smoke``: the click command; the lead registers it with
-``main.add_command(smoke)`` in ``prefixlint/cli.py``."""
+"""``prefixlint smoke``: the click command (``prefixlint/cli.py`` imports it when it runs)."""
 
 from __future__ import annotations
 
