@@ -16,6 +16,7 @@ from prefixlint.commands.common import (
     EXIT_OK,
     FORMATS,
     NO_DRYRUN,
+    REVIEW,
     STRICT_HELP,
     changed_lines,
     config_table,
@@ -35,9 +36,10 @@ from prefixlint.commands.lint import CheckOptions, LintRun, lint
 @click.option(
     "--format",
     "output_format",
-    type=click.Choice(FORMATS),
+    type=click.Choice([*FORMATS, REVIEW]),
     default="text",
     show_default=True,
+    help="review: the GitHub review payload (needs --diff-base).",
 )
 @click.option(
     "--fail-on",
@@ -59,6 +61,13 @@ from prefixlint.commands.lint import CheckOptions, LintRun, lint
 )
 @click.option("--no-source", is_flag=True, help="Text format: no source frame under findings.")
 @click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the report here.")
+@click.option(
+    "--also",
+    multiple=True,
+    metavar="FORMAT=FILE",
+    help="Also write the report in FORMAT (text, json, sarif, github, rdjson, or review: the "
+    "GitHub review payload, with --diff-base) to FILE; repeatable: one run, every format.",
+)
 @click.option(
     "--introspect",
     "with_introspect",
@@ -110,9 +119,16 @@ def check(paths: tuple[Path, ...], **options: Any) -> None:
         except Phase2Unavailable as e:
             raise click.UsageError(str(e)) from None
     writable(opts.output)
+    also = _also(opts)
     started = time.perf_counter()
     changes = changed_lines(opts.diff_base) if opts.diff_base else None
     run = lint(opts)
+    if run.result.files == 0:
+        # As ruff does: a warning and exit 0; --strict makes "nothing checked" an error.
+        click.echo(
+            "prefixlint: no Python files found under the given paths: nothing was checked",
+            err=True,
+        )
     if opts.fix or opts.show_diff:
         changed = _apply_fixes(run.result.diagnostics, write=opts.fix)
         if opts.show_diff:
@@ -122,26 +138,48 @@ def check(paths: tuple[Path, ...], **options: Any) -> None:
     result = run.result
     phases = ""
     if opts.with_introspect:
-        found, phases = _phase2(run, opts)
-        result.diagnostics = _one_per_site(
-            result.diagnostics, [d for d in found if run.selected(d)]
-        )
-        result.diagnostics.sort(key=lambda d: d.sort_key())
+        found, phases = _phase2(run, opts, changes)
+        from prefixlint.check_introspect import one_per_site
+
+        result.diagnostics = one_per_site(result.diagnostics, [d for d in found if run.selected(d)])
     if changes is not None:
         result.diagnostics = changes.filter(result.diagnostics)
-    report(
-        result.diagnostics,
-        opts.output_format,
-        result.files,
-        opts.output,
-        show_source=not opts.no_source,
-        elapsed=time.perf_counter() - started,
-        phases=phases,
-    )
+    elapsed = time.perf_counter() - started
+    for output_format, output in [(opts.output_format, opts.output), *also]:
+        report(
+            result.diagnostics,
+            output_format,
+            result.files,
+            output,
+            show_source=not opts.no_source,
+            elapsed=elapsed,
+            phases=phases,
+            changes=changes,
+        )
     if result.internal_errors:
         report_internal_errors(result.internal_errors)
         sys.exit(EXIT_ERROR)
+    if result.files == 0 and opts.strict:
+        sys.exit(EXIT_ERROR)
     exit_for(result.diagnostics, opts.fail_on, opts.strict)
+
+
+def _also(opts: CheckOptions) -> list[tuple[str, Path]]:
+    """``--also FORMAT=FILE`` pairs, refused now (not after a long run) when wrong."""
+    out = []
+    for value in opts.also:
+        output_format, sep, file = value.partition("=")
+        if not sep or not file or output_format not in (*FORMATS, REVIEW):
+            raise click.BadParameter(
+                f"expected FORMAT=FILE with FORMAT one of {', '.join([*FORMATS, REVIEW])}, "
+                f"got {value!r}",
+                param_hint="--also",
+            )
+        writable(Path(file), "--also")
+        out.append((output_format, Path(file)))
+    if REVIEW in [opts.output_format, *(f for f, _ in out)] and not opts.diff_base:
+        raise click.UsageError("the review payload comments on changed lines: give --diff-base")
+    return out
 
 
 def _refuse_conflicts(opts: CheckOptions) -> None:
@@ -161,15 +199,18 @@ def _refuse_conflicts(opts: CheckOptions) -> None:
         )
 
 
-def _phase2(run: LintRun, opts: CheckOptions) -> tuple[list, str]:
-    """Phase 2 for the architecture classes of the checked files, with live progress:
-    (its findings and notes, what it verified in words)."""
+def _phase2(run: LintRun, opts: CheckOptions, changes: Any) -> tuple[list, str]:
+    """Phase 2 for the architecture classes of the checked files (with --diff-base: of
+    the changed ones), with live progress: (its findings and notes, what it verified)."""
     from prefixlint.check_introspect import polish, run_phase2
     from prefixlint.progress import Progress
 
+    files = run.files
+    if changes is not None:
+        files = [f for f in files if changes.file_changed(changes.repo_path(str(f)) or "")]
     with Progress() as progress:  # stderr: stdout stays parseable in every format
         out = run_phase2(
-            run.files,
+            files,
             int_list(opts.tp or "1,2,4,8", "--tp"),
             int_list(opts.pp or "2,4", "--pp"),
             opts.timeout or 300.0,
@@ -182,6 +223,8 @@ def _phase2(run: LintRun, opts: CheckOptions) -> tuple[list, str]:
         f"phase 2 built {out.built} architecture class{'es' if out.built != 1 else ''}"
         if out.built or out.diagnostics
         else "phase 2: no architecture class in these files"
+        if files or changes is None
+        else "phase 2: no checked file changed"
     )
     return polish(out.diagnostics), verified
 
@@ -214,11 +257,3 @@ def _apply_fixes(diagnostics: list, write: bool) -> int:
     verb = "Fixed" if write else "Would fix"
     click.echo(f"{verb} {applied} finding(s) in {changed} file(s).", err=True)
     return changed
-
-
-def _one_per_site(static: list, runtime: list) -> list:
-    """Phase 2's PFX601 for a leaf built without a prefix and phase 1's PFX301 are one
-    defect at one line: the run-time finding (it saw the build) stands for both."""
-    seen = {(d.filename, d.location.row) for d in runtime if d.code == "PFX601"}
-    kept = [d for d in static if not (d.code == "PFX301" and (d.filename, d.location.row) in seen)]
-    return kept + runtime

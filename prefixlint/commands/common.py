@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 FORMATS = ["text", "json", "sarif", "github", "rdjson"]
+REVIEW = "review"  # check's GitHub review payload (with --diff-base)
 STRICT_HELP = "Also exit 1 when something could not be verified (a PFX600 note)."
 
 NO_DRYRUN = click.option(
@@ -46,15 +48,15 @@ def config_table(start: Path | None = None) -> tuple[dict[str, str], str | None]
         raise click.UsageError(str(e)) from None
 
 
-def writable(output: Path | None) -> None:
+def writable(output: Path | None, option: str = "--output") -> None:
     """-o must name a file that can be written: a usage error now, not a traceback after
     the run."""
     if output is None:
         return
     if output.is_dir():
-        raise click.UsageError(f"--output {output} is a folder; name a file")
+        raise click.UsageError(f"{option} {output} is a folder; name a file")
     if not output.parent.is_dir():
-        raise click.UsageError(f"--output {output}: folder {output.parent} does not exist")
+        raise click.UsageError(f"{option} {output}: folder {output.parent} does not exist")
 
 
 def changed_lines(rev: str):
@@ -82,7 +84,10 @@ def report(
     show_source: bool = True,
     elapsed: float | None = None,
     phases: str = "",
+    changes: Any = None,
 ) -> None:
+    """Write ``diagnostics`` in ``output_format`` to ``output`` (default: stdout).
+    ``review`` is the GitHub review payload, which needs ``changes`` (--diff-base)."""
     from prefixlint.reporters import REPORTERS
 
     options = {
@@ -93,14 +98,25 @@ def report(
         "root": Path.cwd(),
         "elapsed": elapsed,
     }
+
+    def write(fh: Any) -> None:
+        if output_format == REVIEW:
+            import json
+
+            from prefixlint.review import build_review
+
+            fh.write(json.dumps(build_review(diagnostics, changes), indent=2) + "\n")
+        else:
+            REPORTERS[output_format](diagnostics, fh, options)
+
     if output is not None:
         try:
             with output.open("w", encoding="utf-8") as fh:
-                REPORTERS[output_format](diagnostics, fh, options)
+                write(fh)
         except OSError as e:
             raise click.UsageError(f"cannot write {output}: {e.strerror or e}") from None
     else:
-        REPORTERS[output_format](diagnostics, sys.stdout, options)
+        write(sys.stdout)
 
 
 def exit_for(diagnostics, fail_on: str, strict: bool = False) -> None:

@@ -38,6 +38,7 @@ class CheckOptions:
     fix: bool = False
     show_diff: bool = False
     diff_base: str | None = None
+    also: tuple[str, ...] = ()
 
 
 @dataclass

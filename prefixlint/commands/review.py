@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -21,8 +22,14 @@ from prefixlint.commands.lint import CheckOptions, lint
 @click.option(
     "--diff-base",
     metavar="REV",
-    required=True,
-    help="Comment only on lines added or changed since the merge base of REV and HEAD.",
+    help="Comment only on lines added or changed since the merge base of REV and HEAD "
+    "(required unless --payload).",
+)
+@click.option(
+    "--payload",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Post (or print) this review payload, written by `check --also review=FILE` (one "
+    "run for every format, phase 2 included), instead of linting.",
 )
 @click.option("--select", multiple=True, help="Codes or prefixes to enable.")
 @click.option("--ignore", multiple=True, help="Codes or prefixes to disable.")
@@ -50,7 +57,8 @@ from prefixlint.commands.lint import CheckOptions, lint
 )
 def review(
     paths: tuple[Path, ...],
-    diff_base: str,
+    diff_base: str | None,
+    payload: Path | None,
     select: tuple[str, ...],
     ignore: tuple[str, ...],
     config_path: Path | None,
@@ -71,23 +79,32 @@ def review(
     """
     import json
 
-    from prefixlint.review import ReviewError, build_review, post_review
+    from prefixlint.review import ReviewError, post_review, worth_posting
 
-    changes = changed_lines(diff_base)
-    opts = CheckOptions(
-        paths=paths,
-        select=select,
-        ignore=ignore,
-        config_path=config_path,
-        no_cache=no_cache,
-        cache_dir=cache_dir,
-        jobs=jobs,
-    )
     writable(output)
-    result = lint(opts).result
-    report_internal_errors(result.internal_errors)
-    payload = build_review(result.diagnostics, changes)
-    text = json.dumps(payload, indent=2)
+    if payload is not None:
+        if paths or diff_base or select or ignore or config_path:
+            raise click.UsageError(
+                "--payload posts a finished review: paths, --diff-base, --select, --ignore "
+                "and --config belong to the `check` run that wrote it"
+            )
+        body = _read_payload(payload)
+    elif diff_base is None:
+        raise click.UsageError("give --diff-base REV (or --payload FILE)")
+    else:
+        body = _lint_review(
+            CheckOptions(
+                paths=paths,
+                select=select,
+                ignore=ignore,
+                config_path=config_path,
+                no_cache=no_cache,
+                cache_dir=cache_dir,
+                jobs=jobs,
+            ),
+            diff_base,
+        )
+    text = json.dumps(body, indent=2)
     if output is not None:
         try:
             output.write_text(text + "\n", encoding="utf-8")
@@ -97,15 +114,40 @@ def review(
         click.echo(text)
     if not post:
         return
-    if not payload["comments"]:
+    if not worth_posting(body):
         click.echo("prefixlint review: no finding on changed lines, nothing posted", err=True)
         return
     try:
-        answer = post_review(payload, pr=pr, api_url=api_url)
+        answer = post_review(body, pr=pr, api_url=api_url)
     except ReviewError as e:
         click.echo(f"prefixlint review: {e}", err=True)
         sys.exit(EXIT_ERROR)
     where = answer.get("html_url") or "GitHub"
-    click.echo(
-        f"prefixlint review: posted {len(payload['comments'])} comment(s) to {where}", err=True
-    )
+    click.echo(f"prefixlint review: posted {len(body['comments'])} comment(s) to {where}", err=True)
+
+
+def _lint_review(opts: CheckOptions, diff_base: str) -> dict[str, Any]:
+    from prefixlint.review import build_review
+
+    changes = changed_lines(diff_base)
+    result = lint(opts).result
+    report_internal_errors(result.internal_errors)
+    return build_review(result.diagnostics, changes)
+
+
+def _read_payload(path: Path) -> dict[str, Any]:
+    """A payload file as `check --also review=FILE` writes it; anything else is a usage
+    error, not a traceback."""
+    import json
+
+    try:
+        body = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise click.UsageError(f"--payload {path}: cannot read a review payload: {e}") from None
+    keys = {"commit_id", "event", "body", "comments"}
+    shaped = isinstance(body, dict) and keys <= set(body)
+    if not shaped or not isinstance(body["comments"], list):
+        raise click.UsageError(
+            f"--payload {path}: not a review payload (an object with {', '.join(sorted(keys))})"
+        )
+    return body

@@ -182,12 +182,14 @@ def smoke(
         if gated.error:
             report.error = f"cannot resolve {target}: {gated.error}"
             return report
-        report.gate = gated.diagnostics
+        from prefixlint.check_introspect import polish
+
+        report.gate = polish(gated.diagnostics)  # names as written, noqa honoured
         # A leaf built without `prefix` (phase 2's form of PFX301) costs quantization its
         # name, not an unquantized random-weight run its meaning: reported, not blocking.
         errors = [
             d
-            for d in gated.diagnostics
+            for d in report.gate
             if d.severity is Severity.ERROR and (d.data or {}).get("group") != "default-prefix"
         ]
         if errors and not force:

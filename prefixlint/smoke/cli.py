@@ -109,8 +109,8 @@ def _table(report: Any) -> None:
     """The per-check table, on stderr in every format (JSON on stdout stays parseable)."""
     if report.config_source:
         click.echo(f"config: {report.config_source}", err=True)
-    if report.gate:
-        click.echo(f"phase 2: {len(report.gate)} finding(s)", err=True)
+    for line in gate_lines(report.gate):
+        click.echo(line, err=True)
     if report.blocked:
         click.echo(f"not run: {report.blocked}", err=True)
     for c in report.checks:
@@ -122,6 +122,24 @@ def _table(report: Any) -> None:
         click.echo(f"  timings: {steps}; wall {report.seconds:.1f}s", err=True)
     if report.error:
         click.echo(f"prefixlint smoke: {report.error}", err=True)
+
+
+def gate_lines(gate: list[Any]) -> list[str]:
+    """Phase 2's findings and notes on the smoke target: a count, then each one, so the
+    count is what is listed."""
+    from prefixlint.diagnostic import Severity
+
+    findings = [d for d in gate if d.severity is not Severity.NOTE]
+    notes = [d for d in gate if d.severity is Severity.NOTE]
+    lines = []
+    for what, items in (("finding(s)", findings), ("not verified (PFX600)", notes)):
+        if items:
+            lines.append(f"phase 2: {len(items)} {what}")
+            lines += [
+                f"  {d.filename}:{d.location.row}: {d.code} {' '.join(d.message.split())[:200]}"
+                for d in items
+            ]
+    return lines
 
 
 def _verdict(report: Any, output_format: str) -> None:
