@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from prefixlint.commands.common import (
+    EXIT_ERROR,
     EXIT_FINDINGS,
     EXIT_OK,
     FORMATS,
@@ -15,6 +16,7 @@ from prefixlint.commands.common import (
     STRICT_HELP,
     int_list,
     report,
+    writable,
 )
 
 
@@ -38,6 +40,18 @@ from prefixlint.commands.common import (
 @click.option("--only", multiple=True, help="Restrict to these architectures (repeatable).")
 @NO_DRYRUN
 @click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the report here.")
+@click.option(
+    "--journal",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="JSON lines, one per architecture as it finishes (an interrupted run keeps what it "
+    "did).  [default: OUTPUT with the suffix .jsonl, else prefixlint-zoo.jsonl]",
+)
+@click.option(
+    "--resume",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="Continue the run whose journal this is: its architectures are not built again, "
+    "the others are appended to it.",
+)
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
 @click.option(
     "--explore-budget",
@@ -57,11 +71,13 @@ def zoo(
     only: tuple[str, ...],
     no_dryrun: bool,
     output: Path | None,
+    journal: Path | None,
+    resume: Path | None,
     strict: bool,
     explore_budget: float,
 ) -> None:
     """Build every architecture of the installed vLLM registry and summarise."""
-    from prefixlint.introspect.zoo import run_zoo
+    from prefixlint.introspect.zoo import JournalError, run_zoo
 
     try:
         index, count = (int(x) for x in shard.split("/"))
@@ -69,17 +85,27 @@ def zoo(
             raise ValueError
     except ValueError:
         raise click.BadParameter(f"--shard must be i/n with 0 <= i < n, got {shard!r}") from None
-    summary = run_zoo(
-        jobs=jobs,
-        shard=(index, count),
-        tp=int_list(tp),
-        pp=int_list(pp),
-        timeout=timeout,
-        only=list(only),
-        progress=output_format == "text" or output is not None,
-        dryrun=not no_dryrun,
-        explore_budget=explore_budget,
-    )
+    if resume is not None and journal is not None and resume.resolve() != journal.resolve():
+        raise click.UsageError("--resume appends to its own journal: leave out --journal")
+    journal = resume or journal or _default_journal(output)
+    writable(output)
+    writable(journal, "--journal")
+    try:
+        summary = run_zoo(
+            jobs=jobs,
+            shard=(index, count),
+            tp=int_list(tp),
+            pp=int_list(pp),
+            timeout=timeout,
+            only=list(only),
+            progress=output_format == "text" or output is not None,
+            dryrun=not no_dryrun,
+            explore_budget=explore_budget,
+            journal=journal,
+            resume=resume,
+        )
+    except JournalError as e:
+        raise click.UsageError(f"--resume: {e}") from None
     if output_format in ("text", "json"):
         text = summary.to_json_text() if output_format == "json" else summary.to_text()
         if output is not None:
@@ -94,5 +120,21 @@ def zoo(
         ]
         findings.sort(key=lambda d: d.sort_key())
         report(findings, output_format, len(summary.rows), output)
+    if summary.interrupted:
+        click.echo(
+            f"prefixlint zoo: interrupted after {len(summary.rows)} of {summary.planned} "
+            f"architectures; the finished ones are in {journal}: continue with the same "
+            f"options and --resume {journal}",
+            err=True,
+        )
+        sys.exit(EXIT_ERROR)
     unverified = strict and any(r.status != "built" for r in summary.rows)
     sys.exit(EXIT_FINDINGS if summary.findings or unverified else EXIT_OK)
+
+
+def _default_journal(output: Path | None) -> Path:
+    if output is None:
+        return Path("prefixlint-zoo.jsonl")
+    if output.suffix == ".jsonl":
+        return output.with_name(output.name + ".journal.jsonl")
+    return output.with_suffix(".jsonl")

@@ -144,6 +144,7 @@ def gate_lines(gate: list[Any]) -> list[str]:
 
 def _verdict(report: Any, output_format: str) -> None:
     """Findings on stdout, then the one-line verdict: "passed" only for checks that ran."""
+    from prefixlint.diagnostic import Severity
     from prefixlint.reporters import REPORTERS
     from prefixlint.smoke import CHECKS
 
@@ -165,7 +166,11 @@ def _verdict(report: Any, output_format: str) -> None:
             )
     if report.error:
         sys.exit(EXIT_ERROR)
-    failing = report.blocked or any(c.status == "fail" for c in report.checks)
+    failing = (
+        report.blocked
+        or any(c.status == "fail" for c in report.checks)
+        or any(d.severity is Severity.ERROR for d in report.diagnostics)
+    )
     if not failing and any(c.status == "error" for c in report.checks):
         sys.exit(EXIT_ERROR)  # nothing failed, but what should have run did not
     sys.exit(EXIT_FINDINGS if failing else EXIT_OK)
