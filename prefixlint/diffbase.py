@@ -5,7 +5,9 @@ with the fork point, not with REV's later commits). The diff runs against the wo
 tree (committed, staged and unstaged changes alike, as the working tree is what is
 linted), with renames followed; untracked files that git does not ignore count as wholly
 added. Paths in findings are relative to the cwd (or absolute) and are matched to the
-repository-relative paths of the diff, wherever in the repository the cwd is.
+repository-relative paths of the diff, wherever in the repository the cwd is. A static
+finding is kept when one of its lines changed; a run-time one (phase 2, smoke) when its
+file changed (``ChangedLines.keeps``).
 """
 
 from __future__ import annotations
