@@ -311,7 +311,9 @@ def statement_spans(text: str) -> list[tuple[int, int, int, int]]:
         body = getattr(node, "body", None)
         if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
             last = max(node.lineno, body[0].lineno - 1)
-            out.append((node.lineno, node.col_offset, last, 10**6))
+            # A decorated class or def starts at its first decorator (where inspect puts it).
+            first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+            out.append((first, node.col_offset, last, 10**6))
         else:
             out.append((node.lineno, node.col_offset, node.end_lineno, node.end_col_offset or 0))
     return out

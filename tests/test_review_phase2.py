@@ -93,6 +93,8 @@ def test_statement_spans_hold_a_multi_line_call_and_a_class_header() -> None:
     assert innermost(spans, 10)[:3:2] == (7, 11)
     assert innermost(spans, 1)[:3:2] == (1, 3)  # the class's header, not its body
     assert statement_spans("def (:") == []
+    decorated = statement_spans("@register\nclass A:\n    x = 1\n")
+    assert innermost(decorated, 1)[:3:2] == innermost(decorated, 2)[:3:2] == (1, 2)
 
 
 def test_one_finding_per_site_across_phases(tmp_path: Path) -> None:

@@ -83,10 +83,11 @@ def review(
 
     writable(output)
     if payload is not None:
-        if paths or diff_base or select or ignore or config_path:
+        if paths or diff_base or select or ignore or config_path or no_cache or cache_dir or jobs:
             raise click.UsageError(
-                "--payload posts a finished review: paths, --diff-base, --select, --ignore "
-                "and --config belong to the `check` run that wrote it"
+                "--payload posts a finished review: paths, --diff-base, --select, --ignore, "
+                "--config, --no-cache, --cache-dir and --jobs belong to the `check` run that "
+                "wrote it"
             )
         body = _read_payload(payload)
     elif diff_base is None:

@@ -233,6 +233,8 @@ def _run_child(
     (work / "job.json").write_text(json.dumps(job), "utf-8")
     env = dict(os.environ)
     env["TMPDIR"] = str(work / "tmp")  # the config synthesis's temp folders go too
+    sockets = _socket_folder(work / "tmp")
+    env.setdefault("VLLM_RPC_BASE_PATH", str(sockets))
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("HF_HUB_OFFLINE", "1")
     log_path = log or work / "child.log"
@@ -264,6 +266,20 @@ def _run_child(
         report.shared_memory = _recorded_shared_memory(results)
         report.released = release(report.shared_memory)
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(sockets, ignore_errors=True)
+
+
+# vLLM names its engines' ZMQ sockets ``{VLLM_RPC_BASE_PATH}/{uuid4}``; a Unix socket's
+# path holds at most 107 bytes (``sockaddr_un.sun_path``).
+_SOCKET_PATH_MAX = 107 - 1 - 36
+
+
+def _socket_folder(preferred: Path) -> Path:
+    """Where the engines' sockets go: the run's temp folder, or, when its path is too
+    long for a socket name (a deep TMPDIR), a short folder of its own under /tmp."""
+    if len(os.fsencode(str(preferred))) <= _SOCKET_PATH_MAX or not Path("/tmp").is_dir():
+        return preferred
+    return Path(tempfile.mkdtemp(prefix="prefixlint-rpc-", dir="/tmp"))
 
 
 def _recorded_shared_memory(results: Path) -> list[str]:
