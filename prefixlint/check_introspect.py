@@ -71,10 +71,11 @@ def registered_classes(text: str) -> dict[str, str]:
 
 
 def architectures_in(path: Path, registry: frozenset[str]) -> list[Candidate]:
-    """The classes of ``path`` phase 2 builds as whole models: registered in the file or in
-    vLLM's registry, or taking ``vllm_config`` and named like an architecture or having the
-    model interface (``compute_logits``). An inner ``MyQwenModel`` is built by its
-    architecture, not as one."""
+    """The classes of ``path`` phase 2 builds as whole models: registered in the file,
+    architectures of vLLM's registry (also those that inherit their constructor), or
+    taking ``vllm_config`` and named like an architecture or having the model interface
+    (``compute_logits``). An inner ``MyQwenModel`` is built by its architecture, not as
+    one."""
     from prefixlint.static.resolve import summarize_file
 
     summary = summarize_file(path)
@@ -92,12 +93,19 @@ def architectures_in(path: Path, registry: frozenset[str]) -> list[Candidate]:
         takes_config = init is not None and init.param("vllm_config") is not None
         if cls.name.startswith("_"):
             continue
-        if cls.name in registered or (
-            takes_config
-            and (
-                cls.name in registry
-                or _ARCH_NAME.search(cls.name)
-                or any(m in cls.methods for m in _MODEL_METHODS)
+        # A registry architecture that inherits its constructor (``class
+        # MistralForCausalLM(LlamaForCausalLM)``) is built as the registry builds it.
+        inherits_init = init is None and bool(cls.bases) and cls.name in registry
+        if (
+            cls.name in registered
+            or inherits_init
+            or (
+                takes_config
+                and (
+                    cls.name in registry
+                    or _ARCH_NAME.search(cls.name)
+                    or any(m in cls.methods for m in _MODEL_METHODS)
+                )
             )
         ):
             out.append(Candidate(path, cls.name, cls.lineno, registered.get(cls.name)))
@@ -250,31 +258,135 @@ def merge_classes(found: list[Diagnostic], executed: set[tuple[str, int]]) -> li
 
 
 def polish(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
-    """Phase-2 findings as a person reads them: internal names replaced, the column of the
-    statement on the reported line (phase 2 records lines only), and ``# noqa`` honoured."""
+    """Phase-2 findings as a person reads them: internal names replaced, ``# noqa``
+    honoured, and the span of the statement that holds the reported line (phase 2 records
+    the line a frame was at: the first line of a multi-line call), from the column where
+    it starts on that line to the statement's end (a class or ``def``: its header)."""
     from prefixlint.static.engine import is_suppressed
 
-    lines: dict[str, list[str]] = {}
+    files: dict[str, tuple[list[str], list[tuple[int, int, int, int]]]] = {}
     out = []
     for d in diagnostics:
-        if d.filename not in lines:
+        if d.filename not in files:
             try:
                 text = Path(d.filename).read_text("utf-8", "replace")
             except OSError:
                 text = ""
-            lines[d.filename] = text.splitlines()
-        source = lines[d.filename]
+            files[d.filename] = (text.splitlines(), statement_spans(text))
+        source, spans = files[d.filename]
         if is_suppressed(d, source):
             continue
         d = replace(d, message=public_name(d.message))
         row = d.location.row
         if d.location.column == 1 and 1 <= row <= len(source) and source[row - 1].strip():
             text = source[row - 1]
-            start = len(text) - len(text.lstrip()) + 1
-            end = len(text.rstrip()) + 1
+            start = Position(row, len(text) - len(text.lstrip()) + 1)
+            end = Position(row, len(text.rstrip()) + 1)
+            span = innermost(spans, row)
+            if span is not None and d.end_location.row == row:
+                last = source[span[2] - 1] if span[2] <= len(source) else ""
+                end = Position(span[2], min(span[3] + 1, len(last.rstrip()) + 1))
             if d.end_location.row == row:
-                d = replace(d, location=Position(row, start), end_location=Position(row, end))
+                d = replace(d, location=start, end_location=max(end, start))
             else:
-                d = replace(d, location=Position(row, start))
+                d = replace(d, location=start)
         out.append(d)
     return out
+
+
+def statement_spans(text: str) -> list[tuple[int, int, int, int]]:
+    """(first row, first column, last row, last column) of every statement of ``text``
+    (rows 1-based, columns 0-based as ``ast`` gives them); a compound statement's span is
+    its header. Empty when the text does not parse."""
+    import ast
+
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return []
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.stmt) or node.end_lineno is None:
+            continue
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+            last = max(node.lineno, body[0].lineno - 1)
+            # A decorated class or def starts at its first decorator (where inspect puts it).
+            first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+            out.append((first, node.col_offset, last, 10**6))
+        else:
+            out.append((node.lineno, node.col_offset, node.end_lineno, node.end_col_offset or 0))
+    return out
+
+
+def innermost(spans: list[tuple[int, int, int, int]], row: int) -> tuple[int, int, int, int] | None:
+    """The smallest statement span that holds ``row``."""
+    holding = [s for s in spans if s[0] <= row <= s[2]]
+    return min(holding, key=lambda s: (s[2] - s[0], -s[0]), default=None)
+
+
+# A phase-2 check that sees, at one site, the defect a static rule reports there: one
+# finding, the static one (its span and fix are exact), with the run-time evidence added.
+SAME_DEFECT: dict[str, tuple[str, ...]] = {
+    "PFX601": ("PFX301", "PFX302", "PFX303", "PFX304"),  # a prefix that is not the path
+    "PFX606": ("PFX501",),  # SupportsPP without a working make_empty_intermediate_tensors
+}
+# PFX606 of this group is the method's check (other groups: packed_modules_mapping keys);
+# PFX501 names the method when that is what it misses (else: forward's parameter).
+_PP_METHOD = "make_empty_intermediate_tensors"
+
+
+def _same_defect(static: Diagnostic, runtime: Diagnostic) -> bool:
+    if static.phase != "static" or static.code not in SAME_DEFECT.get(runtime.code, ()):
+        return False
+    if runtime.code == "PFX606" and (
+        runtime.data.get("group") != "pp" or _PP_METHOD not in static.message
+    ):
+        return False
+    return _same_place(static, runtime)
+
+
+def _same_place(a: Diagnostic, b: Diagnostic) -> bool:
+    if Path(a.filename).resolve() != Path(b.filename).resolve():
+        return False
+    return a.location.row <= b.end_location.row and b.location.row <= a.end_location.row
+
+
+def _folds_into(runtime: Diagnostic, site: Diagnostic, evidence: list[Diagnostic]) -> bool:
+    if runtime.code == "PFX702":
+        # The dry-run reports a quantization mismatch at the construction site only when
+        # the module's prefix is not its path: where phase 2 found that prefix wrong
+        # (PFX601), it is the same defect.
+        wrong_prefix = site.code == "PFX601" or any(e.code == "PFX601" for e in evidence)
+        return wrong_prefix and _same_place(site, runtime)
+    return _same_defect(site, runtime)
+
+
+def one_per_site(static: list[Diagnostic], runtime: list[Diagnostic]) -> list[Diagnostic]:
+    """Static and phase-2 findings, one per site: a run-time finding that ``SAME_DEFECT``
+    pairs with a static finding at its statement, and a PFX702 at a statement with a wrong
+    prefix, are folded into that finding; their messages are added to its message and
+    their JSON to its ``data["runtime"]``."""
+    entries: list[tuple[Diagnostic, list[Diagnostic]]] = [(d, []) for d in static]
+    for r in sorted(runtime, key=lambda d: d.code == "PFX702"):  # PFX702 after the PFX601s
+        home = next((evidence for d, evidence in entries if _folds_into(r, d, evidence)), None)
+        if home is None:
+            entries.append((r, []))
+        else:
+            home.append(r)
+    return sorted((_with_evidence(d, evidence) for d, evidence in entries), key=Diagnostic.sort_key)
+
+
+def _with_evidence(d: Diagnostic, found: list[Diagnostic]) -> Diagnostic:
+    if not found:
+        return d
+    severity = max([d.severity, *(f.severity for f in found)], key=lambda s: s.rank)
+    said = "; ".join(f"{f.code} {f.message}" for f in found)
+    phase2 = "phase 2 confirms it" if d.phase == "static" else "and"
+    runtime = [*d.data.get("runtime", []), *(f.to_json() for f in found)]
+    return replace(
+        d,
+        message=f"{d.message} ({phase2}: {said})",
+        severity=severity,
+        data={**d.data, "runtime": runtime},
+    )

@@ -5,7 +5,9 @@ with the fork point, not with REV's later commits). The diff runs against the wo
 tree (committed, staged and unstaged changes alike, as the working tree is what is
 linted), with renames followed; untracked files that git does not ignore count as wholly
 added. Paths in findings are relative to the cwd (or absolute) and are matched to the
-repository-relative paths of the diff, wherever in the repository the cwd is.
+repository-relative paths of the diff, wherever in the repository the cwd is. A static
+finding is kept when one of its lines changed; a run-time one (phase 2, smoke) when its
+file changed (``ChangedLines.keeps``).
 """
 
 from __future__ import annotations
@@ -70,8 +72,22 @@ class ChangedLines:
             return False
         return self.first_changed(path, d.location.row, d.end_location.row) is not None
 
+    def file_changed(self, path: str) -> bool:
+        """Whether the diff adds, edits or deletes anything in a repo-relative path."""
+        return path in self.whole or bool(self.lines.get(path) or self.deleted_after.get(path))
+
+    def keeps(self, d: Diagnostic, cwd: Path | None = None) -> bool:
+        """``--diff-base``: a static finding is kept when one of its lines changed; a
+        run-time finding (phase 2, smoke) when its file changed. A build reports at the
+        construction site, and an edit elsewhere in the file (an index, a parent's prefix,
+        a config read) can break what is built there."""
+        if d.phase == "static":
+            return self.touches(d, cwd)
+        path = self.repo_path(d.filename, cwd)
+        return path is not None and self.file_changed(path)
+
     def filter(self, diagnostics: list[Diagnostic], cwd: Path | None = None) -> list[Diagnostic]:
-        return [d for d in diagnostics if self.touches(d, cwd)]
+        return [d for d in diagnostics if self.keeps(d, cwd)]
 
 
 def _git(args: list[str], cwd: Path) -> str:

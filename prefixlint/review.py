@@ -23,6 +23,10 @@ from prefixlint.diffbase import ChangedLines
 from prefixlint.sourcelines import SourceLines
 
 DEFAULT_API_URL = "https://api.github.com"
+OFF_DIFF_HEADING = (
+    "Run-time findings in the changed files, at lines this change does not touch (a build "
+    "reports at the construction site, which an edit elsewhere in the file can break):"
+)
 
 
 class ReviewError(Exception):
@@ -75,16 +79,24 @@ def comment_body(d: Diagnostic, suggestion: str | None = None) -> str:
 def build_review(
     diagnostics: list[Diagnostic], changes: ChangedLines, cwd: Path | None = None
 ) -> dict[str, Any]:
-    """The review payload for the findings on changed lines (others are left out)."""
+    """The review payload: a comment for each finding with a changed line in its span
+    (its first changed line); a run-time finding (phase 2, smoke; not a note) of a changed
+    file whose span holds no changed line is listed in the review's body, as GitHub takes
+    comments on the diff's lines only. Other findings are left out."""
     sources = SourceLines()
     comments = []
     kept: list[Diagnostic] = []
+    off_diff: list[tuple[str, Diagnostic]] = []
     for d in diagnostics:
         path = changes.repo_path(d.filename, cwd)
         if path is None:
             continue
         line = changes.first_changed(path, d.location.row, d.end_location.row)
         if line is None:
+            # "Not verified" notes off the diff are not about the change: SARIF has them.
+            runtime = d.phase != "static" and d.severity is not Severity.NOTE
+            if runtime and changes.file_changed(path):
+                off_diff.append((path, d))
             continue
         suggestion = _suggestion(d, sources)
         text = None
@@ -95,12 +107,28 @@ def build_review(
                 comment |= {"start_line": first, "start_side": "RIGHT"}
         kept.append(d)
         comments.append(comment | {"line": line, "body": comment_body(d, text)})
+    body = summary(kept + [d for _, d in off_diff], changes)
+    if off_diff:
+        body += "\n\n" + _off_diff_list(off_diff)
     return {
         "commit_id": changes.head,
         "event": "COMMENT",
-        "body": summary(kept, changes),
+        "body": body,
         "comments": comments,
     }
+
+
+def _off_diff_list(found: list[tuple[str, Diagnostic]]) -> str:
+    rows = "\n".join(
+        f"- `{path}:{d.location.row}` **{d.code}** {' '.join(d.message.split())}"
+        for path, d in found
+    )
+    return f"{OFF_DIFF_HEADING}\n{rows}"
+
+
+def worth_posting(payload: dict[str, Any]) -> bool:
+    """A review with a comment, or with run-time findings listed in its body."""
+    return bool(payload.get("comments")) or OFF_DIFF_HEADING in str(payload.get("body", ""))
 
 
 def _all_changed(changes: ChangedLines, path: str, first: int, last: int) -> bool:
@@ -114,6 +142,12 @@ def summary(diagnostics: list[Diagnostic], changes: ChangedLines) -> str:
     base = changes.base[:12]
     if not diagnostics:
         return f"prefixlint: no findings on the lines changed since {base}."
+    # Phase 2 and smoke report a changed file's findings wherever they are in it.
+    where = (
+        "in the files changed"
+        if any(d.phase != "static" for d in diagnostics)
+        else "on the lines changed"
+    )
     errors = sum(d.severity is Severity.ERROR for d in diagnostics)
     warnings = len(diagnostics) - errors
     counts = Counter(d.code for d in diagnostics)
@@ -123,7 +157,7 @@ def summary(diagnostics: list[Diagnostic], changes: ChangedLines) -> str:
     )
     n = len(diagnostics)
     return (
-        f"prefixlint: {n} finding{'s' if n != 1 else ''} on the lines changed since "
+        f"prefixlint: {n} finding{'s' if n != 1 else ''} {where} since "
         f"{base} ({errors} error{'s' if errors != 1 else ''}, "
         f"{warnings} warning{'s' if warnings != 1 else ''}).\n\n"
         f"| code | rule | findings |\n|---|---|---|\n{rows}"

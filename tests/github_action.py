@@ -91,13 +91,18 @@ def run_action(
     env: dict[str, str],
     workspace: Path,
     skip: frozenset[str] = frozenset(),
+    runner: dict[str, str] | None = None,
+    timeout: float = 300,
 ) -> ActionRun:
     """Run ``action`` (parsed action.yml) in ``workspace``. ``github`` is the github
     context; ``env`` the runner's environment (GITHUB_* variables among it); ``skip`` names
-    steps not to run (recorded as not run)."""
+    steps not to run (recorded as not run); ``runner`` the runner context (default: a
+    Linux X64 runner, whose RUNNER_* variables the steps see too)."""
     inputs = {k: str(spec.get("default", "")) for k, spec in action.get("inputs", {}).items()}
     inputs.update(with_)
-    contexts: dict[str, Any] = {"inputs": inputs, "github": github, "steps": {}}
+    runner = runner or {"os": "Linux", "arch": "X64"}
+    env = {**env, **{f"RUNNER_{k.upper()}": v for k, v in runner.items()}}
+    contexts: dict[str, Any] = {"inputs": inputs, "github": github, "runner": runner, "steps": {}}
     failed = False
 
     def hash_files(*patterns: str) -> str:
@@ -129,7 +134,7 @@ def run_action(
             args = {k: interpolate(v) for k, v in (step.get("with") or {}).items()}
             runs.append(StepRun(name, False, uses=step["uses"], with_=args))
             continue
-        result = _run_bash(step, interpolate, env, workspace, i)
+        result = _run_bash(step, interpolate, env, workspace, i, timeout)
         outputs = _outputs(workspace / f".github_output_{i}")
         if "id" in step:
             contexts["steps"][step["id"]] = {"outputs": outputs}
@@ -138,7 +143,9 @@ def run_action(
     return ActionRun(runs, failed)
 
 
-def _run_bash(step: dict, interpolate: Any, env: dict[str, str], workspace: Path, i: int):
+def _run_bash(
+    step: dict, interpolate: Any, env: dict[str, str], workspace: Path, i: int, timeout: float
+) -> StepRun:
     assert step.get("shell") == "bash", step
     script = workspace / f".github_step_{i}.sh"
     script.write_text(interpolate(step["run"]))
@@ -151,7 +158,7 @@ def _run_bash(step: dict, interpolate: Any, env: dict[str, str], workspace: Path
         env={**env, **step_env, "GITHUB_OUTPUT": str(output)},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
     name = step.get("name") or f"step {i}"
     return StepRun(name, True, returncode=done.returncode, stdout=done.stdout, stderr=done.stderr)

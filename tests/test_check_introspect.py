@@ -127,3 +127,37 @@ def test_options_that_would_do_nothing_are_refused(tmp_path: Path) -> None:
         result = CliRunner().invoke(main, ["check", "--no-cache", str(tmp_path), *args])
         assert result.exit_code == 2, (args, result.output)
         assert "Traceback" not in result.output
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_one_finding_per_site_across_phases(tmp_path: Path) -> None:
+    """A plugin that declares SupportsPP but drops `make_empty_intermediate_tensors`:
+    phase 1's PFX501 and phase 2's PFX606 are one finding, the static one, with phase 2's
+    evidence."""
+    import re
+
+    def drop_method(source: str) -> str:
+        out, n = re.subn(
+            r"\n\s+self\.make_empty_intermediate_tensors = \(\n\s+"
+            r"self\.model\.make_empty_intermediate_tensors\n\s+\)",
+            "",
+            source,
+        )
+        assert n == 1
+        return out
+
+    models = make_plugin(tmp_path, drop_method)
+    line = next(
+        i
+        for i, text in enumerate(models.read_text().splitlines(), 1)
+        if text.startswith("class MyQwen2ForCausalLM(")
+    )
+    args = ("check", "--no-cache", "--introspect", "--tp", "1", "--pp", "2", "--no-dryrun")
+    done = prefixlint(*args, "--format", "json", "--explore-budget", "0", "myplugin", cwd=tmp_path)
+    found = [f for f in json.loads(done.stdout) if f["severity"] != "note"]
+    at_class = [f for f in found if f["location"]["row"] == line]
+    assert [(f["code"], f["phase"]) for f in at_class] == [("PFX501", "static")], found
+    [pp] = at_class
+    assert [e["code"] for e in pp["data"]["runtime"]] == ["PFX606"]
+    assert "phase 2 confirms it: PFX606" in pp["message"]

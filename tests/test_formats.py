@@ -410,6 +410,8 @@ def test_action_yml_matches_githubs_action_schema() -> None:
         "prefixlint check",
         "--diff-base",
         "upload-sarif",
-        "prefixlint review --diff-base",
+        "--also sarif=",
+        "--introspect",
+        "prefixlint review --payload",
     ):
         assert needed in steps

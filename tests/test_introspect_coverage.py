@@ -235,7 +235,8 @@ def test_one_finding_per_site_says_where_it_repeats(worker, tmp_path: Path) -> N
 
 def test_leaf_built_without_prefix_is_pfx601_and_one_finding_with_check(tmp_path: Path) -> None:
     """Granite's head without ``prefix``: phase 2 alone reports it (the recorder saw
-    ``""``), and ``check --introspect`` reports the site once, not PFX301 and PFX601."""
+    ``""``), and ``check --introspect`` reports the site once: phase 1's PFX301 (its span
+    and fix are exact), with phase 2's PFX601 as its evidence."""
     import subprocess
     import sys
 
@@ -267,8 +268,10 @@ def test_leaf_built_without_prefix_is_pfx601_and_one_finding_with_check(tmp_path
         cwd=tmp_path,
     )
     assert out.returncode == 1, out.stderr[-2000:]
-    found = [(f["code"], f["location"]["row"]) for f in json.loads(out.stdout)]
-    assert [c for c, r in found if r == line] == ["PFX601"], found
+    found = json.loads(out.stdout)
+    [site] = [f for f in found if f["location"]["row"] == line]
+    assert site["code"] == "PFX301", found
+    assert [e["code"] for e in site["data"]["runtime"]] == ["PFX601"]
 
 
 def test_convention_is_not_a_finding_and_divergence_is_a_warning(worker) -> None:

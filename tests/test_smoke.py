@@ -119,10 +119,27 @@ def test_phase2_errors_block_the_run(tmp_path: Path):
 
 @engine_run
 @pytest.mark.slow
-def test_llama_passes(capsys):
+def test_llama_passes(capsys, tmp_path: Path, monkeypatch):
+    import tempfile
+
+    from prefixlint.smoke.shm import SHM
+
+    own_tmp = tmp_path / "tmp"  # what is left here was left by the run
+    own_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(own_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    shm_before = {p.name for p in SHM.iterdir()}
+    sockets_before = set(Path("/tmp").glob("prefixlint-rpc-*"))
     started = time.perf_counter()
     report = smoke("LlamaForCausalLM", device="cpu")
     wall = time.perf_counter() - started
+    # Nothing left behind: no temp folder (this one is too deep for vLLM's socket names,
+    # which go to a short folder of their own), none of the segments its engines mapped.
+    assert sorted(p.name for p in own_tmp.iterdir()) == []
+    assert set(Path("/tmp").glob("prefixlint-rpc-*")) <= sockets_before
+    left = {p.name for p in SHM.iterdir()} - shm_before
+    assert not left & set(report.shared_memory), left
+    assert set(report.released) <= set(report.shared_memory)
     with capsys.disabled():
         print(f"\nsmoke LlamaForCausalLM: {wall:.0f}s", report.timings)
         for c in report.checks:
@@ -135,6 +152,8 @@ def test_llama_passes(capsys):
         assert status[code].status == "pass" or (
             status[code].status == "skip" and status[code].reason
         ), status[code]
+    if status["PFX805"].status == "pass":  # the TP 2 engine's CPU communicator segments
+        assert any(n.endswith("cpushm") or "cpushm" in n for n in report.released), report
     assert report.diagnostics == []
     assert report.arch == "LlamaForCausalLM"
 

@@ -77,6 +77,19 @@ def _model_classes(module: Any) -> list[type]:
     return out
 
 
+def _named_class(module: Any, name: str) -> type:
+    """The class a ``module:Class`` target names, or a one-line LookupError: vLLM's
+    registry answers anything but an ``nn.Module`` subclass with its own TypeError."""
+    from torch import nn
+
+    value = getattr(module, name, None)
+    if value is None:
+        raise LookupError(f"{module.__name__} has no {name!r}")
+    if not (isinstance(value, type) and issubclass(value, nn.Module)):
+        raise LookupError(f"{name} is not a model class (not a torch.nn.Module subclass)")
+    return value
+
+
 def resolve_targets(spec: str) -> list[Target]:
     registry = vllm_registry()
     archs = set(registry.ModelRegistry.get_supported_archs())
@@ -96,7 +109,7 @@ def resolve_targets(spec: str) -> list[Target]:
         module = importlib.import_module(module_name)
     else:
         raise LookupError(f"{spec!r} is not an architecture of the installed vLLM registry")
-    classes = [getattr(module, class_name)] if class_name else _model_classes(module)
+    classes = [_named_class(module, class_name)] if class_name else _model_classes(module)
     if not classes:
         raise LookupError(f"no model class (an nn.Module taking vllm_config) in {spec}")
     targets = []

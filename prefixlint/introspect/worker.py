@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import asdict
@@ -36,10 +38,15 @@ class Worker:
         self.proc: subprocess.Popen[str] | None = None
         self.results: queue.Queue[str | None] = queue.Queue()
         self.log = log
+        self.tmp: str | None = None
 
     def _start(self) -> None:
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        # Its own temp root, removed by ``close``: what a build writes there (synthesised
+        # config folders) goes even when the worker is killed on a timeout.
+        self.tmp = tempfile.mkdtemp(prefix="prefixlint-worker-")
+        env["TMPDIR"] = self.tmp
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "prefixlint.introspect.worker"],
             stdin=subprocess.PIPE,
@@ -47,6 +54,10 @@ class Worker:
             stderr=self.log if self.log is not None else subprocess.DEVNULL,
             text=True,
             env=env,
+            # Ctrl-C reaches the parent only, which closes its workers: a build killed by
+            # the interrupt is never reported as a crash of the model. A worker whose
+            # parent is gone exits at the end of its stdin.
+            start_new_session=True,
         )
         self.results = queue.Queue()
         threading.Thread(target=self._read, args=(self.proc, self.results), daemon=True).start()
@@ -76,7 +87,7 @@ class Worker:
             raise WorkerTimeout(f"no answer within {timeout:.0f} s") from None
         if line is None:
             code = self.proc.wait()
-            self.proc = None
+            self.close()
             how = f"signal {-code}" if code < 0 else f"exit code {code}"
             raise WorkerDied(f"the worker process died ({how})")
         return json.loads(line)
@@ -86,6 +97,9 @@ class Worker:
             self.proc.kill()
             self.proc.wait()
             self.proc = None
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
 
 
 # -- worker side ------------------------------------------------------------------------
@@ -188,12 +202,15 @@ def main() -> None:
         if not line.strip():
             continue
         sys.stdout = sys.stderr  # anything the build prints must not mix with answers
+        tempfile.tempdir = tempfile.mkdtemp()  # one folder per job, removed after it
         try:
             answer = handle(json.loads(line))
         except BaseException as e:
             answer = {"error": f"{type(e).__name__}: {e}"}
         finally:
             sys.stdout = real_stdout
+            shutil.rmtree(tempfile.tempdir, ignore_errors=True)
+            tempfile.tempdir = None
         real_stdout.write(MARK + json.dumps(answer, default=str) + "\n")
         real_stdout.flush()
 

@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from prefixlint.diagnostic import Severity
@@ -47,6 +48,8 @@ class Row:
 class ZooSummary:
     rows: list[Row]
     wall_seconds: float
+    planned: int = 0  # the architectures selected; more than ``rows`` when interrupted
+    interrupted: bool = False
 
     @property
     def findings(self) -> int:
@@ -62,6 +65,8 @@ class ZooSummary:
         dry_seconds = [r.dryrun_seconds for r in self.rows if r.dryrun == "verified"]
         return {
             "architectures": len(self.rows),
+            "planned": self.planned or len(self.rows),
+            "interrupted": self.interrupted,
             "built": by_status.get("built", 0),
             "skipped": by_status.get("skipped", 0),
             "failed": by_status.get("failed", 0),
@@ -187,6 +192,8 @@ class ZooSummary:
                 f"{r.arch:<48} {r.group[:24]:<24} {r.status:<8} {r.seconds:>6.1f}  {detail[:120]}"
             )
         lines.append("")
+        if self.interrupted:
+            lines.append(f"interrupted after {c['architectures']} of {c['planned']} architectures")
         lines.append(
             f"{c['architectures']} architectures: {c['built']} built, {c['skipped']} skipped, "
             f"{c['failed']} failed; {c['with_findings']} with findings ({c['findings']} in all)"
@@ -257,6 +264,63 @@ def _row(arch: str, group: str, answer: Any, seconds: float) -> Row:
     )
 
 
+JOURNAL_FORMAT = 1
+
+
+class JournalError(Exception):
+    """A ``--resume`` file that cannot be read, or was made with other options."""
+
+
+def read_journal(path: Path, params: dict[str, Any]) -> list[Row]:
+    """The rows of a zoo journal made with ``params`` (the options a row depends on)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise JournalError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        header = json.loads(lines[0]) if lines else {}
+        if header.get("prefixlint_zoo") != JOURNAL_FORMAT:
+            raise ValueError("no zoo journal header")
+        rows = [Row(**json.loads(line)["row"]) for line in lines[1:] if line.strip()]
+    except (ValueError, TypeError, KeyError) as e:
+        raise JournalError(f"{path} is not a zoo journal: {e}") from None
+    theirs = header.get("params", {})
+    differ = [
+        f"{k}: {theirs.get(k)!r} there, {v!r} here" for k, v in params.items() if theirs.get(k) != v
+    ]
+    if differ:
+        raise JournalError(
+            f"{path} was made with other options ({'; '.join(differ)}): resume with the "
+            "options of that run"
+        )
+    return rows
+
+
+class _Journal:
+    """One JSON line per finished architecture, flushed as it finishes: an interrupted
+    run keeps what it did."""
+
+    def __init__(self, path: Path | None, params: dict[str, Any], append: bool) -> None:
+        self.fh = None
+        if path is None:
+            return
+        self.fh = path.open("a" if append else "w", encoding="utf-8")
+        if not append:
+            self._write({"prefixlint_zoo": JOURNAL_FORMAT, "params": params})
+
+    def _write(self, obj: dict[str, Any]) -> None:
+        if self.fh is not None:
+            self.fh.write(json.dumps(obj, default=str) + "\n")
+            self.fh.flush()
+
+    def add(self, row: Row) -> None:
+        self._write({"row": row.__dict__})
+
+    def close(self) -> None:
+        if self.fh is not None:
+            self.fh.close()
+
+
 def run_zoo(
     jobs: int = 1,
     shard: tuple[int, int] = (0, 1),
@@ -267,8 +331,16 @@ def run_zoo(
     progress: bool = True,
     dryrun: bool = True,
     explore_budget: float = 0.0,
+    journal: Path | None = None,
+    resume: Path | None = None,
 ) -> ZooSummary:
+    """Build the selected architectures, ``jobs`` at a time. Each finished row goes to
+    ``journal`` (or, with ``resume``, is appended to that journal, whose architectures
+    are not built again). Ctrl-C stops the builds and returns what finished, with
+    ``interrupted`` set."""
     started = time.perf_counter()
+    params = {"tp": tp or [1], "pp": pp or [1], "dryrun": dryrun, "explore_budget": explore_budget}
+    previous = read_journal(resume, params) if resume is not None else []
     lister = Worker()
     try:
         groups = list_architectures(lister, DEFAULT_TIMEOUT)
@@ -279,14 +351,18 @@ def run_zoo(
         archs = [a for a in archs if a in set(only)]
     index, count = shard
     archs = archs[index::count]
-    workers = [Worker() for _ in range(max(1, jobs))]
+    done_before = {r.arch: r for r in previous if r.arch in set(archs)}
+    todo = [a for a in archs if a not in done_before]
+    workers = [Worker() for _ in range(max(1, min(jobs, len(todo) or 1)))]
     free = list(workers)
     lock = threading.Lock()
-    rows: list[Row] = []
-    done = 0
+    finished: dict[str, Row] = dict(done_before)
+    stopping = threading.Event()
+    record = _Journal(resume or journal, params, append=resume is not None)
 
-    def one(arch: str) -> Row:
-        nonlocal done
+    def one(arch: str) -> None:
+        if stopping.is_set():
+            return
         with lock:
             worker = free.pop()
         t = time.perf_counter()
@@ -315,20 +391,38 @@ def run_zoo(
                 time.perf_counter() - t,
                 findings=[diag.to_json()],
             )
+        finally:
+            with lock:
+                free.append(worker)
         with lock:
-            free.append(worker)
-            done += 1
+            if stopping.is_set():
+                return  # killed by the interrupt: not a verdict on the model
+            finished[arch] = row
+            record.add(row)
             if progress:
-                sys.stderr.write(f"\r[{done}/{len(archs)}] {arch[:60]:<60}")
+                n = len(finished) - len(done_before)
+                sys.stderr.write(f"\r[{n}/{len(todo)}] {arch[:60]:<60}")
                 sys.stderr.flush()
-        return row
 
+    pool = ThreadPoolExecutor(max_workers=len(workers))
+    interrupted = False
     try:
-        with ThreadPoolExecutor(max_workers=len(workers)) as pool:
-            rows = list(pool.map(one, archs))
+        for future in [pool.submit(one, a) for a in todo]:
+            future.result()
+    except KeyboardInterrupt:
+        interrupted = True
+        stopping.set()
     finally:
+        stopping.set()
         for w in workers:
-            w.close()
+            w.close()  # a build in flight ends now, not at its timeout
+        pool.shutdown(wait=True, cancel_futures=True)
+        for w in workers:
+            w.close()  # one a thread started while the others were being closed
+        record.close()
         if progress:
             sys.stderr.write("\n")
-    return ZooSummary(rows, time.perf_counter() - started)
+    rows = [finished[a] for a in archs if a in finished]
+    return ZooSummary(
+        rows, time.perf_counter() - started, planned=len(archs), interrupted=interrupted
+    )

@@ -105,6 +105,8 @@ def _summary(diagnostics: list[Diagnostic], out: TextIO, options: dict) -> None:
         )
     elif notes:
         out.write("No findings in what was verified.\n")
+    elif checked == 0:  # nothing checked is not a pass
+        out.write("Nothing checked: no Python files found under the given paths.\n")
     else:
         ran = options.get("phases") or ""
         out.write(f"All checks passed ({checked_text}{'; ' + ran if ran else ''}).\n")

@@ -83,6 +83,8 @@ class SmokeReport:
     timings: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     config_source: str = ""  # which config the checkpoint was made from
+    shared_memory: list[str] = field(default_factory=list)  # /dev/shm names its engines mapped
+    released: list[str] = field(default_factory=list)  # those left after it, unlinked
 
 
 def parse_checks(value: str | None) -> list[str]:
@@ -182,12 +184,14 @@ def smoke(
         if gated.error:
             report.error = f"cannot resolve {target}: {gated.error}"
             return report
-        report.gate = gated.diagnostics
+        from prefixlint.check_introspect import polish
+
+        report.gate = polish(gated.diagnostics)  # names as written, noqa honoured
         # A leaf built without `prefix` (phase 2's form of PFX301) costs quantization its
         # name, not an unquantized random-weight run its meaning: reported, not blocking.
         errors = [
             d
-            for d in gated.diagnostics
+            for d in report.gate
             if d.severity is Severity.ERROR and (d.data or {}).get("group") != "default-prefix"
         ]
         if errors and not force:
@@ -229,6 +233,8 @@ def _run_child(
     (work / "job.json").write_text(json.dumps(job), "utf-8")
     env = dict(os.environ)
     env["TMPDIR"] = str(work / "tmp")  # the config synthesis's temp folders go too
+    sockets = _socket_folder(work / "tmp")
+    env.setdefault("VLLM_RPC_BASE_PATH", str(sockets))
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("HF_HUB_OFFLINE", "1")
     log_path = log or work / "child.log"
@@ -254,7 +260,37 @@ def _run_child(
                 _kill_group(proc)  # vLLM's engine processes, whether it finished or not
         _collect(report, results, codes, log_path, timed_out, timeout, proc.returncode)
     finally:
+        from prefixlint.smoke.shm import release
+
+        # The group is gone (killed above, on every path): no process uses them now.
+        report.shared_memory = _recorded_shared_memory(results)
+        report.released = release(report.shared_memory)
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(sockets, ignore_errors=True)
+
+
+# vLLM names its engines' ZMQ sockets ``{VLLM_RPC_BASE_PATH}/{uuid4}``; a Unix socket's
+# path holds at most 107 bytes (``sockaddr_un.sun_path``).
+_SOCKET_PATH_MAX = 107 - 1 - 36
+
+
+def _socket_folder(preferred: Path) -> Path:
+    """Where the engines' sockets go: the run's temp folder, or, when its path is too
+    long for a socket name (a deep TMPDIR), a short folder of its own under /tmp."""
+    if len(os.fsencode(str(preferred))) <= _SOCKET_PATH_MAX or not Path("/tmp").is_dir():
+        return preferred
+    return Path(tempfile.mkdtemp(prefix="prefixlint-rpc-", dir="/tmp"))
+
+
+def _recorded_shared_memory(results: Path) -> list[str]:
+    names: list[str] = []
+    with contextlib.suppress(OSError):
+        for line in results.read_text("utf-8", "replace").splitlines():
+            with contextlib.suppress(ValueError, AttributeError):
+                event = json.loads(line)
+                if event.get("event") == "shm":
+                    names += [n for n in event.get("names", []) if n not in names]
+    return names
 
 
 def _wait(proc: subprocess.Popen[Any], timeout: float, results: Path, progress: Any) -> None:
@@ -305,6 +341,39 @@ def _root_cause(log_path: Path) -> str:
     return f" (root cause: {causes[0].split('] ', 1)[-1].strip()[:400]})" if causes else ""
 
 
+def _engine_failure(
+    report: SmokeReport, class_file: str, log_path: Path, child_traceback: str
+) -> Diagnostic | None:
+    """PFX604 at the model's line when what stopped the run is a traceback through the
+    model's files (vLLM's engine log first: it holds the root cause)."""
+    from prefixlint.smoke.blame import blame, model_files
+    from prefixlint.static.index import find_installed_package
+
+    vllm = find_installed_package("vllm")
+    try:
+        log = log_path.read_text("utf-8", "replace")
+    except OSError:
+        log = ""
+    found = blame([log, child_traceback], model_files(class_file, str(vllm) if vllm else None))
+    if found is None:
+        return None
+    pos = Position(found.line, 1)
+    return Diagnostic(
+        code="PFX604",
+        message=(
+            f"vLLM's engine failed in the model's code (`{found.function}`): "
+            f"{found.exception[:400]}; the smoke checks could not run"
+        ),
+        severity=Severity.ERROR,
+        filename=display_path(found.file),
+        location=pos,
+        end_location=pos,
+        phase="smoke",
+        url=url_for("PFX604"),
+        data={"architecture": report.arch, "exception": found.exception},
+    )
+
+
 def _collect(
     report: SmokeReport,
     results: Path,
@@ -322,6 +391,7 @@ def _collect(
             except ValueError:
                 continue
     file, line = "", 0
+    child_traceback = ""
     done: dict[str, CheckResult] = {}
     for e in events:
         kind = e.get("event")
@@ -332,6 +402,7 @@ def _collect(
             report.timings[e["step"]] = e["seconds"]
         elif kind == "error":
             report.error = e["message"]
+            child_traceback = e.get("traceback", "")
         elif kind == "check":
             code = e["code"]
             reason = e.get("reason") or e.get("note") or ""
@@ -347,8 +418,16 @@ def _collect(
         with contextlib.suppress(OSError):
             tail = " ".join(log_path.read_text("utf-8", "replace").split()[-60:])
         report.error = f"the smoke run died (exit code {returncode}): {tail}"[:1500]
+    missing = CheckResult("", "error", report.error or "not reached")
+    if report.error and not timed_out and file:
+        found = _engine_failure(report, file, log_path, child_traceback)
+        if found is not None:  # the model's defect, a finding: not a failure of the run
+            report.diagnostics.append(found)
+            where = f"{found.filename}:{found.location.row}"
+            missing = CheckResult("", "skip", f"not run: the engine failed at {where} (PFX604)")
+            report.error = ""
     for code in codes:
         if code not in done:
-            done[code] = CheckResult(code, "error", report.error or "not reached")
+            done[code] = CheckResult(code, missing.status, missing.reason)
     report.checks = [done[c] for c in codes]
     report.diagnostics.sort(key=Diagnostic.sort_key)

@@ -453,6 +453,7 @@ class _Smoke:
         batch) on the base engine, whose first answers are kept in ``self.base``."""
         out, p, t = self.out, self.p, time.perf_counter()
         llm = engine(self.model_dir, self.device)
+        record_shared_memory(out)
         out.emit(event="timing", step="engine base", seconds=time.perf_counter() - t)
         t = time.perf_counter()
         self.base["short"] = generate(llm, [p["short"]])[0]
@@ -519,6 +520,7 @@ class _Smoke:
                 seconds=time.perf_counter() - t,
             )
             return
+        record_shared_memory(out)
         out.emit(event="timing", step=f"engine {label}", seconds=time.perf_counter() - t)
         t = time.perf_counter()
         findings = []
@@ -528,6 +530,16 @@ class _Smoke:
                 findings.append(f)
         close(llm)
         report(out, code, findings, time.perf_counter() - t)
+
+
+def record_shared_memory(out: Results) -> None:
+    """The shared-memory segments this run's processes map now that an engine is up,
+    for the parent to release after the run (``shm.py``)."""
+    from prefixlint.smoke.shm import mapped_by_group
+
+    names = sorted(mapped_by_group(os.getpgrp()))
+    if names:
+        out.emit(event="shm", names=names)
 
 
 def unloaded_weights(model_dir: Path) -> list[str]:

@@ -1,5 +1,4 @@
-"""``prefixlint smoke``: the click command; the lead registers it with
-``main.add_command(smoke)`` in ``prefixlint/cli.py``."""
+"""``prefixlint smoke``: the click command (``prefixlint/cli.py`` imports it when it runs)."""
 
 from __future__ import annotations
 
@@ -110,8 +109,8 @@ def _table(report: Any) -> None:
     """The per-check table, on stderr in every format (JSON on stdout stays parseable)."""
     if report.config_source:
         click.echo(f"config: {report.config_source}", err=True)
-    if report.gate:
-        click.echo(f"phase 2: {len(report.gate)} finding(s)", err=True)
+    for line in gate_lines(report.gate):
+        click.echo(line, err=True)
     if report.blocked:
         click.echo(f"not run: {report.blocked}", err=True)
     for c in report.checks:
@@ -125,8 +124,27 @@ def _table(report: Any) -> None:
         click.echo(f"prefixlint smoke: {report.error}", err=True)
 
 
+def gate_lines(gate: list[Any]) -> list[str]:
+    """Phase 2's findings and notes on the smoke target: a count, then each one, so the
+    count is what is listed."""
+    from prefixlint.diagnostic import Severity
+
+    findings = [d for d in gate if d.severity is not Severity.NOTE]
+    notes = [d for d in gate if d.severity is Severity.NOTE]
+    lines = []
+    for what, items in (("finding(s)", findings), ("not verified (PFX600)", notes)):
+        if items:
+            lines.append(f"phase 2: {len(items)} {what}")
+            lines += [
+                f"  {d.filename}:{d.location.row}: {d.code} {' '.join(d.message.split())[:200]}"
+                for d in items
+            ]
+    return lines
+
+
 def _verdict(report: Any, output_format: str) -> None:
     """Findings on stdout, then the one-line verdict: "passed" only for checks that ran."""
+    from prefixlint.diagnostic import Severity
     from prefixlint.reporters import REPORTERS
     from prefixlint.smoke import CHECKS
 
@@ -148,7 +166,11 @@ def _verdict(report: Any, output_format: str) -> None:
             )
     if report.error:
         sys.exit(EXIT_ERROR)
-    failing = report.blocked or any(c.status == "fail" for c in report.checks)
+    failing = (
+        report.blocked
+        or any(c.status == "fail" for c in report.checks)
+        or any(d.severity is Severity.ERROR for d in report.diagnostics)
+    )
     if not failing and any(c.status == "error" for c in report.checks):
         sys.exit(EXIT_ERROR)  # nothing failed, but what should have run did not
     sys.exit(EXIT_FINDINGS if failing else EXIT_OK)

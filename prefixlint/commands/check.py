@@ -1,0 +1,259 @@
+"""``prefixlint check``: the static phase over files and folders, and with ``--introspect``
+phase 2 for the architectures they define."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from prefixlint.commands.common import (
+    EXIT_ERROR,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    FORMATS,
+    NO_DRYRUN,
+    REVIEW,
+    STRICT_HELP,
+    changed_lines,
+    config_table,
+    exit_for,
+    int_list,
+    report,
+    report_internal_errors,
+    writable,
+)
+from prefixlint.commands.lint import CheckOptions, LintRun, lint
+
+
+@click.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--select", multiple=True, help="Codes or prefixes to enable (e.g. PFX3,PFX101).")
+@click.option("--ignore", multiple=True, help="Codes or prefixes to disable.")
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice([*FORMATS, REVIEW]),
+    default="text",
+    show_default=True,
+    help="review: the GitHub review payload (needs --diff-base).",
+)
+@click.option(
+    "--fail-on",
+    type=click.Choice(["error", "warning"]),
+    default="warning",
+    show_default=True,
+    help="Exit 1 when a finding of at least this severity remains.",
+)
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the results cache.")
+@click.option("--cache-dir", type=click.Path(path_type=Path), help="Results cache folder.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), help="Worker processes (default: cores).")
+@click.option(
+    "--config", "config_path", type=click.Path(path_type=Path), help="pyproject.toml to use."
+)
+@click.option(
+    "--installed-vllm",
+    is_flag=True,
+    help="Also check the installed vLLM's model files (found on disk, never imported).",
+)
+@click.option("--no-source", is_flag=True, help="Text format: no source frame under findings.")
+@click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the report here.")
+@click.option(
+    "--also",
+    multiple=True,
+    metavar="FORMAT=FILE",
+    help="Also write the report in FORMAT (text, json, sarif, github, rdjson, or review: the "
+    "GitHub review payload, with --diff-base) to FILE; repeatable: one run, every format.",
+)
+@click.option(
+    "--introspect",
+    "with_introspect",
+    is_flag=True,
+    help="After the static phase, build the model classes these files define (phase 2).",
+)
+@click.option("--tp", help="With --introspect: TP sizes.  [default: 1,2,4,8]")
+@click.option("--pp", help="With --introspect: PP sizes.  [default: 2,4]")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    help="With --introspect: seconds per class build.  [default: 300]",
+)
+@click.option(
+    "--explore-budget",
+    type=click.FloatRange(min=0),
+    help="With --introspect: seconds per class for config variants that build unexecuted "
+    "construction sites (0: the synthesised config only).  [default: 10]",
+)
+@click.option("--strict", is_flag=True, help=STRICT_HELP)
+@NO_DRYRUN
+@click.option(
+    "--fix",
+    is_flag=True,
+    help="Apply the mechanical fixes (PFX301 adds the prefix, PFX302 renames it), then report "
+    "what is left.",
+)
+@click.option(
+    "--diff",
+    "show_diff",
+    is_flag=True,
+    help="Print the fixes as a unified diff without writing; exit 1 when there is one.",
+)
+@click.option(
+    "--diff-base",
+    metavar="REV",
+    help="Report only findings on lines added or changed since the merge base of REV and "
+    "HEAD (committed, staged, unstaged and untracked changes).",
+)
+def check(paths: tuple[Path, ...], **options: Any) -> None:
+    """Check model files (default: the current folder) and report findings."""
+    opts = CheckOptions(paths=paths, **options)
+    _refuse_conflicts(opts)
+    if opts.with_introspect:
+        from prefixlint.check_introspect import Phase2Unavailable, require_phase2
+
+        try:
+            require_phase2()
+        except Phase2Unavailable as e:
+            raise click.UsageError(str(e)) from None
+    writable(opts.output)
+    also = _also(opts)
+    started = time.perf_counter()
+    changes = changed_lines(opts.diff_base) if opts.diff_base else None
+    run = lint(opts)
+    if run.result.files == 0:
+        # As ruff does: a warning and exit 0; --strict makes "nothing checked" an error.
+        click.echo(
+            "prefixlint: no Python files found under the given paths: nothing was checked",
+            err=True,
+        )
+    if opts.fix or opts.show_diff:
+        changed = _apply_fixes(run.result.diagnostics, write=opts.fix)
+        if opts.show_diff:
+            sys.exit(EXIT_FINDINGS if changed else EXIT_OK)
+        if changed:  # report what the fixes left
+            run = lint(opts)
+    result = run.result
+    phases = ""
+    if opts.with_introspect:
+        found, phases = _phase2(run, opts, changes)
+        from prefixlint.check_introspect import one_per_site
+
+        result.diagnostics = one_per_site(result.diagnostics, [d for d in found if run.selected(d)])
+    if changes is not None:
+        result.diagnostics = changes.filter(result.diagnostics)
+    elapsed = time.perf_counter() - started
+    for output_format, output in [(opts.output_format, opts.output), *also]:
+        report(
+            result.diagnostics,
+            output_format,
+            result.files,
+            output,
+            show_source=not opts.no_source,
+            elapsed=elapsed,
+            phases=phases,
+            changes=changes,
+        )
+    if result.internal_errors:
+        report_internal_errors(result.internal_errors)
+        sys.exit(EXIT_ERROR)
+    if result.files == 0 and opts.strict:
+        sys.exit(EXIT_ERROR)
+    exit_for(result.diagnostics, opts.fail_on, opts.strict)
+
+
+def _also(opts: CheckOptions) -> list[tuple[str, Path]]:
+    """``--also FORMAT=FILE`` pairs, refused now (not after a long run) when wrong."""
+    out = []
+    for value in opts.also:
+        output_format, sep, file = value.partition("=")
+        if not sep or not file or output_format not in (*FORMATS, REVIEW):
+            raise click.BadParameter(
+                f"expected FORMAT=FILE with FORMAT one of {', '.join([*FORMATS, REVIEW])}, "
+                f"got {value!r}",
+                param_hint="--also",
+            )
+        writable(Path(file), "--also")
+        out.append((output_format, Path(file)))
+    if REVIEW in [opts.output_format, *(f for f, _ in out)] and not opts.diff_base:
+        raise click.UsageError("the review payload comments on changed lines: give --diff-base")
+    return out
+
+
+def _refuse_conflicts(opts: CheckOptions) -> None:
+    """Options that would do nothing are refused, never silently ignored."""
+    if not opts.with_introspect:
+        given = [
+            f"--{n.replace('_', '-')}"
+            for n in ("tp", "pp", "timeout", "explore_budget")
+            if getattr(opts, n) is not None
+        ]
+        given += ["--no-dryrun"] if opts.no_dryrun else []
+        if given:
+            raise click.UsageError(f"{', '.join(given)} only apply with --introspect")
+    if opts.fix and opts.show_diff:
+        raise click.UsageError(
+            "--fix writes the fixes and --diff prints them without writing: choose one"
+        )
+
+
+def _phase2(run: LintRun, opts: CheckOptions, changes: Any) -> tuple[list, str]:
+    """Phase 2 for the architecture classes of the checked files (with --diff-base: of
+    the changed ones), with live progress: (its findings and notes, what it verified)."""
+    from prefixlint.check_introspect import polish, run_phase2
+    from prefixlint.progress import Progress
+
+    files = run.files
+    if changes is not None:
+        files = [f for f in files if changes.file_changed(changes.repo_path(str(f)) or "")]
+    with Progress() as progress:  # stderr: stdout stays parseable in every format
+        out = run_phase2(
+            files,
+            int_list(opts.tp or "1,2,4,8", "--tp"),
+            int_list(opts.pp or "2,4", "--pp"),
+            opts.timeout or 300.0,
+            _configs_for,
+            progress,
+            dryrun=not opts.no_dryrun,
+            explore_budget=10.0 if opts.explore_budget is None else opts.explore_budget,
+        )
+    verified = (
+        f"phase 2 built {out.built} architecture class{'es' if out.built != 1 else ''}"
+        if out.built or out.diagnostics
+        else "phase 2: no architecture class in these files"
+        if files or changes is None
+        else "phase 2: no checked file changed"
+    )
+    return polish(out.diagnostics), verified
+
+
+def _configs_for(path: Path) -> tuple[dict[str, str], str | None]:
+    """``[tool.prefixlint.configs]`` of the pyproject closest to ``path``."""
+    return config_table(path.parent)
+
+
+def _apply_fixes(diagnostics: list, write: bool) -> int:
+    """Fix (or, without ``write``, print the diff of) every file with a fixable finding.
+    Returns how many files change; what is left alone and why goes to stderr."""
+    from prefixlint.codes import FIXABLE
+    from prefixlint.static.fix import fix_file
+
+    by_file: dict[str, set[str]] = {}
+    for d in diagnostics:
+        if d.code in FIXABLE:
+            by_file.setdefault(d.filename, set()).add(d.code)
+    changed = applied = 0
+    for filename, codes in sorted(by_file.items()):
+        diff, outcome = fix_file(filename, write=write, codes=tuple(sorted(codes)))
+        if diff:
+            changed += 1
+            applied += len(outcome.applied)
+            if not write:
+                sys.stdout.write(diff)
+        for line, reason in outcome.skipped:
+            click.echo(f"{filename}:{line}: not fixed: {reason}", err=True)
+    verb = "Fixed" if write else "Would fix"
+    click.echo(f"{verb} {applied} finding(s) in {changed} file(s).", err=True)
+    return changed

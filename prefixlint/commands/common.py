@@ -1,0 +1,139 @@
+"""What several commands share: exit codes, options, reporting, the exit verdict."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+FORMATS = ["text", "json", "sarif", "github", "rdjson"]
+REVIEW = "review"  # check's GitHub review payload (with --diff-base)
+STRICT_HELP = "Also exit 1 when something could not be verified (a PFX600 note)."
+
+NO_DRYRUN = click.option(
+    "--no-dryrun",
+    is_flag=True,
+    help="Phase 2 without the checkpoint and quantization dry-run (PFX701, PFX702).",
+)
+
+
+def split_codes(values: tuple[str, ...]) -> list[str]:
+    return [v.strip().upper() for value in values for v in value.split(",") if v.strip()]
+
+
+def int_list(value: str, hint: str | None = None) -> list[int]:
+    try:
+        out = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(
+            f"expected comma-separated integers, got {value!r}", param_hint=hint
+        ) from None
+    if not out or any(v < 1 for v in out):
+        raise click.BadParameter(f"expected positive integers, got {value!r}", param_hint=hint)
+    return out
+
+
+def config_table(start: Path | None = None) -> tuple[dict[str, str], str | None]:
+    """``[tool.prefixlint.configs]`` of the closest pyproject above ``start`` (default:
+    the current folder): architecture -> config path (relative to the pyproject)."""
+    from prefixlint.config import ConfigError, find_config_file, load_configs_table
+
+    try:
+        found = find_config_file(start or Path.cwd())
+        return load_configs_table(found.parent) if found else ({}, None)
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from None
+
+
+def writable(output: Path | None, option: str = "--output") -> None:
+    """-o must name a file that can be written: a usage error now, not a traceback after
+    the run."""
+    if output is None:
+        return
+    if output.is_dir():
+        raise click.UsageError(f"{option} {output} is a folder; name a file")
+    if not output.parent.is_dir():
+        raise click.UsageError(f"{option} {output}: folder {output.parent} does not exist")
+
+
+def changed_lines(rev: str):
+    from prefixlint.diffbase import DiffError
+    from prefixlint.diffbase import changed_lines as changes_since
+
+    try:
+        return changes_since(rev)
+    except DiffError as e:
+        raise click.UsageError(str(e)) from None
+
+
+def code_names() -> dict[str, str]:
+    from prefixlint.codes import CODES
+
+    return {c: entry.name for c, entry in CODES.items()}
+
+
+def report(
+    diagnostics,
+    output_format: str,
+    files: int,
+    output: Path | None = None,
+    *,
+    show_source: bool = True,
+    elapsed: float | None = None,
+    phases: str = "",
+    changes: Any = None,
+) -> None:
+    """Write ``diagnostics`` in ``output_format`` to ``output`` (default: stdout).
+    ``review`` is the GitHub review payload, which needs ``changes`` (--diff-base)."""
+    from prefixlint.reporters import REPORTERS
+
+    options = {
+        "phases": phases,
+        "files": files,
+        "names": code_names(),
+        "show_source": show_source,
+        "root": Path.cwd(),
+        "elapsed": elapsed,
+    }
+
+    def write(fh: Any) -> None:
+        if output_format == REVIEW:
+            import json
+
+            from prefixlint.review import build_review
+
+            fh.write(json.dumps(build_review(diagnostics, changes), indent=2) + "\n")
+        else:
+            REPORTERS[output_format](diagnostics, fh, options)
+
+    if output is not None:
+        try:
+            with output.open("w", encoding="utf-8") as fh:
+                write(fh)
+        except OSError as e:
+            raise click.UsageError(f"cannot write {output}: {e.strerror or e}") from None
+    else:
+        write(sys.stdout)
+
+
+def exit_for(diagnostics, fail_on: str, strict: bool = False) -> None:
+    from prefixlint.diagnostic import Severity
+
+    threshold = Severity.ERROR.rank if fail_on == "error" else Severity.WARNING.rank
+    if strict:  # a "not verified" note fails the run too
+        threshold = Severity.NOTE.rank
+    sys.exit(EXIT_FINDINGS if any(d.severity.rank >= threshold for d in diagnostics) else EXIT_OK)
+
+
+def report_internal_errors(count: int) -> None:
+    from prefixlint.static.runner import INTERNAL_ERROR
+
+    if count:
+        click.echo(
+            f"prefixlint: {count} file(s) hit an internal error ({INTERNAL_ERROR}); "
+            "please report it",
+            err=True,
+        )
