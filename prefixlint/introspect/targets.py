@@ -80,8 +80,6 @@ def _model_classes(module: Any) -> list[type]:
 def _named_class(module: Any, name: str) -> type:
     """The class a ``module:Class`` target names, or a one-line LookupError: vLLM's
     registry answers anything but an ``nn.Module`` subclass with its own TypeError."""
-    from torch import nn
-
     value = getattr(module, name, None)
     if value is None:
         raise LookupError(f"{module.__name__} has no {name!r}")
