@@ -16,6 +16,10 @@ from prefixlint import __version__
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 FORMATS = ["text", "json", "sarif", "github", "rdjson"]
 STRICT_HELP = "Also exit 1 when something could not be verified (a PFX600 note)."
+SHOW_NOTES_HELP = (
+    "Text, GitHub and rdjson formats: also list notes (divergences with no consumer today, "
+    "deliberate ones); JSON and SARIF always carry them."
+)
 
 
 def _split(values: tuple[str, ...]) -> list[str]:
@@ -94,6 +98,7 @@ def main() -> None:
 )
 @click.option("--no-source", is_flag=True, help="Text format: no source frame under findings.")
 @click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the report here.")
+@click.option("--show-notes", is_flag=True, help=SHOW_NOTES_HELP)
 @click.option(
     "--introspect",
     "with_introspect",
@@ -172,6 +177,7 @@ def check(paths: tuple[Path, ...], **options: Any) -> None:
         show_source=not opts.no_source,
         elapsed=time.perf_counter() - started,
         phases=phases,
+        show_notes=opts.show_notes,
     )
     if result.internal_errors:
         from prefixlint.static.runner import INTERNAL_ERROR
@@ -201,6 +207,7 @@ class CheckOptions:
     installed_vllm: bool = False
     no_source: bool = False
     output: Path | None = None
+    show_notes: bool = False
     with_introspect: bool = False
     no_dryrun: bool = False
     explore_budget: float | None = None
@@ -483,10 +490,12 @@ def _report(
     show_source: bool = True,
     elapsed: float | None = None,
     phases: str = "",
+    show_notes: bool = False,
 ) -> None:
     from prefixlint.reporters import REPORTERS
 
     options = {
+        "show_notes": show_notes,
         "phases": phases,
         "files": files,
         "names": _names(),
@@ -508,9 +517,10 @@ def _exit_for(diagnostics, fail_on: str, strict: bool = False) -> None:
     from prefixlint.diagnostic import Severity
 
     threshold = Severity.ERROR.rank if fail_on == "error" else Severity.WARNING.rank
-    if strict:  # a "not verified" note fails the run too
-        threshold = Severity.NOTE.rank
-    sys.exit(EXIT_FINDINGS if any(d.severity.rank >= threshold for d in diagnostics) else EXIT_OK)
+    failed = any(d.severity.rank >= threshold for d in diagnostics)
+    if strict:  # a "not verified" note fails the run too (a divergence note never does)
+        failed = failed or any(d.is_not_verified for d in diagnostics)
+    sys.exit(EXIT_FINDINGS if failed else EXIT_OK)
 
 
 def _one_per_site(static: list, runtime: list) -> list:

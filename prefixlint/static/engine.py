@@ -10,7 +10,7 @@ from typing import Any
 import libcst as cst
 
 from prefixlint.codes import url_for
-from prefixlint.diagnostic import Diagnostic, Edit, Fix, Position, Severity
+from prefixlint.diagnostic import NOT_VERIFIED, Diagnostic, Edit, Fix, Position, Severity
 from prefixlint.static.index import ModuleSummary, module_name_for
 from prefixlint.static.prefix_sites import PrefixAnalysis
 from prefixlint.static.resolve import Resolver
@@ -49,15 +49,17 @@ def is_suppressed(diagnostic: Diagnostic, lines: Sequence[str]) -> bool:
 
 def syntax_error(display: str, err: SourceError) -> Diagnostic:
     pos = Position(err.row, err.column)
+    # Newer syntax than this interpreter's: "not verified", not an error in the file.
+    newer = bool(getattr(err, "newer_python", False))
     return Diagnostic(
         code=SYNTAX_ERROR,
         message=err.message,
-        # Newer syntax than this interpreter's: "not verified", not an error in the file.
-        severity=Severity.NOTE if getattr(err, "newer_python", False) else Severity.ERROR,
+        severity=Severity.NOTE if newer else Severity.ERROR,
         filename=display,
         location=pos,
         end_location=pos,
         url=url_for(SYNTAX_ERROR),
+        data={NOT_VERIFIED: True} if newer else {},
     )
 
 

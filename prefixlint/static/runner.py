@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from prefixlint.config import Config
-from prefixlint.diagnostic import Diagnostic, Position, Severity
+from prefixlint.diagnostic import NOT_VERIFIED, Diagnostic, Position, Severity
 from prefixlint.paths import display_path
 from prefixlint.static.cache import ResultCache, content_hash, stat_key
 from prefixlint.static.index import find_installed_package, package_root_for
@@ -329,6 +329,7 @@ def _too_big(display: str, size: int, config: Config) -> dict:
         filename=display,
         location=Position(1, 1),
         end_location=Position(1, 1),
+        data={NOT_VERIFIED: True},
     ).to_json()
 
 
