@@ -19,12 +19,12 @@ from prefixlint.static.index import (
     FunctionSig,
     ModuleSummary,
     Param,
-    find_installed_package,
     module_name_for,
     summarize,
     summary_from_json,
     summary_to_json,
 )
+from prefixlint.static.vllm_source import VllmSource, find_vllm, in_scope
 
 # vLLM's attention layers of a decoder (each registers a KV cache under its prefix).
 DECODER_ATTENTION_LAYERS: frozenset[str] = frozenset(
@@ -36,30 +36,6 @@ DECODER_ATTENTION_LAYERS: frozenset[str] = frozenset(
         "StaticSinkAttention",
         "MLAAttention",
         "MultiHeadLatentAttentionWrapper",
-    }
-)
-
-# vLLM's layer classes that take ``prefix``, used when vLLM's source cannot be read
-# (prefixlint installed without vLLM) or a name cannot be resolved to a file.
-BUILTIN_PREFIX_LAYERS: frozenset[str] = DECODER_ATTENTION_LAYERS | frozenset(
-    {
-        "LinearBase",
-        "ColumnParallelLinear",
-        "RowParallelLinear",
-        "QKVParallelLinear",
-        "QKVCrossParallelLinear",
-        "MergedColumnParallelLinear",
-        "MergedReplicatedLinear",
-        "ReplicatedLinear",
-        "VocabParallelEmbedding",
-        "ParallelLMHead",
-        "MMEncoderAttention",
-        "FusedMoE",
-        "SharedFusedMoE",
-        "MambaMixer",
-        "MambaMixer2",
-        "ShortConv",
-        "MiniMaxText01LinearAttention",
     }
 )
 
@@ -84,22 +60,23 @@ class Symbol:
 
 
 class ModuleLoader:
-    """Loads module summaries by dotted name from source roots, memoised per process."""
+    """Loads module summaries by dotted name, memoised per process: from the checked
+    files' package roots (every module), and from vLLM (``vllm_source``: the modules of
+    ``VLLM_SCOPE``, from the installed package or, without one, a shipped summary)."""
 
     def __init__(
         self,
         roots: Iterable[Path] = (),
         summary_cache: SummaryCache | None = None,
         vllm_root: Path | None = None,
+        vllm: VllmSource | None = None,
     ) -> None:
-        # root folder -> the top-level packages read from it. Only these are read: the
-        # installed vLLM sits in site-packages beside torch, whose files must stay unread.
+        # root folder -> the top-level packages read from it. Only these are read: a
+        # package beside them in site-packages (torch) stays unread.
         self.roots: dict[Path, set[str]] = {}
         for r in roots:
             self.add_package_root(r)
-        vllm = vllm_root or find_installed_package("vllm")
-        if vllm is not None:
-            self.add_root(vllm.parent, "vllm")
+        self.vllm: VllmSource | None = vllm if vllm is not None else find_vllm(vllm_root)
         self._paths: dict[str, Path | None] = {}
         self._by_path: dict[Path, ModuleSummary | None] = {}
         self._summary_cache = summary_cache
@@ -119,7 +96,8 @@ class ModuleLoader:
 
     @property
     def vllm_available(self) -> bool:
-        return any("vllm" in pkgs for pkgs in self.roots.values())
+        """vLLM's code can be read: installed, or a shipped summary."""
+        return self.vllm is not None
 
     def path_for(self, module: str) -> Path | None:
         top = module.split(".")[0]
@@ -130,13 +108,19 @@ class ModuleLoader:
             for candidate in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
                 if candidate.is_file():
                     return candidate
+        if top == "vllm" and self.vllm is not None:
+            return self.vllm.path_for(module)
         return None
 
     def by_name(self, module: str) -> ModuleSummary | None:
         if module not in self._paths:
             self._paths[module] = self.path_for(module) if module else None
         path = self._paths[module]
-        return self.by_path(path) if path is not None else None
+        if path is not None:
+            return self.by_path(path)
+        if module.startswith("vllm.") and self.vllm is not None and in_scope(module):
+            return self.vllm.summary(module)  # not on disk: the shipped summary's
+        return None
 
     def by_path(self, path: Path) -> ModuleSummary | None:
         # Paths come from resolved roots (or are resolved by ``remember``): no realpath here.
@@ -174,7 +158,7 @@ class Resolver:
         self.loader = loader
         self.extra_prefix_layers = frozenset(extra_prefix_layers)
         self._init_cache: dict[tuple[str, str], FunctionSig | None] = {}
-        self._function_bodies: dict[Path, dict[str, ast.FunctionDef]] = {}
+        self._vllm_layers: dict[str, Symbol] | None = None
 
     # -- name resolution ------------------------------------------------------------------
     def resolve(self, module: ModuleSummary, name: str, depth: int = 0) -> Symbol | None:
@@ -251,31 +235,33 @@ class Resolver:
             if symbol.cls is None and self.function_builds_module(symbol) is False:
                 return None  # takes a ``prefix`` but builds no module (a name walker)
             return sig
-        if short in BUILTIN_PREFIX_LAYERS and self._maybe_vllm(module, callee):
-            return _BUILTIN_SIG
+        fallback = self.vllm_layer(module, callee)
+        if fallback is not None:  # an import of another vLLM release: vLLM's layer of that name
+            sig = self.init_signature(fallback)
+            return sig if sig is not None and sig.param("prefix") is not None else None
         return None
 
+    def vllm_layer(self, module: ModuleSummary, callee: str) -> Symbol | None:
+        """The vLLM layer a name denotes when its import cannot be followed in the vLLM
+        being read (a path of another release), by its name among vLLM's layers."""
+        head = callee.split(".")[0]
+        if head not in module.imports or not self._maybe_vllm(module, callee):
+            return None
+        if self._vllm_layers is None:
+            self._vllm_layers = _vllm_layers(self.loader)
+        return self._vllm_layers.get(callee.rsplit(".", 1)[-1])
+
     def function_builds_module(self, symbol: Symbol) -> bool | None:
-        """Whether a top-level function builds and returns a module, read from its body:
-        False for a generator or one that returns only literals, names or non-class calls;
-        None when its source cannot be read or its returns say nothing."""
-        path = Path(symbol.module.path)
-        if path not in self._function_bodies:
-            self._function_bodies[path] = _top_level_functions(path)
-        self.loader.touched.add(path)
-        fn = self._function_bodies[path].get(symbol.name)
-        return _returns_module(fn) if fn is not None else None
+        """Whether a top-level function builds and returns a module, read from its body
+        when it was summarised (``index.returns_module``)."""
+        return symbol.function.returns_module if symbol.function is not None else None
 
     def _maybe_vllm(self, module: ModuleSummary, callee: str) -> bool:
         head = callee.split(".")[0]
         if head not in module.imports:
             return False
         target = module.imports[head][0]
-        return (
-            target.startswith("vllm")
-            or (module.module or "").startswith("vllm")
-            or (not self.loader.vllm_available)
-        )
+        return target.startswith("vllm") or (module.module or "").startswith("vllm")
 
     def class_mro(self, symbol: Symbol, depth: int = 0) -> tuple[list[Symbol], bool]:
         """The class and its resolvable bases, depth-first, and whether every base resolved."""
@@ -329,42 +315,21 @@ class Resolver:
 PROTOCOL_ATTR_ONLY: frozenset[str] = frozenset({"SupportsPP", "_SupportsPPType"})
 
 
-def _top_level_functions(path: Path) -> dict[str, ast.FunctionDef]:
-    try:
-        tree = ast.parse(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
-        return {}
-    return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+LAYERS_PACKAGE = "vllm.model_executor.layers"
 
 
-def _returns_module(fn: ast.FunctionDef) -> bool | None:
-    """What a function's body says about returning a module (see
-    ``Resolver.function_builds_module``)."""
-    own = [n for n in ast.walk(fn) if not isinstance(n, ast.Lambda)]
-    if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in own):
-        return False  # a generator
-    annotation = ast.unparse(fn.returns) if fn.returns is not None else ""
-    if annotation.rsplit(".", 1)[-1].startswith(("Module", "nn.Module")):
-        return True
-    built: set[str] = set()  # names bound to a constructed class
-    for n in own:
-        if isinstance(n, ast.Assign) and _constructs_class(n.value):
-            built |= {t.id for t in n.targets if isinstance(t, ast.Name)}
-    returns = [n.value for n in own if isinstance(n, ast.Return) and n.value is not None]
-    if not returns:
-        return False
-    for value in returns:
-        if _constructs_class(value) or (isinstance(value, ast.Name) and value.id in built):
-            return True
-    if all(isinstance(v, (ast.Constant, ast.JoinedStr, ast.Compare, ast.BoolOp)) for v in returns):
-        return False
-    return None
-
-
-def _constructs_class(node: ast.expr) -> bool:
-    """``Layer(...)`` / ``nn.Sequential(...)``: a call of a capitalised name."""
-    if not isinstance(node, ast.Call):
-        return False
-    func = node.func
-    name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
-    return name[:1].isupper()
+def _vllm_layers(loader: ModuleLoader) -> dict[str, Symbol]:
+    """vLLM's public layer classes and functions by name (the first module wins)."""
+    out: dict[str, Symbol] = {}
+    source = loader.vllm
+    for name in source.modules(LAYERS_PACKAGE) if source is not None else []:
+        summary = loader.by_name(name)
+        if summary is None:
+            continue
+        for cls_name, cls in summary.classes.items():
+            if cls_name == cls.name and not cls_name.startswith("_"):
+                out.setdefault(cls_name, Symbol(summary, cls_name, cls=cls))
+        for fn_name, fn in summary.functions.items():
+            if not fn_name.startswith("_"):
+                out.setdefault(fn_name, Symbol(summary, fn_name, function=fn))
+    return out

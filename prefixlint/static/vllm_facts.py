@@ -1,0 +1,57 @@
+"""Facts about vLLM's layers, derived from vLLM's code (its index summaries), not from
+lists of names: which callables reduce their output across tensor-parallel ranks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prefixlint.static.index import FunctionSig
+from prefixlint.static.resolve import Resolver, Symbol
+
+# vLLM's constructor flag of a layer that all-reduces its own output (``RowParallelLinear``,
+# ``FusedMoE``, ``FusedMoEFactory``, ...): passing False defers the reduction to the caller.
+REDUCE_FLAG = "reduce_results"
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """How a layer's output is reduced: always (``flag`` None), or unless ``flag`` is
+    passed False, reducing by ``default`` when it is not passed."""
+
+    flag: str | None
+    default: bool = True
+
+
+def _is_vllm(symbol: Symbol) -> bool:
+    return (symbol.module.module or "").split(".")[0] == "vllm"
+
+
+def reduction(resolver: Resolver, symbol: Symbol) -> Reduction | None:
+    """Whether what ``symbol`` builds all-reduces its output, as vLLM's code says: a vLLM
+    class, or a class built on one, whose constructor takes ``reduce_results`` (the
+    signature's default when it is not passed); a vLLM factory function taking it that
+    builds a module; a vLLM class whose ``forward`` (the one that runs) all-reduces."""
+    if symbol.function is not None:
+        sig = symbol.function
+        if _is_vllm(symbol) and symbol.function.returns_module is not False:
+            return _flagged(sig)
+        return None
+    if symbol.cls is None:
+        return None
+    mro, _ = resolver.class_mro(symbol)
+    owner = next((e for e in mro if e.cls is not None and "__init__" in e.cls.methods), None)
+    if owner is not None and any(_is_vllm(e) for e in mro):
+        flagged = _flagged(owner.cls.methods["__init__"])  # type: ignore[union-attr]
+        if flagged is not None:
+            return flagged
+    runs = next((e for e in mro if e.cls is not None and "forward" in e.cls.methods), None)
+    if runs is not None and _is_vllm(runs) and runs.cls.forward_all_reduces:  # type: ignore[union-attr]
+        return Reduction(None)
+    return None
+
+
+def _flagged(sig: FunctionSig) -> Reduction | None:
+    param = sig.param(REDUCE_FLAG)
+    if param is None:
+        return None
+    return Reduction(REDUCE_FLAG, param.default in (None, "True"))
