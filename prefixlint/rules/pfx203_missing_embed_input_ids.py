@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from prefixlint.static.model_classes import is_draft_model, is_model_architecture
-from prefixlint.static.rule import Invalid, LintRule, example
+from prefixlint.static.rule import INTERFACE, Invalid, LintRule, example
 
 # -- PFX203 --------------------------------------------------------------------------------
 
@@ -43,6 +43,7 @@ class MissingEmbedInputIds(LintRule):
     """
 
     code = "PFX203"
+    applies_to = INTERFACE
 
     VALID = [
         example(

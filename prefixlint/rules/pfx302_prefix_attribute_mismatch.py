@@ -7,8 +7,10 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import libcst as cst
+
 from prefixlint.diagnostic import Severity
-from prefixlint.static.model_classes import in_draft_file
+from prefixlint.static.model_classes import in_draft_file, is_model_architecture
 from prefixlint.static.prefix_fixes import NoFix, PlannedFix, mismatch_fix
 from prefixlint.static.prefix_sites import (
     Site,
@@ -16,10 +18,13 @@ from prefixlint.static.prefix_sites import (
     builds_module,
     has_variable,
     is_known,
+    name_has_consumer,
     quant_reaches,
     render,
 )
+from prefixlint.static.root_prefix import leading_dot_fix, leading_dot_name
 from prefixlint.static.rule import PREFIX_CALLS, Invalid, LintRule, example
+from prefixlint.static.scope import Role
 
 # Conventions of vLLM's own layers, where the prefix names another attribute on purpose:
 # (attribute, prefix name). ``layers/mla.py`` stores ``MLAAttention`` at ``mla_attn`` with
@@ -37,10 +42,16 @@ class PrefixAttributeMismatch(LintRule):
     `self.layers = nn.ModuleList([... prefix=f"{prefix}.layers.{i}" ...])`, and, inside
     `make_layers`' layer function, exactly the prefix that function receives.
 
+    Also checks the class vLLM builds as the whole model (`prefix=""`): there
+    `prefix=f"{prefix}.model"` names the module `.model`, with a leading dot; the fix is
+    `maybe_prefix(prefix, "model")`, right at the root and nested alike.
+
     ## Why is this bad?
     `named_modules()` reports the attribute path; the quantization config, the KV cache
     and the weight loader see the prefix. When they differ, a layer silently gets another
-    layer's treatment (FP8 although the checkpoint lists it as unquantized), or none.
+    layer's treatment (FP8 although the checkpoint lists it as unquantized), or none. A
+    leading dot makes every name under the module differ from the checkpoint's
+    (`.model.layers.0.mlp` against `model.layers.0.mlp`).
 
     ## Example
     ```python
@@ -223,6 +234,30 @@ class Attn(nn.Module):
         super().__init__()
 """,
         ),
+        Invalid(
+            example(
+                """
+class MyForCausalLM(nn.Module):
+    def __init__(self, *, vllm_config, prefix: str = ""):
+        super().__init__()
+        self.model = LlamaModel(vllm_config=vllm_config, prefix=f"{prefix}.model")
+
+    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
+        return self.model(input_ids, positions, intermediate_tensors, inputs_embeds)
+"""
+            ),
+            line=5,
+            contains="starts with a dot",
+            fixed="""
+class MyForCausalLM(nn.Module):
+    def __init__(self, *, vllm_config, prefix: str = ""):
+        super().__init__()
+        self.model = LlamaModel(vllm_config=vllm_config, prefix=maybe_prefix(prefix, "model"))
+
+    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
+        return self.model(input_ids, positions, intermediate_tensors, inputs_embeds)
+""",
+        ),
     ]
 
     def leave_Module(self) -> None:
@@ -232,6 +267,44 @@ class Attn(nn.Module):
         self._children = _children(sites)
         for site in sites:
             self._check(site)
+            self._leading_dot(site)
+
+    def _leading_dot(self, site: Site) -> None:
+        """``f"{prefix}.model"`` in the class vLLM builds as the root (``prefix=""``)."""
+        name = leading_dot_name(site)
+        owner = site.scope.class_node
+        if name is None or owner is None or not builds_module(site):
+            return
+        method = site.scope.node
+        if not isinstance(method, cst.FunctionDef) or method.name.value != "__init__":
+            return
+        if not is_model_architecture(self.ctx, owner) or self.ctx.role(owner.name.value) in (
+            Role.STAGE,
+            Role.BUILT,
+        ):
+            return  # a stage or a sub-model gets its parent's name, never ""
+        cls = owner.name.value
+        consumer = name_has_consumer(site)
+        message = (
+            f"prefix `{render(site.value or ())}` starts with a dot where `{cls}` is the root: "
+            f'vLLM builds it with `prefix=""`, so the module is named `.{name}` and every '
+            f"layer under it `.{name}...`"
+        )
+        if consumer:
+            message += (
+                f"; a quantized checkpoint's ignore list and per-layer schemes name them "
+                f"`{name}...`, which does not match, so those layers are quantized or fail to "
+                "load"
+            )
+        else:
+            message += " (a note: nothing looks the name up yet, no `quant_config` reaches it)"
+        self.report(
+            site.prefix_arg or site.call,
+            message + f'; use `maybe_prefix(prefix, "{name}")`',
+            severity=None if consumer else Severity.NOTE,
+            site=site,
+            fix=lambda: leading_dot_fix(site, self.ctx.uses_maybe_prefix),
+        )
 
     def _check(self, site: Site) -> None:
         exp, value = site.expected, site.value

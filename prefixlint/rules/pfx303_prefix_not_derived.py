@@ -131,11 +131,21 @@ class Model(nn.Module):
             else:
                 hint = "; take a `prefix` parameter and build it from that"
             consumer = name_has_consumer(site)
-            self.report(
-                site.prefix_arg or site.call,
+            message = (
                 f"prefix `{shown}` is a literal, not derived from the enclosing prefix: "
                 f"it breaks as soon as this module is nested{hint}"
-                + ("" if consumer else _NO_CONSUMER),
-                severity=None if consumer else Severity.WARNING,
-                site=site,
             )
+            severity = None if consumer else Severity.WARNING
+            owner = site.scope.class_node
+            foreign = self.ctx.outside_contract(owner.name.value) if owner else None
+            if foreign is not None and not site.scope.roots:
+                # Names relative to a class that takes no prefix are right when it is the
+                # root of the loader that builds it, and that loader is not vLLM's.
+                message += (
+                    f"; `{owner.name.value}` takes no prefix, so its names are relative to "
+                    f"it, as the loader that builds it as a root expects ({foreign})"
+                )
+                severity = Severity.NOTE
+            elif not consumer:
+                message += _NO_CONSUMER
+            self.report(site.prefix_arg or site.call, message, severity=severity, site=site)

@@ -158,7 +158,7 @@ class Resolver:
         self.loader = loader
         self.extra_prefix_layers = frozenset(extra_prefix_layers)
         self._init_cache: dict[tuple[str, str], FunctionSig | None] = {}
-        self._vllm_layers: dict[str, Symbol] | None = None
+        self._vllm_layers: dict[str, Symbol | None] = {}
 
     # -- name resolution ------------------------------------------------------------------
     def resolve(self, module: ModuleSummary, name: str, depth: int = 0) -> Symbol | None:
@@ -245,11 +245,41 @@ class Resolver:
         """The vLLM layer a name denotes when its import cannot be followed in the vLLM
         being read (a path of another release), by its name among vLLM's layers."""
         head = callee.split(".")[0]
-        if head not in module.imports or not self._maybe_vllm(module, callee):
+        source = self.loader.vllm
+        if source is None or head not in module.imports or not self._maybe_vllm(module, callee):
             return None
-        if self._vllm_layers is None:
-            self._vllm_layers = _vllm_layers(self.loader)
-        return self._vllm_layers.get(callee.rsplit(".", 1)[-1])
+        short = callee.rsplit(".", 1)[-1]
+        if short.startswith("_"):
+            return None
+        if short not in self._vllm_layers:
+            found = None
+            for name in source.defining(LAYERS_PACKAGE, short):
+                summary = self.loader.by_name(name)
+                if summary is None:
+                    continue
+                if short in summary.classes:
+                    found = Symbol(summary, short, cls=summary.classes[short])
+                elif short in summary.functions:
+                    found = Symbol(summary, short, function=summary.functions[short])
+                if found is not None:
+                    break
+            self._vllm_layers[short] = found
+        return self._vllm_layers[short]
+
+    def unresolved_vllm(self, module: ModuleSummary, callee: str) -> str | None:
+        """``callee``'s qualified name when it is imported from vLLM and the vLLM being
+        read defines nothing of that name (an import of another release): what a rule
+        cannot decide about. None when it resolves, or is not vLLM's."""
+        head = callee.split(".")[0]
+        if head not in module.imports or not module.imports[head][0].startswith("vllm"):
+            return None
+        if self.resolve(module, callee) is not None or self.vllm_layer(module, callee):
+            return None
+        if self.loader.vllm is None:
+            return self.qualified_name(module, callee)
+        qualified = self.qualified_name(module, callee)
+        target = qualified.rsplit(".", 1)[0]
+        return qualified if in_scope(target) or target == "vllm" else None
 
     def function_builds_module(self, symbol: Symbol) -> bool | None:
         """Whether a top-level function builds and returns a module, read from its body
@@ -280,6 +310,21 @@ class Resolver:
             out.extend(sub)
             complete = complete and sub_complete
         return out, complete
+
+    def unreadable_bases(self, symbol: Symbol, depth: int = 0) -> list[str]:
+        """The bases along the class's MRO that cannot be read (``module.Name``)."""
+        if symbol.cls is None or depth > 12:
+            return []
+        out: list[str] = []
+        for base in symbol.cls.bases:
+            if base in ("object", "Protocol", "Generic", "nn.Module", "torch.nn.Module", "Module"):
+                continue
+            base_sym = self.resolve(symbol.module, base)
+            if base_sym is None or base_sym.cls is None:
+                out.append(self.qualified_name(symbol.module, base))
+            else:
+                out += self.unreadable_bases(base_sym, depth + 1)
+        return list(dict.fromkeys(out))
 
     def class_has(self, symbol: Symbol, member: str) -> bool | None:
         """True/False when a class defines ``member`` (not as a stub); None when unknowable."""
@@ -316,20 +361,3 @@ PROTOCOL_ATTR_ONLY: frozenset[str] = frozenset({"SupportsPP", "_SupportsPPType"}
 
 
 LAYERS_PACKAGE = "vllm.model_executor.layers"
-
-
-def _vllm_layers(loader: ModuleLoader) -> dict[str, Symbol]:
-    """vLLM's public layer classes and functions by name (the first module wins)."""
-    out: dict[str, Symbol] = {}
-    source = loader.vllm
-    for name in source.modules(LAYERS_PACKAGE) if source is not None else []:
-        summary = loader.by_name(name)
-        if summary is None:
-            continue
-        for cls_name, cls in summary.classes.items():
-            if cls_name == cls.name and not cls_name.startswith("_"):
-                out.setdefault(cls_name, Symbol(summary, cls_name, cls=cls))
-        for fn_name, fn in summary.functions.items():
-            if not fn_name.startswith("_"):
-                out.setdefault(fn_name, Symbol(summary, fn_name, function=fn))
-    return out

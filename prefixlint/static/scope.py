@@ -30,6 +30,7 @@ from pathlib import Path
 
 from prefixlint.static.index import module_name_for
 from prefixlint.static.resolve import Resolver, Symbol
+from prefixlint.static.vllm_facts import owns_engine_cache
 from prefixlint.static.vllm_source import absolute_module
 
 # Folders a package walk never enters (build outputs, caches, virtual environments).
@@ -79,6 +80,8 @@ class PackageScope:
     registered: dict[ClassRef, tuple[str, ...]] = field(default_factory=dict)
     stages: dict[ClassRef, ClassRef] = field(default_factory=dict)  # stage -> its builder
     built: frozenset[ClassRef] = frozenset()
+    # Built under a root that keeps its decoder's attention in vLLM's paged cache layers.
+    paged: frozenset[ClassRef] = frozenset()
     complete: bool = False  # every registration was read; else unknown classes stay UNKNOWN
     unread: tuple[str, ...] = ()  # registrations that could not be read, where
 
@@ -104,15 +107,35 @@ class PackageScope:
     @property
     def digest(self) -> str:
         """What a cached result of a file of this package depends on."""
-        payload = json.dumps(
-            [
-                sorted(f"{k}={','.join(v)}" for k, v in self.registered.items()),
-                sorted(f"{k}<{v}" for k, v in self.stages.items()),
-                sorted(str(r) for r in self.built),
-                self.complete,
-            ]
-        )
+        payload = json.dumps(self.to_json(), sort_keys=True)
         return hashlib.blake2b(payload.encode(), digest_size=12).hexdigest()
+
+    def to_json(self) -> dict:
+        return {
+            "package": self.package,
+            "registered": sorted([str(k), list(v)] for k, v in self.registered.items()),
+            "stages": sorted([str(k), str(v)] for k, v in self.stages.items()),
+            "built": sorted(str(r) for r in self.built),
+            "paged": sorted(str(r) for r in self.paged),
+            "complete": self.complete,
+            "unread": list(self.unread),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> PackageScope:
+        def ref(text: str) -> ClassRef:
+            module, _, name = text.rpartition(":")
+            return ClassRef(module, name)
+
+        return cls(
+            package=d["package"],
+            registered={ref(k): tuple(v) for k, v in d["registered"]},
+            stages={ref(k): ref(v) for k, v in d["stages"]},
+            built=frozenset(ref(r) for r in d["built"]),
+            paged=frozenset(ref(r) for r in d["paged"]),
+            complete=d["complete"],
+            unread=tuple(d["unread"]),
+        )
 
 
 class _Package:
@@ -622,7 +645,7 @@ def read_scope(
     roots = [r for r in registered if r.module in package.files]
     scope.registered = {r: a for r, a in registered.items() if r.module in package.files}
     scope.stages = {s: b for s, b in stages.items() if b in scope.registered or b in stages}
-    scope.built = _reachable(roots, edges, package, resolver)
+    scope.built, scope.paged = _reachable(roots, edges, package, resolver)
     scope.complete = not reader.unread
     scope.unread = tuple(reader.unread)
     return scope
@@ -633,26 +656,47 @@ def _reachable(
     edges: dict[ClassRef, set[ClassRef]],
     package: _Package,
     resolver: Resolver,
-) -> frozenset[ClassRef]:
-    """Every class of the package a root may build: what its body names, its bases, and
-    the stages it builds, followed through the index summaries."""
+) -> tuple[frozenset[ClassRef], frozenset[ClassRef]]:
+    """Every class of the package a root may build (what its body names, its bases, the
+    stages it builds, followed through the index summaries), and those built under a
+    root that also builds one of vLLM's cache-owning layers (``Attention``)."""
+    neighbours: dict[ClassRef, tuple[list[ClassRef], bool]] = {}
+
+    def look(ref: ClassRef) -> tuple[list[ClassRef], bool]:
+        if ref not in neighbours:
+            out = list(edges.get(ref, ()))
+            paged = False
+            summary = resolver.loader.by_path(package.files[ref.module])
+            cls = summary.classes.get(ref.name) if summary is not None else None
+            for name in (*cls.bases, *cls.mentions) if cls is not None else ():
+                symbol = resolver.resolve(summary, name)  # type: ignore[arg-type]
+                if not isinstance(symbol, Symbol) or symbol.cls is None:
+                    continue
+                if symbol.module.module in package.files:
+                    out.append(ClassRef(symbol.module.module, symbol.cls.name))
+                elif owns_engine_cache(resolver, symbol):
+                    paged = True
+            neighbours[ref] = (out, paged)
+        return neighbours[ref]
+
     seen: set[ClassRef] = set()
-    todo = list(roots)
-    while todo:
-        ref = todo.pop()
-        if ref in seen or ref.module not in package.files:
-            continue
-        seen.add(ref)
-        todo.extend(edges.get(ref, ()))
-        summary = resolver.loader.by_path(package.files[ref.module])
-        cls = summary.classes.get(ref.name) if summary is not None else None
-        if summary is None or cls is None:
-            continue
-        for name in (*cls.bases, *cls.mentions):
-            symbol = resolver.resolve(summary, name)
-            if isinstance(symbol, Symbol) and symbol.cls is not None and symbol.module.module:
-                todo.append(ClassRef(symbol.module.module, symbol.cls.name))
-    return frozenset(seen)
+    paged_trees: set[ClassRef] = set()
+    for root in roots:
+        tree: set[ClassRef] = set()
+        todo = [root]
+        paged = False
+        while todo:
+            ref = todo.pop()
+            if ref in tree or ref.module not in package.files:
+                continue
+            tree.add(ref)
+            out, owns = look(ref)
+            paged = paged or owns
+            todo.extend(out)
+        seen |= tree
+        if paged:
+            paged_trees |= tree
+    return frozenset(seen), frozenset(paged_trees)
 
 
 # -- which packages make one scope -------------------------------------------------------
@@ -669,9 +713,15 @@ def scope_unit(package_dirs: list[Path]) -> list[Path]:
     these import, transitively: a plugin may register its models from another of its
     top-level packages (``plugins.x:register`` calling ``forge.registration``)."""
     unit = {d.resolve() for d in package_dirs}
+    if any(d.name == "vllm" for d in unit):
+        return sorted(unit)  # vLLM's own tree: its registry decides (``vllm_scope``)
     roots = {_distribution_root(d) for d in unit}
+    names = {d.name for d in unit}
+    # In an installation folder (site-packages) only the distribution's own packages
+    # count: the plugin imports torch and transformers too.
+    owned = {r: _owned_packages(r, names) for r in roots}
     for root in roots:
-        for dotted in entry_point_modules(root, {d.name for d in unit}):
+        for dotted in entry_point_modules(root, names):
             found = _regular_package(root, dotted)
             if found is not None:
                 unit.add(found)
@@ -681,11 +731,28 @@ def scope_unit(package_dirs: list[Path]) -> list[Path]:
         package_dir = todo.pop()
         for name in sorted(_imported_names(package_dir)):
             for root in sorted(search):
+                allowed = owned.get(root)
+                if allowed is not None and name not in allowed:
+                    continue
                 sibling = (root / name).resolve()
                 if name != "vllm" and sibling not in unit and (sibling / "__init__.py").is_file():
                     unit.add(sibling)
                     todo.append(sibling)
     return sorted(unit)
+
+
+def _owned_packages(root: Path, packages: set[str]) -> set[str] | None:
+    """The top-level packages of the installed distributions that hold ``packages``; None
+    when ``root`` is no installation folder (a checkout: every sibling is the project's)."""
+    infos = list(root.glob("*.dist-info"))
+    if not infos:
+        return None
+    out: set[str] = set()
+    for info in infos:
+        top = _distribution_packages(info)
+        if top & packages:
+            out |= top
+    return out
 
 
 def _distribution_root(package_dir: Path) -> Path:
@@ -776,3 +843,62 @@ def _entry_point_targets(path: Path) -> set[str]:
         elif group == PLUGIN_GROUP and "=" in line:
             out.add(line.split("=", 1)[1].strip().split(":")[0].strip())
     return out
+
+
+class Scopes:
+    """The scope of each checked package, read once per process (``known``: scopes the
+    runner read before linting, by top-level package folder)."""
+
+    def __init__(self, resolver: Resolver, known: dict[str, PackageScope] | None = None) -> None:
+        self.resolver = resolver
+        self.known: dict[str, PackageScope] = dict(known or {})
+
+    def for_file(self, path: Path) -> PackageScope | None:
+        package_dir = top_package_dir(path)
+        if package_dir is None:
+            return None
+        key = str(package_dir)
+        if key not in self.known:
+            self.read([package_dir])
+        return self.known.get(key)
+
+    def read(self, package_dirs: list[Path]) -> None:
+        """Read the scopes of ``package_dirs``, one per distribution."""
+        groups: dict[Path, list[Path]] = {}
+        for d in package_dirs:
+            groups.setdefault(_distribution_root(d.resolve()), []).append(d.resolve())
+        for group in groups.values():
+            unit = scope_unit(group)
+            scope = vllm_scope(unit, self.resolver) or read_scope(unit, self.resolver)
+            for d in unit:
+                self.known.setdefault(str(d), scope)
+
+
+def top_package_dir(path: Path) -> Path | None:
+    from prefixlint.static.index import package_root_for
+
+    try:
+        root = package_root_for(path)
+        if root is None:
+            return None
+        return root / path.resolve().relative_to(root).parts[0]
+    except (OSError, ValueError):
+        return None
+
+
+def vllm_scope(unit: list[Path], resolver: Resolver) -> PackageScope | None:
+    """vLLM's own package: its registry tables define the roots (read from the checked
+    tree when it has ``registry.py``, else from the vLLM the resolver reads)."""
+    vllm_dir = next((d for d in unit if d.name == "vllm"), None)
+    if vllm_dir is None:
+        return None
+    from prefixlint.static.vllm_source import InstalledVllm
+
+    entries = InstalledVllm(vllm_dir).registry()
+    if not entries and resolver.loader.vllm is not None:
+        entries = resolver.loader.vllm.registry()
+    registry: dict[ClassRef, set[str]] = {}
+    for e in entries:
+        for module, name in e.definitions or ((e.module, e.cls),):
+            registry.setdefault(ClassRef(module, name), set()).add(e.architecture)
+    return read_scope(unit, resolver, registry=registry)

@@ -55,3 +55,20 @@ def _flagged(sig: FunctionSig) -> Reduction | None:
     if param is None:
         return None
     return Reduction(REDUCE_FLAG, param.default in (None, "True"))
+
+
+# vLLM's base class of the layers whose cache the engine allocates and manages per layer
+# (``Attention``, ``MLAAttention``, the Mamba mixers): the paged KV cache lives in them.
+CACHE_LAYER_BASE = "AttentionLayerBase"
+
+
+def owns_engine_cache(resolver: Resolver, symbol: Symbol) -> bool:
+    """A vLLM layer the engine allocates a cache for (a subclass of ``AttentionLayerBase``)."""
+    if symbol.cls is None:
+        return False
+    mro, _ = resolver.class_mro(symbol)
+    return any(e.name == CACHE_LAYER_BASE and _is_vllm(e) for e in mro) or any(
+        b.rsplit(".", 1)[-1] == CACHE_LAYER_BASE and _is_vllm(e)
+        for e in mro
+        for b in e.cls.bases  # type: ignore[union-attr]
+    )

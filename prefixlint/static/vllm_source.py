@@ -78,6 +78,11 @@ class VllmSource:
         """The in-scope modules under ``package``, sorted."""
         return []
 
+    def defining(self, package: str, name: str) -> list[str]:
+        """The modules under ``package`` that define a top-level class or function
+        ``name``, sorted."""
+        return []
+
     @property
     def identity(self) -> str:
         """What a cached result depends on."""
@@ -112,6 +117,15 @@ class InstalledVllm(VllmSource):
             parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
             out.append(".".join(parts))
         return [m for m in out if in_scope(m)]
+
+    def defining(self, package: str, name: str) -> list[str]:
+        pattern = re.compile(rb"^(?:class|def)\s+" + re.escape(name.encode()) + rb"\b", re.M)
+        out = []
+        for module in self.modules(package):
+            path = _module_file(self.package_dir.parent, module)
+            if path is not None and pattern.search(_read(path)):
+                out.append(module)
+        return out
 
     @property
     def identity(self) -> str:
@@ -153,6 +167,14 @@ class ShippedVllm(VllmSource):
         return sorted(
             m for m in self.data["modules"] if m == package or m.startswith(package + ".")
         )
+
+    def defining(self, package: str, name: str) -> list[str]:
+        return [
+            m
+            for m in self.modules(package)
+            if name in self.data["modules"][m]["classes"]
+            or name in self.data["modules"][m]["functions"]
+        ]
 
     @property
     def identity(self) -> str:
@@ -267,7 +289,15 @@ def definitions(root: Path, module: str, name: str, depth: int = 0) -> tuple[tup
     """Where ``module.name`` is defined, following re-exports in every branch (a package
     that picks a per-platform implementation re-exports each one under one name)."""
     path = _module_file(root, module)
-    tree = _parse(path) if path is not None and depth < 6 else None
+    if path is None or depth >= 6:
+        return ()
+    try:
+        text = path.read_bytes()
+    except OSError:
+        return ()
+    if re.search(rb"^class\s+" + re.escape(name.encode()) + rb"\b", text, re.M):
+        return ((module, name),)  # defined here (a top-level class statement)
+    tree = _parse(path)
     if tree is None:
         return ()
     is_package = path is not None and path.name == "__init__.py"
@@ -292,6 +322,14 @@ def absolute_module(module: str, is_package: bool, level: int, target: str | Non
         parts = parts[:-1]
     parts = parts[: len(parts) - (level - 1)]
     return ".".join([*parts, *([target] if target else [])])
+
+
+@functools.lru_cache(maxsize=1024)
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
 
 
 @functools.lru_cache(maxsize=512)
