@@ -18,7 +18,6 @@ from prefixlint.static.prefix_sites import (
     builds_module,
     has_variable,
     is_known,
-    name_has_consumer,
     quant_reaches,
     render,
 )
@@ -284,7 +283,7 @@ class MyForCausalLM(nn.Module):
         ):
             return  # a stage or a sub-model gets its parent's name, never ""
         cls = owner.name.value
-        consumer = name_has_consumer(site)
+        consumer = self.ctx.name_has_consumer(site)
         message = (
             f"prefix `{render(site.value or ())}` starts with a dot where `{cls}` is the root: "
             f'vLLM builds it with `prefix=""`, so the module is named `.{name}` and every '
@@ -396,9 +395,18 @@ class MyForCausalLM(nn.Module):
         elif quant_reaches(site):
             why = "; nothing in the file renames one to the other, and `quant_config` reaches it"
             severity = Severity.ERROR
-        else:
-            why = "; no `quant_config` reaches this module, so no consumer sees the divergence yet"
+        elif self.ctx.owns_cache(site.callee):
+            why = (
+                "; its engine cache is registered under the prefix, which the module's path "
+                "does not match (KV-cache scales and specs are found by the path)"
+            )
             severity = Severity.WARNING
+        else:
+            why = (
+                "; a note: no `quant_config` reaches this module, so no consumer sees the "
+                "divergence yet"
+            )
+            severity = Severity.NOTE
         self.report(site.prefix_arg or site.call, head + why, severity=severity, site=site, fix=fix)
 
 

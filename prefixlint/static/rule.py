@@ -19,9 +19,10 @@ from prefixlint.diagnostic import Severity
 from prefixlint.static.index import ClassSummary, FunctionSig, ModuleSummary
 from prefixlint.static.model_classes import ARCHITECTURE_NAME
 from prefixlint.static.prefix_fixes import NoFix, PlannedFix
-from prefixlint.static.prefix_sites import Hooks, PrefixAnalysis, Site
-from prefixlint.static.resolve import Resolver, Symbol
+from prefixlint.static.prefix_sites import Hooks, PrefixAnalysis, Site, quant_reaches
+from prefixlint.static.resolve import DECODER_ATTENTION_LAYERS, Resolver, Symbol
 from prefixlint.static.scope import PackageScope, Role
+from prefixlint.static.vllm_facts import owns_engine_cache
 
 # The imports every rule example starts with, so that examples read as model files do.
 EXAMPLE_HEADER = """
@@ -115,6 +116,7 @@ class FileContext:
         self.resolver = resolver
         self.scope = scope  # how vLLM builds the classes of this file's package
         self._sig_cache: dict[str, FunctionSig | None] = {}
+        self._cache_layers: dict[str, bool] = {}
 
     def prefix_signature(self, callee: str) -> FunctionSig | None:
         short = callee.rsplit(".", 1)[-1].lower()
@@ -140,6 +142,25 @@ class FileContext:
             if sig is not None:
                 return sig if sig.param("prefix") is not None else None
         return None
+
+    def owns_cache(self, callee: str) -> bool:
+        """``callee`` builds a layer the engine allocates a cache for, registered under its
+        prefix (vLLM's ``Attention``, ``MLAAttention``, Mamba mixers), as vLLM's code says."""
+        if callee not in self._cache_layers:
+            symbol = self.resolver.resolve(self.summary, callee)
+            if symbol is None:
+                symbol = self.resolver.vllm_layer(self.summary, callee)
+            self._cache_layers[callee] = (
+                owns_engine_cache(self.resolver, symbol)
+                if symbol is not None
+                else callee.rsplit(".", 1)[-1] in DECODER_ATTENTION_LAYERS  # unreadable
+            )
+        return self._cache_layers[callee]
+
+    def name_has_consumer(self, site: Site) -> bool:
+        """Someone looks the layer up by its prefix: a quantization config reaches it, or
+        it owns an engine cache (registered under its name)."""
+        return quant_reaches(site) or self.owns_cache(site.callee)
 
     @property
     def uses_maybe_prefix(self) -> bool:
