@@ -147,13 +147,13 @@ class MyMoE(nn.Module):
         Invalid(
             example(
                 """
-from vllm.model_executor.layers.fused_moe import LayerOfAnotherRelease
+from vllm.model_executor.layers.fused_moe import FusedMoEOfAnotherRelease
 
 class MyMoE(nn.Module):
     def __init__(self, hidden: int, experts: int, prefix: str = ""):
         super().__init__()
         self.gate = nn.Linear(hidden, experts, bias=False)
-        self.experts = LayerOfAnotherRelease(experts, prefix=f"{prefix}.experts")
+        self.experts = FusedMoEOfAnotherRelease(experts, prefix=f"{prefix}.experts")
 """
             ),
             line=7,
@@ -233,7 +233,10 @@ class MyForCausalLM(nn.Module):
         if callee is not None and top is not None:
             if self._is_moe_layer(callee):
                 self._moe.add(top)
-            elif missing := self.ctx.resolver.unresolved_vllm(self.ctx.summary, callee):
+            elif (
+                missing := self.ctx.resolver.unresolved_vllm(self.ctx.summary, callee)
+            ) and missing.startswith(_MOE_PACKAGE + "."):
+                # An MoE layer of another release (``fused_moe.FusedMoE``): undecided.
                 self._unknown.setdefault(top, missing)
         if callee is None or callee.rsplit(".", 1)[-1] not in ("Linear", "Embedding"):
             return
