@@ -23,8 +23,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from prefixlint.static.index import find_installed_package  # noqa: E402
-from prefixlint.static.vllm_source import SUMMARY_DIR, build_summary, write_summary  # noqa: E402
+
+from prefixlint.static.vllm_source import (  # noqa: E402
+    SUMMARY_DIR,
+    build_summary,
+    installed_vllm,
+    write_summary,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vllm", type=Path, help="the vllm package folder (default: found)")
     parser.add_argument("--out", type=Path, default=SUMMARY_DIR, help="folder to write into")
     args = parser.parse_args(argv)
-    package = args.vllm or find_installed_package("vllm")
+    package = args.vllm or installed_vllm()
     if package is None or not (package / "__init__.py").is_file():
         print("no vLLM package found: pass --vllm path/to/site-packages/vllm", file=sys.stderr)
         return 2

@@ -532,7 +532,10 @@ class _Reader:
         params = [v for v in (*names, *classes) if isinstance(v, _Param)]
         if params and depth < _MAX_DEPTH:
             # A wrapper (``register_with_vllm(name, cls)``): its callers name the model.
-            for site_module, site in self._call_sites(params[0].module, params[0].function):
+            callers = list(self._call_sites(params[0].module, params[0].function))
+            if not callers:  # called from elsewhere (vLLM, another package): unknown
+                self.unread.append(where)
+            for site_module, site in callers:
                 self._register(
                     site_module,
                     site,

@@ -72,3 +72,20 @@ def owns_engine_cache(resolver: Resolver, symbol: Symbol) -> bool:
         for e in mro
         for b in e.cls.bases  # type: ignore[union-attr]
     )
+
+
+# The protocol vLLM checks every model class against (``interfaces_base.VllmModel``).
+MODEL_PROTOCOL = ("vllm.model_executor.models.interfaces_base", "VllmModel")
+EMBED_METHOD = "embed_input_ids"  # its name in the releases this project is tested on
+
+
+def embed_method(resolver: Resolver) -> str:
+    """The name of the model method that embeds token ids, as vLLM's ``VllmModel``
+    protocol declares it (``embed_input_ids``; ``get_input_embeddings`` in releases
+    before the rename): the method besides ``forward`` that takes ``input_ids``."""
+    summary = resolver.loader.by_name(MODEL_PROTOCOL[0])
+    protocol = summary.classes.get(MODEL_PROTOCOL[1]) if summary is not None else None
+    for name, sig in protocol.methods.items() if protocol is not None else ():
+        if name not in ("__init__", "forward") and sig.param("input_ids") is not None:
+            return name
+    return EMBED_METHOD

@@ -15,7 +15,9 @@ import ast
 import functools
 import gzip
 import json
+import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,6 @@ from typing import Any
 from prefixlint.static.index import (
     SUMMARY_FORMAT,
     ModuleSummary,
-    find_installed_package,
     module_name_for,
     summarize,
     summary_from_json,
@@ -188,11 +189,25 @@ class ShippedVllm(VllmSource):
 def find_vllm(package_dir: Path | None = None) -> VllmSource | None:
     """The installed vLLM (``package_dir``, else found on ``sys.path``), else the newest
     shipped summary, else None."""
-    installed = package_dir or find_installed_package("vllm")
+    installed = package_dir or installed_vllm()
     if installed is not None:
         return InstalledVllm(installed)
     shipped = shipped_summaries()
     return load_shipped(shipped[-1]) if shipped else None
+
+
+def installed_vllm() -> Path | None:
+    """The first ``vllm`` package on ``sys.path`` that is a vLLM installation (it has the
+    layers package): a folder named ``vllm`` that only mirrors a few model files (a test
+    tree, a partial checkout in the working directory) is not one."""
+    for entry in sys.path:
+        candidate = Path(entry or os.getcwd()) / "vllm"
+        try:
+            if (candidate / "model_executor" / "layers" / "__init__.py").is_file():
+                return candidate
+        except OSError:
+            continue
+    return None
 
 
 def shipped_summaries() -> list[Path]:
