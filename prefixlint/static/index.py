@@ -16,7 +16,7 @@ from pathlib import Path
 
 # The shape of a summary (``summary_to_json``): part of every cache key that holds one, and
 # of the vLLM summaries that ship with prefixlint.
-SUMMARY_FORMAT = 2
+SUMMARY_FORMAT = 3
 
 # Parameter kinds, as in inspect.Parameter.
 POSITIONAL_ONLY = "posonly"
@@ -382,20 +382,32 @@ def _constructs_class(node: ast.expr) -> bool:
     return name[:1].isupper()
 
 
+def is_package_folder(folder: Path, depth: int = 0) -> bool:
+    """A folder Python imports as a package: a regular one (``__init__.py``), or a
+    namespace portion inside one (``vllm_rbln/model_executor/models/`` holds no
+    ``__init__.py`` and is still ``vllm_rbln.model_executor.models``). A top-level
+    namespace folder is not: where it starts on ``sys.path`` cannot be told from the disk."""
+    if (folder / "__init__.py").exists():
+        return True
+    if depth >= 4 or folder.parent == folder:
+        return False
+    return is_package_folder(folder.parent, depth + 1)
+
+
 def module_name_for(path: Path) -> tuple[str | None, bool]:
-    """The dotted module name of a file inside packages (walks up ``__init__.py`` files)."""
+    """The dotted module name of a file inside packages (walks up package folders)."""
     path = path.resolve()
     is_package = path.name == "__init__.py"
     parts: list[str] = [] if is_package else [path.stem]
     folder = path.parent
-    while (folder / "__init__.py").exists():
+    while is_package_folder(folder):
         parts.insert(0, folder.name)
         if folder.parent == folder:
             break
         folder = folder.parent
     if not parts:
         return None, is_package
-    if len(parts) == 1 and not is_package and not (path.parent / "__init__.py").exists():
+    if len(parts) == 1 and not is_package and not is_package_folder(path.parent):
         return None, False
     return ".".join(parts), is_package
 
@@ -403,9 +415,9 @@ def module_name_for(path: Path) -> tuple[str | None, bool]:
 def package_root_for(path: Path) -> Path | None:
     """The folder that holds the top package of ``path`` (the one to put on sys.path)."""
     folder = path.resolve().parent
-    if not (folder / "__init__.py").exists():
+    if not is_package_folder(folder):
         return None
-    while (folder.parent / "__init__.py").exists() and folder.parent != folder:
+    while is_package_folder(folder.parent) and folder.parent != folder:
         folder = folder.parent
     return folder.parent
 
