@@ -274,9 +274,11 @@ SILENT_CASES = [
         # ``f"{prefix}.model"`` in the architecture vLLM builds with ``prefix=""``.
         "leading-dot-root-prefix",
         "llama.py",
-        lambda text: text[: text.index("class LlamaForCausalLM(")]
-        + _replace_once('prefix=maybe_prefix(prefix, "model"),', 'prefix=f"{prefix}.model",')(
-            text[text.index("class LlamaForCausalLM(") :]
+        lambda text: (
+            text[: text.index("class LlamaForCausalLM(")]
+            + _replace_once('prefix=maybe_prefix(prefix, "model"),', 'prefix=f"{prefix}.model",')(
+                text[text.index("class LlamaForCausalLM(") :]
+            )
         ),
         'prefix=f"{prefix}.model",',
         "PFX302",

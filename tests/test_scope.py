@@ -172,10 +172,11 @@ def test_a_registration_prefixlint_cannot_read_leaves_the_rest_unknown(tmp_path:
         tmp_path,
         {
             "p/__init__.py": """
-                def register(name, target):
+                def register():
                     from vllm import ModelRegistry
                     ModelRegistry.register_model("PArch", "p.m:PForCausalLM")
-                    ModelRegistry.register_model(name, load(target))
+                    for name, target in discover_models():
+                        ModelRegistry.register_model(name, target)
             """,
             "p/m.py": "class PForCausalLM:\n    pass\n\nclass QForCausalLM:\n    pass\n",
         },

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prefixlint.static.index import module_name_for
+from prefixlint.static.renames import package_renames
 from prefixlint.static.resolve import Resolver, Symbol
 from prefixlint.static.vllm_facts import owns_engine_cache
 from prefixlint.static.vllm_source import absolute_module
@@ -83,6 +84,8 @@ class PackageScope:
     # Built under a root that keeps its decoder's attention in vLLM's paged cache layers.
     paged: frozenset[ClassRef] = frozenset()
     complete: bool = False  # every registration was read; else unknown classes stay UNKNOWN
+    # Weight-loading renames of the package's files that load weights (``renames.py``).
+    renames: tuple[tuple[str, str], ...] = ()
     unread: tuple[str, ...] = ()  # registrations that could not be read, where
 
     @property
@@ -119,6 +122,7 @@ class PackageScope:
             "paged": sorted(str(r) for r in self.paged),
             "complete": self.complete,
             "unread": list(self.unread),
+            "renames": [list(p) for p in self.renames],
         }
 
     @classmethod
@@ -135,6 +139,7 @@ class PackageScope:
             paged=frozenset(ref(r) for r in d["paged"]),
             complete=d["complete"],
             unread=tuple(d["unread"]),
+            renames=tuple((a, b) for a, b in d["renames"]),
         )
 
 
@@ -532,10 +537,10 @@ class _Reader:
         params = [v for v in (*names, *classes) if isinstance(v, _Param)]
         if params and depth < _MAX_DEPTH:
             # A wrapper (``register_with_vllm(name, cls)``): its callers name the model.
-            callers = list(self._call_sites(params[0].module, params[0].function))
-            if not callers:  # called from elsewhere (vLLM, another package): unknown
-                self.unread.append(where)
-            for site_module, site in callers:
+            # Its callers name the model. A wrapper no file of the package calls is API
+            # for other packages: what it registers is theirs (vLLM calls entry points
+            # with no arguments).
+            for site_module, site in self._call_sites(params[0].module, params[0].function):
                 self._register(
                     site_module,
                     site,
@@ -651,7 +656,18 @@ def read_scope(
     scope.built, scope.paged = _reachable(roots, edges, package, resolver)
     scope.complete = not reader.unread
     scope.unread = tuple(reader.unread)
+    if scope.registered:
+        scope.renames = package_renames(
+            _text(package.files[m]) for m in package.with_text(b"load_weights")
+        )
     return scope
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def _reachable(
