@@ -172,7 +172,7 @@ class MLP(nn.Module):
 """
             ),
             line=6,
-            contains="only `load_weights` bridges",
+            contains="only weight-loading code bridges",
         ),
         Invalid(
             example(
