@@ -11,6 +11,7 @@ that vLLM is not importable there and that both give the same findings.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata as metadata
 import json
 import re
@@ -48,10 +49,8 @@ def _top_level(name: str) -> list[Path]:
     """The importable top-level packages and modules a distribution installed."""
     dist = metadata.distribution(name)
     names: set[str] = set()
-    try:
+    with contextlib.suppress(OSError):
         names |= set((dist.read_text("top_level.txt") or "").split())
-    except OSError:
-        pass
     for f in dist.files or []:
         head = f.parts[0]
         if head.endswith((".dist-info", ".data")) or head == "..":
