@@ -242,7 +242,8 @@ SILENT_CASES = [
         )(
             _replace_once(
                 "    get_tensor_model_parallel_world_size,\n)",
-                "    get_tensor_model_parallel_world_size,\n    tensor_model_parallel_all_reduce,\n)",
+                "    get_tensor_model_parallel_world_size,\n"
+                "    tensor_model_parallel_all_reduce,\n)",
             )(text)
         ),
         "final_hidden_states = tensor_model_parallel_all_reduce(final_hidden_states)",
