@@ -8,11 +8,15 @@ from typing import Any
 
 
 class Severity(str, Enum):
+    # Something breaks for a user (the message says what).
     ERROR = "error"
+    # A maintainer would fix it; nothing breaks today.
     WARNING = "warning"
-    # "Not verified": something prefixlint could not check (a build it could not make, a
-    # tool it lacks). Shown in every format, never a finding against the user's model, and
-    # it never fails a run (only ``--strict`` makes it count).
+    # Two kinds, never a failure of the run: a "not verified" note (something prefixlint
+    # could not check: a build it could not make, a rule that could not decide; shown in
+    # every format, and ``--strict`` makes it count), and a divergence no consumer reads
+    # today or one documented as deliberate (listed by JSON/SARIF and with
+    # ``--show-notes``, left out of default text output and review comments).
     NOTE = "note"
 
     @property
@@ -30,6 +34,12 @@ class Severity(str, Enum):
     @property
     def rdjson_severity(self) -> str:
         return "INFO" if self is Severity.NOTE else self.value.upper()
+
+
+# Codes whose notes are always "not verified" notes; a note of another code is one when its
+# ``data`` says so (``NOT_VERIFIED: True``).
+NOT_VERIFIED_CODES = frozenset({"PFX600"})
+NOT_VERIFIED = "not_verified"
 
 
 @dataclass(frozen=True, order=True)
@@ -86,6 +96,19 @@ class Diagnostic:
         """A finding about a whole file or one point of it (no span)."""
         pos = Position(row, column)
         return cls(code, message, severity, filename, pos, pos, **extra)
+
+    @property
+    def is_not_verified(self) -> bool:
+        """A note that says something was not checked (never a finding)."""
+        return self.severity is Severity.NOTE and (
+            self.code in NOT_VERIFIED_CODES or self.data.get(NOT_VERIFIED) is True
+        )
+
+    @property
+    def shown_by_default(self) -> bool:
+        """Errors, warnings and "not verified" notes; a divergence note is listed only on
+        request (``--show-notes``) and by the machine-readable formats."""
+        return self.severity is not Severity.NOTE or self.is_not_verified
 
     def sort_key(self) -> tuple[str, int, int, str]:
         return (self.filename, self.location.row, self.location.column, self.code)
@@ -144,3 +167,11 @@ class Diagnostic:
             url=obj.get("url"),
             data=obj.get("data", {}),
         )
+
+
+def default_view(diagnostics: list[Diagnostic], show_notes: bool = False) -> list[Diagnostic]:
+    """What the human-facing outputs (text, GitHub annotations, reviewdog, review
+    comments) list: every finding, and divergence notes only with ``show_notes``."""
+    if show_notes:
+        return list(diagnostics)
+    return [d for d in diagnostics if d.shown_by_default]

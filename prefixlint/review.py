@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from prefixlint.codes import lookup
-from prefixlint.diagnostic import Diagnostic, Edit, Severity
+from prefixlint.diagnostic import Diagnostic, Edit, Severity, default_view
 from prefixlint.diffbase import ChangedLines
 from prefixlint.sourcelines import SourceLines
 
@@ -87,7 +87,7 @@ def build_review(
     comments = []
     kept: list[Diagnostic] = []
     off_diff: list[tuple[str, Diagnostic]] = []
-    for d in diagnostics:
+    for d in default_view(diagnostics):  # a divergence note costs a reviewer's minute
         path = changes.repo_path(d.filename, cwd)
         if path is None:
             continue
@@ -149,7 +149,7 @@ def summary(diagnostics: list[Diagnostic], changes: ChangedLines) -> str:
         else "on the lines changed"
     )
     errors = sum(d.severity is Severity.ERROR for d in diagnostics)
-    warnings = len(diagnostics) - errors
+    warnings = sum(d.severity is Severity.WARNING for d in diagnostics)
     counts = Counter(d.code for d in diagnostics)
     rows = "\n".join(
         f"| {code} | {(lookup(code).name if lookup(code) else '')} | {n} |"

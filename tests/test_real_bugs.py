@@ -227,6 +227,66 @@ SILENT_CASES = [
         "router",
     ),
     (
+        # The all-reduce after the MoE, re-added: ``FusedMoEFactory`` reduces its output
+        # (``reduce_results`` defaults to True in vLLM's signature), so this sums it again.
+        "all-reduce-after-fused-moe-factory",
+        "bailing_moe.py",
+        lambda text: _replace_once(
+            "        final_hidden_states = self.experts(\n"
+            "            hidden_states=hidden_states, router_logits=router_logits\n"
+            "        )\n",
+            "        final_hidden_states = self.experts(\n"
+            "            hidden_states=hidden_states, router_logits=router_logits\n"
+            "        )\n"
+            "        final_hidden_states = tensor_model_parallel_all_reduce(final_hidden_states)\n",
+        )(
+            _replace_once(
+                "    get_tensor_model_parallel_world_size,\n)",
+                "    get_tensor_model_parallel_world_size,\n"
+                "    tensor_model_parallel_all_reduce,\n)",
+            )(text)
+        ),
+        "final_hidden_states = tensor_model_parallel_all_reduce(final_hidden_states)",
+        "PFX401",
+        "error",
+        "`FusedMoEFactory`",
+    ),
+    (
+        # ModernBERT's MLP input projection as a plain ``nn.Linear`` (a real report): the
+        # attribute is ``Wi``, which no list of projection names holds.
+        "plain-linear-wi-in-modernbert",
+        "modernbert.py",
+        _replace_once(
+            "        self.Wi = MergedColumnParallelLinear(\n"
+            "            config.hidden_size,\n"
+            "            [int(config.intermediate_size)] * 2,\n"
+            "            bias=config.mlp_bias,\n"
+            "            quant_config=quant_config,\n"
+            '            prefix=f"{prefix}.Wi",\n'
+            "        )\n",
+            "        self.Wi = nn.Linear(config.hidden_size, 2 * config.intermediate_size)\n",
+        ),
+        "self.Wi = nn.Linear(config.hidden_size, 2 * config.intermediate_size)",
+        "PFX402",
+        "warning",
+        "`self.Wi`",
+    ),
+    (
+        # ``f"{prefix}.model"`` in the architecture vLLM builds with ``prefix=""``.
+        "leading-dot-root-prefix",
+        "llama.py",
+        lambda text: (
+            text[: text.index("class LlamaForCausalLM(")]
+            + _replace_once('prefix=maybe_prefix(prefix, "model"),', 'prefix=f"{prefix}.model",')(
+                text[text.index("class LlamaForCausalLM(") :]
+            )
+        ),
+        'prefix=f"{prefix}.model",',
+        "PFX302",
+        "error",
+        "starts with a dot",
+    ),
+    (
         "maybe-prefix-alias",
         "llama.py",
         lambda text: (

@@ -17,6 +17,7 @@ from prefixlint.commands.common import (
     FORMATS,
     NO_DRYRUN,
     REVIEW,
+    SHOW_NOTES_HELP,
     STRICT_HELP,
     changed_lines,
     config_table,
@@ -87,6 +88,7 @@ from prefixlint.commands.lint import CheckOptions, LintRun, lint
     help="With --introspect: seconds per class for config variants that build unexecuted "
     "construction sites (0: the synthesised config only).  [default: 10]",
 )
+@click.option("--show-notes", is_flag=True, help=SHOW_NOTES_HELP)
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
 @NO_DRYRUN
 @click.option(
@@ -155,6 +157,7 @@ def check(paths: tuple[Path, ...], **options: Any) -> None:
             elapsed=elapsed,
             phases=phases,
             changes=changes,
+            show_notes=opts.show_notes,
         )
     if result.internal_errors:
         report_internal_errors(result.internal_errors)

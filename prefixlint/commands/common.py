@@ -12,6 +12,10 @@ EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 FORMATS = ["text", "json", "sarif", "github", "rdjson"]
 REVIEW = "review"  # check's GitHub review payload (with --diff-base)
 STRICT_HELP = "Also exit 1 when something could not be verified (a PFX600 note)."
+SHOW_NOTES_HELP = (
+    "Text, GitHub and rdjson formats: also list notes (divergences with no consumer today, "
+    "deliberate ones); JSON and SARIF always carry them."
+)
 
 NO_DRYRUN = click.option(
     "--no-dryrun",
@@ -85,12 +89,14 @@ def report(
     elapsed: float | None = None,
     phases: str = "",
     changes: Any = None,
+    show_notes: bool = False,
 ) -> None:
     """Write ``diagnostics`` in ``output_format`` to ``output`` (default: stdout).
     ``review`` is the GitHub review payload, which needs ``changes`` (--diff-base)."""
     from prefixlint.reporters import REPORTERS
 
     options = {
+        "show_notes": show_notes,
         "phases": phases,
         "files": files,
         "names": code_names(),
@@ -123,9 +129,10 @@ def exit_for(diagnostics, fail_on: str, strict: bool = False) -> None:
     from prefixlint.diagnostic import Severity
 
     threshold = Severity.ERROR.rank if fail_on == "error" else Severity.WARNING.rank
-    if strict:  # a "not verified" note fails the run too
-        threshold = Severity.NOTE.rank
-    sys.exit(EXIT_FINDINGS if any(d.severity.rank >= threshold for d in diagnostics) else EXIT_OK)
+    failed = any(d.severity.rank >= threshold for d in diagnostics)
+    if strict:  # a "not verified" note fails the run too (a divergence note never does)
+        failed = failed or any(d.is_not_verified for d in diagnostics)
+    sys.exit(EXIT_FINDINGS if failed else EXIT_OK)
 
 
 def report_internal_errors(count: int) -> None:

@@ -28,6 +28,7 @@ class CheckOptions:
     installed_vllm: bool = False
     no_source: bool = False
     output: Path | None = None
+    show_notes: bool = False
     with_introspect: bool = False
     no_dryrun: bool = False
     explore_budget: float | None = None

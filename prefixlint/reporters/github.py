@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from prefixlint.diagnostic import Diagnostic
+from prefixlint.diagnostic import Diagnostic, default_view
 
 
 def escape_data(value: str) -> str:
@@ -35,5 +35,6 @@ def annotation(d: Diagnostic) -> str:
 
 
 def report_github(diagnostics: list[Diagnostic], out: TextIO, options: dict) -> None:
-    for d in diagnostics:
+    # Annotations show on the pull request as review comments do: no divergence notes.
+    for d in default_view(diagnostics, bool(options.get("show_notes"))):
         out.write(annotation(d) + "\n")

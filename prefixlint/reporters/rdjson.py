@@ -11,7 +11,7 @@ import json
 from typing import Any, TextIO
 
 from prefixlint.codes import PROJECT_URL, lookup
-from prefixlint.diagnostic import Diagnostic, Position
+from prefixlint.diagnostic import Diagnostic, Position, default_view
 from prefixlint.sourcelines import SourceLines
 
 
@@ -67,5 +67,7 @@ def to_rdjson(diagnostics: list[Diagnostic]) -> dict[str, Any]:
 
 
 def report_rdjson(diagnostics: list[Diagnostic], out: TextIO, options: dict) -> None:
-    json.dump(to_rdjson(diagnostics), out, indent=2)
+    # reviewdog turns these into review comments: no divergence notes unless asked for.
+    shown = default_view(diagnostics, bool(options.get("show_notes")))
+    json.dump(to_rdjson(shown), out, indent=2)
     out.write("\n")

@@ -9,7 +9,7 @@ import os
 from collections import Counter
 from typing import TextIO
 
-from prefixlint.diagnostic import Diagnostic, Severity
+from prefixlint.diagnostic import Diagnostic, Severity, default_view
 from prefixlint.sourcelines import SourceLines
 
 _FRAME_WIDTH = 120
@@ -52,7 +52,8 @@ def report_text(diagnostics: list[Diagnostic], out: TextIO, options: dict) -> No
     style = _Style(_use_colour(out))
     show_source = options.get("show_source", True)
     sources = SourceLines()  # numbered as Python numbers lines (a form feed is no break)
-    for d in diagnostics:
+    shown = default_view(diagnostics, bool(options.get("show_notes")))
+    for d in shown:
         colour = {Severity.ERROR: "31", Severity.WARNING: "33"}.get(d.severity, "36")
         head = (
             f"{style(d.filename, '1')}:{d.location.row}:{d.location.column}: "
@@ -75,17 +76,22 @@ def report_text(diagnostics: list[Diagnostic], out: TextIO, options: dict) -> No
                 width = max(1, len(line.rstrip()) - start)
             out.write(f"{gutter} |\n{d.location.row} | {line.rstrip()}\n")
             out.write(f"{gutter} | {' ' * start}{style('^' * width, colour)}\n\n")
-    _summary(diagnostics, out, options)
+    _summary(shown, out, options, hidden=len(diagnostics) - len(shown))
 
 
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def _summary(diagnostics: list[Diagnostic], out: TextIO, options: dict) -> None:
-    notes = [d for d in diagnostics if d.severity is Severity.NOTE]
-    if notes:
-        out.write(f"Not verified: {len(notes)} (see the notes above).\n")
+def _summary(diagnostics: list[Diagnostic], out: TextIO, options: dict, hidden: int = 0) -> None:
+    unverified = [d for d in diagnostics if d.is_not_verified]
+    if unverified:
+        out.write(f"Not verified: {len(unverified)} (see the notes above).\n")
+    if hidden:
+        out.write(
+            f"{_plural(hidden, 'note')} not shown (divergences with no consumer today, or "
+            "deliberate ones): `--show-notes` lists them.\n"
+        )
     diagnostics = [d for d in diagnostics if d.severity is not Severity.NOTE]
     counts = Counter(d.code for d in diagnostics)
     checked = options.get("files")
@@ -103,7 +109,7 @@ def _summary(diagnostics: list[Diagnostic], out: TextIO, options: dict) -> None:
             f"{_plural(warnings, 'warning')}) in {_plural(with_findings, 'file')} "
             f"({checked_text} checked).\n"
         )
-    elif notes:
+    elif unverified:
         out.write("No findings in what was verified.\n")
     elif checked == 0:  # nothing checked is not a pass
         out.write("Nothing checked: no Python files found under the given paths.\n")

@@ -17,7 +17,7 @@ from prefixlint.static.model_classes import (
     named_params,
     param_kinds,
 )
-from prefixlint.static.rule import FileContext, Invalid, LintRule, Where, example
+from prefixlint.static.rule import CONTRACT, FileContext, Invalid, LintRule, Where, example
 
 # -- PFX101 --------------------------------------------------------------------------------
 
@@ -65,6 +65,7 @@ class InitSignature(LintRule):
     """
 
     code = "PFX101"
+    applies_to = CONTRACT
 
     VALID = [
         example(

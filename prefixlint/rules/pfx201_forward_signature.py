@@ -15,7 +15,7 @@ from prefixlint.static.model_classes import (
     named_params,
     param_kinds,
 )
-from prefixlint.static.rule import Invalid, LintRule, Where, example
+from prefixlint.static.rule import INTERFACE, Invalid, LintRule, Where, example
 
 
 def _is_none(node: cst.BaseExpression | None) -> bool:
@@ -77,6 +77,7 @@ class ForwardSignature(LintRule):
     """
 
     code = "PFX201"
+    applies_to = INTERFACE
 
     VALID = [
         example(

@@ -6,7 +6,7 @@ import libcst as cst
 
 from prefixlint.static.model_classes import is_method_of, is_model_architecture, param_kinds
 from prefixlint.static.prefix_sites import Site
-from prefixlint.static.rule import FileContext, Invalid, LintRule, Where, example
+from prefixlint.static.rule import CONTRACT, FileContext, Invalid, LintRule, Where, example
 
 # -- PFX202 --------------------------------------------------------------------------------
 
@@ -73,6 +73,7 @@ class HFForwardLeftover(LintRule):
     """
 
     code = "PFX202"
+    applies_to = CONTRACT
     triggers = ("past_key_value", "layer_past", "use_cache")
 
     VALID = [

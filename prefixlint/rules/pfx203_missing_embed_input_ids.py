@@ -5,7 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from prefixlint.static.model_classes import is_draft_model, is_model_architecture
-from prefixlint.static.rule import Invalid, LintRule, example
+from prefixlint.static.rule import INTERFACE, Invalid, LintRule, example
+from prefixlint.static.vllm_facts import embed_method
 
 # -- PFX203 --------------------------------------------------------------------------------
 
@@ -13,7 +14,8 @@ from prefixlint.static.rule import Invalid, LintRule, example
 class MissingEmbedInputIds(LintRule):
     """
     ## What it does
-    Checks that an architecture class has an `embed_input_ids` method, its own or one of
+    Checks that an architecture class has an `embed_input_ids` method (the name vLLM's
+    `VllmModel` protocol gives it, read from the vLLM being checked against), its own or one of
     a base class. It reports only when every base class can be read; a base outside the
     checked files and vLLM could define it. Draft models of speculative decoding (MTP,
     Medusa, ...) are not checked: their proposer embeds the tokens itself unless the draft
@@ -43,6 +45,7 @@ class MissingEmbedInputIds(LintRule):
     """
 
     code = "PFX203"
+    applies_to = INTERFACE
 
     VALID = [
         example(
@@ -124,18 +127,19 @@ class MyForCausalLM(nn.Module):
         if is_draft_model(self.ctx, node) or always_raises(node):
             return  # a draft's proposer embeds; a platform stub is never built
         symbol = self.ctx.symbol(node)
-        if symbol is None or self.ctx.resolver.class_has(symbol, "embed_input_ids") is not False:
+        method = embed_method(self.ctx.resolver)  # as the vLLM being read names it
+        if symbol is None or self.ctx.resolver.class_has(symbol, method) is not False:
             return
         cls = node.name.value
         inner = ""
         summary = self.ctx.class_summary(node)
         if summary is not None and "model" in summary.attributes:
-            inner = ": e.g. `return self.model.embed_input_ids(input_ids)`"
+            inner = f": e.g. `return self.model.{method}(input_ids)`"
         self.report(
             node.name,
-            f"architecture `{cls}` has no `embed_input_ids` (own or inherited); the engine "
-            f"calls it to embed text separately from `forward`. Add "
-            f"`def embed_input_ids(self, input_ids)`{inner}",
+            f"architecture `{cls}` has no `{method}` (own or inherited); the engine "
+            f"calls it to embed text separately from `forward` (vLLM's `VllmModel` protocol). "
+            f"Add `def {method}(self, input_ids)`{inner}",
         )
 
 

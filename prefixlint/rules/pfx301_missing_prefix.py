@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prefixlint.diagnostic import Severity
 from prefixlint.static.prefix_fixes import missing_prefix_fix
-from prefixlint.static.prefix_sites import is_layer_site
+from prefixlint.static.prefix_sites import is_layer_site, quant_reaches
 from prefixlint.static.rule import PREFIX_CALLS, Invalid, LintRule, example
 
 
@@ -20,8 +20,11 @@ class MissingPrefix(LintRule):
     look layers up by that name: a layer listed in a checkpoint's `ignored_layers` gets
     quantized anyway, a per-layer scheme is missed, LoRA cannot find the layer. The bug
     ships silently and breaks the first quantized checkpoint. It is an error when
-    `quant_config` is passed to the same call (the name is then certainly consulted), and a
-    warning otherwise.
+    `quant_config` is passed to the same call (the name is then certainly consulted) or the
+    layer owns an engine cache (an attention layer registers its KV cache by name), a
+    warning when a quantization config may reach it (through `vllm_config`), and a note
+    otherwise: nothing looks the name up yet (it becomes an error the moment a
+    `quant_config` is passed).
 
     ## Example
     ```python
@@ -124,8 +127,25 @@ class MLP(nn.Module):
         for site in self.ctx.prefixes.sites:
             if site.prefix_arg is not None or site.has_splat or not is_layer_site(site):
                 continue
-            severity = Severity.ERROR if site.passes_quant_config else Severity.WARNING
-            why = " while `quant_config` is passed" if site.passes_quant_config else ""
+            if site.passes_quant_config:
+                severity = Severity.ERROR
+                why = (
+                    " while `quant_config` is passed: the quantization method is resolved "
+                    'under the name `""`, so a checkpoint\'s ignore list or per-layer scheme '
+                    "misses it"
+                )
+            elif self.ctx.owns_cache(site.callee):
+                severity = Severity.ERROR
+                why = (
+                    ": its engine cache is registered under that name, so two such layers "
+                    'collide on `""` ("Duplicate layer name")'
+                )
+            elif quant_reaches(site):
+                severity = Severity.WARNING
+                why = " (a quantization config may reach it through `vllm_config` or `**kwargs`)"
+            else:
+                severity = Severity.NOTE
+                why = " (a note: no `quant_config` reaches it, so nothing looks the name up yet)"
             self.report(
                 site.call,
                 f"`{site.callee}` is constructed without `prefix`{why}; "

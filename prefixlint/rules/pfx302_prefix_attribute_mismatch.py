@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import ast
-import re
-from collections.abc import Iterator
-from dataclasses import dataclass
+import libcst as cst
 
 from prefixlint.diagnostic import Severity
-from prefixlint.static.model_classes import in_draft_file
+from prefixlint.static.model_classes import in_draft_file, is_model_architecture
 from prefixlint.static.prefix_fixes import NoFix, PlannedFix, mismatch_fix
 from prefixlint.static.prefix_sites import (
     Site,
@@ -19,7 +16,10 @@ from prefixlint.static.prefix_sites import (
     quant_reaches,
     render,
 )
+from prefixlint.static.renames import Renames, differing
+from prefixlint.static.root_prefix import leading_dot_fix, leading_dot_name
 from prefixlint.static.rule import PREFIX_CALLS, Invalid, LintRule, example
+from prefixlint.static.scope import Role
 
 # Conventions of vLLM's own layers, where the prefix names another attribute on purpose:
 # (attribute, prefix name). ``layers/mla.py`` stores ``MLAAttention`` at ``mla_attn`` with
@@ -37,10 +37,16 @@ class PrefixAttributeMismatch(LintRule):
     `self.layers = nn.ModuleList([... prefix=f"{prefix}.layers.{i}" ...])`, and, inside
     `make_layers`' layer function, exactly the prefix that function receives.
 
+    Also checks the class vLLM builds as the whole model (`prefix=""`): there
+    `prefix=f"{prefix}.model"` names the module `.model`, with a leading dot; the fix is
+    `maybe_prefix(prefix, "model")`, right at the root and nested alike.
+
     ## Why is this bad?
     `named_modules()` reports the attribute path; the quantization config, the KV cache
     and the weight loader see the prefix. When they differ, a layer silently gets another
-    layer's treatment (FP8 although the checkpoint lists it as unquantized), or none.
+    layer's treatment (FP8 although the checkpoint lists it as unquantized), or none. A
+    leading dot makes every name under the module differ from the checkpoint's
+    (`.model.layers.0.mlp` against `model.layers.0.mlp`).
 
     ## Example
     ```python
@@ -166,7 +172,7 @@ class MLP(nn.Module):
 """
             ),
             line=6,
-            contains="only `load_weights` bridges",
+            contains="only weight-loading code bridges",
         ),
         Invalid(
             example(
@@ -223,6 +229,30 @@ class Attn(nn.Module):
         super().__init__()
 """,
         ),
+        Invalid(
+            example(
+                """
+class MyForCausalLM(nn.Module):
+    def __init__(self, *, vllm_config, prefix: str = ""):
+        super().__init__()
+        self.model = LlamaModel(vllm_config=vllm_config, prefix=f"{prefix}.model")
+
+    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
+        return self.model(input_ids, positions, intermediate_tensors, inputs_embeds)
+"""
+            ),
+            line=5,
+            contains="starts with a dot",
+            fixed="""
+class MyForCausalLM(nn.Module):
+    def __init__(self, *, vllm_config, prefix: str = ""):
+        super().__init__()
+        self.model = LlamaModel(vllm_config=vllm_config, prefix=maybe_prefix(prefix, "model"))
+
+    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
+        return self.model(input_ids, positions, intermediate_tensors, inputs_embeds)
+""",
+        ),
     ]
 
     def leave_Module(self) -> None:
@@ -232,6 +262,44 @@ class Attn(nn.Module):
         self._children = _children(sites)
         for site in sites:
             self._check(site)
+            self._leading_dot(site)
+
+    def _leading_dot(self, site: Site) -> None:
+        """``f"{prefix}.model"`` in the class vLLM builds as the root (``prefix=""``)."""
+        name = leading_dot_name(site)
+        owner = site.scope.class_node
+        if name is None or owner is None or not builds_module(site):
+            return
+        method = site.scope.node
+        if not isinstance(method, cst.FunctionDef) or method.name.value != "__init__":
+            return
+        if not is_model_architecture(self.ctx, owner) or self.ctx.role(owner.name.value) in (
+            Role.STAGE,
+            Role.BUILT,
+        ):
+            return  # a stage or a sub-model gets its parent's name, never ""
+        cls = owner.name.value
+        consumer = self.ctx.name_has_consumer(site)
+        message = (
+            f"prefix `{render(site.value or ())}` starts with a dot where `{cls}` is the root: "
+            f'vLLM builds it with `prefix=""`, so the module is named `.{name}` and every '
+            f"layer under it `.{name}...`"
+        )
+        if consumer:
+            message += (
+                f"; a quantized checkpoint's ignore list and per-layer schemes name them "
+                f"`{name}...`, which does not match, so those layers are quantized or fail to "
+                "load"
+            )
+        else:
+            message += " (a note: nothing looks the name up yet, no `quant_config` reaches it)"
+        self.report(
+            site.prefix_arg or site.call,
+            message + f'; use `maybe_prefix(prefix, "{name}")`',
+            severity=None if consumer else Severity.NOTE,
+            site=site,
+            fix=lambda: leading_dot_fix(site, self.ctx.uses_maybe_prefix),
+        )
 
     def _check(self, site: Site) -> None:
         exp, value = site.expected, site.value
@@ -271,7 +339,7 @@ class Attn(nn.Module):
     def _deliberate(self, site: Site, value: Value) -> bool:
         """A divergence vLLM makes on purpose, or one the composed name undoes."""
         assert site.expected is not None
-        got_name, attr = _differing(_shape(value).removeprefix("{prefix}."), site.expected.path)
+        got_name, attr = differing(_shape(value).removeprefix("{prefix}."), site.expected.path)
         if (attr, got_name) in CONVENTIONS:
             return True
         if got_name.split(".")[0] in DRAFT_NAMESPACES and in_draft_file(self.ctx):
@@ -293,10 +361,15 @@ class Attn(nn.Module):
         target = "self." + site.expected.path
         relative = _shape(site.value).removeprefix("{prefix}.")
         path = want.removeprefix("{prefix}.")
-        got_name, attr = _differing(relative, path)
+        got_name, attr = differing(relative, path)
         renames = self._renames = self._renames or Renames.of(self.ctx.source_text)
         mapped = renames.mapper_maps(relative, path)
         loader = None if mapped else renames.loader_maps(got_name, attr)
+        elsewhere = ""
+        if mapped is None and loader is None and self.ctx.scope is not None:
+            # The package's weight loader may live in another file (a shared backbone).
+            loader = Renames((), self.ctx.scope.renames).loader_maps(got_name, attr)
+            elsewhere = " elsewhere in the package" if loader else ""
         head = (
             f"prefix `{got}` does not match the attribute path: the module is stored at "
             f"`{target}`, so its prefix must be `{want}`"
@@ -311,7 +384,7 @@ class Attn(nn.Module):
             severity = Severity.ERROR if quant_reaches(site) else Severity.WARNING
         elif loader is not None:
             why = (
-                f"; only `load_weights` bridges the two names (`{loader[0]}` / "
+                f"; only weight-loading code{elsewhere} bridges the two names (`{loader[0]}` / "
                 f"`{loader[1]}`): quantization matches the checkpoint's name, but LoRA and "
                 "the KV cache see two names"
             )
@@ -323,9 +396,18 @@ class Attn(nn.Module):
         elif quant_reaches(site):
             why = "; nothing in the file renames one to the other, and `quant_config` reaches it"
             severity = Severity.ERROR
-        else:
-            why = "; no `quant_config` reaches this module, so no consumer sees the divergence yet"
+        elif self.ctx.owns_cache(site.callee):
+            why = (
+                "; its engine cache is registered under the prefix, which the module's path "
+                "does not match (KV-cache scales and specs are found by the path)"
+            )
             severity = Severity.WARNING
+        else:
+            why = (
+                "; a note: no `quant_config` reaches this module, so no consumer sees the "
+                "divergence yet"
+            )
+            severity = Severity.NOTE
         self.report(site.prefix_arg or site.call, head + why, severity=severity, site=site, fix=fix)
 
 
@@ -342,17 +424,6 @@ def _shape(value: Value) -> str:
     for kind, text in value:
         out.append("{" + text + "}" if kind == "root" else text if kind == "lit" else "{*}")
     return "".join(out)
-
-
-def _differing(got: str, path: str) -> tuple[str, str]:
-    """The parts of a relative prefix and of the attribute path that differ (common leading
-    and trailing segments dropped, indices too): ``("conv", "short_conv")``."""
-    g, w = got.split("."), path.split(".")
-    while g and w and g[-1] == w[-1]:
-        g, w = g[:-1], w[:-1]
-    while g and w and g[0] == w[0]:
-        g, w = g[1:], w[1:]
-    return ".".join(x for x in g if x != "{*}"), ".".join(x for x in w if x != "{*}")
 
 
 def _constructions(classes: dict, sites: list[Site]) -> dict[str, list[Site]]:
@@ -393,106 +464,3 @@ def _composed_match(parent: Site, child: Site) -> bool:
     want = parent.expected.render().replace("{prefix}", "", 1)
     want = "{prefix}" + want + child.expected.render().removeprefix("{prefix}")
     return got == want
-
-
-# -- what renames one name to another ---------------------------------------------------------
-_LOADER_FUNCTION = re.compile(r"load|weight|rename|remap|map", re.I)
-
-
-@dataclass(frozen=True)
-class Renames:
-    """String pairs that rename a checkpoint name: a ``WeightsMapper``'s entries (applied to
-    quantization configs too) and the renames of weight-loading code."""
-
-    mapper: tuple[tuple[str, str], ...]
-    loader: tuple[tuple[str, str], ...]
-
-    @classmethod
-    def of(cls, text: str) -> Renames:
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError):
-            return cls((), ())
-        mapper: list[tuple[str, str]] = []
-        loader: list[tuple[str, str]] = []
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and _call_name(node) == "WeightsMapper":
-                for kw in node.keywords:
-                    mapper.extend(_dict_pairs(kw.value))
-            elif isinstance(
-                node, (ast.FunctionDef, ast.AsyncFunctionDef)
-            ) and _LOADER_FUNCTION.search(node.name):
-                loader.extend(_loader_pairs(node))
-        return cls(tuple(mapper), tuple(loader))
-
-    def mapper_maps(self, got: str, path: str) -> tuple[str, str] | None:
-        """A ``WeightsMapper`` entry that turns the prefix's name into the attribute's:
-        applied to the whole relative name (``language_model.model`` -> ``language_model``),
-        else one that names the two differing parts (``.conv.`` -> ``.short_conv.``)."""
-        old, new = _differing(got, path)
-        dotted_got, dotted_path = f".{got}.", f".{path}."
-        for a, b in self.mapper:
-            if a and a in dotted_got and dotted_got.replace(a, b, 1) == dotted_path:
-                return a, b
-        if not old or not new:
-            return None
-        for a, b in self.mapper:
-            if _has_word(a, old) and _has_word(b, new) and not _has_word(b, old):
-                return a, b
-        return None
-
-    def loader_maps(self, one: str, other: str) -> tuple[str, str] | None:
-        """A rename in weight-loading code between the two names, either way."""
-        if not one or not other:
-            return None
-        for a, b in self.loader:
-            if (_has_word(a, one) and _has_word(b, other)) or (
-                _has_word(a, other) and _has_word(b, one)
-            ):
-                return a, b
-        return None
-
-
-def _call_name(node: ast.Call) -> str | None:
-    func = node.func
-    return func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
-
-
-def _const(node: ast.AST | None) -> str | None:
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    if isinstance(node, ast.JoinedStr):  # f"layers.{i}.mixer." -> "layers.*.mixer."
-        return "".join(_const(v) or "*" for v in node.values)
-    return None
-
-
-def _dict_pairs(node: ast.AST) -> Iterator[tuple[str, str]]:
-    if isinstance(node, ast.Dict):
-        items = zip(node.keys, node.values, strict=True)
-    elif isinstance(node, ast.DictComp):
-        items = iter([(node.key, node.value)])
-    else:
-        return
-    for k, v in items:
-        key = _const(k)
-        value = _const(v.elts[0] if isinstance(v, ast.Tuple) and v.elts else v)
-        if key is not None and value is not None:
-            yield key, value
-
-
-def _loader_pairs(fn: ast.AST) -> Iterator[tuple[str, str]]:
-    for node in ast.walk(fn):
-        if isinstance(node, ast.Call) and _call_name(node) == "replace" and len(node.args) >= 2:
-            a, b = _const(node.args[0]), _const(node.args[1])
-            if a is not None and b is not None:
-                yield a, b
-        elif isinstance(node, ast.Tuple):
-            texts = [t for t in (_const(e) for e in node.elts) if t is not None]
-            yield from ((texts[i], texts[j]) for i in range(len(texts)) for j in range(i))
-        elif isinstance(node, (ast.Dict, ast.DictComp)):
-            yield from _dict_pairs(node)
-
-
-def _has_word(text: str, name: str) -> bool:
-    """``name`` stands in ``text`` as whole dotted segments (``conv`` in ``.conv.``)."""
-    return bool(name) and re.search(rf"(^|[^\w]){re.escape(name)}($|[^\w])", text) is not None

@@ -8,14 +8,13 @@ from prefixlint.static.prefix_sites import (
     has_root,
     is_known,
     is_layer_site,
-    name_has_consumer,
     render,
 )
 from prefixlint.static.rule import PREFIX_CALLS, Invalid, LintRule, example
 
 _NO_CONSUMER = (
-    " (a warning: no `quant_config` is passed to it and it is not one of vLLM's KV-cache "
-    "attention layers, so nothing looks the name up yet)"
+    " (a note: no `quant_config` reaches it and it owns no engine cache, so nothing looks "
+    "the name up yet)"
 )
 
 # Root names a draft model shares with its target on purpose.
@@ -34,7 +33,9 @@ class PrefixNotDerived(LintRule):
     name loses its parents: two layers collide on `attn` ("Duplicate layer name"), and the
     quantization config compares the wrong name. It is an error when someone looks the
     name up (a `quant_config` reaches the module, or it is an attention layer, whose KV
-    cache is registered by name), a warning otherwise.
+    cache is registered by name), a note otherwise; a note too in a class that takes no
+    prefix and that only another loader builds (its names are relative to it, as that
+    loader expects).
 
     A draft model (MTP, EAGLE) that names its head `lm_head` literally is not reported: it
     shares the target's name on purpose, so that the quantization config's exclusions
@@ -130,12 +131,22 @@ class Model(nn.Module):
                 hint = f"; build it from `{root}` (e.g. `maybe_prefix({root}, ...)`)"
             else:
                 hint = "; take a `prefix` parameter and build it from that"
-            consumer = name_has_consumer(site)
-            self.report(
-                site.prefix_arg or site.call,
+            consumer = self.ctx.name_has_consumer(site)
+            message = (
                 f"prefix `{shown}` is a literal, not derived from the enclosing prefix: "
                 f"it breaks as soon as this module is nested{hint}"
-                + ("" if consumer else _NO_CONSUMER),
-                severity=None if consumer else Severity.WARNING,
-                site=site,
             )
+            severity = None if consumer else Severity.NOTE
+            owner = site.scope.class_node
+            foreign = self.ctx.outside_contract(owner.name.value) if owner else None
+            if foreign is not None and not site.scope.roots:
+                # Names relative to a class that takes no prefix are right when it is the
+                # root of the loader that builds it, and that loader is not vLLM's.
+                message += (
+                    f"; `{owner.name.value}` takes no prefix, so its names are relative to "
+                    f"it, as the loader that builds it as a root expects ({foreign})"
+                )
+                severity = Severity.NOTE
+            elif not consumer:
+                message += _NO_CONSUMER
+            self.report(site.prefix_arg or site.call, message, severity=severity, site=site)

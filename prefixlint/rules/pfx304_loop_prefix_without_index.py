@@ -10,7 +10,6 @@ from prefixlint.static.prefix_sites import (
     has_variable,
     is_known,
     is_layer_site,
-    name_has_consumer,
     render,
 )
 from prefixlint.static.rule import PREFIX_CALLS, Invalid, LintRule, example
@@ -112,7 +111,7 @@ class Model(nn.Module):
             if _passes_any(site, loop_vars):
                 continue  # ``Layer(layer_idx=i, prefix=prefix)`` builds its name from the index
             var = f"`{loop_vars[0]}`" if loop_vars else "the loop index"
-            consumer = name_has_consumer(site)
+            consumer = self.ctx.name_has_consumer(site)
             self.report(
                 site.prefix_arg or site.call,
                 f"`{site.callee}` is built in a loop with the same prefix `{render(value)}` "
@@ -120,9 +119,9 @@ class Model(nn.Module):
                 + (
                     ""
                     if consumer
-                    else " (a warning: no `quant_config` is passed to it and it is not one of "
-                    "vLLM's KV-cache attention layers, so nothing looks the name up yet)"
+                    else " (a note: no `quant_config` reaches it and it owns no engine cache, "
+                    "so nothing looks the name up yet)"
                 ),
-                severity=None if consumer else Severity.WARNING,
+                severity=None if consumer else Severity.NOTE,
                 site=site,
             )

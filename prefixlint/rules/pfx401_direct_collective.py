@@ -12,6 +12,7 @@ from prefixlint.static.decoder_classes import qualified_callee
 from prefixlint.static.model_classes import ARCHITECTURE_NAME
 from prefixlint.static.prefix_sites import dotted_name, target_names
 from prefixlint.static.rule import FileContext, Invalid, LintRule, Where, example
+from prefixlint.static.vllm_facts import Reduction, reduction
 from prefixlint.static.walk import walk
 
 
@@ -49,11 +50,6 @@ _TORCH_COLLECTIVES: dict[str, int] = {
     "irecv": 2,
     "barrier": 0,
 }
-# Layers that all-reduce their own output unless built with ``reduce_results=False``
-# (``VocabParallelEmbedding`` always does).
-REDUCING_LAYERS: frozenset[str] = frozenset(
-    {"RowParallelLinear", "FusedMoE", "SharedFusedMoE", "VocabParallelEmbedding"}
-)
 # What a TP guard compares: the TP world size, however the variable holding it is named.
 _TP_SIZE_CALLS = re.compile(
     r"^(get_tensor_model_parallel_world_size|get_tp_world_size|get_tensor_model_parallel_rank)$"
@@ -126,10 +122,14 @@ class DirectCollective(LintRule):
     collectives, vLLM's `tensor_model_parallel_all_reduce` / `_all_gather` /
     `_reduce_scatter`, and `get_tp_group().all_reduce(...)`-style calls on a process group.
 
-    A reduction of a value that flows from a call of a layer that already reduces
-    (`RowParallelLinear`, `FusedMoE`, `SharedFusedMoE` built without `reduce_results=False`,
-    following the parameter's default when the flag is a parameter; `VocabParallelEmbedding`)
-    is an error, under a TP guard or not: the guard only hides it at TP = 1.
+    A reduction of a value that flows from a call of a layer that already reduces is an
+    error, under a TP guard or not: the guard only hides it at TP = 1. Which layers reduce
+    is read from vLLM's code: a vLLM layer, or a class built on one, whose constructor
+    takes `reduce_results` (`RowParallelLinear`, `FusedMoE`, `SharedFusedMoE`), and a vLLM
+    factory that takes it (`FusedMoEFactory`), unless built with `reduce_results=False`
+    (the signature's default when it is not passed, the parameter's default when the flag
+    is a parameter); a vLLM layer whose `forward` always all-reduces
+    (`VocabParallelEmbedding`).
 
     Other collectives are reported, as warnings, only in model files (under a `models`
     package, or building on vLLM's model layers; never compiler passes, loaders, workers or
@@ -202,6 +202,22 @@ class MoE(nn.Module):
         ),
         example(
             """
+from vllm.model_executor.layers.fused_moe import FusedMoEFactory
+
+class MoE(nn.Module):
+    def __init__(self, prefix: str = ""):
+        super().__init__()
+        self.experts = FusedMoEFactory(
+            8, 2, 16, 32, reduce_results=False, prefix=f"{prefix}.experts"
+        )
+
+    def forward(self, x, router_logits):
+        out = self.experts(hidden_states=x, router_logits=router_logits)
+        return tensor_model_parallel_all_reduce(out)
+"""
+        ),
+        example(
+            """
 class Block(nn.Module):
     def forward(self, x):
         if self.is_sequence_parallel:
@@ -247,6 +263,24 @@ class Attn(nn.Module):
             ),
             line=11,
             contains="`self.o_proj`",
+        ),
+        Invalid(
+            example(
+                """
+from vllm.model_executor.layers.fused_moe import FusedMoEFactory
+
+class MoE(nn.Module):
+    def __init__(self, prefix: str = ""):
+        super().__init__()
+        self.experts = FusedMoEFactory(8, 2, 16, 32, prefix=f"{prefix}.experts")
+
+    def forward(self, x, router_logits):
+        out = self.experts(hidden_states=x, router_logits=router_logits)
+        return tensor_model_parallel_all_reduce(out)
+"""
+            ),
+            line=11,
+            contains="`FusedMoEFactory`",
         ),
         Invalid(
             example(
@@ -361,7 +395,7 @@ class MLP(nn.Module):
         return False
 
     def leave_Module(self) -> None:
-        reducing = _reducing_layers(self.ctx.prefixes.sites)
+        reducing = _reducing_layers(self.ctx, self.ctx.prefixes.sites)
         flows: dict[int, dict[str, set[str]]] = {}
         model_file = _is_model_file(self.ctx)
         for c in self._found:
@@ -372,7 +406,10 @@ class MLP(nn.Module):
                     (s for s in _sources(_reduced_arg(c.node), flow) if s in layers), None
                 )
                 if source is not None:
-                    self._double_reduction(c, source, layers[source])
+                    if layers[source].startswith(_UNKNOWN):
+                        self._undecided(c, source, layers[source].removeprefix(_UNKNOWN))
+                    else:
+                        self._double_reduction(c, source, layers[source])
                     continue
             if not model_file or c.guarded:
                 continue
@@ -393,14 +430,33 @@ class MLP(nn.Module):
             site=c.where,
         )
 
+    def _undecided(self, c: _Collective, attr: str, missing: str) -> None:
+        source = self.ctx.resolver.loader.vllm
+        read = source.origin if source is not None else "the vLLM prefixlint reads"
+        self.report(
+            c.node,
+            f"not verified: `{c.shown}` reduces the output of `self.{attr}`, built by "
+            f"`{missing}`, which {read} does not define, so whether it already all-reduces "
+            "(a double reduction) cannot be read from vLLM's code",
+            site=c.where,
+            not_verified=True,
+        )
+
     def _direct(self, c: _Collective) -> None:
+        # Code another loader runs (outside vLLM's model contract) keeps its own
+        # communication: a note. A double reduction stays a finding there (the layer
+        # reduces whoever builds it).
+        foreign = self.ctx.outside_contract(c.class_node.name.value) if c.class_node else None
+        severity = Severity.NOTE if foreign else None
+        suffix = f" ({foreign})" if foreign else ""
         if c.raw_torch:
             self.report(
                 c.node,
                 f"`{c.shown}` is given no process group, so it runs over the default (world) "
                 "group, which spans pipeline and data-parallel ranks too; the parallel "
                 "layers own communication (pass vLLM's group explicitly if this is really "
-                "needed)",
+                f"needed){suffix}",
+                severity=severity,
                 site=c.where,
             )
             return
@@ -415,7 +471,9 @@ class MLP(nn.Module):
         self.report(
             c.node,
             f"`{c.shown}` in model code: {why}; leave it to the layer, or build the "
-            "layer with `reduce_results=False` when the reduction is deferred on purpose",
+            f"layer with `reduce_results=False` when the reduction is deferred on purpose"
+            f"{suffix}",
+            severity=severity,
             site=c.where,
         )
 
@@ -490,27 +548,42 @@ def _tests_parallel_state(test: cst.BaseExpression, tp_names: set[str]) -> bool:
     return any(_PARALLEL_STATE.search(n) for n in _names_in(test))
 
 
-def _reducing_layers(sites: list) -> dict[str, dict[str, str]]:
-    """Top-level class -> attribute -> layer, for the layers that reduce their output."""
+def _reducing_layers(ctx: FileContext, sites: list) -> dict[str, dict[str, str]]:
+    """Top-level class -> attribute -> layer, for the layers that reduce their output, as
+    vLLM's code says (``vllm_facts.reduction``): ``RowParallelLinear`` and ``FusedMoE``
+    and what builds on them, factories such as ``FusedMoEFactory``, unless built with
+    ``reduce_results=False``; ``VocabParallelEmbedding``, whose forward always reduces."""
     out: dict[str, dict[str, str]] = {}
     for site in sites:
-        short = site.callee.rsplit(".", 1)[-1]
         exp = site.expected
-        if short not in REDUCING_LAYERS or exp is None or exp.whole or exp.indexed:
+        if exp is None or exp.whole or exp.indexed or site.scope.class_node is None:
             continue
-        if site.scope.class_node is None or not _reduces(site):
+        symbol = ctx.resolver.resolve(ctx.summary, site.callee)
+        if symbol is None:
+            symbol = ctx.resolver.vllm_layer(ctx.summary, site.callee)
+        layers = out.setdefault(site.scope.class_node.name.value, {})
+        if symbol is None:
+            missing = ctx.resolver.unresolved_vllm(ctx.summary, site.callee)
+            if missing is not None:  # a vLLM name of another release: cannot tell
+                layers[exp.path] = _UNKNOWN + missing
             continue
-        out.setdefault(site.scope.class_node.name.value, {})[exp.path] = short
+        how = reduction(ctx.resolver, symbol)
+        if how is not None and _reduces(site, how):
+            layers[exp.path] = site.callee.rsplit(".", 1)[-1]
     return out
 
 
-def _reduces(site) -> bool:
-    """``reduce_results`` left out or true; a parameter's default when it is one."""
-    arg = next(
-        (a for a in site.call.args if a.keyword and a.keyword.value == "reduce_results"), None
-    )
-    if arg is None:
+_UNKNOWN = "?"  # marks a layer whose reduction cannot be read from vLLM's code
+
+
+def _reduces(site, how: Reduction) -> bool:
+    """The flag left out (the signature's default) or true; a parameter's default when
+    it is one; always when the layer has no flag."""
+    if how.flag is None:
         return True
+    arg = next((a for a in site.call.args if a.keyword and a.keyword.value == how.flag), None)
+    if arg is None:
+        return how.default
     value = arg.value
     if isinstance(value, cst.Name) and value.value in ("True", "False"):
         return value.value == "True"

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
-
 import libcst as cst
 
+from prefixlint.diagnostic import Severity
 from prefixlint.static.decoder_classes import DecoderClasses, qualified_callee, top_class_name
+from prefixlint.static.model_classes import in_draft_file
 from prefixlint.static.prefix_sites import dotted_name
-from prefixlint.static.rule import FileContext, Invalid, LintRule, Where, example
+from prefixlint.static.rule import CONTRACT, FileContext, Invalid, LintRule, Where, example
 
 # -- PFX402 ---------------------------------------------------------------------------------
 
@@ -18,26 +18,28 @@ _PLAIN_LAYERS = {
     "torch.nn.Embedding": "nn.Embedding",
     "torch.nn.modules.sparse.Embedding": "nn.Embedding",
 }
-# Attribute names at which a decoder holds a layer that vLLM shards: the attention and MLP
-# projections, the token embedding, the LM head. (Routers, position embeddings and small
-# fusion layers such as EAGLE's ``fc`` or MTP's ``eh_proj`` are replicated in vLLM too, and
-# are not listed.)
-_SHARDED_ATTRIBUTE = re.compile(
-    r"^((q|k|v|qk|kv|qkv|o|out|gate|up|down|gate_up|in|q_a|q_b|kv_a|kv_b|dense)_proj"
-    r"|kv_a_proj_with_mqa|qkv|wq|wk|wv|wo|wqkv|w1|w2|w3|c_attn|c_proj|c_fc|fc1|fc2|fc_in"
-    r"|fc_out|query_key_value|query|key|value|dense_h_to_4h|dense_4h_to_h|lm_head"
-    r"|embed_tokens|wte|word_embeddings|tok_embeddings|embed_in|embed_out)$"
-)
-# A router/gate of a mixture of experts: replicated in vLLM, but a prefix-taking
-# ``ReplicatedLinear``/``GateLinear``, so that quantization configs can match or exclude it.
-_ROUTER_ATTRIBUTE = re.compile(r"^(gate|router|wg|w_gate|gating|router_gate)$")
-_MOE_LAYER = re.compile(r"^(FusedMoE\w*|SharedFusedMoE)$")
-_MOE_CLASS = re.compile(r"(MoE|Moe|MoeBlock|MixtureOfExperts|SparseMoe)")
+# vLLM's mixture-of-experts layers live in this package (``FusedMoE``, ``SharedFusedMoE``,
+# ``FusedMoEFactory``, ...): a class that builds one is an MoE block.
+_MOE_PACKAGE = "vllm.model_executor.layers.fused_moe"
 _REPLACEMENT = {
     "nn.Linear": "`ColumnParallelLinear`/`RowParallelLinear` (or `QKVParallelLinear`, "
     "`MergedColumnParallelLinear`; `ParallelLMHead` for the head)",
     "nn.Embedding": "`VocabParallelEmbedding`",
 }
+
+
+def _is_position_table(call: cst.Call) -> bool:
+    """``nn.Embedding(config.max_position_embeddings, ...)``: its size is a number of
+    positions (the config's ``*position*`` field), not the vocabulary."""
+    first = next((a.value for a in call.args if a.keyword is None), None)
+    if first is None:
+        first = next(
+            (a.value for a in call.args if a.keyword and a.keyword.value == "num_embeddings"), None
+        )
+    return first is not None and "position" in _BLANK.code_for_node(first).lower()
+
+
+_BLANK = cst.Module(body=[])
 
 
 def _stored_at(anchors: tuple[cst.CSTNode, ...], call: cst.Call) -> str | None:
@@ -62,16 +64,19 @@ def _stored_at(anchors: tuple[cst.CSTNode, ...], call: cst.Call) -> str | None:
 class NonParallelLayer(LintRule):
     """
     ## What it does
-    Checks for `nn.Linear` and `nn.Embedding` (however imported) used in a text decoder
-    where vLLM shards the layer: the attention and MLP projections (`q_proj`, `o_proj`,
-    `gate_up_proj`, `down_proj`, `fc1`, `c_attn`, ...), the token embedding and the LM head;
-    and a plain `nn.Linear` router (`gate`, `router`) in an MoE block (a class that builds
-    vLLM's `FusedMoE`, or is named like an MoE block), which takes no prefix.
+    Checks for `nn.Linear` and `nn.Embedding` (however imported) held by a text decoder,
+    at any attribute (`q_proj`, `Wi`, `fc1`, `embed_tokens`, ...): vLLM shards and
+    quantizes these layers; and for a plain `nn.Linear` in an MoE block (a class that builds
+    one of vLLM's MoE layers, those defined in `vllm.model_executor.layers.fused_moe`),
+    typically its router, which takes no prefix.
 
     Decoder classes are the classes that build vLLM's `Attention`, a vocab-parallel
     embedding or head, or call `make_layers`; classes named `...DecoderLayer` or
     `...ForCausalLM`; and the classes those construct, except vision and audio towers,
-    projectors and adapters, which vLLM often runs replicated with plain layers.
+    projectors and adapters, which vLLM often runs replicated with plain layers. A table of
+    positions (`nn.Embedding(config.max_position_embeddings, ...)`) is replicated by design
+    and not reported; in a speculative-decoding draft, where vLLM's own MTP and EAGLE heads
+    keep their fusion projections (`eh_proj`, `fc`) replicated, a finding is a note.
 
     ## Why is this bad?
     A plain layer holds the whole weight on every GPU and computes the whole output: it
@@ -95,17 +100,18 @@ class NonParallelLayer(LintRule):
     """
 
     code = "PFX402"
+    applies_to = CONTRACT
     triggers = ("Linear(", "Embedding(")
 
     VALID = [
         example(
             """
 class Attn(nn.Module):
-    def __init__(self, prefix: str = ""):
+    def __init__(self, config, prefix: str = ""):
         super().__init__()
         self.o_proj = RowParallelLinear(8, 8, prefix=f"{prefix}.o_proj")
         self.attn = Attention(4, 2, 1.0, prefix=f"{prefix}.attn")
-        self.pos_embed = nn.Embedding(16, 8)
+        self.pos_embed = nn.Embedding(config.max_position_embeddings, 8)
 """
         ),
         example(
@@ -126,17 +132,47 @@ class ForCausalLM(nn.Module):
         Invalid(
             example(
                 """
-from vllm.model_executor.layers.fused_moe import FusedMoE
+from vllm.model_executor.layers.fused_moe import FusedMoEFactory
 
 class MyMoE(nn.Module):
     def __init__(self, hidden: int, experts: int, prefix: str = ""):
         super().__init__()
         self.gate = nn.Linear(hidden, experts, bias=False)
-        self.experts = FusedMoE(experts, 2, hidden, 4 * hidden, prefix=f"{prefix}.experts")
+        self.experts = FusedMoEFactory(experts, 2, hidden, 4 * hidden, prefix=f"{prefix}.experts")
 """
             ),
             line=7,
             contains="router",
+        ),
+        Invalid(
+            example(
+                """
+from vllm.model_executor.layers.fused_moe import FusedMoEOfAnotherRelease
+
+class MyMoE(nn.Module):
+    def __init__(self, hidden: int, experts: int, prefix: str = ""):
+        super().__init__()
+        self.gate = nn.Linear(hidden, experts, bias=False)
+        self.experts = FusedMoEOfAnotherRelease(experts, prefix=f"{prefix}.experts")
+"""
+            ),
+            line=7,
+            contains="not verified",
+        ),
+        Invalid(
+            example(
+                """
+from vllm.model_executor.layers.linear import RowParallelLinear
+
+class MyDecoderLayer(nn.Module):
+    def __init__(self, prefix: str = ""):
+        super().__init__()
+        self.Wi = nn.Linear(8, 32, bias=False)
+        self.Wo = RowParallelLinear(16, 8, bias=False, prefix=f"{prefix}.Wo")
+"""
+            ),
+            line=7,
+            contains="`self.Wi`",
         ),
         Invalid(
             example(
@@ -189,25 +225,40 @@ class MyForCausalLM(nn.Module):
         self._found: list[tuple[str, cst.Call, str, str, Where]] = []
         self._routers: list[tuple[str, cst.Call, str, Where]] = []
         self._moe: set[str] = set()  # classes that build vLLM's fused MoE layer
+        self._unknown: dict[str, str] = {}  # class -> a vLLM name it calls that is not found
 
     def visit_Call(self, node: cst.Call, callee: str | None) -> None:
         self._decoder.note_call(self, callee)
         top = top_class_name(self)
-        if callee is not None and top is not None and _MOE_LAYER.match(callee.rsplit(".", 1)[-1]):
-            self._moe.add(top)
+        if callee is not None and top is not None:
+            if self._is_moe_layer(callee):
+                self._moe.add(top)
+            elif (
+                missing := self.ctx.resolver.unresolved_vllm(self.ctx.summary, callee)
+            ) and missing.startswith(_MOE_PACKAGE + "."):
+                # An MoE layer of another release (``fused_moe.FusedMoE``): undecided.
+                self._unknown.setdefault(top, missing)
         if callee is None or callee.rsplit(".", 1)[-1] not in ("Linear", "Embedding"):
             return
         plain = _PLAIN_LAYERS.get(qualified_callee(self, callee) or "")
-        top = top_class_name(self)
         if plain is None or top is None:
             return
         attr = _stored_at(tuple(self.ctx.prefixes.anchors), node)
         if attr is None:
             return
-        if plain == "nn.Linear" and _ROUTER_ATTRIBUTE.match(attr):
+        if plain == "nn.Embedding" and _is_position_table(node):
+            return  # a table of positions, not of the vocabulary: replicated by design
+        if plain == "nn.Linear":
             self._routers.append((top, node, attr, self.here()))
-        elif _SHARDED_ATTRIBUTE.match(attr):
-            self._found.append((top, node, plain, attr, self.here()))
+        self._found.append((top, node, plain, attr, self.here()))
+
+    def _is_moe_layer(self, callee: str) -> bool:
+        """One of vLLM's MoE layers, by where vLLM defines it (not by its name)."""
+        symbol = self.ctx.resolver.resolve(self.ctx.summary, callee)
+        if symbol is None:
+            symbol = self.ctx.resolver.vllm_layer(self.ctx.summary, callee)
+        module = (symbol.module.module or "") if symbol is not None else ""
+        return module == _MOE_PACKAGE or module.startswith(_MOE_PACKAGE + ".")
 
     def visit_Name(self, node: cst.CSTNode, name: str) -> None:
         self._decoder.note_name(self, name)
@@ -216,29 +267,54 @@ class MyForCausalLM(nn.Module):
         self._decoder.note_function(self, node)
 
     def leave_Module(self) -> None:
+        routers = set()
+        decoder = self._decoder.compute(self)
         for top, node, attr, where in self._routers:
-            if top in self._moe or _MOE_CLASS.search(top):
-                self.report(
-                    node,
-                    f"`self.{attr}` is a plain `nn.Linear` router in MoE block `{top}`: it "
-                    "takes no prefix, so a quantization config can neither match nor "
-                    "exclude it by name, and LoRA cannot find it; use `ReplicatedLinear` "
-                    f'(or `GateLinear`) with `prefix=f"{{prefix}}.{attr}"`',
-                    site=where,
-                )
+            if top not in self._moe:
+                missing = self._unknown.get(top)
+                if missing is not None and top not in decoder:
+                    self._undecided(top, node, attr, missing, where)
+                continue
+            routers.add(id(node))
+            self.report(
+                node,
+                f"`self.{attr}` is a plain `nn.Linear` in MoE block `{top}` (its router, or "
+                "a gate beside the experts): it takes no prefix, so a quantization config "
+                "can neither match nor exclude it by name, and LoRA cannot find it; use "
+                f'`ReplicatedLinear` (or `GateLinear`) with `prefix=f"{{prefix}}.{attr}"`',
+                site=where,
+            )
         if not self._found:
             return
-        decoder = self._decoder.compute(self)
+        draft = in_draft_file(self.ctx)
         for top, node, plain, attr, where in self._found:
-            if top not in decoder:
+            if top not in decoder or id(node) in routers:
                 continue
             replacement = _REPLACEMENT[plain]
             if attr == "lm_head":
                 replacement = "`ParallelLMHead`"
-            self.report(
-                node,
+            message = (
                 f"`self.{attr}` is a plain `{plain}` in decoder class `{top}`: it is not "
                 f"sharded under tensor parallelism, cannot be quantized and has no prefix; "
-                f"use {replacement}",
-                site=where,
+                f"use {replacement}"
             )
+            if draft:
+                # vLLM's own MTP and EAGLE heads keep their fusion projections (``eh_proj``,
+                # ``fc``) replicated: a draft runs beside the target, not sharded like it.
+                message += (
+                    " (a note: in a speculative-decoding draft, where vLLM's own MTP and "
+                    "EAGLE heads keep such projections replicated)"
+                )
+            self.report(node, message, severity=Severity.NOTE if draft else None, site=where)
+
+    def _undecided(self, top: str, node: cst.Call, attr: str, missing: str, where: Where) -> None:
+        source = self.ctx.resolver.loader.vllm
+        read = source.origin if source is not None else "the vLLM prefixlint reads"
+        self.report(
+            node,
+            f"not verified: whether `self.{attr}` (a plain `nn.Linear`) is the router of an "
+            f"MoE block: `{top}` builds `{missing}`, which {read} does not define, so "
+            "prefixlint cannot tell whether it is one of vLLM's MoE layers",
+            site=where,
+            not_verified=True,
+        )

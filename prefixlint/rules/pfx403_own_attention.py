@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
+from prefixlint.diagnostic import Severity
 from prefixlint.static.decoder_classes import DecoderClasses, top_class_name
 from prefixlint.static.prefix_sites import dotted_name
-from prefixlint.static.rule import FileContext, Invalid, LintRule, Where, example
+from prefixlint.static.rule import CONTRACT, FileContext, Invalid, LintRule, Where, example
 from prefixlint.static.walk import walk
 
 # -- PFX403 ---------------------------------------------------------------------------------
@@ -85,6 +86,7 @@ class OwnAttention(LintRule):
     """
 
     code = "PFX403"
+    applies_to = CONTRACT
     triggers = (
         "scaled_dot_product_attention",
         "softmax",
@@ -218,10 +220,19 @@ class MyDecoderLayer(nn.Module):
                 what = "a softmax over `q @ k^T` scores"
             else:
                 what = f"`{short}`"
-            self.report(
-                node,
+            message = (
                 f"decoder class `{top}` computes attention itself with {what}: it bypasses "
                 "the paged KV cache and the batch's request boundaries; use vLLM's "
-                "`Attention` layer",
-                site=where,
+                "`Attention` layer"
             )
+            severity = None
+            if self.ctx.beside_paged_attention(top):
+                # The model keeps its decoder's attention in vLLM's layers; this one is a
+                # second, inner sequence it builds and attends to within one step.
+                severity = Severity.NOTE
+                message += (
+                    f" (a note: {self.ctx.inner_part(top)}, and that model keeps its "
+                    "decoder's attention in vLLM's cache layers; this one attends over a "
+                    "sequence the model builds within a step, such as residual codebooks)"
+                )
+            self.report(node, message, severity=severity, site=where)

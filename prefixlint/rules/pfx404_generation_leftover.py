@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import libcst as cst
 
+from prefixlint.diagnostic import Severity
 from prefixlint.rules.pfx202_hf_forward_leftover import HF_FORWARD_PARAMS, reports_forward
 from prefixlint.static.decoder_classes import qualified_callee
 from prefixlint.static.prefix_sites import dotted_name
-from prefixlint.static.rule import FileContext, Invalid, LintRule, Where, example
+from prefixlint.static.rule import CONTRACT, FileContext, Invalid, LintRule, Where, example
 
 # -- PFX404 ---------------------------------------------------------------------------------
 
@@ -54,6 +55,7 @@ class GenerationLeftover(LintRule):
     """
 
     code = "PFX404"
+    applies_to = CONTRACT
     triggers = (
         "multinomial",
         "Categorical",
@@ -206,10 +208,19 @@ class MyForCausalLM(nn.Module):
             short = callee.rsplit(".", 1)[-1]
             qualified = qualified_callee(self, callee) or callee
             if qualified in _SAMPLING or short in _SAMPLING_SHORT:
+                top = self.ctx.prefixes.class_stack[0].name.value
+                inner = self.ctx.inner_part(top)
                 self.report(
                     node,
                     f"`{callee}` samples inside the model: vLLM's sampler does that from "
-                    "the logits `compute_logits` returns",
+                    "the logits `compute_logits` returns"
+                    + (
+                        f" (a note: {inner}; what it samples is a value the model consumes "
+                        "itself, such as residual audio codes, not the engine's next token)"
+                        if inner
+                        else ""
+                    ),
+                    severity=Severity.NOTE if inner else None,
                     site=self.here(),
                 )
         for arg in node.args:

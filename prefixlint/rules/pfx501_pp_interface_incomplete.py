@@ -14,7 +14,7 @@ from prefixlint.static.model_classes import (
     top_level_class,
 )
 from prefixlint.static.resolve import Symbol
-from prefixlint.static.rule import Invalid, LintRule, example
+from prefixlint.static.rule import INTERFACE, Invalid, LintRule, example
 
 
 def _method_node(node: cst.ClassDef, name: str) -> cst.FunctionDef | None:
@@ -35,7 +35,7 @@ class PPInterfaceIncomplete(LintRule):
     Checks that a class declaring `SupportsPP` (directly or through a base) provides
     `make_empty_intermediate_tensors` (a method, a class attribute, or a `self.` attribute
     set in `__init__`, on the class or a resolvable base) and that its `forward` accepts
-    `intermediate_tensors`. When a base cannot be read, the attribute is not reported.
+    `intermediate_tensors`. When a base cannot be read, a "not verified" note names it.
 
     ## Why is this bad?
     vLLM trusts the declaration. With pipeline parallelism, a stage after the first calls
@@ -69,6 +69,7 @@ class PPInterfaceIncomplete(LintRule):
     """
 
     code = "PFX501"
+    applies_to = INTERFACE
     triggers = (
         "get_pp_group",
         "PPMissingLayer",
@@ -99,17 +100,21 @@ class MyForCausalLM(LlamaForCausalLM):
         return super().forward(input_ids, positions, **kwargs)
 """
         ),
-        example(
-            """
+    ]
+    INVALID = [
+        Invalid(
+            example(
+                """
 from somewhere_unknown import Base
 
 class MyForCausalLM(Base, SupportsPP):
     def forward(self, input_ids, positions, intermediate_tensors=None):
         return self.model(input_ids, positions, intermediate_tensors)
 """
+            ),
+            line=4,
+            contains="not verified",
         ),
-    ]
-    INVALID = [
         Invalid(
             example(
                 """
@@ -149,7 +154,8 @@ class MyForCausalLM(nn.Module, SupportsPP):
         # A speculative drafter runs beside the target's last stage, never as a PP stage:
         # the inconsistency is real (vLLM's registry warns about it) but not an error.
         severity = Severity.WARNING if is_drafter(self, cls) else None
-        if self.ctx.resolver.class_has(symbol, "make_empty_intermediate_tensors") is False:
+        has = self.ctx.resolver.class_has(symbol, "make_empty_intermediate_tensors")
+        if has is False:
             self.report(
                 node.name,
                 f"`{name}` declares `SupportsPP` but has no `make_empty_intermediate_tensors` "
@@ -157,6 +163,17 @@ class MyForCausalLM(nn.Module, SupportsPP):
                 "pipeline stages call it at start-up",
                 severity=severity,
                 site=self.here(node),
+            )
+        elif has is None:
+            unread = ", ".join(f"`{b}`" for b in self.ctx.resolver.unreadable_bases(symbol))
+            self.report(
+                node.name,
+                f"not verified: whether `{name}` (declaring `SupportsPP`) has "
+                f"`make_empty_intermediate_tensors`: it may inherit it from {unread or 'a base'}, "
+                "which prefixlint cannot read (make its package importable from the checked "
+                "folder, or check it too)",
+                site=self.here(node),
+                not_verified=True,
             )
         self._check_forward(node, cls, severity)
 

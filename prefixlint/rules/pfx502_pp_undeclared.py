@@ -10,7 +10,7 @@ from prefixlint.static.index import ClassSummary
 from prefixlint.static.model_classes import accepts_param, forward_of, top_level_class
 from prefixlint.static.prefix_sites import dotted_name
 from prefixlint.static.resolve import Symbol
-from prefixlint.static.rule import FileContext, Invalid, LintRule, Where, example
+from prefixlint.static.rule import INTERFACE, FileContext, Invalid, LintRule, Where, example
 from prefixlint.static.walk import walk
 
 # -- PFX502 ---------------------------------------------------------------------------------
@@ -64,6 +64,7 @@ class PPUndeclared(LintRule):
     """
 
     code = "PFX502"
+    applies_to = INTERFACE
     triggers = ("get_pp_group", "PPMissingLayer", "make_layers", "SupportsPP")
 
     VALID = [

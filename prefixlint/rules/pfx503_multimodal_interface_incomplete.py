@@ -13,7 +13,7 @@ from prefixlint.static.model_classes import (
     top_level_class,
 )
 from prefixlint.static.resolve import Symbol
-from prefixlint.static.rule import Invalid, LintRule, example
+from prefixlint.static.rule import INTERFACE, Invalid, LintRule, example
 
 # -- PFX503 ---------------------------------------------------------------------------------
 
@@ -63,6 +63,7 @@ class MultiModalInterfaceIncomplete(LintRule):
     """
 
     code = "PFX503"
+    applies_to = INTERFACE
     triggers = ("SupportsMultiModal",)
 
     VALID = [

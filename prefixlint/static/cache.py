@@ -103,7 +103,10 @@ class SummaryCache:
     and (mtime, size): a run that checks one changed file need not re-parse its imports."""
 
     def __init__(self, folder: Path) -> None:
-        self.file = folder / f"summaries-{content_hash(__version__.encode())}.json"
+        from prefixlint.static.index import SUMMARY_FORMAT
+
+        key = f"{__version__}/{SUMMARY_FORMAT}".encode()
+        self.file = folder / f"summaries-{content_hash(key)}.json"
         self.folder = folder
         self.entries: dict[str, tuple[list[int], dict[str, Any]]] = {}
         self.new: dict[str, tuple[list[int], dict[str, Any]]] = {}

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from prefixlint.static.model_classes import ARCHITECTURE_NAME
 from prefixlint.static.prefix_sites import dotted_name
 from prefixlint.static.resolve import DECODER_ATTENTION_LAYERS
 from prefixlint.static.rule import LintRule
@@ -62,8 +63,9 @@ class DecoderClasses:
 
     A class is a decoder class when it builds vLLM's decoder ``Attention``, a vocab-parallel
     embedding or head, or calls ``make_layers``; or when it is named like a decoder layer or
-    a causal LM; or when a decoder class constructs it, unless it is named like a vision or
-    audio tower, projector or adapter.
+    a causal LM; or when it builds such a class and is no architecture (a layer block that
+    builds its attention); or when a decoder class constructs it, unless it is named like a
+    vision or audio tower, projector or adapter.
     """
 
     def __init__(self) -> None:
@@ -103,12 +105,23 @@ class DecoderClasses:
 
     def compute(self, rule: LintRule) -> set[str]:
         classes = rule.ctx.summary.classes
-        todo = [
+        seeds = {
             name
             for name in classes
             if self.facts.get(name, ClassFacts()).seed
             or (DECODER_NAME.search(name) and not is_tower(name))
-        ]
+        }
+        # A block that builds a decoder class (a layer that builds its attention) is one
+        # too, and so is what it builds beside it (the MLP): not the model above it.
+        blocks = {
+            name
+            for name, facts in self.facts.items()
+            if name in classes
+            and facts.builds & seeds
+            and not is_tower(name)
+            and not ARCHITECTURE_NAME.search(name)
+        }
+        todo = sorted(seeds | blocks)
         out: set[str] = set()
         while todo:
             name = todo.pop()

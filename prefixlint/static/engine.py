@@ -10,11 +10,12 @@ from typing import Any
 import libcst as cst
 
 from prefixlint.codes import url_for
-from prefixlint.diagnostic import Diagnostic, Edit, Fix, Position, Severity
+from prefixlint.diagnostic import NOT_VERIFIED, Diagnostic, Edit, Fix, Position, Severity
 from prefixlint.static.index import ModuleSummary, module_name_for
 from prefixlint.static.prefix_sites import PrefixAnalysis
 from prefixlint.static.resolve import Resolver
 from prefixlint.static.rule import PREFIX_CALLS, FileContext, LintRule, Report, RuleHooks
+from prefixlint.static.scope import Scopes
 from prefixlint.static.source import Item, ParsedFile, SourceError, parse_file
 
 SYNTAX_ERROR = "PFX001"
@@ -49,15 +50,17 @@ def is_suppressed(diagnostic: Diagnostic, lines: Sequence[str]) -> bool:
 
 def syntax_error(display: str, err: SourceError) -> Diagnostic:
     pos = Position(err.row, err.column)
+    # Newer syntax than this interpreter's: "not verified", not an error in the file.
+    newer = bool(getattr(err, "newer_python", False))
     return Diagnostic(
         code=SYNTAX_ERROR,
         message=err.message,
-        # Newer syntax than this interpreter's: "not verified", not an error in the file.
-        severity=Severity.NOTE if getattr(err, "newer_python", False) else Severity.ERROR,
+        severity=Severity.NOTE if newer else Severity.ERROR,
         filename=display,
         location=pos,
         end_location=pos,
         url=url_for(SYNTAX_ERROR),
+        data={NOT_VERIFIED: True} if newer else {},
     )
 
 
@@ -86,12 +89,13 @@ class Linter:
         self,
         rules: Sequence[type[LintRule]],
         resolver: Resolver,
-        architectures: frozenset[str] = frozenset(),
+        scopes: Scopes | None = None,
     ) -> None:
         self.rules = [r for r in rules if r.code != SYNTAX_ERROR]
         self.report_syntax_errors = len(self.rules) != len(rules)
         self.resolver = resolver
-        self.architectures = architectures
+        # How vLLM builds each checked package's classes, read once per package.
+        self.scopes = scopes if scopes is not None else Scopes(resolver)
         words = {w for rule in self.rules for w in rule.triggers}
         self.needs_prefix_calls = PREFIX_CALLS in words
         self.triggers = frozenset(words - {PREFIX_CALLS})
@@ -132,7 +136,8 @@ class Linter:
         return self.lint_parsed(parsed, display)
 
     def lint_parsed(self, parsed: ParsedFile, display: str) -> list[Diagnostic]:
-        ctx = FileContext(display, parsed.summary, self.resolver, self.architectures)
+        scope = self.scopes.for_file(Path(parsed.summary.path))
+        ctx = FileContext(display, parsed.summary, self.resolver, scope)
         ctx.source_text = parsed.text
         rules = [rule(ctx) for rule in self.rules]
         walk = PrefixAnalysis(ctx.prefix_signature, RuleHooks(rules))
@@ -182,6 +187,7 @@ def _diagnostic(report: Report, positions: Positions, display: str) -> Diagnosti
         fix=fix,
         url=url_for(report.rule.code),
         no_fix=report.no_fix,
+        data={NOT_VERIFIED: True} if report.not_verified else {},
     )
 
 

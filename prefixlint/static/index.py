@@ -14,6 +14,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# The shape of a summary (``summary_to_json``): part of every cache key that holds one, and
+# of the vLLM summaries that ship with prefixlint.
+SUMMARY_FORMAT = 3
+
 # Parameter kinds, as in inspect.Parameter.
 POSITIONAL_ONLY = "posonly"
 POSITIONAL_OR_KEYWORD = "pos"
@@ -35,6 +39,9 @@ class FunctionSig:
     params: list[Param]
     lineno: int
     is_stub: bool = False  # body is only a docstring, ``...``, ``pass`` or a raise
+    # Top-level functions: whether the body builds and returns a module (True), returns
+    # something else (False: a generator, literals, a class), or does not say (None).
+    returns_module: bool | None = None
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
@@ -63,6 +70,12 @@ class ClassSummary:
     attributes: set[str]  # class-level names and ``self.x`` assigned in any method
     lineno: int
     end_lineno: int
+    # Its own ``forward`` calls an all-reduce (``tensor_model_parallel_all_reduce``, ...):
+    # vLLM's layers that reduce their output say so in their code.
+    forward_all_reduces: bool = False
+    # Class-like names its body refers to (``LlamaDecoderLayer``, ``layers.Block``): what
+    # it may build, followed to tell which classes a registered model builds.
+    mentions: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -74,6 +87,10 @@ class ModuleSummary:
     imports: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     classes: dict[str, ClassSummary] = field(default_factory=dict)
     functions: dict[str, FunctionSig] = field(default_factory=dict)
+    # Every name bound at the top level (classes, functions, imports, assignments); None
+    # when they cannot be known statically (``__getattr__``, ``import *``,
+    # ``globals().update``).
+    names: frozenset[str] | None = frozenset()
 
 
 def dotted(node: ast.AST) -> str | None:
@@ -90,7 +107,7 @@ def dotted(node: ast.AST) -> str | None:
     return None
 
 
-def _signature(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> FunctionSig:
+def _signature(fn: ast.FunctionDef | ast.AsyncFunctionDef, top_level: bool = False) -> FunctionSig:
     a = fn.args
     params: list[Param] = []
     pos = a.posonlyargs + a.args
@@ -105,7 +122,8 @@ def _signature(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> FunctionSig:
         params.append(Param(arg.arg, KEYWORD_ONLY, ast.unparse(d) if d is not None else None))
     if a.kwarg:
         params.append(Param(a.kwarg.arg, VAR_KEYWORD, None))
-    return FunctionSig(fn.name, params, fn.lineno, _is_stub(fn))
+    returns = returns_module(fn) if top_level and isinstance(fn, ast.FunctionDef) else None
+    return FunctionSig(fn.name, params, fn.lineno, _is_stub(fn), returns)
 
 
 def _is_stub(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -155,6 +173,7 @@ def _self_attributes(body: list[ast.stmt], out: set[str]) -> None:
 def _class_summary(node: ast.ClassDef) -> ClassSummary:
     methods: dict[str, FunctionSig] = {}
     attributes: set[str] = set()
+    reduces = False
     for stmt in node.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             sig = _signature(stmt)
@@ -163,6 +182,8 @@ def _class_summary(node: ast.ClassDef) -> ClassSummary:
                 methods[stmt.name] = sig
             # Any method: ``__init__`` often delegates to a ``_build`` helper.
             _self_attributes(stmt.body, attributes)
+            if stmt.name == "forward":
+                reduces = reduces or _calls_all_reduce(stmt)
         elif isinstance(stmt, ast.Assign):
             for t in stmt.targets:
                 if isinstance(t, ast.Name):
@@ -182,7 +203,34 @@ def _class_summary(node: ast.ClassDef) -> ClassSummary:
         attributes=attributes,
         lineno=start,
         end_lineno=node.end_lineno or node.lineno,
+        forward_all_reduces=reduces,
+        mentions=_mentions(node),
     )
+
+
+def _mentions(node: ast.ClassDef) -> list[str]:
+    out: set[str] = set()
+    for stmt in node.body:
+        for sub in ast.walk(stmt):
+            name = None
+            if isinstance(sub, ast.Name):
+                name = sub.id
+            elif isinstance(sub, ast.Attribute) and isinstance(
+                sub.value, (ast.Name, ast.Attribute)
+            ):
+                name = dotted(sub)
+            if name and name.rsplit(".", 1)[-1][:1].isupper() and not name.startswith("self."):
+                out.add(name)
+    return sorted(out)
+
+
+def _calls_all_reduce(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    for sub in ast.walk(fn):
+        if isinstance(sub, ast.Call):
+            name = dotted(sub.func)
+            if name is not None and name.rsplit(".", 1)[-1].endswith("all_reduce"):
+                return True
+    return False
 
 
 def _resolve_relative(module: str | None, is_package: bool, level: int, target: str | None) -> str:
@@ -218,7 +266,7 @@ def summarize(tree: ast.Module, path: str, module: str | None, is_package: bool)
             elif isinstance(stmt, ast.ClassDef):
                 summary.classes[stmt.name] = _class_summary(stmt)
             elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                summary.functions[stmt.name] = _signature(stmt)
+                summary.functions[stmt.name] = _signature(stmt, top_level=True)
             elif isinstance(stmt, (ast.If, ast.Try)):
                 # ``if TYPE_CHECKING:`` imports and try/except import fallbacks.
                 visit(stmt.body)
@@ -239,23 +287,127 @@ def summarize(tree: ast.Module, path: str, module: str | None, is_package: bool)
                             summary.imports[t.id] = summary.imports[head]
 
     visit(tree.body)
+    summary.names = bound_names(tree)
     return summary
 
 
+def bound_names(tree: ast.Module) -> frozenset[str] | None:
+    """Names bound at the top level of a module; None when they cannot be known."""
+    names: set[str] = set()
+
+    def visit(stmts: list[ast.stmt]) -> bool:
+        for stmt in stmts:
+            if isinstance(stmt, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                names.add(stmt.name)
+                if stmt.name == "__getattr__":
+                    return False  # lazy attributes: anything may exist
+            elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                for alias in stmt.names:
+                    if alias.name == "*":
+                        return False
+                    names.add((alias.asname or alias.name).split(".")[0])
+            elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                for t in targets:
+                    names.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+            elif isinstance(stmt, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+                blocks = [stmt.body, getattr(stmt, "orelse", [])]
+                blocks += [h.body for h in getattr(stmt, "handlers", [])]
+                blocks.append(getattr(stmt, "finalbody", []))
+                if not all(visit(b) for b in blocks):
+                    return False
+            elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+                func = stmt.value.func
+                if isinstance(func, ast.Attribute) and func.attr == "update":
+                    return False  # globals().update(...)
+        return True
+
+    return frozenset(names) if visit(tree.body) else None
+
+
+# Return annotations that name something other than a module instance.
+_NOT_A_MODULE = (
+    "type[",
+    "Type[",
+    "typing.Type[",
+    "str",
+    "int",
+    "float",
+    "bool",
+    "None",
+    "dict",
+    "list",
+    "tuple",
+    "set",
+    "Iterator",
+    "Iterable",
+    "Generator",
+    "Callable",
+)
+
+
+def returns_module(fn: ast.FunctionDef) -> bool | None:
+    """Whether a function's body builds and returns a module: False for a generator, one
+    annotated to return a class (``type[...]``) or a plain value, or one that returns only
+    literals, names or non-class calls; None when its returns say nothing."""
+    own = [n for n in ast.walk(fn) if not isinstance(n, ast.Lambda)]
+    if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in own):
+        return False  # a generator
+    annotation = ast.unparse(fn.returns) if fn.returns is not None else ""
+    if annotation.rsplit(".", 1)[-1].startswith(("Module", "nn.Module")):
+        return True
+    if annotation.startswith(_NOT_A_MODULE):
+        return False  # ``-> type[AttentionBackend]``: builds a class, not a layer
+    built: set[str] = set()  # names bound to a constructed class
+    for n in own:
+        if isinstance(n, ast.Assign) and _constructs_class(n.value):
+            built |= {t.id for t in n.targets if isinstance(t, ast.Name)}
+    returns = [n.value for n in own if isinstance(n, ast.Return) and n.value is not None]
+    if not returns:
+        return False
+    for value in returns:
+        if _constructs_class(value) or (isinstance(value, ast.Name) and value.id in built):
+            return True
+    if all(isinstance(v, (ast.Constant, ast.JoinedStr, ast.Compare, ast.BoolOp)) for v in returns):
+        return False
+    return None
+
+
+def _constructs_class(node: ast.expr) -> bool:
+    """``Layer(...)`` / ``nn.Sequential(...)``: a call of a capitalised name."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+    return name[:1].isupper()
+
+
+def is_package_folder(folder: Path, depth: int = 0) -> bool:
+    """A folder Python imports as a package: a regular one (``__init__.py``), or a
+    namespace portion inside one (``vllm_rbln/model_executor/models/`` holds no
+    ``__init__.py`` and is still ``vllm_rbln.model_executor.models``). A top-level
+    namespace folder is not: where it starts on ``sys.path`` cannot be told from the disk."""
+    if (folder / "__init__.py").exists():
+        return True
+    if depth >= 4 or folder.parent == folder:
+        return False
+    return is_package_folder(folder.parent, depth + 1)
+
+
 def module_name_for(path: Path) -> tuple[str | None, bool]:
-    """The dotted module name of a file inside packages (walks up ``__init__.py`` files)."""
+    """The dotted module name of a file inside packages (walks up package folders)."""
     path = path.resolve()
     is_package = path.name == "__init__.py"
     parts: list[str] = [] if is_package else [path.stem]
     folder = path.parent
-    while (folder / "__init__.py").exists():
+    while is_package_folder(folder):
         parts.insert(0, folder.name)
         if folder.parent == folder:
             break
         folder = folder.parent
     if not parts:
         return None, is_package
-    if len(parts) == 1 and not is_package and not (path.parent / "__init__.py").exists():
+    if len(parts) == 1 and not is_package and not is_package_folder(path.parent):
         return None, False
     return ".".join(parts), is_package
 
@@ -263,9 +415,9 @@ def module_name_for(path: Path) -> tuple[str | None, bool]:
 def package_root_for(path: Path) -> Path | None:
     """The folder that holds the top package of ``path`` (the one to put on sys.path)."""
     folder = path.resolve().parent
-    if not (folder / "__init__.py").exists():
+    if not is_package_folder(folder):
         return None
-    while (folder.parent / "__init__.py").exists() and folder.parent != folder:
+    while is_package_folder(folder.parent) and folder.parent != folder:
         folder = folder.parent
     return folder.parent
 
@@ -286,10 +438,12 @@ def find_installed_package(name: str) -> Path | None:
 
 def summary_to_json(s: ModuleSummary) -> dict:
     def sig(f: FunctionSig) -> list:
-        return [f.name, [[p.name, p.kind, p.default] for p in f.params], f.lineno, f.is_stub]
+        params = [[p.name, p.kind, p.default] for p in f.params]
+        return [f.name, params, f.lineno, f.is_stub, f.returns_module]
 
     return {
         "path": s.path,
+        "names": sorted(s.names) if s.names is not None else None,
         "module": s.module,
         "is_package": s.is_package,
         "imports": {k: list(v) for k, v in s.imports.items()},
@@ -302,6 +456,8 @@ def summary_to_json(s: ModuleSummary) -> dict:
                 sorted(c.attributes),
                 c.lineno,
                 c.end_lineno,
+                c.forward_all_reduces,
+                c.mentions,
             ]
             for k, c in s.classes.items()
         },
@@ -311,7 +467,7 @@ def summary_to_json(s: ModuleSummary) -> dict:
 
 def summary_from_json(d: dict) -> ModuleSummary:
     def sig(v: list) -> FunctionSig:
-        return FunctionSig(v[0], [Param(*p) for p in v[1]], v[2], v[3])
+        return FunctionSig(v[0], [Param(*p) for p in v[1]], v[2], v[3], v[4])
 
     classes = {
         k: ClassSummary(
@@ -322,6 +478,8 @@ def summary_from_json(d: dict) -> ModuleSummary:
             attributes=set(c[4]),
             lineno=c[5],
             end_lineno=c[6],
+            forward_all_reduces=c[7],
+            mentions=c[8],
         )
         for k, c in d["classes"].items()
     }
@@ -332,4 +490,5 @@ def summary_from_json(d: dict) -> ModuleSummary:
         imports={k: (v[0], v[1]) for k, v in d["imports"].items()},
         classes=classes,
         functions={k: sig(f) for k, f in d["functions"].items()},
+        names=frozenset(d["names"]) if d["names"] is not None else None,
     )

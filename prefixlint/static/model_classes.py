@@ -3,8 +3,9 @@ contract and interface rules share, and the one reading of vLLM's model registry
 
 Each fact has one definition here: ``ARCHITECTURE_NAME`` (what an architecture class is
 called), ``DRAFT_NAME`` (what a speculative-decoding draft is called), and the registry's
-architectures and speculative-decoding section (``registry_architectures``,
-``speculative_classes``, ``registry_module``), read as text, never imported.
+architectures and speculative-decoding table (``registry_architectures``,
+``speculative_classes``, ``registry_module``), read from vLLM's code (``vllm_source``),
+never imported.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import libcst as cst
 
 from prefixlint.static.index import ClassSummary, FunctionSig
 from prefixlint.static.resolve import Symbol
+from prefixlint.static.scope import Role
+from prefixlint.static.vllm_source import VllmSource, find_vllm
 
 if TYPE_CHECKING:  # rule.py imports this module: annotations only
     from prefixlint.static.rule import FileContext, LintRule
@@ -29,51 +32,36 @@ ARCHITECTURE_NAME = re.compile(r"For[A-Z0-9]\w*$")
 # Draft models of speculative decoding (EAGLE, MTP, Medusa, DFlash, speculators, ...).
 DRAFT_NAME = re.compile(r"MTP|Mtp|Eagle|DFlash|DSpark|Medusa|Speculator|Draft")
 
-# -- vLLM's model registry, read as text ----------------------------------------------------
+# -- vLLM's model registry (read from vLLM's code, ``vllm_source``) -----------------------
 REGISTRY_MODULE = "vllm.model_executor.models.registry"
-# ``"LlamaForCausalLM": ("llama", "LlamaForCausalLM"),``
-_REGISTRY_ENTRY = re.compile(r"\"(\w+)\"\s*:\s*\(\s*\"([\w.]+)\"\s*,\s*\"(\w+)\"\s*,?\s*\)")
-_SPECULATIVE_SECTION = re.compile(r"^_SPECULATIVE_DECODING_MODELS\s*=\s*\{(.*?)^\}", re.S | re.M)
-
-
-def registry_path(vllm_dir: Path | None) -> Path | None:
-    """``registry.py`` of the vLLM package at ``vllm_dir``."""
-    return vllm_dir / "model_executor" / "models" / "registry.py" if vllm_dir else None
-
-
-@functools.lru_cache(maxsize=4)
-def _registry_entries(registry: Path | None) -> tuple[tuple[str, str, str], ...]:
-    """(architecture, module under ``models``, class) of every registry entry."""
-    try:
-        text = registry.read_text("utf-8") if registry is not None else ""
-    except (OSError, UnicodeDecodeError):
-        return ()
-    return tuple(m.groups() for m in _REGISTRY_ENTRY.finditer(text))  # type: ignore[misc]
+SPECULATIVE_TABLE = "_SPECULATIVE_DECODING_MODELS"
 
 
 def registry_architectures(vllm_dir: Path | None) -> frozenset[str]:
-    """Class names the installed vLLM's model registry maps architectures to."""
-    return frozenset(cls for _, _, cls in _registry_entries(registry_path(vllm_dir)))
+    """Class names vLLM's model registry maps architectures to (the installed vLLM at
+    ``vllm_dir``; without it, the shipped summary's)."""
+    return frozenset(e.cls for e in _registry(vllm_dir))
 
 
 def registry_module(vllm_dir: Path | None, architecture: str) -> str | None:
-    """The module (under ``vllm.model_executor.models``) the registry maps ``architecture``
-    to, e.g. ``llama``; None when the registry does not list it."""
-    for arch, module, _ in _registry_entries(registry_path(vllm_dir)):
-        if arch == architecture:
-            return module
+    """The module the registry maps ``architecture`` to, e.g. ``llama`` (relative to
+    ``vllm.model_executor.models`` when it is there); None when the registry lacks it."""
+    for e in _registry(vllm_dir):
+        if e.architecture == architecture:
+            return e.module.removeprefix("vllm.model_executor.models.")
     return None
 
 
-@functools.lru_cache(maxsize=4)
-def speculative_classes(registry: Path | None) -> frozenset[str]:
-    """Classes in the ``_SPECULATIVE_DECODING_MODELS`` section of vLLM's registry."""
-    try:
-        text = registry.read_text("utf-8") if registry is not None else ""
-    except (OSError, UnicodeDecodeError):
-        return frozenset()
-    m = _SPECULATIVE_SECTION.search(text)
-    return frozenset(c for _, _, c in _REGISTRY_ENTRY.findall(m.group(1))) if m else frozenset()
+def _registry(vllm_dir: Path | None) -> tuple:
+    source = find_vllm(vllm_dir)
+    return source.registry() if source is not None else ()
+
+
+@functools.lru_cache(maxsize=8)
+def speculative_classes(source: VllmSource | None) -> frozenset[str]:
+    """Classes in the speculative-decoding table of vLLM's registry."""
+    entries = source.registry() if source is not None else ()
+    return frozenset(e.cls for e in entries if e.table == SPECULATIVE_TABLE)
 
 
 # Methods that only a model the engine drives has, own or inherited.
@@ -118,18 +106,20 @@ def is_method_of(ctx: FileContext, node: cst.FunctionDef, class_node: cst.ClassD
 def is_model_architecture(ctx: FileContext, node: cst.ClassDef) -> bool:
     """A class the engine instantiates and drives as a whole model.
 
-    Named in the model registry; or named like an architecture (``...ForCausalLM``) and an
-    ``nn.Module`` that has, itself or through a resolvable base, a method only such models
-    have (``load_weights``, ``compute_logits``, ``embed_input_ids``) or a ``forward`` that
-    takes ``input_ids``. The name alone also matches poolers (``JinaForRankingPool``) and,
-    through the loose base pattern, ``FeedForward`` and ``QFormer`` blocks.
+    A root or stage of the package's scope (registered with vLLM, or in vLLM's registry
+    tables: by the module that defines it, so a plugin class that only shares a name with
+    a vLLM architecture is not that architecture). Without a scope: named like an
+    architecture (``...ForCausalLM``) and an ``nn.Module`` that has, itself or through a
+    resolvable base, a method only such models have (``load_weights``, ``compute_logits``,
+    ``embed_input_ids``) or a ``forward`` that takes ``input_ids``. The name alone also
+    matches poolers (``JinaForRankingPool``) and ``FeedForward`` blocks.
     """
     if len(ctx.prefixes.class_stack) > 1 and ctx.prefixes.class_stack[-1] is node:
         return False  # a nested class
-    name = node.name.value
-    if name in ctx.architectures:
-        # Same name, other class: models/config.py has config fixers named like models.
-        return ctx.is_module_class(node) or not all_bases_resolve(ctx, node)
+    role = ctx.role(node.name.value)
+    if role is not Role.UNKNOWN:
+        # The package's scope says how vLLM builds it: a root or a stage is a model.
+        return role in (Role.ROOT, Role.STAGE)
     if not ctx.is_architecture(node):
         return False
     cls = ctx.class_summary(node)
@@ -167,7 +157,7 @@ def is_draft_name(ctx: FileContext, name: str) -> bool:
     """``name`` is named like a draft, or listed in the registry's speculative section."""
     if DRAFT_NAME.search(name):
         return True
-    return name in speculative_classes(ctx.resolver.loader.path_for(REGISTRY_MODULE))
+    return name in speculative_classes(ctx.resolver.loader.vllm)
 
 
 def in_draft_file(ctx: FileContext) -> bool:

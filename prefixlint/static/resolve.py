@@ -19,12 +19,12 @@ from prefixlint.static.index import (
     FunctionSig,
     ModuleSummary,
     Param,
-    find_installed_package,
     module_name_for,
     summarize,
     summary_from_json,
     summary_to_json,
 )
+from prefixlint.static.vllm_source import VllmSource, find_vllm, in_scope
 
 # vLLM's attention layers of a decoder (each registers a KV cache under its prefix).
 DECODER_ATTENTION_LAYERS: frozenset[str] = frozenset(
@@ -36,30 +36,6 @@ DECODER_ATTENTION_LAYERS: frozenset[str] = frozenset(
         "StaticSinkAttention",
         "MLAAttention",
         "MultiHeadLatentAttentionWrapper",
-    }
-)
-
-# vLLM's layer classes that take ``prefix``, used when vLLM's source cannot be read
-# (prefixlint installed without vLLM) or a name cannot be resolved to a file.
-BUILTIN_PREFIX_LAYERS: frozenset[str] = DECODER_ATTENTION_LAYERS | frozenset(
-    {
-        "LinearBase",
-        "ColumnParallelLinear",
-        "RowParallelLinear",
-        "QKVParallelLinear",
-        "QKVCrossParallelLinear",
-        "MergedColumnParallelLinear",
-        "MergedReplicatedLinear",
-        "ReplicatedLinear",
-        "VocabParallelEmbedding",
-        "ParallelLMHead",
-        "MMEncoderAttention",
-        "FusedMoE",
-        "SharedFusedMoE",
-        "MambaMixer",
-        "MambaMixer2",
-        "ShortConv",
-        "MiniMaxText01LinearAttention",
     }
 )
 
@@ -84,22 +60,23 @@ class Symbol:
 
 
 class ModuleLoader:
-    """Loads module summaries by dotted name from source roots, memoised per process."""
+    """Loads module summaries by dotted name, memoised per process: from the checked
+    files' package roots (every module), and from vLLM (``vllm_source``: the modules of
+    ``VLLM_SCOPE``, from the installed package or, without one, a shipped summary)."""
 
     def __init__(
         self,
         roots: Iterable[Path] = (),
         summary_cache: SummaryCache | None = None,
         vllm_root: Path | None = None,
+        vllm: VllmSource | None = None,
     ) -> None:
-        # root folder -> the top-level packages read from it. Only these are read: the
-        # installed vLLM sits in site-packages beside torch, whose files must stay unread.
+        # root folder -> the top-level packages read from it. Only these are read: a
+        # package beside them in site-packages (torch) stays unread.
         self.roots: dict[Path, set[str]] = {}
         for r in roots:
             self.add_package_root(r)
-        vllm = vllm_root or find_installed_package("vllm")
-        if vllm is not None:
-            self.add_root(vllm.parent, "vllm")
+        self.vllm: VllmSource | None = vllm if vllm is not None else find_vllm(vllm_root)
         self._paths: dict[str, Path | None] = {}
         self._by_path: dict[Path, ModuleSummary | None] = {}
         self._summary_cache = summary_cache
@@ -119,7 +96,8 @@ class ModuleLoader:
 
     @property
     def vllm_available(self) -> bool:
-        return any("vllm" in pkgs for pkgs in self.roots.values())
+        """vLLM's code can be read: installed, or a shipped summary."""
+        return self.vllm is not None
 
     def path_for(self, module: str) -> Path | None:
         top = module.split(".")[0]
@@ -130,13 +108,19 @@ class ModuleLoader:
             for candidate in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
                 if candidate.is_file():
                     return candidate
+        if top == "vllm" and self.vllm is not None:
+            return self.vllm.path_for(module)
         return None
 
     def by_name(self, module: str) -> ModuleSummary | None:
         if module not in self._paths:
             self._paths[module] = self.path_for(module) if module else None
         path = self._paths[module]
-        return self.by_path(path) if path is not None else None
+        if path is not None:
+            return self.by_path(path)
+        if module.startswith("vllm.") and self.vllm is not None and in_scope(module):
+            return self.vllm.summary(module)  # not on disk: the shipped summary's
+        return None
 
     def by_path(self, path: Path) -> ModuleSummary | None:
         # Paths come from resolved roots (or are resolved by ``remember``): no realpath here.
@@ -174,7 +158,7 @@ class Resolver:
         self.loader = loader
         self.extra_prefix_layers = frozenset(extra_prefix_layers)
         self._init_cache: dict[tuple[str, str], FunctionSig | None] = {}
-        self._function_bodies: dict[Path, dict[str, ast.FunctionDef]] = {}
+        self._vllm_layers: dict[str, Symbol | None] = {}
 
     # -- name resolution ------------------------------------------------------------------
     def resolve(self, module: ModuleSummary, name: str, depth: int = 0) -> Symbol | None:
@@ -251,31 +235,63 @@ class Resolver:
             if symbol.cls is None and self.function_builds_module(symbol) is False:
                 return None  # takes a ``prefix`` but builds no module (a name walker)
             return sig
-        if short in BUILTIN_PREFIX_LAYERS and self._maybe_vllm(module, callee):
-            return _BUILTIN_SIG
+        fallback = self.vllm_layer(module, callee)
+        if fallback is not None:  # an import of another vLLM release: vLLM's layer of that name
+            sig = self.init_signature(fallback)
+            return sig if sig is not None and sig.param("prefix") is not None else None
         return None
 
+    def vllm_layer(self, module: ModuleSummary, callee: str) -> Symbol | None:
+        """The vLLM layer a name denotes when its import cannot be followed in the vLLM
+        being read (a path of another release), by its name among vLLM's layers."""
+        head = callee.split(".")[0]
+        source = self.loader.vllm
+        if source is None or head not in module.imports or not self._maybe_vllm(module, callee):
+            return None
+        short = callee.rsplit(".", 1)[-1]
+        if short.startswith("_"):
+            return None
+        if short not in self._vllm_layers:
+            found = None
+            for name in source.defining(LAYERS_PACKAGE, short):
+                summary = self.loader.by_name(name)
+                if summary is None:
+                    continue
+                if short in summary.classes:
+                    found = Symbol(summary, short, cls=summary.classes[short])
+                elif short in summary.functions:
+                    found = Symbol(summary, short, function=summary.functions[short])
+                if found is not None:
+                    break
+            self._vllm_layers[short] = found
+        return self._vllm_layers[short]
+
+    def unresolved_vllm(self, module: ModuleSummary, callee: str) -> str | None:
+        """``callee``'s qualified name when it is imported from vLLM and the vLLM being
+        read defines nothing of that name (an import of another release): what a rule
+        cannot decide about. None when it resolves, or is not vLLM's."""
+        head = callee.split(".")[0]
+        if head not in module.imports or not module.imports[head][0].startswith("vllm"):
+            return None
+        if self.resolve(module, callee) is not None or self.vllm_layer(module, callee):
+            return None
+        if self.loader.vllm is None:
+            return self.qualified_name(module, callee)
+        qualified = self.qualified_name(module, callee)
+        target = qualified.rsplit(".", 1)[0]
+        return qualified if in_scope(target) or target == "vllm" else None
+
     def function_builds_module(self, symbol: Symbol) -> bool | None:
-        """Whether a top-level function builds and returns a module, read from its body:
-        False for a generator or one that returns only literals, names or non-class calls;
-        None when its source cannot be read or its returns say nothing."""
-        path = Path(symbol.module.path)
-        if path not in self._function_bodies:
-            self._function_bodies[path] = _top_level_functions(path)
-        self.loader.touched.add(path)
-        fn = self._function_bodies[path].get(symbol.name)
-        return _returns_module(fn) if fn is not None else None
+        """Whether a top-level function builds and returns a module, read from its body
+        when it was summarised (``index.returns_module``)."""
+        return symbol.function.returns_module if symbol.function is not None else None
 
     def _maybe_vllm(self, module: ModuleSummary, callee: str) -> bool:
         head = callee.split(".")[0]
         if head not in module.imports:
             return False
         target = module.imports[head][0]
-        return (
-            target.startswith("vllm")
-            or (module.module or "").startswith("vllm")
-            or (not self.loader.vllm_available)
-        )
+        return target.startswith("vllm") or (module.module or "").startswith("vllm")
 
     def class_mro(self, symbol: Symbol, depth: int = 0) -> tuple[list[Symbol], bool]:
         """The class and its resolvable bases, depth-first, and whether every base resolved."""
@@ -294,6 +310,21 @@ class Resolver:
             out.extend(sub)
             complete = complete and sub_complete
         return out, complete
+
+    def unreadable_bases(self, symbol: Symbol, depth: int = 0) -> list[str]:
+        """The bases along the class's MRO that cannot be read (``module.Name``)."""
+        if symbol.cls is None or depth > 12:
+            return []
+        out: list[str] = []
+        for base in symbol.cls.bases:
+            if base in ("object", "Protocol", "Generic", "nn.Module", "torch.nn.Module", "Module"):
+                continue
+            base_sym = self.resolve(symbol.module, base)
+            if base_sym is None or base_sym.cls is None:
+                out.append(self.qualified_name(symbol.module, base))
+            else:
+                out += self.unreadable_bases(base_sym, depth + 1)
+        return list(dict.fromkeys(out))
 
     def class_has(self, symbol: Symbol, member: str) -> bool | None:
         """True/False when a class defines ``member`` (not as a stub); None when unknowable."""
@@ -329,42 +360,4 @@ class Resolver:
 PROTOCOL_ATTR_ONLY: frozenset[str] = frozenset({"SupportsPP", "_SupportsPPType"})
 
 
-def _top_level_functions(path: Path) -> dict[str, ast.FunctionDef]:
-    try:
-        tree = ast.parse(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
-        return {}
-    return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-
-
-def _returns_module(fn: ast.FunctionDef) -> bool | None:
-    """What a function's body says about returning a module (see
-    ``Resolver.function_builds_module``)."""
-    own = [n for n in ast.walk(fn) if not isinstance(n, ast.Lambda)]
-    if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in own):
-        return False  # a generator
-    annotation = ast.unparse(fn.returns) if fn.returns is not None else ""
-    if annotation.rsplit(".", 1)[-1].startswith(("Module", "nn.Module")):
-        return True
-    built: set[str] = set()  # names bound to a constructed class
-    for n in own:
-        if isinstance(n, ast.Assign) and _constructs_class(n.value):
-            built |= {t.id for t in n.targets if isinstance(t, ast.Name)}
-    returns = [n.value for n in own if isinstance(n, ast.Return) and n.value is not None]
-    if not returns:
-        return False
-    for value in returns:
-        if _constructs_class(value) or (isinstance(value, ast.Name) and value.id in built):
-            return True
-    if all(isinstance(v, (ast.Constant, ast.JoinedStr, ast.Compare, ast.BoolOp)) for v in returns):
-        return False
-    return None
-
-
-def _constructs_class(node: ast.expr) -> bool:
-    """``Layer(...)`` / ``nn.Sequential(...)``: a call of a capitalised name."""
-    if not isinstance(node, ast.Call):
-        return False
-    func = node.func
-    name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
-    return name[:1].isupper()
+LAYERS_PACKAGE = "vllm.model_executor.layers"

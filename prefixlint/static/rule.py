@@ -19,8 +19,10 @@ from prefixlint.diagnostic import Severity
 from prefixlint.static.index import ClassSummary, FunctionSig, ModuleSummary
 from prefixlint.static.model_classes import ARCHITECTURE_NAME
 from prefixlint.static.prefix_fixes import NoFix, PlannedFix
-from prefixlint.static.prefix_sites import Hooks, PrefixAnalysis, Site
-from prefixlint.static.resolve import Resolver, Symbol
+from prefixlint.static.prefix_sites import Hooks, PrefixAnalysis, Site, quant_reaches
+from prefixlint.static.resolve import DECODER_ATTENTION_LAYERS, Resolver, Symbol
+from prefixlint.static.scope import PackageScope, Role
+from prefixlint.static.vllm_facts import owns_engine_cache
 
 # The imports every rule example starts with, so that examples read as model files do.
 EXAMPLE_HEADER = """
@@ -70,6 +72,11 @@ class Invalid:
 # A rule trigger: a method that calls a prefix-taking callable (names resolved per file).
 PREFIX_CALLS = "<prefix-taking calls>"
 
+# What a rule checks (``LintRule.applies_to``).
+INTERFACE = "interface"
+CONTRACT = "contract"
+MODULE = "module"
+
 
 @dataclass(frozen=True)
 class Where:
@@ -90,6 +97,7 @@ class Report:
     anchors: tuple[cst.CSTNode, ...]  # enclosing function/statement nodes, outermost first
     fix: PlannedFix | None = None  # what replaces which node (``node`` itself or inside it)
     no_fix: str | None = None  # why a fixable rule has no fix for this finding
+    not_verified: bool = False  # a note that says the rule could not decide
 
 
 class FileContext:
@@ -100,14 +108,15 @@ class FileContext:
         path: str,
         summary: ModuleSummary,
         resolver: Resolver,
-        architectures: frozenset[str] = frozenset(),
+        scope: PackageScope | None = None,
     ) -> None:
         self.path = path
         self.source_text = ""  # the whole file, for rules that look past the sketch
         self.summary = summary
         self.resolver = resolver
-        self.architectures = architectures
+        self.scope = scope  # how vLLM builds the classes of this file's package
         self._sig_cache: dict[str, FunctionSig | None] = {}
+        self._cache_layers: dict[str, bool] = {}
 
     def prefix_signature(self, callee: str) -> FunctionSig | None:
         short = callee.rsplit(".", 1)[-1].lower()
@@ -134,6 +143,25 @@ class FileContext:
                 return sig if sig.param("prefix") is not None else None
         return None
 
+    def owns_cache(self, callee: str) -> bool:
+        """``callee`` builds a layer the engine allocates a cache for, registered under its
+        prefix (vLLM's ``Attention``, ``MLAAttention``, Mamba mixers), as vLLM's code says."""
+        if callee not in self._cache_layers:
+            symbol = self.resolver.resolve(self.summary, callee)
+            if symbol is None:
+                symbol = self.resolver.vllm_layer(self.summary, callee)
+            self._cache_layers[callee] = (
+                owns_engine_cache(self.resolver, symbol)
+                if symbol is not None
+                else callee.rsplit(".", 1)[-1] in DECODER_ATTENTION_LAYERS  # unreadable
+            )
+        return self._cache_layers[callee]
+
+    def name_has_consumer(self, site: Site) -> bool:
+        """Someone looks the layer up by its prefix: a quantization config reaches it, or
+        it owns an engine cache (registered under its name)."""
+        return quant_reaches(site) or self.owns_cache(site.callee)
+
     @property
     def uses_maybe_prefix(self) -> bool:
         """The file binds ``maybe_prefix`` (imports or defines it): fixes use its style."""
@@ -150,14 +178,74 @@ class FileContext:
         cls = self.class_summary(node)
         return Symbol(self.summary, cls.name, cls=cls) if cls else None
 
+    # -- how vLLM builds the class (``scope.py``) -----------------------------------
+    def role(self, name: str) -> Role:
+        return self.scope.role(self.summary.module, name) if self.scope else Role.UNKNOWN
+
     def is_architecture(self, node: cst.ClassDef) -> bool:
-        """A top-level model class: named in vLLM's registry or shaped like one."""
+        """A top-level class vLLM builds as a model: a root or a stage of the package's
+        scope; without a scope, a class shaped like one (named ``...ForCausalLM``)."""
+        role = self.role(node.name.value)
+        if role is not Role.UNKNOWN:
+            return role in (Role.ROOT, Role.STAGE)
         name = node.name.value
-        if name in self.architectures:
-            return True
         if not ARCHITECTURE_NAME.search(name) or name.startswith("_"):
             return False
         return bool(node.bases) and self.is_module_class(node)
+
+    def outside_contract(self, name: str) -> str | None:
+        """Why a finding on class ``name`` is only a note: no model the package registers
+        with vLLM builds it (another loader does). None when it is in the contract."""
+        if self.role(name) is not Role.OUTSIDE:
+            return None
+        config = "" if self._takes("vllm_config", name) else ", and it takes no `vllm_config`"
+        return (
+            f"a note: `{name}` is outside vLLM's model contract, since the package registers "
+            f"its models with vLLM and none of them builds `{name}`{config} (another loader "
+            "does)"
+        )
+
+    def not_the_root(self, name: str) -> str | None:
+        """Why an interface finding on class ``name`` is only a note: vLLM reads the
+        interfaces of the root it builds, and ``name`` is not one. None for a root."""
+        role = self.role(name)
+        if role is Role.STAGE:
+            builder = self.scope.builder_of(self.summary.module, name) if self.scope else None
+            shown = builder.name if builder else "another model"
+            return (
+                f"a note: `{name}` is a stage, built by `{shown}` with "
+                f"`init_vllm_registered_model`, and vLLM reads the interfaces of `{shown}`; "
+                "it matters only if a checkpoint names this class's architecture itself"
+            )
+        if role is Role.BUILT:
+            return (
+                f"a note: `{name}` is built inside a model of its package, not by vLLM as the "
+                "root, and vLLM reads the interfaces of the root"
+            )
+        return self.outside_contract(name)
+
+    def inner_part(self, name: str) -> str | None:
+        """Why code of class ``name`` that would be a reference leftover in the model vLLM
+        drives is the model's own on purpose: ``name`` is a sub-module built under a root
+        (vLLM calls the root, and ``name`` only by way of the model's own code). None
+        when it is a root, or the package has no scope."""
+        if self.role(name) is not Role.BUILT:
+            return None
+        return f"`{name}` is a sub-module of a model its package registers, which vLLM calls"
+
+    def beside_paged_attention(self, name: str) -> bool:
+        """``name`` is built under a root whose decoder keeps its attention in vLLM's
+        cache-owning layers (``Attention``)."""
+        return (
+            self.scope is not None
+            and self.role(name) is Role.BUILT
+            and any(r.name == name and r.module == self.summary.module for r in self.scope.paged)
+        )
+
+    def _takes(self, param: str, name: str) -> bool:
+        cls = self.summary.classes.get(name)
+        init = cls.methods.get("__init__") if cls else None
+        return init is None or init.param(param) is not None or init.has_var_keyword
 
     def is_module_class(self, node: cst.ClassDef) -> bool:
         """Plausibly an ``nn.Module``: a base resolves to one, or looks like one."""
@@ -214,6 +302,11 @@ class LintRule:
     # Words that make a method body worth parsing for this rule (other methods keep only
     # their signature); ``PREFIX_CALLS`` stands for calls of prefix-taking callables.
     triggers: ClassVar[tuple[str, ...]] = ()
+    # What the rule checks, which decides where a finding is only a note (``scope.py``):
+    # ``INTERFACE`` (what vLLM reads of the model it builds: notes on classes that are
+    # not that root), ``CONTRACT`` (how vLLM runs model code: notes on classes no model of
+    # the package registers or builds), ``MODULE`` (names and layers: wherever they are).
+    applies_to: ClassVar[str] = "module"
     VALID: ClassVar[list[str]] = []
     INVALID: ClassVar[list[Invalid]] = []
 
@@ -238,13 +331,22 @@ class LintRule:
         replacement: cst.CSTNode | None = None,
         fix: Callable[[], PlannedFix] | None = None,
         site: Site | Where | None = None,
+        not_verified: bool = False,
     ) -> None:
         """Report ``node``. A fix is ``replacement`` (replaces ``node``, as in Fixit) or
         ``fix``, a planner that returns what replaces which node, or raises ``NoFix`` with
-        the reason the finding then carries."""
+        the reason the finding then carries. ``not_verified``: a note that says what the
+        rule could not decide, and why (shown like phase 2's "not verified" notes)."""
         walk = self.ctx.prefixes
         item = site.item if site is not None else walk.item
         anchors = site.anchors if site is not None else tuple(walk.anchors)
+        why = self._scope_note(anchors)
+        if not_verified:
+            if why is not None:
+                return  # what could not be checked does not apply to this class
+            severity = Severity.NOTE
+        if why is not None and (severity or self.severity) is not Severity.NOTE:
+            severity, message = Severity.NOTE, f"{message} ({why})"
         planned = PlannedFix(node, replacement, "Replace") if replacement is not None else None
         no_fix = None
         if fix is not None:
@@ -262,8 +364,22 @@ class LintRule:
                 anchors,
                 planned,
                 no_fix,
+                not_verified,
             )
         )
+
+    def _scope_note(self, anchors: tuple[cst.CSTNode, ...]) -> str | None:
+        """Why a finding of this rule, made inside ``anchors``, is a note (see
+        ``applies_to``); None when it keeps its severity."""
+        if self.applies_to == MODULE:
+            return None
+        top = next((a for a in anchors if isinstance(a, cst.ClassDef)), None)
+        if top is None:
+            return None
+        name = top.name.value
+        if self.applies_to == INTERFACE:
+            return self.ctx.not_the_root(name)
+        return self.ctx.outside_contract(name)
 
     def here(self, *extra: cst.CSTNode) -> Where:
         """Where the walk is now, narrowed to ``extra`` (say, the function reported on)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -12,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from prefixlint.config import Config
-from prefixlint.diagnostic import Diagnostic, Position, Severity
+from prefixlint.diagnostic import NOT_VERIFIED, Diagnostic, Position, Severity
 from prefixlint.paths import display_path
-from prefixlint.static.cache import ResultCache, content_hash, stat_key
-from prefixlint.static.index import find_installed_package, package_root_for
+from prefixlint.static.cache import ResultCache, content_hash
+from prefixlint.static.index import package_root_for
 
 INTERNAL_ERROR = "PFX000"
 SYNTAX = "PFX001"  # cannot be read, decoded, parsed, or (a note) was not checked
@@ -34,27 +35,54 @@ _WORKER: Any = None
 
 
 def _make_linter(
-    codes: list[str], layers: list[str], package_dirs: list[str], cache_dir: str | None = None
+    codes: list[str],
+    layers: list[str],
+    package_dirs: list[str],
+    cache_dir: str | None = None,
+    scopes: dict[str, dict] | None = None,
 ) -> Any:
     from prefixlint.rules import RULES_BY_CODE
-    from prefixlint.static.cache import SummaryCache
     from prefixlint.static.engine import Linter
-    from prefixlint.static.model_classes import registry_architectures
+    from prefixlint.static.scope import PackageScope, Scopes
+
+    resolver = _resolver(layers, package_dirs, cache_dir)
+    known = {k: PackageScope.from_json(v) for k, v in (scopes or {}).items()}
+    rules = [RULES_BY_CODE[c] for c in sorted(codes) if c in RULES_BY_CODE]
+    return Linter(rules, resolver, Scopes(resolver, known))
+
+
+def _resolver(layers: list[str], package_dirs: list[str], cache_dir: str | None) -> Any:
+    from prefixlint.static.cache import SummaryCache
     from prefixlint.static.resolve import ModuleLoader, Resolver
 
     summaries = SummaryCache(Path(cache_dir)) if cache_dir else None
     loader = ModuleLoader(roots=[Path(p) for p in package_dirs], summary_cache=summaries)
-    resolver = Resolver(loader, extra_prefix_layers=layers)
-    archs = registry_architectures(find_installed_package("vllm"))
-    rules = [RULES_BY_CODE[c] for c in sorted(codes) if c in RULES_BY_CODE]
-    return Linter(rules, resolver, archs)
+    return Resolver(loader, extra_prefix_layers=layers)
+
+
+def read_scopes(layers: list[str], package_dirs: list[str], cache_dir: str | None) -> dict:
+    """The scope of every checked package (``scope.py``), read before the files are
+    linted: a file's verdict depends on what the rest of its package registers."""
+    from prefixlint.static.scope import Scopes
+
+    resolver = _resolver(layers, package_dirs, cache_dir)
+    scopes = Scopes(resolver)
+    scopes.read([Path(p) for p in package_dirs])
+    summaries = resolver.loader.summary_cache
+    if summaries is not None:
+        summaries.save()
+    return {k: v.to_json() for k, v in scopes.known.items()}
 
 
 def _init_worker(
-    codes: list[str], layers: list[str], package_dirs: list[str], cache_dir: str | None
+    codes: list[str],
+    layers: list[str],
+    package_dirs: list[str],
+    cache_dir: str | None,
+    scopes: dict[str, dict] | None = None,
 ) -> None:
     global _WORKER
-    _WORKER = _make_linter(codes, layers, package_dirs, cache_dir)
+    _WORKER = _make_linter(codes, layers, package_dirs, cache_dir, scopes)
 
 
 def _new_summaries(linter: Any) -> dict:
@@ -153,11 +181,12 @@ def run_static(
     result = RunResult(files=len(files))
     package_dirs = _package_dirs(files)
     folder = str(cache_dir or ResultCache.default_folder()) if use_cache else None
-    cache = _result_cache(Path(folder), codes, config, package_dirs) if folder else None
+    scopes = read_scopes(config.extend_prefix_layers, package_dirs, folder) if files else {}
+    cache = _result_cache(Path(folder), codes, config, package_dirs, scopes) if folder else None
     plan = _plan(files, cache, codes, config, result)
     if plan.todo:
         linted = [(key, display) for key, display, _ in plan.todo]
-        setup = (sorted(codes), config.extend_prefix_layers, package_dirs, folder)
+        setup = (sorted(codes), config.extend_prefix_layers, package_dirs, folder, scopes)
         outcomes = _lint_files(linted, jobs, setup)
         digests = {key: digest for key, _, digest in plan.todo}
         for key, diags, deps in outcomes:
@@ -183,19 +212,23 @@ def _package_dirs(files: list[Path]) -> list[str]:
 
 
 def _result_cache(
-    folder: Path, codes: set[str], config: Config, package_dirs: list[str]
+    folder: Path, codes: set[str], config: Config, package_dirs: list[str], scopes: dict
 ) -> ResultCache:
-    vllm = find_installed_package("vllm")
-    registry = vllm / "model_executor" / "models" / "registry.py" if vllm else None
+    from prefixlint.static.vllm_source import find_vllm
+
+    vllm = find_vllm()
     return ResultCache(
         folder,
         {
             "codes": sorted(codes),
             "layers": config.extend_prefix_layers,
-            "vllm": str(vllm) if vllm else None,
-            # The registry decides which classes are architectures.
-            "registry": stat_key(str(registry)) if registry else None,
+            # Where vLLM's facts come from (its registry decides the roots of vLLM's tree).
+            "vllm": vllm.identity if vllm else None,
             "packages": package_dirs,
+            # What the packages register and build decides each class's contract.
+            "scopes": {
+                k: content_hash(json.dumps(v, sort_keys=True).encode()) for k, v in scopes.items()
+            },
         },
     )
 
@@ -237,10 +270,11 @@ def _plan(
 def _lint_files(
     todo: list[tuple[str, str]],
     jobs: int | None,
-    setup: tuple[list[str], list[str], list[str], str | None],
+    setup: tuple,
 ) -> list[Outcome]:
     """Lint ``todo`` (resolved path, display name) in this process or on all cores.
-    ``setup`` is what each linter is made from: codes, layers, package folders, cache."""
+    ``setup`` is what each linter is made from: codes, layers, package folders, cache,
+    package scopes."""
     workers = min(jobs or os.cpu_count() or 1, len(todo))
     if workers > 1 and len(todo) >= 8:
         from concurrent.futures.process import BrokenProcessPool
@@ -283,7 +317,7 @@ def _collect(result: RunResult, plan: _Plan, config: Config) -> None:
 def _lint_parallel(
     todo: list[tuple[str, str]],
     workers: int,
-    setup: tuple[list[str], list[str], list[str], str | None],
+    setup: tuple,
 ) -> list[Outcome]:
     # Imported here: a warm or one-file run never starts a pool.
     import multiprocessing
@@ -329,6 +363,7 @@ def _too_big(display: str, size: int, config: Config) -> dict:
         filename=display,
         location=Position(1, 1),
         end_location=Position(1, 1),
+        data={NOT_VERIFIED: True},
     ).to_json()
 
 

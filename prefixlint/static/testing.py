@@ -21,8 +21,8 @@ def lint_source(
     code: str,
     rules: Sequence[type[LintRule]],
     filename: str = "example.py",
-    architectures: frozenset[str] = frozenset(),
 ) -> list[Diagnostic]:
-    """Lint ``code`` as if it were a file named ``filename`` outside any package."""
-    linter = Linter(rules, _resolver(), architectures)
+    """Lint ``code`` as if it were a file named ``filename`` outside any package (so no
+    package scope: classes are judged by their shape)."""
+    linter = Linter(rules, _resolver())
     return linter.lint_bytes(code.encode("utf-8"), Path(filename), filename)

@@ -1,0 +1,246 @@
+"""Which classes vLLM builds, read from how a package registers and builds its models
+(``prefixlint/static/scope.py``), and what the rules make of it."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from prefixlint.rules import ALL_RULES
+from prefixlint.static.engine import Linter
+from prefixlint.static.resolve import ModuleLoader, Resolver
+from prefixlint.static.scope import ClassRef, Role, Scopes, read_scope, scope_unit
+
+TOY = Path(__file__).parent / "fixtures" / "plugins" / "toy_dist" / "toy_plugin"
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+def scope_of(*package_dirs: Path):
+    unit = scope_unit(list(package_dirs))
+    return read_scope(unit, Resolver(ModuleLoader(roots=unit)))
+
+
+def test_roles_of_the_toy_plugin() -> None:
+    scope = scope_of(TOY)
+    assert scope.complete and not scope.unread
+    role = lambda module, name: scope.role(f"toy_plugin.{module}", name)  # noqa: E731
+    assert role("model", "ToyForCausalLM") is Role.ROOT
+    assert role("omni", "ToyOmniForConditionalGeneration") is Role.ROOT
+    # Registered through the loop over STAGES, and built by ToyOmni as a stage.
+    assert role("talker", "ToyTalkerForConditionalGeneration") is Role.STAGE
+    assert scope.builder_of("toy_plugin.talker", "ToyTalkerForConditionalGeneration") == (
+        ClassRef("toy_plugin.omni", "ToyOmniForConditionalGeneration")
+    )
+    for name in ("ToyModel", "ToyDecoderLayer", "ToyMLP", "ToyMoE", "ToyAttention"):
+        assert role("model", name) is Role.BUILT, name
+    # The pipeline its own engine builds: registered nowhere, built by no model.
+    assert role("pipeline", "ToyImageTransformer") is Role.OUTSIDE
+    # Under ToyForCausalLM, whose decoder keeps its attention in vLLM's Attention.
+    assert ClassRef("toy_plugin.model", "ToyMLP") in scope.paged
+
+
+def test_the_rules_follow_the_roles() -> None:
+    linter = Linter(ALL_RULES, Resolver(ModuleLoader(roots=[TOY])))
+    found = {}
+    for path in sorted(TOY.glob("*.py")):
+        for d in linter.lint_path(path, path.name):
+            found[(path.name, d.code)] = d.severity.value
+    assert found[("model.py", "PFX501")] == "error"  # the root lacks the PP method
+    assert found[("model.py", "PFX401")] == "error"  # all-reduce after FusedMoEFactory
+    assert found[("model.py", "PFX302")] == "error"  # `.model` at the root
+    assert found[("model.py", "PFX402")] == "warning"  # `self.Wi = nn.Linear`
+    assert found[("talker.py", "PFX501")] == "note"  # a stage: the root carries it
+    assert found[("pipeline.py", "PFX303")] == "note"  # another loader's naming
+
+
+def test_registrations_through_wrappers_tables_and_lazy_strings(tmp_path: Path) -> None:
+    """The ways the plugins of the registry register (vllm-factory's wrappers in another
+    top-level package, vllm-omni's loop over an imported table, vllm-spark's ``__name__``
+    f-string, MERaLiON's ``import_module`` + ``getattr``)."""
+    write(
+        tmp_path / "factory",
+        {
+            "pyproject.toml": """
+                [project]
+                name = "x"
+                [project.entry-points."vllm.general_plugins"]
+                a = "plug.a:register"
+            """,
+            "forge/__init__.py": "",
+            "forge/registration.py": """
+                def register_with_vllm(architecture_name, model_cls):
+                    from vllm import ModelRegistry
+                    ModelRegistry.register_model(architecture_name, model_cls)
+
+                def register_plugin(model_type, architecture_name, model_cls):
+                    register_with_vllm(architecture_name, model_cls)
+            """,
+            "plug/a/__init__.py": """
+                from forge.registration import register_plugin
+                from .model import AModel
+
+                def register():
+                    register_plugin("a", "AArch", AModel)
+            """,
+            "plug/a/model.py": "class AModel:\n    pass\n",
+        },
+    )
+    write(
+        tmp_path / "omni_dist",
+        {
+            "omni/__init__.py": "",
+            "omni/registry.py": """
+                _MODELS = {"BArch": ("b", "b_model", "BModel")}
+            """,
+            "omni/b/__init__.py": "",
+            "omni/b/b_model.py": "class BModel:\n    pass\n",
+            "omni/args.py": """
+                def register_omni_models_to_vllm():
+                    from vllm.model_executor.models import ModelRegistry
+                    from omni.registry import _MODELS
+                    for arch, (folder, rel, cls) in _MODELS.items():
+                        ModelRegistry.register_model(arch, f"omni.{folder}.{rel}:{cls}")
+            """,
+        },
+    )
+    write(
+        tmp_path / "spark_dist",
+        {
+            "spark/__init__.py": """
+                ARCHITECTURE = "CArch"
+                MODEL_TARGET = f"{__name__}.c:{ARCHITECTURE}"
+
+                def register():
+                    from vllm import ModelRegistry
+                    ModelRegistry.register_model(ARCHITECTURE, MODEL_TARGET)
+            """,
+            "spark/c.py": "class CArch:\n    pass\n",
+        },
+    )
+    write(
+        tmp_path / "mera_dist",
+        {
+            "mera/__init__.py": """
+                from importlib import import_module
+
+                def register():
+                    from vllm import ModelRegistry
+                    module = import_module("mera.impl")
+                    cls = getattr(module, "DModel")
+                    ModelRegistry.register_model("DArch", cls)
+            """,
+            "mera/impl.py": "class DModel:\n    pass\n",
+        },
+    )
+    write(
+        tmp_path / "diff_dist",
+        {
+            "diff/__init__.py": """
+                from vllm.model_executor.models.registry import _ModelRegistry
+                OwnRegistry = _ModelRegistry({})
+
+                def register():
+                    OwnRegistry.register_model("EArch", "diff.e:EModel")
+            """,
+            "diff/e.py": "class EModel:\n    pass\n",
+        },
+    )
+    # ``plug`` is a namespace folder: ``a`` is the package; the wrapper lives in ``forge``.
+    a = scope_of(tmp_path / "factory" / "plug" / "a")
+    assert a.registered == {ClassRef("a.model", "AModel"): ("AArch",)}
+    assert scope_of(tmp_path / "omni_dist" / "omni").registered == {
+        ClassRef("omni.b.b_model", "BModel"): ("BArch",)
+    }
+    spark = scope_of(tmp_path / "spark_dist" / "spark")
+    assert spark.registered == {ClassRef("spark.c", "CArch"): ("CArch",)}
+    mera = scope_of(tmp_path / "mera_dist" / "mera")
+    assert mera.registered == {ClassRef("mera.impl", "DModel"): ("DArch",)}
+    # A registry object of the plugin's own is another loader's, not vLLM's.
+    assert not scope_of(tmp_path / "diff_dist" / "diff").known
+
+
+def test_a_registration_prefixlint_cannot_read_leaves_the_rest_unknown(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "p/__init__.py": """
+                def register():
+                    from vllm import ModelRegistry
+                    ModelRegistry.register_model("PArch", "p.m:PForCausalLM")
+                    for name, target in discover_models():
+                        ModelRegistry.register_model(name, target)
+            """,
+            "p/m.py": "class PForCausalLM:\n    pass\n\nclass QForCausalLM:\n    pass\n",
+        },
+    )
+    scope = scope_of(tmp_path / "p")
+    assert scope.role("p.m", "PForCausalLM") is Role.ROOT
+    assert not scope.complete
+    assert scope.role("p.m", "QForCausalLM") is Role.UNKNOWN  # maybe the unread one
+
+
+def test_a_plugin_class_named_like_a_vllm_architecture_is_not_that_architecture(
+    tmp_path: Path,
+) -> None:
+    """vllm-factory's ``ModernBertModel`` backbone: same name as vLLM's registered
+    architecture, built by the plugin's own model, which is what vLLM builds."""
+    write(
+        tmp_path,
+        {
+            "fac/__init__.py": """
+                def register():
+                    from vllm import ModelRegistry
+                    ModelRegistry.register_model("ColBertModel", "fac.colbert:ColBert")
+            """,
+            "fac/backbone.py": """
+                from torch import nn
+
+                class ModernBertModel(nn.Module):
+                    def forward(self, input_ids, attention_mask=None):
+                        return input_ids
+            """,
+            "fac/colbert.py": """
+                from torch import nn
+                from vllm.config import VllmConfig
+                from .backbone import ModernBertModel
+
+                class ColBert(nn.Module):
+                    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
+                        super().__init__()
+                        self.model = ModernBertModel()
+
+                    def forward(self, input_ids, positions, intermediate_tensors=None,
+                                inputs_embeds=None):
+                        return self.model(input_ids)
+            """,
+        },
+    )
+    backbone = tmp_path / "fac" / "backbone.py"
+    scope = scope_of(tmp_path / "fac")
+    assert scope.role("fac.backbone", "ModernBertModel") is Role.BUILT
+    linter = Linter(ALL_RULES, Resolver(ModuleLoader(roots=[tmp_path / "fac"])))
+    assert [d.code for d in linter.lint_path(backbone, backbone.name)] == []
+
+
+def test_scopes_are_read_once_per_distribution(tmp_path: Path) -> None:
+    scopes = Scopes(Resolver(ModuleLoader(roots=[TOY])))
+    first = scopes.for_file(TOY / "model.py")
+    assert first is not None and scopes.for_file(TOY / "talker.py") is first
+    assert scopes.for_file(tmp_path / "loose.py") is None  # no package: no scope
+
+
+@pytest.mark.parametrize("name", ["model.py", "talker.py", "pipeline.py"])
+def test_scope_round_trips_through_json(name: str) -> None:
+    from prefixlint.static.scope import PackageScope
+
+    scope = scope_of(TOY)
+    again = PackageScope.from_json(scope.to_json())
+    assert again == scope and again.digest == scope.digest
