@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -54,6 +55,14 @@ NO_DRYRUN = click.option(
     "--no-dryrun",
     is_flag=True,
     help="Phase 2 without the checkpoint and quantization dry-run (PFX701, PFX702).",
+)
+
+CHECKPOINT = click.option(
+    "--checkpoint",
+    metavar="PATH|ORG/NAME",
+    help="A checkpoint folder or hub id: the dry-run streams its tensor names and shapes "
+    "and builds under its quantization config (safetensors headers only, no weights, no "
+    "GPU); its config.json is the build config unless --config says otherwise.",
 )
 
 
@@ -115,6 +124,7 @@ def main() -> None:
 )
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
 @NO_DRYRUN
+@CHECKPOINT
 @click.option(
     "--fix",
     is_flag=True,
@@ -203,6 +213,7 @@ class CheckOptions:
     output: Path | None = None
     with_introspect: bool = False
     no_dryrun: bool = False
+    checkpoint: str | None = None
     explore_budget: float | None = None
     tp: str | None = None
     pp: str | None = None
@@ -249,12 +260,43 @@ def _refuse_conflicts(opts: CheckOptions) -> None:
             if getattr(opts, n) is not None
         ]
         given += ["--no-dryrun"] if opts.no_dryrun else []
+        given += ["--checkpoint"] if opts.checkpoint else []
         if given:
             raise click.UsageError(f"{', '.join(given)} only apply with --introspect")
+    _refuse_checkpoint_without_dryrun(opts.checkpoint, opts.no_dryrun)
     if opts.fix and opts.show_diff:
         raise click.UsageError(
             "--fix writes the fixes and --diff prints them without writing: choose one"
         )
+
+
+def _refuse_checkpoint_without_dryrun(checkpoint: str | None, no_dryrun: bool) -> None:
+    if checkpoint and no_dryrun:
+        raise click.UsageError("--checkpoint is checked by the dry-run: drop --no-dryrun")
+
+
+def _checkpoints(explicit: str | None) -> Any:
+    """``--checkpoint`` and ``[tool.prefixlint.checkpoints]``, resolved here (a hub id's
+    headers fetched) before any build: a bad one is a usage error."""
+    from prefixlint.introspect.checkpoint import CheckpointError, Checkpoints
+
+    try:
+        return Checkpoints(explicit, _checkpoint_table)
+    except CheckpointError as e:
+        raise click.UsageError(str(e)) from None
+
+
+def _checkpoint_table(path: Path | None) -> tuple[dict[str, str], str | None]:
+    """``[tool.prefixlint.checkpoints]`` of the pyproject closest to ``path`` (a model
+    file; default: the current folder)."""
+    from prefixlint.config import ConfigError, find_config_file, load_checkpoints_table
+
+    start = path.parent if path is not None else Path.cwd()
+    try:
+        found = find_config_file(start)
+        return load_checkpoints_table(found.parent) if found else ({}, None)
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from None
 
 
 def _writable(output: Path | None) -> None:
@@ -272,9 +314,11 @@ def _phase2(run: LintRun, opts: CheckOptions) -> tuple[list, str]:
     """Phase 2 for the architecture classes of the checked files, with live progress:
     (its findings and notes, what it verified in words)."""
     from prefixlint.check_introspect import polish, run_phase2
+    from prefixlint.introspect.checkpoint import CheckpointError
     from prefixlint.progress import Progress
 
-    with Progress() as progress:  # stderr: stdout stays parseable in every format
+    checkpoints = _checkpoints(opts.checkpoint)
+    with Progress() as progress, _usage_error(CheckpointError):
         out = run_phase2(
             run.files,
             _int_list(opts.tp or "1,2,4,8", "--tp"),
@@ -284,6 +328,7 @@ def _phase2(run: LintRun, opts: CheckOptions) -> tuple[list, str]:
             progress,
             dryrun=not opts.no_dryrun,
             explore_budget=10.0 if opts.explore_budget is None else opts.explore_budget,
+            checkpoints=checkpoints,
         )
     verified = (
         f"phase 2 built {out.built} architecture class{'es' if out.built != 1 else ''}"
@@ -291,6 +336,15 @@ def _phase2(run: LintRun, opts: CheckOptions) -> tuple[list, str]:
         else "phase 2: no architecture class in these files"
     )
     return polish(out.diagnostics), verified
+
+
+@contextlib.contextmanager
+def _usage_error(*errors: type[BaseException]) -> Any:
+    """These errors, raised inside, are usage errors (exit 2) with their message."""
+    try:
+        yield
+    except errors as e:
+        raise click.UsageError(str(e)) from None
 
 
 def _configs_for(path: Path) -> tuple[dict[str, str], str | None]:
@@ -533,6 +587,7 @@ def _one_per_site(static: list, runtime: list) -> list:
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds per build.")
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
 @NO_DRYRUN
+@CHECKPOINT
 @click.option(
     "--explore-budget",
     type=float,
@@ -550,6 +605,7 @@ def introspect(
     timeout: float,
     strict: bool,
     no_dryrun: bool,
+    checkpoint: str | None,
     explore_budget: float,
 ) -> None:
     """Build TARGET on the meta device for several TP/PP layouts and check what it built.
@@ -559,8 +615,18 @@ def introspect(
     """
     from prefixlint.check_introspect import polish, public_name
     from prefixlint.introspect import introspect as run
+    from prefixlint.introspect.checkpoint import CheckpointError
 
+    _refuse_checkpoint_without_dryrun(checkpoint, no_dryrun)
     table, base = _config_table()
+    checkpoints = _checkpoints(checkpoint)
+    with _usage_error(CheckpointError):
+        # --checkpoint for every class of TARGET; else the table's entry of each class
+        by_class = {
+            name: found
+            for name in _target_classes(target)
+            if (found := checkpoints.for_class(None, name)) is not None
+        }
     report = run(
         target,
         tp=_int_list(tp),
@@ -571,6 +637,8 @@ def introspect(
         timeout=timeout,
         dryrun=not no_dryrun,
         explore_budget=explore_budget,
+        checkpoint=checkpoints.explicit.folder if checkpoints.explicit else None,
+        checkpoints=by_class,
     )
     if report.error:
         raise click.UsageError(f"cannot introspect {target}: {public_name(report.error)}")
@@ -599,6 +667,21 @@ def introspect(
         _echo_coverage(result)
     _report(report.diagnostics, output_format, len(report.results))
     _exit_for(report.diagnostics, fail_on, strict)
+
+
+def _target_classes(target: str) -> list[str]:
+    """The class names TARGET builds, found without importing it (``[tool.prefixlint.
+    checkpoints]`` is keyed by them)."""
+    if ".py:" in target or ":" in target:
+        return [target.rpartition(":")[2]]
+    if target.endswith(".py"):
+        from prefixlint.check_introspect import architectures_in
+        from prefixlint.static.index import find_installed_package
+        from prefixlint.static.model_classes import registry_architectures
+
+        registry = registry_architectures(find_installed_package("vllm"))
+        return [c.name for c in architectures_in(Path(target), registry)]
+    return [target]
 
 
 def _echo_coverage(result: dict) -> None:

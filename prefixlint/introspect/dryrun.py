@@ -516,9 +516,15 @@ def _is_meta_limit(error: BaseException) -> bool:
     return isinstance(error, NotImplementedError) or any(w in text for w in _META_LIMITS)
 
 
-def stream(model: nn.Module, reference: dict[str, Any], context: Any) -> Stream:
+def stream(
+    model: nn.Module,
+    reference: dict[str, Any],
+    context: Any,
+    finding_errors: tuple[type[BaseException], ...] = (),
+) -> Stream:
     """Feed every reference tensor to ``model.load_weights``; on a name that raises, record
-    it and feed again without that kind of name (a few times at most)."""
+    it and feed again without that kind of name (a few times at most). ``finding_errors``:
+    more errors that the real load would raise too (a real checkpoint's names)."""
     names = sorted(reference)
     excluded: set[str] = set()
     out = Stream(WriteRecorder({}))
@@ -539,7 +545,7 @@ def stream(model: nn.Module, reference: dict[str, Any], context: Any) -> Stream:
             with context(), recording(recorder), _quiet():
                 model.load_weights(weights())
         except Exception as e:
-            if _is_meta_limit(e) or not _is_finding_error(e):
+            if _is_meta_limit(e) or not (_is_finding_error(e) or isinstance(e, finding_errors)):
                 out.limit, out.limit_error = _describe(e), e
                 return out
             name = _failing_name(e, names, last[0]) or "?"

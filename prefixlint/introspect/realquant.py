@@ -1,0 +1,432 @@
+"""The model built under a real checkpoint's quantization config, and each layer judged.
+
+vLLM makes the quantization config itself: a ``ModelConfig`` of the checkpoint's own
+config.json resolves the method (``quantization_config.quant_method``, with vLLM's
+overrides), and ``VllmConfig`` builds it through vLLM's registry
+(``get_quantization_config(method).from_config(...)``, its capability and dtype checks,
+``maybe_update_config``): ``fp8`` with ``ignored_layers``, ``compressed-tensors`` with
+``ignore`` and its config groups, ``modelopt`` with its exclusions, ``awq``/``gptq`` with
+``modules_to_not_convert``, whatever the installed vLLM supports. Each linear layer's
+method is then compared with what the checkpoint stores for the layers that reach it:
+a layer is stored quantized when it holds a tensor an unquantized vLLM linear layer has
+no parameter for (``weight_scale``, ``qweight``), or a weight of a quantized dtype.
+
+A method vLLM cannot build here (no kernel for this CPU, a missing package) is "not
+verified" with vLLM's reason, never a finding.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from prefixlint.introspect.checkpoint import Checkpoint
+from prefixlint.introspect.checks import Finding
+from prefixlint.introspect.dryrun import Sites, Stream, module_leaf
+
+# safetensors dtype names -> torch attribute names (the format's table; a dtype this
+# torch lacks is named in a note)
+SAFETENSORS_DTYPES = {
+    "BOOL": "bool",
+    "U8": "uint8",
+    "I8": "int8",
+    "I16": "int16",
+    "U16": "uint16",
+    "I32": "int32",
+    "U32": "uint32",
+    "I64": "int64",
+    "U64": "uint64",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F32": "float32",
+    "F64": "float64",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+    "F8_E8M0": "float8_e8m0fnu",
+    "F4": "float4_e2m1fn_x2",
+}
+
+
+def torch_layout(
+    checkpoint: Checkpoint,
+) -> tuple[dict[str, tuple[tuple[int, ...], torch.dtype]], list[str]]:
+    """name -> (shape, torch dtype), and the dtypes this torch does not know."""
+    out = {}
+    unknown: list[str] = []
+    for name, (shape, dtype) in checkpoint.tensors.items():
+        value = getattr(torch, SAFETENSORS_DTYPES.get(dtype, ""), None)
+        if not isinstance(value, torch.dtype):
+            if dtype not in unknown:
+                unknown.append(dtype)
+            continue
+        out[name] = (shape, value)
+    return out, unknown
+
+
+def dtype_kind(dtype: torch.dtype) -> str:
+    """What a value of the dtype means: wide floats are one kind (a loader casts between
+    them freely), integers another (packed or quantized codes), and each narrow float
+    (fp8, fp4, e8m0) its own."""
+    if dtype.is_floating_point and dtype.itemsize >= 2:
+        return "float"
+    if not dtype.is_floating_point and not dtype.is_complex:
+        return "int"
+    return str(dtype).removeprefix("torch.")
+
+
+# -- the build --------------------------------------------------------------------------------
+
+
+@dataclass
+class QuantBuild:
+    method: str = ""  # vLLM's name of the method (``ModelConfig.quantization``)
+    build: Any = None  # build.Build, or None with ``reason``
+    model_config: Any = None
+    reason: str = ""
+    described: str = ""  # the config's ignore lists, for the report
+
+
+def _dtype(checkpoint: Checkpoint) -> str:
+    """The checkpoint's own activation dtype (``dtype``/``torch_dtype``), else bfloat16."""
+    for key in ("dtype", "torch_dtype"):
+        value = checkpoint.config.get(key)
+        if isinstance(value, str) and value in ("bfloat16", "float16", "float32"):
+            return value
+    return "bfloat16"
+
+
+def _supported_dtype(method: str, wanted: str) -> str:
+    """``wanted`` if the method computes in it, else the first it does (vLLM refuses a
+    quantized model in another activation dtype)."""
+    try:
+        from vllm.model_executor.layers.quantization import get_quantization_config
+
+        supported = get_quantization_config(method).get_supported_act_dtypes()
+    except Exception:
+        return wanted
+    names = [str(d).removeprefix("torch.") for d in supported]
+    return wanted if wanted in names or not names else names[0]
+
+
+def _config_folder(checkpoint: Checkpoint, architectures: list[str]) -> str:
+    """The checkpoint's config.json, quantization config included, naming the class under
+    test (an out-of-tree copy is registered under its own name)."""
+    data = json.loads(json.dumps(checkpoint.config))
+    data["architectures"] = list(architectures)
+    folder = tempfile.mkdtemp(prefix="prefixlint-quantized-")
+    Path(folder, "config.json").write_text(json.dumps(data), encoding="utf-8")
+    return folder
+
+
+def quantized_build(model_config: Any, checkpoint: Checkpoint) -> QuantBuild:
+    """The model built on meta (tp=1) under the checkpoint's quantization config, as
+    vLLM makes it from the checkpoint's config.json."""
+    from prefixlint.introspect import build as builder
+    from prefixlint.introspect.parallel import Layout
+
+    architectures = list(getattr(model_config.hf_config, "architectures", None) or [])
+    out = QuantBuild(method=checkpoint.quant_method)
+    folder = _config_folder(checkpoint, architectures)
+    dtype = _dtype(checkpoint)
+    try:
+        quantized = builder.load_model_config(folder, dtype=dtype)
+        out.method = str(quantized.quantization or out.method)
+        other = _supported_dtype(out.method, dtype)
+        if other != dtype:
+            quantized = builder.load_model_config(folder, dtype=other)
+    except Exception as e:
+        out.reason = f"vLLM refuses the checkpoint's quantization config: {_describe(e)}"
+        return out
+    if id(model_config) in builder._V2_RUNNER:  # the same runner as the model's builds
+        builder._V2_RUNNER.add(id(quantized))
+    out.model_config = quantized
+    result = builder.build_layout(quantized, Layout())
+    if result.error is not None:
+        out.reason = (
+            f"vLLM cannot build `{out.method}` layers on this machine: {_describe(result.error)}"
+        )
+        return out
+    out.build = result
+    out.described = _ignore_lists(result.vllm_config.quant_config)
+    return out
+
+
+def _ignore_lists(quant_config: Any) -> str:
+    """The quantization config's lists of layers it leaves unquantized, as vLLM read them."""
+    for attr in ("ignored_layers", "ignore", "exclude_modules", "modules_to_not_convert"):
+        value = getattr(quant_config, attr, None)
+        if isinstance(value, (list, tuple, set)):
+            shown = ", ".join(f"`{v}`" for v in list(value)[:4])
+            more = f" and {len(value) - 4} more" if len(value) > 4 else ""
+            return f"`{attr}` {shown or 'empty'}{more}"
+    return ""
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {text}"[:240]
+
+
+# -- parameters vLLM defaults -----------------------------------------------------------------
+
+
+def drop_defaulted(stream: Stream, model: nn.Module) -> list[str]:
+    """Take out of the judged parameters those vLLM's quantization method fills itself
+    when the checkpoint has none: the KV-cache scales of ``BaseKVCacheMethod`` ("if the
+    q and k/v scales appear in the checkpoint, they are overwritten"). Kept where the
+    checkpoint holds one of the same kind (then every layer's must be written)."""
+    try:
+        from vllm.model_executor.layers.quantization.kv_cache import BaseKVCacheMethod
+    except ImportError:
+        return []
+    owners = {
+        path
+        for path, module in model.named_modules()
+        if isinstance(getattr(module, "quant_method", None), BaseKVCacheMethod)
+    }
+    targets = [
+        (key, t)
+        for key, t in stream.recorder.by_storage.items()
+        if t.is_param and t.name.rpartition(".")[0] in owners
+    ]
+    written_kinds = {module_leaf(t.name) for _, t in targets if t.written}
+    dropped = []
+    for key, t in targets:
+        if not t.written and module_leaf(t.name) not in written_kinds:
+            del stream.recorder.by_storage[key]
+            dropped.append(t.name)
+    return dropped
+
+
+# -- each layer's method ------------------------------------------------------------------------
+
+
+def unquantized_leaves(model: nn.Module) -> set[str]:
+    """The parameter names an unquantized vLLM linear layer holds (``weight``, ``bias``),
+    read off the unquantized build."""
+    from vllm.model_executor.layers.linear import LinearBase
+
+    return {
+        leaf
+        for module in model.modules()
+        if isinstance(module, LinearBase)
+        for leaf, _ in module.named_parameters(recurse=False)
+    } or {"weight", "bias"}
+
+
+def stored_quantized(
+    layout: dict[str, tuple[tuple[int, ...], torch.dtype]], layer: str, plain: set[str]
+) -> tuple[bool, str]:
+    """Whether the checkpoint stores ``layer`` quantized, and what it holds for it."""
+    start = f"{layer}."
+    held = {n[len(start) :]: dtype for n, (_, dtype) in layout.items() if n.startswith(start)}
+    extra = sorted(k for k in held if k not in plain)
+    narrow = sorted(k for k, d in held.items() if dtype_kind(d) != "float")
+    what = ", ".join(f"{_name(d)} `{k}`" for k, d in sorted(held.items()) if k in plain)
+    what += f" with {', '.join(f'`{k}`' for k in extra)}" if extra else ", no scales"
+    return bool(extra or narrow), what.lstrip(", ")
+
+
+@dataclass
+class Judged:
+    findings: list[Finding] = field(default_factory=list)
+    paths: set[str] = field(default_factory=set)  # mismatched vLLM modules
+    layers: set[str] = field(default_factory=set)  # their checkpoint layers
+
+
+def method_findings(
+    cls: type | None,
+    stream: Stream,
+    layout: dict[str, tuple[tuple[int, ...], torch.dtype]],
+    sources: dict[str, list[str]],
+    sites: Sites,
+    plain: set[str],
+    method: str,
+) -> Judged:
+    """PFX702: each linear layer whose method (quantized or not) is not what the
+    checkpoint stores for the layers that reach it. What follows from the mismatch (its
+    scales never written, the checkpoint's scales never loaded) is said in the finding."""
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+
+    out = Judged()
+    for path, layers in sorted(sources.items()):
+        stored = {layer: stored_quantized(layout, layer, plain) for layer in layers}
+        kinds = {q for q, _ in stored.values()}
+        if len(kinds) != 1:
+            continue  # a fused layer of quantized and unquantized parts: vLLM refuses that
+        module = sites.model.get_submodule(path)
+        quantized = not isinstance(getattr(module, "quant_method", None), UnquantizedLinearMethod)
+        (expected,) = kinds
+        if quantized == expected:
+            continue
+        out.paths.add(path)
+        out.layers.update(layers)
+        alike: dict[str, list[str]] = {}
+        for layer, (_, held) in stored.items():
+            alike.setdefault(held, []).append(f"`{layer}`")
+        holds = "; ".join(f"{', '.join(names)}: {held}" for held, names in alike.items())
+        site, why = _cause(cls, path, module, layers, sites, expected)
+        prefix = getattr(module, "prefix", path)
+        name = type(getattr(module, "quant_method", None)).__name__
+        if quantized:
+            what = (
+                f"`{path}` is quantized ({name}) although the checkpoint stores it unquantized "
+                f"({holds})"
+            )
+        else:
+            what = (
+                f"`{path}` is left unquantized although the checkpoint stores it quantized "
+                f"({holds})"
+            )
+        unwritten = sorted(
+            module_leaf(t.name)
+            for t in stream.recorder.by_storage.values()
+            if t.is_param and not t.written and t.name.rpartition(".")[0] == path
+        )
+        tail = f"; its {', '.join(f'`{u}`' for u in unwritten)} stay unwritten" if unwritten else ""
+        message = f"{what} under `{method}` (prefix `{prefix}`): {why}{tail}"
+        out.findings.append(Finding("PFX702", "error", message, *site))
+    return out
+
+
+def _cause(
+    cls: type | None,
+    path: str,
+    module: nn.Module,
+    layers: list[str],
+    sites: Sites,
+    stored: bool,
+) -> tuple[tuple[str, int], str]:
+    """The model's line responsible, and why: the module built without the quantization
+    config, a prefix that is not its path, a fused layer's mapping, a renamed layer."""
+    prefix = getattr(module, "prefix", path)
+    leaf = module_leaf(path)
+    leaves = list(dict.fromkeys(module_leaf(n) for n in layers))
+    packed = getattr(cls, "packed_modules_mapping", None) or {}
+    if stored and getattr(module, "quant_config", None) is None:
+        return sites.module(path), "it is built without the `quant_config`"
+    if prefix != path:
+        return sites.prefix_root(path), (
+            f"its prefix `{prefix}` is not its path, and the quantization config matches the prefix"
+        )
+    if len(layers) > 1 and leaves != [leaf]:
+        entry = packed.get(leaf)
+        why = (
+            f"`packed_modules_mapping` has no entry `{leaf!r}: {leaves}`"
+            if entry is None
+            else f"`packed_modules_mapping[{leaf!r}]` is {list(entry)}, not {leaves}"
+        )
+        return sites.packed_mapping(), why
+    if layers != [path]:
+        return sites.module(path), (
+            f"the checkpoint calls it `{layers[0]}` and the quantization config matches "
+            f"that name; no `hf_to_vllm_mapper` entry renames it to `{path}`"
+        )
+    return sites.module(path), "vLLM's quantization config decides otherwise for this prefix"
+
+
+def dtype_findings(
+    stream: Stream,
+    layout: dict[str, tuple[tuple[int, ...], torch.dtype]],
+    sites: Sites,
+    skip: set[str],
+) -> list[Finding]:
+    """PFX701: a checkpoint tensor of one kind of dtype written into a parameter of
+    another (fp8 values cast into a bfloat16 weight): the loaded numbers are wrong. A
+    write that combines the tensor with another of its layer (a weight and its scale) is
+    a dequantization, which is fine."""
+    out = []
+    for t in stream.recorder.by_storage.values():
+        path = t.name.rpartition(".")[0]
+        if not t.is_param or path in skip:
+            continue
+        tag = _cast_source(t, layout)
+        if tag is None:
+            continue
+        msg = (
+            f"checkpoint tensor `{tag}` ({_name(layout[tag][1])}) is written into "
+            f"`{t.name}` ({_name(t.tensor.dtype)}): the stored values are cast, not dequantized"
+        )
+        out.append(Finding("PFX701", "error", msg, *sites.module(path)))
+    return out
+
+
+def _cast_source(target: Any, layout: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> str | None:
+    """The first checkpoint tensor written alone into ``target`` with a dtype of another
+    kind than the parameter's."""
+    kind = dtype_kind(target.tensor.dtype)
+    for _, _, tags in target.writes:
+        for tag in sorted(tags):
+            if tag not in layout or dtype_kind(layout[tag][1]) == kind:
+                continue
+            layer = tag.rpartition(".")[0]
+            if not any(o != tag and o.rpartition(".")[0] == layer for o in tags):
+                return tag
+    return None
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+# -- per-shard scales ---------------------------------------------------------------------------
+
+
+def fold_shard_scales(stream: Stream, model: nn.Module) -> dict[str, list[str]]:
+    """A fused layer's per-tensor scales hold one slot per shard (``weight_scale`` of a
+    ``qkv_proj``: q, k, v). Where the weight's shard is never written, its scales' slot
+    is not either, by the same mapping entry: those scales are taken out of the judged
+    parameters and named in the shard's finding (module path -> their names)."""
+    from prefixlint.introspect.dryrun import _shards
+
+    by_module: dict[str, list[Any]] = {}
+    for t in stream.recorder.by_storage.values():
+        if t.is_param:
+            by_module.setdefault(t.name.rpartition(".")[0], []).append(t)
+    folded: dict[str, list[str]] = {}
+    for path, targets in by_module.items():
+        weight = next((t for t in targets if module_leaf(t.name) == "weight"), None)
+        covered = stream.recorder.covered(weight) if weight is not None else None
+        if weight is None or covered is None:
+            continue
+        try:
+            module = model.get_submodule(path)
+        except AttributeError:
+            continue
+        shards = _shards(module, weight.tensor)
+        if not shards:
+            continue
+        dim = weight.tensor.output_dim
+        missing = {
+            i for i, (_, lo, hi) in enumerate(shards) if not covered.narrow(dim, lo, hi - lo).all()
+        }
+        if not missing:
+            continue
+        for t in targets:
+            slots = stream.recorder.covered(t) if t is not weight else None
+            if slots is None or tuple(slots.shape) != (len(shards),) or slots.all():
+                continue
+            if {i for i in range(len(shards)) if not slots[i]} <= missing:
+                del stream.recorder.by_storage[_key_of(stream, t)]
+                folded.setdefault(path, []).append(module_leaf(t.name))
+    return folded
+
+
+def _key_of(stream: Stream, target: Any) -> int:
+    return next(k for k, t in stream.recorder.by_storage.items() if t is target)
+
+
+def name_folded_scales(findings: list[Finding], folded: dict[str, list[str]]) -> None:
+    """Say, in the finding of the weight's shard, which scales miss the same slot."""
+    for path, leaves in folded.items():
+        for f in findings:
+            if f.code == "PFX701" and f"of `{path}.weight` is never written" in f.message:
+                names = ", ".join(f"`{leaf}`" for leaf in sorted(leaves))
+                f.message += f"; so is that shard's slot of its {names}"
+                break
