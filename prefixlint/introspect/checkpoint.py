@@ -296,16 +296,34 @@ def fetch_hub(source: str, cache: str | None = None) -> str:
             f"{refused} ({type(e).__name__}: {detail}): check the id, or {local}"
         ) from None
     tensors = {
-        name: [list(info.shape), info.dtype]
+        name: (tuple(info.shape), str(info.dtype))
         for file in meta.files_metadata.values()
         for name, info in file.tensors.items()
     }
-    folder = Path(cache or tempfile.mkdtemp(prefix="prefixlint-hub-"))
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(Path(config).read_text(encoding="utf-8"))
-    manifest = {"source": source, "files": sorted(meta.files_metadata), "tensors": tensors}
-    (folder / MANIFEST_NAME).write_text(json.dumps(manifest), encoding="utf-8")
-    return str(folder)
+    folder = cache or tempfile.mkdtemp(prefix="prefixlint-hub-")
+    text = Path(config).read_text(encoding="utf-8")
+    return write_manifest(folder, source, text, sorted(meta.files_metadata), tensors)
+
+
+def write_manifest(
+    folder: str,
+    source: str,
+    config_text: str,
+    files: list[str],
+    tensors: dict[str, tuple[tuple[int, ...], str]],
+) -> str:
+    """A checkpoint folder without weights: its config.json and a manifest of the tensors
+    its safetensors headers hold (what ``fetch_hub`` writes; ``read`` reads it back)."""
+    root = Path(folder)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.json").write_text(config_text, encoding="utf-8")
+    manifest = {
+        "source": source,
+        "files": list(files),
+        "tensors": {name: [list(shape), dtype] for name, (shape, dtype) in tensors.items()},
+    }
+    (root / MANIFEST_NAME).write_text(json.dumps(manifest), encoding="utf-8")
+    return str(root)
 
 
 # -- which checkpoint for which architecture ----------------------------------------------------
@@ -317,9 +335,8 @@ TableFor = Callable[[Path | None], tuple[dict[str, str], str | None]]
 class Checkpoints:
     """Which checkpoint an architecture class is checked against: ``--checkpoint`` for
     the architectures its config.json names (all, if it names none), else the class's
-    entry in the
-    ``[tool.prefixlint.checkpoints]`` of the pyproject closest to its file. Each is
-    resolved (read, or fetched from the hub) once, in this process."""
+    entry in the ``[tool.prefixlint.checkpoints]`` of the pyproject closest to its file.
+    Each is resolved (read, or fetched from the hub) once, in this process."""
 
     def __init__(self, explicit: str | None, table_for: TableFor) -> None:
         self.explicit = resolve(explicit) if explicit else None

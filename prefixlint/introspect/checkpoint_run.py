@@ -103,7 +103,7 @@ def run(
     judged = realquant.Judged()
     if quant is not None:
         plain = realquant.unquantized_leaves(base.model)
-        judged = realquant.method_findings(cls, s, layout, sources, sites, plain, quant.method)
+        judged = realquant.method_findings(cls, s, layout, sites, plain, quant)
         _fold(s, judged)
         lists = f", {quant.described}" if quant.described else ""
         parts.append(

@@ -497,14 +497,19 @@ def _targets(model: nn.Module) -> dict[str, tuple[torch.Tensor, bool]]:
 
 
 def _failing_name(error: BaseException, names: list[str], last: str | None) -> str | None:
-    """The checkpoint tensor being loaded when ``error`` was raised."""
+    """The checkpoint tensor being loaded when ``error`` was raised: the first its message
+    quotes, else the tagged tensor of the innermost frame that holds one (a loader's
+    frame may still hold the tensor before the one it refuses)."""
+    text = str(error)
+    quoted = {at: n for n in names for q in "'`\"" if (at := text.find(f"{q}{n}{q}")) >= 0}
+    if quoted:
+        return quoted[min(quoted)]
     for frame, _ in reversed(list(traceback.walk_tb(error.__traceback__))):
         for value in frame.f_locals.values():
             if isinstance(value, Tagged):
                 tags = sorted(tags_of(value))
                 if tags:
                     return tags[0]
-    text = str(error)
     hits = [n for n in names if n in text or n.rsplit(".", 1)[0] in text]
     if hits:
         return max(hits, key=len)

@@ -176,19 +176,27 @@ def _describe(error: BaseException) -> str:
 # -- parameters vLLM defaults -----------------------------------------------------------------
 
 
+def _kv_cache_method() -> type | None:
+    """vLLM's method of the attention's KV-cache scales."""
+    try:
+        from vllm.model_executor.layers.quantization.kv_cache import BaseKVCacheMethod
+    except ImportError:
+        return None
+    return BaseKVCacheMethod
+
+
 def drop_defaulted(stream: Stream, model: nn.Module) -> list[str]:
     """Take out of the judged parameters those vLLM's quantization method fills itself
     when the checkpoint has none: the KV-cache scales of ``BaseKVCacheMethod`` ("if the
     q and k/v scales appear in the checkpoint, they are overwritten"). Kept where the
     checkpoint holds one of the same kind (then every layer's must be written)."""
-    try:
-        from vllm.model_executor.layers.quantization.kv_cache import BaseKVCacheMethod
-    except ImportError:
+    kv_cache = _kv_cache_method()
+    if kv_cache is None:
         return []
     owners = {
         path
         for path, module in model.named_modules()
-        if isinstance(getattr(module, "quant_method", None), BaseKVCacheMethod)
+        if isinstance(getattr(module, "quant_method", None), kv_cache)
     }
     targets = [
         (key, t)
@@ -240,28 +248,65 @@ class Judged:
     layers: set[str] = field(default_factory=set)  # their checkpoint layers
 
 
+def _unquantized_methods() -> tuple[type, ...]:
+    """vLLM's methods of layers that hold plain weights (linear, embedding, experts)."""
+    out: list[type] = []
+    for module, name in (
+        ("vllm.model_executor.layers.linear", "UnquantizedLinearMethod"),
+        ("vllm.model_executor.layers.vocab_parallel_embedding", "UnquantizedEmbeddingMethod"),
+        ("vllm.model_executor.layers.fused_moe", "UnquantizedFusedMoEMethod"),
+    ):
+        try:
+            out.append(getattr(__import__(module, fromlist=[name]), name))
+        except (ImportError, AttributeError):
+            continue
+    return tuple(out)
+
+
+def weight_sources(stream: Stream, model: nn.Module) -> dict[str, list[str]]:
+    """Each module with a weight quantization method (linear layers, embeddings and heads,
+    routed experts; not the attention's KV-cache method) -> the checkpoint layers whose
+    tensors were written into its parameters, in the order of the regions they fill."""
+    kv_cache = _kv_cache_method()
+    judged = {
+        path
+        for path, m in model.named_modules()
+        if getattr(m, "quant_method", None) is not None
+        and not (kv_cache and isinstance(m.quant_method, kv_cache))
+    }
+    first: dict[str, dict[str, int]] = {}
+    for t in stream.recorder.by_storage.values():
+        path = t.name.rpartition(".")[0]
+        if not (t.is_param and path in judged and t.sources):
+            continue
+        where = first.setdefault(path, {})
+        for lo, _, tags in t.writes:
+            for tag in tags:
+                layer = tag.rpartition(".")[0]
+                where[layer] = min(where.get(layer, lo), lo)
+    return {path: sorted(w, key=lambda k: (w[k], k)) for path, w in first.items()}
+
+
 def method_findings(
     cls: type | None,
     stream: Stream,
     layout: dict[str, tuple[tuple[int, ...], torch.dtype]],
-    sources: dict[str, list[str]],
     sites: Sites,
     plain: set[str],
-    method: str,
+    quant: QuantBuild,
 ) -> Judged:
-    """PFX702: each linear layer whose method (quantized or not) is not what the
-    checkpoint stores for the layers that reach it. What follows from the mismatch (its
-    scales never written, the checkpoint's scales never loaded) is said in the finding."""
-    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
-
+    """PFX702: each layer whose method (quantized or not) is not what the checkpoint
+    stores for the layers that reach it. What follows from the mismatch (its scales never
+    written, the checkpoint's scales never loaded, values cast) is said in the finding."""
+    unquantized = _unquantized_methods()
     out = Judged()
-    for path, layers in sorted(sources.items()):
+    for path, layers in sorted(weight_sources(stream, sites.model).items()):
         stored = {layer: stored_quantized(layout, layer, plain) for layer in layers}
         kinds = {q for q, _ in stored.values()}
         if len(kinds) != 1:
             continue  # a fused layer of quantized and unquantized parts: vLLM refuses that
         module = sites.model.get_submodule(path)
-        quantized = not isinstance(getattr(module, "quant_method", None), UnquantizedLinearMethod)
+        quantized = not isinstance(module.quant_method, unquantized)
         (expected,) = kinds
         if quantized == expected:
             continue
@@ -271,26 +316,20 @@ def method_findings(
         for layer, (_, held) in stored.items():
             alike.setdefault(held, []).append(f"`{layer}`")
         holds = "; ".join(f"{', '.join(names)}: {held}" for held, names in alike.items())
-        site, why = _cause(cls, path, module, layers, sites, expected)
+        site, why = _cause(cls, path, module, layers, sites, expected, quant)
         prefix = getattr(module, "prefix", path)
-        name = type(getattr(module, "quant_method", None)).__name__
         if quantized:
-            what = (
-                f"`{path}` is quantized ({name}) although the checkpoint stores it unquantized "
-                f"({holds})"
-            )
+            name = type(module.quant_method).__name__
+            what = f"`{path}` is quantized ({name}) although the checkpoint stores it unquantized"
         else:
-            what = (
-                f"`{path}` is left unquantized although the checkpoint stores it quantized "
-                f"({holds})"
-            )
+            what = f"`{path}` is left unquantized although the checkpoint stores it quantized"
         unwritten = sorted(
             module_leaf(t.name)
             for t in stream.recorder.by_storage.values()
             if t.is_param and not t.written and t.name.rpartition(".")[0] == path
         )
         tail = f"; its {', '.join(f'`{u}`' for u in unwritten)} stay unwritten" if unwritten else ""
-        message = f"{what} under `{method}` (prefix `{prefix}`): {why}{tail}"
+        message = f"{what} ({holds}) under `{quant.method}` (prefix `{prefix}`): {why}{tail}"
         out.findings.append(Finding("PFX702", "error", message, *site))
     return out
 
@@ -302,20 +341,26 @@ def _cause(
     layers: list[str],
     sites: Sites,
     stored: bool,
+    quant: QuantBuild,
 ) -> tuple[tuple[str, int], str]:
     """The model's line responsible, and why: the module built without the quantization
-    config, a prefix that is not its path, a fused layer's mapping, a renamed layer."""
+    config, a kind of layer the method never quantizes, a prefix that is not its path, a
+    fused layer's mapping, a renamed layer."""
     prefix = getattr(module, "prefix", path)
     leaf = module_leaf(path)
     leaves = list(dict.fromkeys(module_leaf(n) for n in layers))
     packed = getattr(cls, "packed_modules_mapping", None) or {}
-    if stored and getattr(module, "quant_config", None) is None:
+    if stored and getattr(module, "quant_config", None) is None and _takes_quant_config(module):
         return sites.module(path), "it is built without the `quant_config`"
+    if stored and _no_method_for(module, prefix, quant):
+        return sites.module(path), (
+            f"vLLM's `{quant.method}` has no quantized method for a `{type(module).__name__}`"
+        )
     if prefix != path:
         return sites.prefix_root(path), (
             f"its prefix `{prefix}` is not its path, and the quantization config matches the prefix"
         )
-    if len(layers) > 1 and leaves != [leaf]:
+    if len(layers) > 1 and leaves != [leaf] and getattr(module, "output_sizes", None):
         entry = packed.get(leaf)
         why = (
             f"`packed_modules_mapping` has no entry `{leaf!r}: {leaves}`"
@@ -323,12 +368,28 @@ def _cause(
             else f"`packed_modules_mapping[{leaf!r}]` is {list(entry)}, not {leaves}"
         )
         return sites.packed_mapping(), why
-    if layers != [path]:
+    if layers != [path] and len(layers) == 1:
         return sites.module(path), (
             f"the checkpoint calls it `{layers[0]}` and the quantization config matches "
             f"that name; no `hf_to_vllm_mapper` entry renames it to `{path}`"
         )
     return sites.module(path), "vLLM's quantization config decides otherwise for this prefix"
+
+
+def _takes_quant_config(module: nn.Module) -> bool:
+    """The layer records the config it was given (vLLM's linear layers do)."""
+    return "quant_config" in vars(module)
+
+
+def _no_method_for(module: nn.Module, prefix: str, quant: QuantBuild) -> bool:
+    """vLLM's config has no method at all for this kind of layer (not a skipped prefix)."""
+    config = getattr(quant.build.vllm_config, "quant_config", None) if quant.build else None
+    if config is None:
+        return False
+    try:
+        return config.get_quant_method(module, prefix=prefix) is None
+    except Exception:
+        return False
 
 
 def dtype_findings(

@@ -1,0 +1,133 @@
+"""Tiny real checkpoints written at test time: a 2-layer Llama (hidden size 64) saved with
+``safetensors`` as checkpoints of each kind store it (a few hundred kilobytes).
+
+- ``plain``: bfloat16 tensors, as ``save_pretrained`` writes them.
+- ``fp8``: vLLM's ``fp8`` format (AutoFP8 and ``llm-compressor``'s fp8 export): each
+  quantized linear layer's ``weight`` in float8_e4m3fn with scalar float32
+  ``weight_scale`` and ``input_scale`` (static activation scheme); ``ignored_layers`` names
+  the head and every ``mlp.down_proj``, which stay bfloat16.
+- ``compressed``: ``compressed-tensors`` ``float-quantized`` (FP8 per-tensor weights and
+  static input scales of shape [1]), ``ignore`` naming the head and every
+  ``mlp.down_proj``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+LAYERS = 2
+
+
+def llama_config(**overrides: Any) -> Any:
+    from transformers import LlamaConfig
+
+    sizes = {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 256,
+        "tie_word_embeddings": False,
+    }
+    config = LlamaConfig(**{**sizes, **overrides})
+    config.architectures = ["LlamaForCausalLM"]
+    config.dtype = "bfloat16"
+    return config
+
+
+IGNORED = ["lm_head", *(f"model.layers.{i}.mlp.down_proj" for i in range(LAYERS))]
+
+
+def quantized_layer(name: str, ignored: list[str]) -> bool:
+    layer = name.removesuffix(".weight")
+    return name.endswith("_proj.weight") and layer not in ignored
+
+
+def write(
+    folder: Path,
+    kind: str = "plain",
+    *,
+    tie: bool = False,
+    ignored: list[str] | None = None,
+    quantize_head: bool = False,
+    kv_scales: tuple[int, ...] = (),
+    shards: int = 1,
+    quantization: dict[str, Any] | None = None,
+) -> Path:
+    """A checkpoint folder of ``kind``; ``kv_scales``: the layers that also store FP8
+    KV-cache scales (``self_attn.k_scale``/``v_scale``); ``shards`` > 1: sharded behind
+    ``model.safetensors.index.json``; ``quantization``: another quantization config."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import LlamaForCausalLM
+
+    folder.mkdir(parents=True, exist_ok=True)
+    config = llama_config(tie_word_embeddings=tie)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config)
+    names = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    if tie:
+        names.pop("lm_head.weight")
+    ignored = list(IGNORED if ignored is None else ignored)
+    if quantize_head:
+        ignored = [i for i in ignored if i != "lm_head"]
+    tensors: dict[str, torch.Tensor] = {}
+    scalar = () if kind == "fp8" else (1,)  # how each format stores a per-tensor scale
+    for name, shape in sorted(names.items()):
+        quantized = kind != "plain" and (
+            quantized_layer(name, ignored) or (quantize_head and name == "lm_head.weight")
+        )
+        if not quantized:
+            tensors[name] = torch.zeros(shape, dtype=torch.bfloat16)
+            continue
+        layer = name.removesuffix(".weight")
+        tensors[name] = torch.zeros(shape, dtype=torch.float8_e4m3fn)
+        tensors[f"{layer}.weight_scale"] = torch.ones(scalar, dtype=torch.float32)
+        tensors[f"{layer}.input_scale"] = torch.ones(scalar, dtype=torch.float32)
+    for i in kv_scales:
+        for which in ("k_scale", "v_scale"):
+            tensors[f"model.layers.{i}.self_attn.{which}"] = torch.ones((), dtype=torch.float32)
+    if quantization is not None:
+        config.quantization_config = quantization
+    elif kind == "fp8":
+        config.quantization_config = {
+            "quant_method": "fp8",
+            "activation_scheme": "static",
+            "ignored_layers": ignored,
+        }
+    elif kind == "compressed":
+        scheme = {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": True}
+        config.quantization_config = {
+            "quant_method": "compressed-tensors",
+            "format": "float-quantized",
+            "quantization_status": "compressed",
+            "config_groups": {
+                "group_0": {
+                    "targets": ["Linear"],
+                    "weights": {**scheme, "dynamic": False},
+                    "input_activations": {**scheme, "dynamic": False},
+                }
+            },
+            "ignore": ignored,
+        }
+    config.save_pretrained(folder)
+    _save(folder, tensors, shards, save_file)
+    return folder
+
+
+def _save(folder: Path, tensors: dict[str, Any], shards: int, save_file: Any) -> None:
+    if shards == 1:
+        save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        return
+    names = sorted(tensors)
+    weight_map = {}
+    for part in range(shards):
+        file = f"model-{part + 1:05d}-of-{shards:05d}.safetensors"
+        chunk = {n: tensors[n] for n in names[part::shards]}
+        save_file(chunk, str(folder / file), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(chunk, file))
+    index = {"metadata": {"total_size": 0}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
