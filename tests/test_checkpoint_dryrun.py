@@ -131,6 +131,36 @@ def test_kv_cache_scales_are_judged_only_where_the_checkpoint_has_them(worker, t
     assert "layers.0.self_attn.attn.k_scale" not in messages
 
 
+def test_config_overrides_the_checkpoints_and_a_truncated_load_is_found(worker, tmp_path) -> None:
+    """``--config`` is the build config over the checkpoint's own. Its MLP is narrower
+    than the checkpoint's: vLLM's sharded loaders narrow each checkpoint tensor to the
+    shard the parameter has room for, so the load truncates silently; each tensor loaded
+    in part is reported at the layer that is too small."""
+    folder = tiny_checkpoints.write(tmp_path / "ckpt", "fp8")
+    narrow = tmp_path / "narrow"
+    tiny_checkpoints.llama_config(intermediate_size=96).save_pretrained(narrow)
+    path, text = model_copy(tmp_path, "llama", "narrow_mlp", [])
+    report = introspect(
+        f"{path}:LlamaForCausalLM",
+        tp=(1,),
+        pp=(1,),
+        worker=worker,
+        config=str(narrow),
+        checkpoint=str(folder),
+    )
+    [result] = report.results
+    assert result["config_source"].startswith("file "), result["config_source"]
+    gate_up = line_of(text, "LlamaMLP", "self.gate_up_proj = MergedColumnParallelLinear(")
+    down = line_of(text, "LlamaMLP", "self.down_proj = RowParallelLinear(")
+    assert set(findings(report)) == {("PFX701", path.name, gate_up), ("PFX701", path.name, down)}
+    messages = [d.message for d in dry_run_diagnostics(report)]
+    for layer, read in (("gate_proj", 6144), ("up_proj", 6144), ("down_proj", 6144)):
+        expected = (
+            f"only {read} of the 8192 elements of checkpoint tensor `model.layers.0.mlp.{layer}"
+        )
+        assert any(m.startswith(expected) for m in messages), messages
+
+
 def test_a_method_vllm_cannot_build_here_is_not_verified(worker, tmp_path) -> None:
     nvfp4 = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "ignore": []}
     report, _, _ = run(worker, tmp_path, "plain", name="nvfp4", quantization=nvfp4)
@@ -161,3 +191,38 @@ def test_a_sharded_checkpoint_and_its_hub_manifest_verify_alike(worker, tmp_path
     )
     assert [(d.code, d.location.row, d.message) for d in dry_run_diagnostics(hub)] == sharded
     assert "`org/tiny`" in hub.results[0]["dryrun_reason"]
+
+
+@pytest.mark.slow
+def test_the_command_line_takes_the_checkpoint_from_the_option_and_the_table(tmp_path) -> None:
+    """``introspect --checkpoint`` says which parts of the check ran; ``check --introspect``
+    takes the class's checkpoint from ``[tool.prefixlint.checkpoints]`` and reports the
+    planted defect at its line."""
+    import json
+
+    from tests.test_check_introspect import prefixlint
+
+    tiny_checkpoints.write(tmp_path / "ckpts" / "fp8", "fp8")
+    path, text = model_copy(tmp_path, "llama", "my_llama", [MLP_RENAMED])
+    args = ("--tp", "1", "--pp", "1", "--explore-budget", "0", "--format", "json")
+    done = prefixlint(
+        "introspect",
+        f"{path.name}:LlamaForCausalLM",
+        *args,
+        "--checkpoint",
+        "ckpts/fp8",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "checkpoint/quantization dry-run: verified: checkpoint `" in done.stderr
+    assert "ckpts/fp8` (45 tensors from the headers of 1 safetensors file)" in done.stderr
+    assert "built under its quantization config (vLLM's `fp8`" in done.stderr
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.prefixlint.checkpoints]\nLlamaForCausalLM = "ckpts/fp8"\n'
+    )
+    done = prefixlint("check", "--no-cache", "--introspect", *args, path.name, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    line = line_of(text, "LlamaDecoderLayer", "self.mlp = LlamaMLP(")
+    quant = [f for f in json.loads(done.stdout) if f["code"] == "PFX702"]
+    assert [f["location"]["row"] for f in quant] == [line], done.stdout
+    assert "stores it unquantized" in quant[0]["message"]

@@ -76,8 +76,8 @@ def resolve(source: str, cache: str | None = None) -> Checkpoint:
     """A local checkpoint folder, or a hub id whose config and headers are fetched into
     a manifest folder under ``cache`` (default: a new temporary folder)."""
     path = Path(source).expanduser()
-    if path.exists():
-        return read(str(path), source)
+    if path.exists():  # absolute: the worker that reads it again may run elsewhere
+        return read(str(path.resolve()), source)
     if not is_hub_id(source):
         raise CheckpointError(
             f"checkpoint {source!r}: no such folder (and not a hub id `org/name`)"

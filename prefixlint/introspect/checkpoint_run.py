@@ -115,6 +115,7 @@ def run(
     realquant.name_folded_scales(findings, scales)
     _point_at_skips(findings, sites, s.recorder.consumed)
     findings += realquant.dtype_findings(s, layout, sites, judged.paths)
+    findings += _partly_loaded(s, sites)
     findings += judged.findings
     if quant is None:
         found, skipped = quant_findings(cls, model_config, base, sources, sites, deadline)
@@ -139,6 +140,25 @@ def _fold(s: Stream, judged: realquant.Judged) -> None:
         if t.is_param and not t.written and t.name.rpartition(".")[0] in judged.paths:
             del s.recorder.by_storage[key]
     s.raised = [(n, e) for n, e in s.raised if n.rpartition(".")[0] not in judged.layers]
+
+
+def _partly_loaded(s: Stream, sites: Sites) -> list[Finding]:
+    """PFX701: a checkpoint tensor only part of which reaches the model. vLLM's sharded
+    loaders narrow a checkpoint tensor to the shard the parameter has room for, so a
+    parameter narrower than the checkpoint's tensor (a size read from another config
+    attribute) loads silently truncated."""
+    out = []
+    for name, (loaded, held) in sorted(s.recorder.partly_read().items()):
+        into = sorted(t.name for t in s.recorder.by_storage.values() if name in t.sources)
+        path = into[0].rpartition(".")[0] if into else ""
+        where = ", ".join(f"`{n}`" for n in into) or "the model"
+        msg = (
+            f"only {loaded} of the {held} elements of checkpoint tensor `{name}` are loaded "
+            f"(into {where}): the parameter is smaller than the checkpoint's tensor, and "
+            "`load_weights` drops the rest silently"
+        )
+        out.append(Finding("PFX701", "error", msg, *sites.module(path)))
+    return out
 
 
 _NEVER_LOADED = re.compile(r"^checkpoint tensor `([^`]+)` is never loaded")

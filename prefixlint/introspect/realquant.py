@@ -114,11 +114,16 @@ def _supported_dtype(method: str, wanted: str) -> str:
     return wanted if wanted in names or not names else names[0]
 
 
-def _config_folder(checkpoint: Checkpoint, architectures: list[str]) -> str:
-    """The checkpoint's config.json, quantization config included, naming the class under
-    test (an out-of-tree copy is registered under its own name)."""
-    data = json.loads(json.dumps(checkpoint.config))
-    data["architectures"] = list(architectures)
+def _config_folder(checkpoint: Checkpoint, hf_config: Any) -> str:
+    """The build's config (the checkpoint's own config.json, or ``--config``) with the
+    checkpoint's quantization config, naming the class under test (an out-of-tree copy
+    is registered under its own name)."""
+    try:
+        data = json.loads(hf_config.to_json_string(use_diff=False))
+    except Exception:  # a config transformers cannot write back: the checkpoint's own
+        data = json.loads(json.dumps(checkpoint.config))
+    data["quantization_config"] = checkpoint.quantization
+    data["architectures"] = list(getattr(hf_config, "architectures", None) or [])
     folder = tempfile.mkdtemp(prefix="prefixlint-quantized-")
     Path(folder, "config.json").write_text(json.dumps(data), encoding="utf-8")
     return folder
@@ -130,9 +135,8 @@ def quantized_build(model_config: Any, checkpoint: Checkpoint) -> QuantBuild:
     from prefixlint.introspect import build as builder
     from prefixlint.introspect.parallel import Layout
 
-    architectures = list(getattr(model_config.hf_config, "architectures", None) or [])
     out = QuantBuild(method=checkpoint.quant_method)
-    folder = _config_folder(checkpoint, architectures)
+    folder = _config_folder(checkpoint, model_config.hf_config)
     dtype = _dtype(checkpoint)
     try:
         quantized = builder.load_model_config(folder, dtype=dtype)
