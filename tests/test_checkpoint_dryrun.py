@@ -118,6 +118,19 @@ def test_a_quantized_head_vllm_cannot_quantize_is_named_at_the_head(worker, tmp_
     assert "has no quantized method for a `ParallelLMHead`" in diag.message
 
 
+def test_a_checkpoint_quantizing_part_of_a_fused_layer_is_found_at_the_mapping(
+    worker, tmp_path
+) -> None:
+    """vLLM refuses to build a fused `qkv_proj` whose `q_proj` the checkpoint leaves
+    unquantized: a finding at `packed_modules_mapping`, not a gap of this machine."""
+    ignored = ["lm_head", "model.layers.0.self_attn.q_proj"]
+    report, path, text = run(worker, tmp_path, "fp8", name="mixed", ignored=ignored)
+    line = line_of(text, "LlamaForCausalLM", "packed_modules_mapping = {")
+    assert findings(report) == [("PFX702", path.name, line)], report.diagnostics
+    [diag] = dry_run_diagnostics(report)
+    assert "model.layers.0.self_attn.qkv_proj" in diag.message and "same precision" in diag.message
+
+
 def test_kv_cache_scales_are_judged_only_where_the_checkpoint_has_them(worker, tmp_path) -> None:
     """vLLM fills the KV-cache scales a checkpoint lacks; one that stores them for some
     layers only leaves the others' unwritten."""

@@ -78,6 +78,8 @@ def run(
         if _past(deadline, need=base.seconds):
             return _not_verified(OUT_OF_TIME, class_site)
         quant = realquant.quantized_build(model_config, checkpoint)
+        if quant.build is None and quant.mixed_precision:
+            return _mixed_precision(cls, base, quant)
         if quant.build is None:
             why = f"quantization `{quant.method}` of checkpoint {checkpoint.describe()}: "
             return _not_verified(why + quant.reason, class_site)
@@ -108,7 +110,7 @@ def run(
         lists = f", {quant.described}" if quant.described else ""
         parts.append(
             f"built under its quantization config (vLLM's `{quant.method}`{lists}) and each "
-            "linear layer's method judged against what the checkpoint stores"
+            "layer's quantization method judged against what the checkpoint stores"
         )
     judged_layout = {k: v for k, v in layout.items() if k.rpartition(".")[0] not in judged.layers}
     findings += coverage_findings(s, judged_layout, sites)
@@ -130,6 +132,20 @@ def run(
             )
     mapping = {layer: path for path, layers in sources.items() for layer in layers}
     return DryRun("verified", "; ".join(parts), merge(findings), mapping)
+
+
+def _mixed_precision(cls: type | None, base: Any, quant: realquant.QuantBuild) -> DryRun:
+    """PFX702 at ``packed_modules_mapping``: vLLM refuses to build a fused layer whose
+    checkpoint parts the checkpoint quantizes differently."""
+    sites = Sites(cls, base.model, base.recorder)
+    msg = (
+        "a fused layer mixes checkpoint layers the checkpoint leaves unquantized with ones "
+        f"it quantizes, and vLLM's `{quant.method}` refuses it: `packed_modules_mapping` "
+        f"fuses what the checkpoint keeps apart: vLLM: {realquant.describe_error(quant.error)}"
+    )
+    finding = Finding("PFX702", "error", msg, *sites.packed_mapping())
+    reason = f"quantization `{quant.method}`: the model cannot be built under it (a finding)"
+    return DryRun("verified", reason, [finding])
 
 
 def _fold(s: Stream, judged: realquant.Judged) -> None:

@@ -89,7 +89,16 @@ class QuantBuild:
     build: Any = None  # build.Build, or None with ``reason``
     model_config: Any = None
     reason: str = ""
+    error: BaseException | None = None  # the build's, when it failed
     described: str = ""  # the config's ignore lists, for the report
+
+    @property
+    def mixed_precision(self) -> bool:
+        """vLLM refused a fused layer whose checkpoint parts it quantizes differently
+        ("... must have the same precision"): the model fuses what the checkpoint keeps
+        apart, a finding, not a gap of this machine."""
+        text = str(self.error or "")
+        return "same" in text and "precision" in text.lower()
 
 
 def _dtype(checkpoint: Checkpoint) -> str:
@@ -145,16 +154,16 @@ def quantized_build(model_config: Any, checkpoint: Checkpoint) -> QuantBuild:
         if other != dtype:
             quantized = builder.load_model_config(folder, dtype=other)
     except Exception as e:
-        out.reason = f"vLLM refuses the checkpoint's quantization config: {_describe(e)}"
+        out.reason = f"vLLM refuses the checkpoint's quantization config: {describe_error(e)}"
         return out
     if id(model_config) in builder._V2_RUNNER:  # the same runner as the model's builds
         builder._V2_RUNNER.add(id(quantized))
     out.model_config = quantized
     result = builder.build_layout(quantized, Layout())
     if result.error is not None:
-        out.reason = (
-            f"vLLM cannot build `{out.method}` layers on this machine: {_describe(result.error)}"
-        )
+        out.error = result.error
+        why = describe_error(result.error)
+        out.reason = f"vLLM cannot build `{out.method}` layers on this machine: {why}"
         return out
     out.build = result
     out.described = _ignore_lists(result.vllm_config.quant_config)
@@ -172,7 +181,7 @@ def _ignore_lists(quant_config: Any) -> str:
     return ""
 
 
-def _describe(error: BaseException) -> str:
+def describe_error(error: BaseException | None) -> str:
     text = str(error).strip().splitlines()[0] if str(error).strip() else ""
     return f"{type(error).__name__}: {text}"[:240]
 
