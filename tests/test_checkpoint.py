@@ -226,3 +226,22 @@ def test_each_class_gets_the_checkpoint_of_its_architecture(tmp_path) -> None:
     assert chosen.for_class(None, "MistralForCausalLM") is None
     with pytest.raises(ck.CheckpointError, match="is one of LlamaForCausalLM"):
         chosen.check(["Qwen2ForCausalLM"])
+
+
+def test_a_quantization_config_beside_config_json_is_read_as_vllm_reads_it(tmp_path) -> None:
+    """ModelOpt 0.29 and before wrote ``hf_quant_config.json`` beside config.json; vLLM
+    takes it when config.json has none, and so does the checkpoint reader."""
+    folder = tiny_checkpoints.write(tmp_path / "ckpt", "plain")
+    legacy = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8"}}
+    (folder / ck.LEGACY_QUANT_NAME).write_text(json.dumps(legacy))
+    assert ck.read(str(folder)).quantization == legacy
+    fp8 = tiny_checkpoints.write(tmp_path / "fp8", "fp8")  # config.json's own wins
+    (fp8 / ck.LEGACY_QUANT_NAME).write_text(json.dumps(legacy))
+    assert ck.read(str(fp8)).quant_method == "fp8"
+
+
+def test_a_broken_manifest_is_a_clear_error(tmp_path) -> None:
+    folder = tiny_checkpoints.write(tmp_path / "ckpt", "plain")
+    (folder / ck.MANIFEST_NAME).write_text(json.dumps({"tensors": {"a": 3}}))
+    with pytest.raises(ck.CheckpointError, match="not a checkpoint manifest"):
+        ck.read(str(folder))

@@ -32,6 +32,9 @@ from typing import Any
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
 MANIFEST_NAME = "prefixlint-checkpoint.json"  # a hub checkpoint's headers, written locally
+# ModelOpt 0.29 and before: the quantization config beside config.json, which vLLM reads
+# when config.json has none (``transformers_utils/config.py``)
+LEGACY_QUANT_NAME = "hf_quant_config.json"
 _MAX_HEADER = 100 * 1024 * 1024  # a header beyond this is a corrupt file, not a checkpoint
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
 
@@ -96,13 +99,19 @@ def read(folder: str, source: str | None = None) -> Checkpoint:
     config = _json(root / "config.json", "the checkpoint's config.json")
     if not isinstance(config, dict):
         raise CheckpointError(f"{root / 'config.json'}: not a JSON object")
+    legacy = root / LEGACY_QUANT_NAME
+    if config.get("quantization_config") is None and legacy.is_file():
+        config["quantization_config"] = _json(legacy, "the quantization config")
     manifest = root / MANIFEST_NAME
     if manifest.is_file():
         data = _json(manifest, "the checkpoint manifest")
-        tensors = {
-            name: (tuple(int(d) for d in shape), str(dtype))
-            for name, (shape, dtype) in data.get("tensors", {}).items()
-        }
+        try:
+            tensors = {
+                str(name): (tuple(int(d) for d in shape), str(dtype))
+                for name, (shape, dtype) in data["tensors"].items()
+            }
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise CheckpointError(f"{manifest}: not a checkpoint manifest") from None
         return Checkpoint(
             data.get("source", source or str(root)),
             str(root),
@@ -290,6 +299,7 @@ def fetch_hub(source: str, cache: str | None = None) -> str:
     try:
         config = huggingface_hub.hf_hub_download(repo, "config.json", revision=revision or None)
         meta = huggingface_hub.get_safetensors_metadata(repo, revision=revision or None)
+        legacy = _optional_file(repo, LEGACY_QUANT_NAME, revision or None)
     except Exception as e:
         detail = str(e).strip().splitlines()[0][:200] if str(e).strip() else "no detail"
         raise CheckpointError(
@@ -302,7 +312,21 @@ def fetch_hub(source: str, cache: str | None = None) -> str:
     }
     folder = cache or tempfile.mkdtemp(prefix="prefixlint-hub-")
     text = Path(config).read_text(encoding="utf-8")
-    return write_manifest(folder, source, text, sorted(meta.files_metadata), tensors)
+    out = write_manifest(folder, source, text, sorted(meta.files_metadata), tensors)
+    if legacy is not None:
+        Path(out, LEGACY_QUANT_NAME).write_text(Path(legacy).read_text(encoding="utf-8"))
+    return out
+
+
+def _optional_file(repo: str, name: str, revision: str | None) -> str | None:
+    """A small file of the repository if it has one (its path in the hub cache)."""
+    import huggingface_hub
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        return huggingface_hub.hf_hub_download(repo, name, revision=revision)
+    except EntryNotFoundError:
+        return None
 
 
 def write_manifest(
