@@ -14,7 +14,7 @@ from tests.test_dryrun import dry_run_diagnostics, findings, line_of, model_copy
 
 pytestmark = requires_vllm
 
-KINDS = ["plain", "fp8", "compressed"]
+KINDS = ["plain", "fp8", "compressed", "awq", "w4a16"]
 QUANTIZED = ["fp8", "compressed"]
 
 # (a) the MLP built under another name than its attribute: the checkpoint's ignore list
@@ -55,8 +55,13 @@ def test_the_clean_model_verifies_clean_on_each_checkpoint(worker, tmp_path, kin
     if kind == "plain":
         assert "synthetic `Fp8Config`" in reason
     else:  # built under the checkpoint's own config, its ignore list as vLLM read it
-        method = {"fp8": "`fp8`, `ignored_layers`", "compressed": "`compressed-tensors`, `ignore`"}
-        assert f"vLLM's {method[kind]} `lm_head`" in reason, reason
+        method = {
+            "fp8": "`fp8`, `ignored_layers` `lm_head`",
+            "compressed": "`compressed-tensors`, `ignore` `lm_head`",
+            "awq": "`awq`, `modules_to_not_convert` `down_proj`",
+            "w4a16": "`compressed-tensors`, `ignore` `lm_head`",
+        }
+        assert f"vLLM's {method[kind]}" in reason, reason
 
 
 @pytest.mark.parametrize("kind", QUANTIZED)
@@ -99,13 +104,22 @@ def test_a_stacked_shard_typo_is_reported_at_the_entry(worker, tmp_path, kind) -
         assert "that shard's slot of its `input_scale`, `weight_scale`" in diag.message
 
 
-def test_a_layer_built_without_the_quant_config_is_left_unquantized(worker, tmp_path) -> None:
-    report, path, text = run(worker, tmp_path, "fp8", [NO_QUANT_CONFIG], "no_quant")
+@pytest.mark.parametrize(
+    ("kind", "held"),
+    [
+        ("fp8", "float8_e4m3fn `weight` with `input_scale`, `weight_scale`"),
+        ("awq", "with `qweight`, `qzeros`, `scales`"),
+    ],
+)
+def test_a_layer_built_without_the_quant_config_is_left_unquantized(
+    worker, tmp_path, kind, held
+) -> None:
+    report, path, text = run(worker, tmp_path, kind, [NO_QUANT_CONFIG], f"no_quant_{kind}")
     line = line_of(text, "LlamaMLP", "self.gate_up_proj = MergedColumnParallelLinear(")
     assert findings(report) == [("PFX702", path.name, line)], report.diagnostics
     [diag] = dry_run_diagnostics(report)
     assert "`model.layers.0.mlp.gate_up_proj` is left unquantized" in diag.message
-    assert "float8_e4m3fn `weight` with `input_scale`, `weight_scale`" in diag.message
+    assert held in diag.message, diag.message
     assert "built without the `quant_config`" in diag.message
 
 

@@ -9,6 +9,10 @@
 - ``compressed``: ``compressed-tensors`` ``float-quantized`` (FP8 per-tensor weights and
   static input scales of shape [1]), ``ignore`` naming the head and every
   ``mlp.down_proj``.
+- ``awq``: AutoAWQ's GEMM format (4-bit, group 32: int32 ``qweight``/``qzeros``, float16
+  ``scales``), ``modules_to_not_convert`` the down projections.
+- ``w4a16``: ``compressed-tensors`` ``pack-quantized`` (int32 ``weight_packed``,
+  ``weight_scale`` per group of 32, ``weight_shape``), ``ignore`` the head.
 """
 
 from __future__ import annotations
@@ -74,6 +78,8 @@ def write(
     ignored = list(IGNORED if ignored is None else ignored)
     if quantize_head:
         ignored = [i for i in ignored if i != "lm_head"]
+    if kind in PACKED:
+        return _write_packed(folder, kind, config, names, save_file)
     tensors: dict[str, torch.Tensor] = {}
     scalar = () if kind == "fp8" else (1,)  # how each format stores a per-tensor scale
     for name, shape in sorted(names.items()):
@@ -115,6 +121,65 @@ def write(
         }
     config.save_pretrained(folder)
     _save(folder, tensors, shards, save_file)
+    return folder
+
+
+GROUP = 32
+PACKED = {
+    "awq": {
+        "quant_method": "awq",
+        "bits": 4,
+        "group_size": GROUP,
+        "zero_point": True,
+        "version": "gemm",
+        "modules_to_not_convert": ["down_proj"],
+    },
+    "w4a16": {
+        "quant_method": "compressed-tensors",
+        "format": "pack-quantized",
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": {
+                    "num_bits": 4,
+                    "type": "int",
+                    "strategy": "group",
+                    "group_size": GROUP,
+                    "symmetric": True,
+                    "dynamic": False,
+                },
+            }
+        },
+        "ignore": ["lm_head"],
+    },
+}
+
+
+def _write_packed(folder: Path, kind: str, config: Any, names: dict, save_file: Any) -> Path:
+    """4-bit checkpoints: eight values packed in each int32."""
+    import torch
+
+    half = torch.float16 if kind == "awq" else torch.bfloat16
+    tensors = {}
+    for name, shape in sorted(names.items()):
+        layer = name.removesuffix(".weight")
+        skipped = kind == "awq" and layer.endswith("down_proj")
+        if not name.endswith("_proj.weight") or skipped:
+            tensors[name] = torch.zeros(shape, dtype=half)
+            continue
+        out, inp = shape
+        if kind == "awq":  # (in, out / 8) and per input group
+            tensors[f"{layer}.qweight"] = torch.zeros((inp, out // 8), dtype=torch.int32)
+            tensors[f"{layer}.qzeros"] = torch.zeros((inp // GROUP, out // 8), dtype=torch.int32)
+            tensors[f"{layer}.scales"] = torch.zeros((inp // GROUP, out), dtype=half)
+        else:  # (out, in / 8) and per output row
+            tensors[f"{layer}.weight_packed"] = torch.zeros((out, inp // 8), dtype=torch.int32)
+            tensors[f"{layer}.weight_scale"] = torch.ones((out, inp // GROUP), dtype=half)
+            tensors[f"{layer}.weight_shape"] = torch.tensor([out, inp], dtype=torch.int64)
+    config.quantization_config = PACKED[kind]
+    config.dtype = "float16" if kind == "awq" else "bfloat16"
+    config.save_pretrained(folder)
+    _save(folder, tensors, 1, save_file)
     return folder
 
 

@@ -558,6 +558,7 @@ def run_target(
         arch_for_config = target.arch.removesuffix("__prefixlint")
         from_checkpoint = bool(checkpoint and not config)
         if from_checkpoint:
+            result.config_source = f"checkpoint {checkpoint} (its config.json)"
             config = _checkpoint_config(str(checkpoint))
         draft = None
         if not config and not (config_table and arch_for_config in config_table):

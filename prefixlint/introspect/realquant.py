@@ -300,6 +300,39 @@ def weight_sources(stream: Stream, model: nn.Module) -> dict[str, list[str]]:
     return {path: sorted(w, key=lambda k: (w[k], k)) for path, w in first.items()}
 
 
+def unplaced_layers(
+    cls: type | None,
+    stream: Stream,
+    layout: dict[str, tuple[tuple[int, ...], torch.dtype]],
+    model: nn.Module,
+    placed: dict[str, list[str]],
+) -> dict[str, list[str]]:
+    """Checkpoint layers none of whose tensors reached the model (an unquantized layer
+    has no parameter for ``qweight``), placed where the model's own declarations send
+    them: ``hf_to_vllm_mapper``, then ``packed_modules_mapping`` for a fused layer. Only
+    layers that land on a module with a weight quantization method count."""
+    from prefixlint.introspect.dryrun import _mapped
+
+    packed = getattr(cls, "packed_modules_mapping", None) or {}
+    fused_of = {part: fused for fused, parts in packed.items() for part in parts}
+    known = {layer for layers in placed.values() for layer in layers}
+    kv_cache = _kv_cache_method()
+    out: dict[str, list[str]] = {}
+    loose = {n.rpartition(".")[0] for n in layout if n not in stream.recorder.consumed}
+    for layer in sorted(loose - known):
+        mapped = _mapped(cls, layer)
+        head, _, leaf = mapped.rpartition(".")
+        path = f"{head}.{fused_of[leaf]}" if leaf in fused_of and head else mapped
+        try:
+            module = model.get_submodule(path)
+        except AttributeError:
+            continue
+        method = getattr(module, "quant_method", None)
+        if method is not None and not (kv_cache and isinstance(method, kv_cache)):
+            out.setdefault(path, []).append(layer)
+    return out
+
+
 def method_findings(
     cls: type | None,
     stream: Stream,
@@ -313,7 +346,10 @@ def method_findings(
     written, the checkpoint's scales never loaded, values cast) is said in the finding."""
     unquantized = _unquantized_methods()
     out = Judged()
-    for path, layers in sorted(weight_sources(stream, sites.model).items()):
+    sources = weight_sources(stream, sites.model)
+    for path, layers in unplaced_layers(cls, stream, layout, sites.model, sources).items():
+        sources.setdefault(path, []).extend(layers)
+    for path, layers in sorted(sources.items()):
         stored = {layer: stored_quantized(layout, layer, plain) for layer in layers}
         kinds = {q for q, _ in stored.values()}
         if len(kinds) != 1:
@@ -341,7 +377,10 @@ def method_findings(
             for t in stream.recorder.by_storage.values()
             if t.is_param and not t.written and t.name.rpartition(".")[0] == path
         )
-        tail = f"; its {', '.join(f'`{u}`' for u in unwritten)} stay unwritten" if unwritten else ""
+        verb = "stays" if len(unwritten) == 1 else "stay"
+        tail = (
+            f"; its {', '.join(f'`{u}`' for u in unwritten)} {verb} unwritten" if unwritten else ""
+        )
         message = f"{what} ({holds}) under `{quant.method}` (prefix `{prefix}`): {why}{tail}"
         out.findings.append(Finding("PFX702", "error", message, *site))
     return out
