@@ -115,6 +115,7 @@ def run(
     judged_layout = {k: v for k, v in layout.items() if k.rpartition(".")[0] not in judged.layers}
     findings += coverage_findings(s, judged_layout, sites)
     realquant.name_folded_scales(findings, scales)
+    findings = _one_per_module(findings)
     _point_at_skips(findings, sites, s.recorder.consumed)
     findings += realquant.dtype_findings(s, layout, sites, judged.paths)
     findings += _partly_loaded(s, sites)
@@ -156,6 +157,35 @@ def _fold(s: Stream, judged: realquant.Judged) -> None:
         if t.is_param and not t.written and t.name.rpartition(".")[0] in judged.paths:
             del s.recorder.by_storage[key]
     s.raised = [(n, e) for n, e in s.raised if n.rpartition(".")[0] not in judged.layers]
+
+
+_UNWRITTEN_PART = re.compile(
+    r"^(?:shard `(?P<shard>\w+)` of|\d+ of \d+ elements of) `(?P<path>[^`]+)\.(?P<leaf>\w+)` "
+    r"(?:is|are) never written"
+)
+
+
+def _one_per_module(findings: list[Finding]) -> list[Finding]:
+    """A quantized layer holds several parameters per shard (``weight_packed`` and its
+    ``weight_scale``); one wrong mapping entry leaves the same shard of each unwritten.
+    One finding per module, shard and line, naming the other parameters."""
+    first: dict[tuple[str, str, str, int], tuple[Finding, list[str]]] = {}
+    out = []
+    for f in findings:
+        m = _UNWRITTEN_PART.match(f.message) if f.code == "PFX701" else None
+        if m is None:
+            out.append(f)
+            continue
+        key = (m["path"], m["shard"] or "", f.file, f.line)
+        if key in first:
+            first[key][1].append(m["leaf"])
+            continue
+        first[key] = (f, [])
+        out.append(f)
+    for f, others in first.values():
+        if others:
+            f.message += f"; so is the same part of its {', '.join(f'`{o}`' for o in others)}"
+    return out
 
 
 def _partly_loaded(s: Stream, sites: Sites) -> list[Finding]:
