@@ -128,6 +128,47 @@ def test_a_layer_built_without_the_quant_config_is_left_unquantized(
     assert "built without the `quant_config`" in diag.message
 
 
+# a layer built with torch's own `nn.Linear`, which no quantization config reaches
+TORCH_LINEAR = (
+    "LlamaMLP",
+    """        self.down_proj = RowParallelLinear(
+            input_size=intermediate_size,
+            output_size=hidden_size,
+            bias=bias,
+            quant_config=quant_config,
+            reduce_results=reduce_results,
+            disable_tp=disable_tp,
+            prefix=f"{prefix}.down_proj",
+        )""",
+    "        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)",
+)
+
+
+def test_a_torch_linear_gets_the_checkpoints_fp8_values_cast(worker, tmp_path) -> None:
+    report, path, text = run(
+        worker, tmp_path, "fp8", [TORCH_LINEAR], "torch_linear", ignored=["lm_head"]
+    )
+    line = line_of(text, "LlamaMLP", TORCH_LINEAR[2].strip())
+    assert findings(report) == [("PFX702", path.name, line)], report.diagnostics
+    [diag] = dry_run_diagnostics(report)
+    assert "`model.layers.0.mlp.down_proj` is left unquantized" in diag.message
+    assert "built as torch's `Linear`, which no quantization config reaches" in diag.message
+
+
+def test_a_quantized_weight_of_another_dtype_than_the_methods_is_cast(worker, tmp_path) -> None:
+    """The method agrees (both quantized), the stored values do not: int8 codes written
+    into a float8 weight are cast, not read as float8."""
+    stored_as = {"self_attn.o_proj.weight": "int8"}
+    report, path, text = run(worker, tmp_path, "fp8", name="int8_o", stored_as=stored_as)
+    line = line_of(text, "LlamaAttention", "self.o_proj = RowParallelLinear(")
+    assert findings(report) == [("PFX701", path.name, line)], report.diagnostics
+    [diag] = dry_run_diagnostics(report)
+    assert diag.message.startswith(
+        "checkpoint tensor `model.layers.0.self_attn.o_proj.weight` (int8) is written into "
+        "`model.layers.0.self_attn.o_proj.weight` (float8_e4m3fn)"
+    ), diag.message
+
+
 def test_a_quantized_head_vllm_cannot_quantize_is_named_at_the_head(worker, tmp_path) -> None:
     report, path, text = run(worker, tmp_path, "fp8", name="head_fp8", quantize_head=True)
     line = line_of(text, "LlamaForCausalLM", "self.lm_head = ParallelLMHead(")

@@ -60,10 +60,12 @@ def write(
     kv_scales: tuple[int, ...] = (),
     shards: int = 1,
     quantization: dict[str, Any] | None = None,
+    stored_as: dict[str, str] | None = None,
 ) -> Path:
     """A checkpoint folder of ``kind``; ``kv_scales``: the layers that also store FP8
     KV-cache scales (``self_attn.k_scale``/``v_scale``); ``shards`` > 1: sharded behind
-    ``model.safetensors.index.json``; ``quantization``: another quantization config."""
+    ``model.safetensors.index.json``; ``quantization``: another quantization config;
+    ``stored_as``: tensors (by the end of their name) stored in another torch dtype."""
     import torch
     from safetensors.torch import save_file
     from transformers import LlamaForCausalLM
@@ -93,6 +95,9 @@ def write(
         tensors[name] = torch.zeros(shape, dtype=torch.float8_e4m3fn)
         tensors[f"{layer}.weight_scale"] = torch.ones(scalar, dtype=torch.float32)
         tensors[f"{layer}.input_scale"] = torch.ones(scalar, dtype=torch.float32)
+    for end, dtype in (stored_as or {}).items():
+        for name in [n for n in tensors if n.endswith(end)]:
+            tensors[name] = torch.zeros(tensors[name].shape, dtype=getattr(torch, dtype))
     for i in kv_scales:
         for which in ("k_scale", "v_scale"):
             tensors[f"model.layers.{i}.self_attn.{which}"] = torch.ones((), dtype=torch.float32)

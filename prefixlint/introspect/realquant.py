@@ -278,14 +278,18 @@ def _unquantized_methods() -> tuple[type, ...]:
 
 def weight_sources(stream: Stream, model: nn.Module) -> dict[str, list[str]]:
     """Each module with a weight quantization method (linear layers, embeddings and heads,
-    routed experts; not the attention's KV-cache method) -> the checkpoint layers whose
-    tensors were written into its parameters, in the order of the regions they fill."""
+    routed experts; not the attention's KV-cache method), or with weights and no method
+    at all (torch's ``nn.Linear``: never quantized) -> the checkpoint layers whose tensors
+    were written into its parameters, in the order of the regions they fill."""
     kv_cache = _kv_cache_method()
     judged = {
         path
         for path, m in model.named_modules()
-        if getattr(m, "quant_method", None) is not None
-        and not (kv_cache and isinstance(m.quant_method, kv_cache))
+        if not (kv_cache and isinstance(getattr(m, "quant_method", None), kv_cache))
+        and (
+            getattr(m, "quant_method", None) is not None
+            or next(m.parameters(recurse=False), None) is not None
+        )
     }
     first: dict[str, dict[str, int]] = {}
     for t in stream.recorder.by_storage.values():
@@ -355,7 +359,8 @@ def method_findings(
         if len(kinds) != 1:
             continue  # a fused layer of quantized and unquantized parts: vLLM refuses that
         module = sites.model.get_submodule(path)
-        quantized = not isinstance(module.quant_method, unquantized)
+        method = getattr(module, "quant_method", None)
+        quantized = method is not None and not isinstance(method, unquantized)
         (expected,) = kinds
         if quantized == expected:
             continue
@@ -402,6 +407,9 @@ def _cause(
     leaf = module_leaf(path)
     leaves = list(dict.fromkeys(module_leaf(n) for n in layers))
     packed = getattr(cls, "packed_modules_mapping", None) or {}
+    if stored and getattr(module, "quant_method", None) is None:
+        kind = f"{type(module).__module__.partition('.')[0]}'s `{type(module).__name__}`"
+        return sites.module(path), f"it is built as {kind}, which no quantization config reaches"
     if stored and getattr(module, "quant_config", None) is None and _takes_quant_config(module):
         return sites.module(path), "it is built without the `quant_config`"
     if stored and _no_method_for(module, prefix, quant):
