@@ -188,8 +188,11 @@ def run_phase2(
     progress: Callable[[str], None] = lambda text: None,
     dryrun: bool = True,
     explore_budget: float = 10.0,
+    checkpoints: Any = None,
 ) -> Phase2Result:
-    """Phase 2 for every architecture class of ``files``; see ``architectures_in``."""
+    """Phase 2 for every architecture class of ``files``; see ``architectures_in``.
+    ``checkpoints`` (``checkpoint.Checkpoints``): the checkpoint each class's dry-run
+    checks against; its errors (``CheckpointError``) are raised before any build."""
     from prefixlint.introspect import introspect as build
     from prefixlint.introspect.worker import Worker
     from prefixlint.static.index import find_installed_package
@@ -197,6 +200,10 @@ def run_phase2(
 
     registry = registry_architectures(find_installed_package("vllm"))
     candidates = [c for path in files for c in architectures_in(path, registry)]
+    checkpoint_of: dict[int, str | None] = {}
+    if checkpoints is not None:
+        checkpoints.check([c.name for c in candidates])
+        checkpoint_of = {i: checkpoints.for_class(c.path, c.name) for i, c in enumerate(candidates)}
     out = Phase2Result()
     executed: set[tuple[str, int]] = set()
     worker = Worker()
@@ -217,6 +224,7 @@ def run_phase2(
                 worker=worker,
                 dryrun=dryrun,
                 explore_budget=explore_budget,
+                checkpoint=checkpoint_of.get(i - 1),
             )
             for result in report.results:
                 layouts = result.get("layouts", [])

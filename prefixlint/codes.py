@@ -388,7 +388,11 @@ CODES: dict[str, Code] = {
                 "another tensor into its shard), and a `load_weights` that raises on a name. "
                 "Where there is no reference class (remote code, a vLLM-only architecture) or"
                 " a weight loader needs real data, a PFX600 note says so. Runs on the tp=1 "
-                "build; `--no-dryrun` turns it off."
+                "build; `--no-dryrun` turns it off. With `--checkpoint` (a folder or hub id), "
+                "the checkpoint's own tensors, read from its safetensors headers, are "
+                "streamed instead, through the model built under its quantization config; a "
+                "quantized tensor written into a parameter of another kind of dtype (fp8 "
+                "values cast into a bfloat16 weight) is reported too."
             ),
         ),
         Code(
@@ -408,7 +412,14 @@ CODES: dict[str, Code] = {
                 "`packed_modules_mapping` without (or with a wrong) entry for a fused layer, "
                 "or a renamed layer no `hf_to_vllm_mapper` entry covers. Layers built with "
                 "`quant_config=None` (a model that opts a layer out) and fused MoE experts "
-                "are not judged."
+                "are not judged. With `--checkpoint`, the model is built once under the "
+                "checkpoint's real quantization config (any method the installed vLLM builds"
+                " here; one it cannot is a PFX600 note), and every layer with a weight "
+                "quantization method (linear layers, heads, experts) must be quantized "
+                "exactly when the checkpoint stores it quantized (tensors an unquantized "
+                "layer has no parameter for, or a weight of a quantized dtype); a layer "
+                "built without its `quant_config` and a kind of layer the method cannot "
+                "quantize are named as causes too."
             ),
         ),
         Code(

@@ -165,6 +165,42 @@ def configs_table(table: object, path: Path) -> tuple[dict[str, str], str | None
     return out, str(path.parent)
 
 
+def load_checkpoints_table(start: Path | None = None) -> tuple[dict[str, str], str | None]:
+    """``[tool.prefixlint.checkpoints]``: architecture -> checkpoint folder (relative to
+    the pyproject) or hub id, and the pyproject's folder."""
+    path = find_pyproject(start or Path.cwd())
+    if path is None:
+        return {}, None
+    return checkpoints_table(_read_toml(path).get("tool", {}).get("prefixlint", {}), path)
+
+
+def checkpoints_table(table: object, path: Path) -> tuple[dict[str, str], str | None]:
+    """Validate ``[tool.prefixlint.checkpoints]``: each value a folder that exists or a
+    hub id (``org/name``, fetched when a run needs it)."""
+    from prefixlint.introspect.checkpoint import is_hub_id
+
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [tool.prefixlint] must be a table")
+    checkpoints = table.get("checkpoints", {})
+    if not isinstance(checkpoints, dict):
+        raise ConfigError(f"{path}: [tool.prefixlint.checkpoints] must be a table")
+    out = {}
+    for arch, value in checkpoints.items():
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(
+                f"{path}: [tool.prefixlint.checkpoints] {arch} must be a checkpoint folder "
+                f"or a hub id `org/name`, got {value!r}"
+            )
+        local = Path(value) if Path(value).is_absolute() else path.parent / value
+        if not local.is_dir() and not (is_hub_id(value) and not local.exists()):
+            raise ConfigError(
+                f"{path}: [tool.prefixlint.checkpoints] {arch} = {value!r}: {local} is not a "
+                "folder (nor is the value a hub id `org/name`)"
+            )
+        out[str(arch)] = value
+    return out, str(path.parent)
+
+
 def load_config(explicit: Path | None = None, start: Path | None = None) -> Config:
     path = explicit or find_pyproject(start or Path.cwd())
     if path is None:
@@ -179,12 +215,14 @@ def load_config(explicit: Path | None = None, start: Path | None = None) -> Conf
         "exclude",
         "extend-prefix-layers",
         "configs",
+        "checkpoints",
         "max-file-size",
     }
     unknown = set(table) - known
     if unknown:
         raise ConfigError(f"{path}: unknown [tool.prefixlint] keys: {', '.join(sorted(unknown))}")
     configs_table(table, path)  # a bad config path is an error for every command
+    checkpoints_table(table, path)
     cfg = Config(source=path)
     if "select" in table:
         cfg.select = _codes(table["select"], "select")

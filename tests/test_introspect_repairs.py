@@ -349,9 +349,7 @@ def test_an_assert_on_a_flag_that_is_off_is_no_missing_read(tmp_path: Path) -> N
 
     module = _module(
         tmp_path,
-        "def build(config):\n"
-        "    use_nope = config.use_nope\n"
-        "    assert use_nope, 'NoPE only'\n",
+        "def build(config):\n    use_nope = config.use_nope\n    assert use_nope, 'NoPE only'\n",
     )
     cfg = _llama(use_nope=False)
     cfg.vision_config = sub_config("vision_config", cfg)

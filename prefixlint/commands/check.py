@@ -10,6 +10,12 @@ from typing import Any
 
 import click
 
+from prefixlint.commands.checkpoints import (
+    CHECKPOINT,
+    checkpoints,
+    refuse_checkpoint_without_dryrun,
+    usage_error,
+)
 from prefixlint.commands.common import (
     EXIT_ERROR,
     EXIT_FINDINGS,
@@ -91,6 +97,7 @@ from prefixlint.commands.lint import CheckOptions, LintRun, lint
 @click.option("--show-notes", is_flag=True, help=SHOW_NOTES_HELP)
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
 @NO_DRYRUN
+@CHECKPOINT
 @click.option(
     "--fix",
     is_flag=True,
@@ -194,8 +201,10 @@ def _refuse_conflicts(opts: CheckOptions) -> None:
             if getattr(opts, n) is not None
         ]
         given += ["--no-dryrun"] if opts.no_dryrun else []
+        given += ["--checkpoint"] if opts.checkpoint else []
         if given:
             raise click.UsageError(f"{', '.join(given)} only apply with --introspect")
+    refuse_checkpoint_without_dryrun(opts.checkpoint, opts.no_dryrun)
     if opts.fix and opts.show_diff:
         raise click.UsageError(
             "--fix writes the fixes and --diff prints them without writing: choose one"
@@ -206,12 +215,15 @@ def _phase2(run: LintRun, opts: CheckOptions, changes: Any) -> tuple[list, str]:
     """Phase 2 for the architecture classes of the checked files (with --diff-base: of
     the changed ones), with live progress: (its findings and notes, what it verified)."""
     from prefixlint.check_introspect import polish, run_phase2
+    from prefixlint.introspect.checkpoint import CheckpointError
     from prefixlint.progress import Progress
 
     files = run.files
     if changes is not None:
         files = [f for f in files if changes.file_changed(changes.repo_path(str(f)) or "")]
-    with Progress() as progress:  # stderr: stdout stays parseable in every format
+    found = checkpoints(opts.checkpoint)
+    # stderr: stdout stays parseable in every format
+    with Progress() as progress, usage_error(CheckpointError):
         out = run_phase2(
             files,
             int_list(opts.tp or "1,2,4,8", "--tp"),
@@ -221,6 +233,7 @@ def _phase2(run: LintRun, opts: CheckOptions, changes: Any) -> tuple[list, str]:
             progress,
             dryrun=not opts.no_dryrun,
             explore_budget=10.0 if opts.explore_budget is None else opts.explore_budget,
+            checkpoints=found,
         )
     verified = (
         f"phase 2 built {out.built} architecture class{'es' if out.built != 1 else ''}"

@@ -8,6 +8,13 @@ from typing import Any
 
 import click
 
+from prefixlint.commands.checkpoints import (
+    CHECKPOINT,
+    checkpoints,
+    refuse_checkpoint_without_dryrun,
+    target_classes,
+    usage_error,
+)
 from prefixlint.commands.common import (
     FORMATS,
     NO_DRYRUN,
@@ -31,6 +38,7 @@ from prefixlint.commands.common import (
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds per build.")
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
 @NO_DRYRUN
+@CHECKPOINT
 @click.option(
     "--explore-budget",
     type=float,
@@ -48,6 +56,7 @@ def introspect(
     timeout: float,
     strict: bool,
     no_dryrun: bool,
+    checkpoint: str | None,
     explore_budget: float,
 ) -> None:
     """Build TARGET on the meta device for several TP/PP layouts and check what it built.
@@ -57,8 +66,18 @@ def introspect(
     """
     from prefixlint.check_introspect import polish, public_name
     from prefixlint.introspect import introspect as run
+    from prefixlint.introspect.checkpoint import CheckpointError
 
+    refuse_checkpoint_without_dryrun(checkpoint, no_dryrun)
     table, base = config_table()
+    found = checkpoints(checkpoint)
+    with usage_error(CheckpointError):
+        # --checkpoint for every class of TARGET; else the table's entry of each class
+        by_class = {
+            name: one
+            for name in target_classes(target)
+            if (one := found.for_class(None, name)) is not None
+        }
     result = run(
         target,
         tp=int_list(tp),
@@ -69,6 +88,8 @@ def introspect(
         timeout=timeout,
         dryrun=not no_dryrun,
         explore_budget=explore_budget,
+        checkpoint=found.explicit.folder if found.explicit else None,
+        checkpoints=by_class,
     )
     if result.error:
         raise click.UsageError(f"cannot introspect {target}: {public_name(result.error)}")

@@ -88,7 +88,9 @@ def skipped_findings(result: dict[str, Any]) -> list[dict[str, Any]]:
     reason = result.get("reason") or "unknown reason"
     category = result.get("category", "")
     if category in GAP_CATEGORIES:
-        synthesised = not str(result.get("config_source", "")).startswith(("file", "pyproject"))
+        synthesised = not str(result.get("config_source", "")).startswith(
+            ("file", "pyproject", "checkpoint")
+        )
         return [note(arch, [], category, reason, synthesised, file, line)]
     message = f"`{arch}` could not be set up for a build: {reason}"
     return [{"code": "PFX604", "severity": "error", "message": message, "file": file, "line": line}]
@@ -143,9 +145,14 @@ def introspect(
     worker: Worker | None = None,
     dryrun: bool = True,
     explore_budget: float = DEFAULT_EXPLORE_BUDGET,
+    checkpoint: str | None = None,
+    checkpoints: dict[str, str] | None = None,
 ) -> IntrospectReport:
     """Build ``target`` (an architecture of the installed registry, ``module:Class`` or
-    ``path/to/file.py[:Class]``) for each layout in a worker process and check it."""
+    ``path/to/file.py[:Class]``) for each layout in a worker process and check it.
+    ``checkpoint``: a local checkpoint folder (``checkpoint.resolve`` makes one of a hub
+    id) the dry-run checks against, for every class of the target; ``checkpoints``: one
+    per architecture name."""
     own = worker is None
     worker = worker or Worker()
     report = IntrospectReport(target)
@@ -160,6 +167,8 @@ def introspect(
         "dryrun": dryrun,
         "budget": timeout,
         "explore_budget": explore_budget,
+        "checkpoint": checkpoint,
+        "checkpoints": checkpoints or {},
     }
     try:
         answer = worker.run(job, timeout)

@@ -108,7 +108,11 @@ def run_target(
     dryrun: bool = True,
     explore_budget: float = 0.0,
     deadline: float | None = None,
+    checkpoint: str | None = None,
 ) -> TargetResult:
+    """``checkpoint``: a checkpoint folder whose layout and quantization config the
+    dry-run checks (``checkpoint_run.py``); its config.json is the build config unless
+    ``config`` is given."""
     started = time.perf_counter()
     result = TargetResult(target=target.spec, arch=target.arch)
     registry = vllm_registry()
@@ -120,6 +124,10 @@ def run_target(
             return skipped(result, e, started)
     try:
         arch_for_config = target.arch.removesuffix("__prefixlint")
+        from_checkpoint = bool(checkpoint and not config)
+        if from_checkpoint:
+            result.config_source = f"checkpoint {checkpoint} (its config.json)"
+            config = _checkpoint_config(str(checkpoint))
         draft = None
         if not config and not (config_table and arch_for_config in config_table):
             draft = _draft_model_config(arch_for_config, cls, registry, target.arch)
@@ -129,6 +137,8 @@ def run_target(
         else:
             source = _config_source(target, cls, config, config_table, config_base)
             result.config_source = source.source
+            if from_checkpoint:
+                result.config_source = f"checkpoint {checkpoint} (its config.json)"
             if source.source.startswith("synthesised"):
                 model_config, early = model_config_repaired(source.folder)
                 if early:
@@ -156,7 +166,7 @@ def run_target(
         target.arch, cls, model_config, builds, result.config_source, complete
     )
     result.findings += not_verified(result.coverage)
-    _dry_run(result, cls, model_config, builds, dryrun, deadline)
+    _dry_run(result, cls, model_config, builds, dryrun, deadline, checkpoint)
     failed = [b for b in builds if b.error is not None]
     if len(failed) == len(builds) and builds:
         result.status = "failed"
@@ -254,15 +264,19 @@ def _dry_run(
     builds: list[Build],
     enabled: bool,
     deadline: float | None = None,
+    checkpoint: str | None = None,
 ) -> None:
-    """PFX701/PFX702 (``dryrun/``) on the tp=1 build; a failure of the dry-run itself is
-    a PFX600 note, never a lost target."""
-    from prefixlint.introspect import dryrun
+    """PFX701/PFX702 (``dryrun/``; against a real checkpoint ``checkpoint_run.py``) on
+    the tp=1 build; a failure of the dry-run itself is a PFX600 note, never a lost target."""
+    from prefixlint.introspect import checkpoint_run, dryrun
 
     started = time.perf_counter()
     try:
         synthesised = result.config_source.startswith("synthesised")
-        outcome = dryrun.run(cls, model_config, builds, enabled, synthesised, deadline)
+        if checkpoint:
+            outcome = checkpoint_run.run(cls, model_config, builds, checkpoint, enabled, deadline)
+        else:
+            outcome = dryrun.run(cls, model_config, builds, enabled, synthesised, deadline)
     except Exception as e:
         file, line = class_location(cls)
         note = f"not verified: the checkpoint dry-run failed: {_describe(e)}"
@@ -271,6 +285,16 @@ def _dry_run(
     result.findings += outcome.findings
     result.dryrun, result.dryrun_reason = outcome.status, outcome.reason
     result.dryrun_seconds = time.perf_counter() - started
+
+
+def _checkpoint_config(folder: str) -> str:
+    """The checkpoint's config.json as the build config (``checkpoint.build_config``)."""
+    from prefixlint.introspect.checkpoint import CheckpointError, build_config, read
+
+    try:
+        return build_config(read(folder))
+    except CheckpointError as e:
+        raise ConfigGap(f"checkpoint {folder}: {e}") from None
 
 
 def _config_objects(model_config: Any) -> list[Any]:

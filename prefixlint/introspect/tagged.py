@@ -45,6 +45,14 @@ class WriteRecorder:
     def __init__(self, targets: dict[str, tuple[torch.Tensor, bool]]) -> None:
         self.by_storage: dict[int, Target] = {}
         self.consumed: set[str] = set()
+        # The checkpoint tensors made while recording (storage -> name, the tensor kept
+        # alive so its storage is not reused), and the flat element ranges of each that
+        # writes read: a view of the tensor itself (narrowed, sliced) tells how much of
+        # it was loaded; data computed from it (a cast, a concatenation) does not, and
+        # its names are ``untracked``.
+        self.origins: dict[int, tuple[str, torch.Tensor]] = {}
+        self.reads: dict[str, list[tuple[int, int, int]]] = {}
+        self.untracked: set[str] = set()
         for name, (tensor, is_param) in targets.items():
             key = _storage_key(tensor)
             if key in self.by_storage:
@@ -70,6 +78,39 @@ class WriteRecorder:
         target.writes.append((lo, hi + 1, tags))
         if target.coverage is not None:
             target.coverage.as_strided(tuple(region.shape), region.stride(), lo).fill_(True)
+
+    def read(self, src: torch.Tensor, tags: frozenset[str]) -> None:
+        """Record which elements of a checkpoint tensor a write took from it."""
+        try:
+            origin = self.origins.get(_storage_key(src))
+        except (RuntimeError, NotImplementedError):
+            origin = None
+        if origin is None or origin[0] not in tags or src.numel() == 0:
+            self.untracked |= tags
+            return
+        lo = src.storage_offset()
+        hi = lo + sum((s - 1) * st for s, st in zip(src.shape, src.stride(), strict=True)) + 1
+        self.reads.setdefault(origin[0], []).append((lo, hi, src.numel()))
+
+    def partly_read(self) -> dict[str, tuple[int, int]]:
+        """Checkpoint tensors that writes took from only in part, as views of the tensor
+        itself: name -> (elements read at most, elements held). Both bounds are sound:
+        the union of each view's span (first to last element) and the sum of the views'
+        sizes each hold every element read."""
+        out = {}
+        for _, (name, tensor) in self.origins.items():
+            ranges = self.reads.get(name)
+            if not ranges or name in self.untracked:
+                continue
+            spanned, end = 0, 0
+            for lo, hi, _ in sorted(ranges):
+                lo = max(lo, end)
+                if hi > lo:
+                    spanned, end = spanned + hi - lo, hi
+            most = min(spanned, sum(n for _, _, n in ranges))
+            if most < tensor.numel():
+                out[name] = (most, tensor.numel())
+        return out
 
     def covered(self, target: Target) -> torch.Tensor | None:
         """The coverage of the target's own elements, shaped like it."""
@@ -124,6 +165,8 @@ def tags_of(value: Any) -> frozenset[str]:
 def make(name: str, shape: tuple[int, ...], dtype: torch.dtype) -> Tagged:
     t = torch.empty(shape, dtype=dtype, device="meta").as_subclass(Tagged)
     t._pl_src = frozenset({name})
+    if _ACTIVE:
+        _ACTIVE[-1].origins[_storage_key(t)] = (name, t)
     return t
 
 
@@ -170,6 +213,8 @@ def _intercept(func: Any, args: tuple, kwargs: dict, tags: frozenset[str]) -> tu
                     f"shape mismatch: a tensor of shape {tuple(src.shape)} is written into "
                     f"`{target.name}` region of shape {tuple(region.shape)}"
                 )
+            if isinstance(src, Tagged):
+                recorder.read(src, tags)
     recorder.mark(target, region, tags)
     return True, (None if name == "__setitem__" else dst)
 

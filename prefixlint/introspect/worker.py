@@ -164,6 +164,8 @@ def handle(job: dict[str, Any]) -> Any:
             dryrun=job.get("dryrun", True),
             explore_budget=job.get("explore_budget", 0.0),
             deadline=deadline,
+            checkpoint=job.get("checkpoint")
+            or (job.get("checkpoints") or {}).get(target.arch.removesuffix("__prefixlint")),
         )
         data = asdict(result)
         data["layouts"] = [

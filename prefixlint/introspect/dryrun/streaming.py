@@ -53,14 +53,19 @@ def _targets(model: nn.Module) -> dict[str, tuple[torch.Tensor, bool]]:
 
 
 def _failing_name(error: BaseException, names: list[str], last: str | None) -> str | None:
-    """The checkpoint tensor being loaded when ``error`` was raised."""
+    """The checkpoint tensor being loaded when ``error`` was raised: the first its message
+    quotes, else the tagged tensor of the innermost frame that holds one (a loader's
+    frame may still hold the tensor before the one it refuses)."""
+    text = str(error)
+    quoted = {at: n for n in names for q in "'`\"" if (at := text.find(f"{q}{n}{q}")) >= 0}
+    if quoted:
+        return quoted[min(quoted)]
     for frame, _ in reversed(list(traceback.walk_tb(error.__traceback__))):
         for value in frame.f_locals.values():
             if isinstance(value, Tagged):
                 tags = sorted(tags_of(value))
                 if tags:
                     return tags[0]
-    text = str(error)
     hits = [n for n in names if n in text or n.rsplit(".", 1)[0] in text]
     if hits:
         return max(hits, key=len)
@@ -72,9 +77,15 @@ def _is_meta_limit(error: BaseException) -> bool:
     return isinstance(error, NotImplementedError) or any(w in text for w in _META_LIMITS)
 
 
-def stream(model: nn.Module, reference: dict[str, Any], context: Any) -> Stream:
+def stream(
+    model: nn.Module,
+    reference: dict[str, Any],
+    context: Any,
+    finding_errors: tuple[type[BaseException], ...] = (),
+) -> Stream:
     """Feed every reference tensor to ``model.load_weights``; on a name that raises, record
-    it and feed again without that kind of name (a few times at most)."""
+    it and feed again without that kind of name (a few times at most). ``finding_errors``:
+    more errors that the real load would raise too (a real checkpoint's names)."""
     names = sorted(reference)
     excluded: set[str] = set()
     out = Stream(WriteRecorder({}))
@@ -95,7 +106,7 @@ def stream(model: nn.Module, reference: dict[str, Any], context: Any) -> Stream:
             with context(), recording(recorder), quiet():
                 model.load_weights(weights())
         except Exception as e:
-            if _is_meta_limit(e) or not _is_finding_error(e):
+            if _is_meta_limit(e) or not (_is_finding_error(e) or isinstance(e, finding_errors)):
                 out.limit, out.limit_error = describe_error(e), e
                 return out
             name = _failing_name(e, names, last[0]) or "?"
