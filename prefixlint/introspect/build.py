@@ -28,6 +28,7 @@ prepare()
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from prefixlint.introspect import startup  # noqa: E402
 from prefixlint.introspect.checks import Finding, check_build  # noqa: E402
 from prefixlint.introspect.configs import (  # noqa: E402
     ConfigGap,
@@ -167,7 +168,12 @@ def resolve_targets(spec: str) -> list[Target]:
         module_name, _, class_name = spec.partition(":")
         module = importlib.import_module(module_name)
     else:
-        raise LookupError(f"{spec!r} is not an architecture of the installed vLLM registry")
+        from prefixlint.introspect.plugins import unknown_architecture_hint
+
+        raise LookupError(
+            f"{spec!r} is not an architecture of the installed vLLM registry"
+            + unknown_architecture_hint()
+        )
     classes = [getattr(module, class_name)] if class_name else _model_classes(module)
     if not classes:
         raise LookupError(f"no model class (an nn.Module taking vllm_config) in {spec}")
@@ -491,7 +497,7 @@ def build_layout(model_config: Any, layout: Layout, quant_config: Any = None) ->
             _model_runner_v2(model_config),
         ):
             model = initialize_model(vllm_config=vllm_config, model_config=model_config)
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # a model's sys.exit is its failure too
         error, tb = e, e.__traceback__
     return Build(layout, model, vllm_config, recorder, time.perf_counter() - started, error, tb)
 
@@ -513,6 +519,12 @@ def _config_source(
     config_base: str | None,
 ) -> ConfigSource:
     arch_for_config = target.arch.removesuffix("__prefixlint")
+    if not config and not (config_table and arch_for_config in config_table):
+        from prefixlint.introspect.plugins import config_source
+
+        plugin = config_source(target.arch, cls)  # a plugin's own config class
+        if plugin is not None:
+            return plugin
     try:
         return resolve_config(
             arch_for_config,
@@ -548,8 +560,8 @@ def run_target(
     if cls is None:
         try:
             cls = load_class(registry, target.arch)
-        except Exception as e:
-            return _skipped(result, e, started)
+        except (Exception, SystemExit) as e:
+            return _refused(_skipped(result, e, started), startup.import_failure(e))
     try:
         arch_for_config = target.arch.removesuffix("__prefixlint")
         draft = None
@@ -568,7 +580,7 @@ def run_target(
             else:
                 model_config = load_model_config(source.folder)
     except Exception as e:
-        return _skipped(result, e, started)
+        return _refused(_skipped(result, e, started), startup.interface_refusal(cls, e))
 
     if layouts:
         model_config = _prepared(
@@ -588,6 +600,7 @@ def run_target(
         target.arch, cls, model_config, builds, result.config_source, complete
     )
     result.findings += not_verified(result.coverage)
+    result.findings += startup.layer_index_refusals(builds, model_config, cls)
     _dry_run(result, cls, model_config, builds, dryrun, deadline)
     failed = [b for b in builds if b.error is not None]
     if len(failed) == len(builds) and builds:
@@ -601,6 +614,15 @@ def run_target(
     # Free the meta models now: a zoo worker builds hundreds.
     for build in builds:
         build.model = None
+    return result
+
+
+def _refused(result: TargetResult, finding: Finding | None) -> TargetResult:
+    """A target that could not be set up because of the model itself (``startup.py``):
+    the finding at its line, and the target counts as the model's failure."""
+    if finding is not None:
+        result.findings.append(finding)
+        result.category = "finding"
     return result
 
 

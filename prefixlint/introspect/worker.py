@@ -18,28 +18,46 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from prefixlint.introspect.crash import EVENT_MARK, TRACE_ENV, TraceFile, crash_site, how_it_ended
+
 MARK = "@@prefixlint-result@@ "
 # The share of a job's time budget after which optional verification steps are skipped.
 DEADLINE_SHARE = 0.6
+# Seconds a fresh worker may take to import torch and vLLM before a job's clock starts
+# (the job's timeout counts from then: ``crash.event("started")``).
+STARTUP_ALLOWANCE = 600.0
 
 
-class WorkerDied(Exception):
+class WorkerFailed(Exception):
+    """The job's build hung or killed the worker; ``site`` is the model's line it was at
+    (None when the worker said nothing of it)."""
+
+    def __init__(self, message: str, site: tuple[str, int] | None = None) -> None:
+        super().__init__(message)
+        self.site = site
+
+
+class WorkerDied(WorkerFailed):
     pass
 
 
-class WorkerTimeout(Exception):
+class WorkerTimeout(WorkerFailed):
     pass
 
 
 class Worker:
     def __init__(self, log: Any = None) -> None:
         self.proc: subprocess.Popen[str] | None = None
-        self.results: queue.Queue[str | None] = queue.Queue()
+        self.results: queue.Queue[tuple[str, str] | None] = queue.Queue()
         self.log = log
+        self.trace: TraceFile | None = None
+        self.building: dict[str, Any] = {}  # the worker's last "building" event
 
     def _start(self) -> None:
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        self.trace = self.trace or TraceFile()
+        env[TRACE_ENV] = self.trace.path
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "prefixlint.introspect.worker"],
             stdin=subprocess.PIPE,
@@ -52,12 +70,24 @@ class Worker:
         threading.Thread(target=self._read, args=(self.proc, self.results), daemon=True).start()
 
     @staticmethod
-    def _read(proc: subprocess.Popen[str], out: queue.Queue[str | None]) -> None:
+    def _read(proc: subprocess.Popen[str], out: queue.Queue[tuple[str, str] | None]) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             if line.startswith(MARK):
-                out.put(line[len(MARK) :])
+                out.put(("result", line[len(MARK) :]))
+            elif line.startswith(EVENT_MARK):
+                out.put(("event", line[len(EVENT_MARK) :]))
         out.put(None)  # end of output: the worker exited
+
+    def _site(self) -> tuple[tuple[str, int] | None, str]:
+        """Where the job's build was (the model's line in the worker's trace, else the
+        class being built) and how the worker ended, when it said."""
+        text = self.trace.read() if self.trace is not None else ""
+        prefer = str(self.building.get("file") or "")
+        site = crash_site(text, prefer)
+        if site is None and prefer:
+            site = (prefer, int(self.building.get("line") or 0))
+        return site, how_it_ended(text)
 
     def run(self, job: dict[str, Any], timeout: float) -> Any:
         if self.proc is None or self.proc.poll() is not None:
@@ -69,23 +99,44 @@ class Worker:
         except (BrokenPipeError, OSError):
             self.close()
             raise WorkerDied("the worker process exited before taking the job") from None
-        try:
-            line = self.results.get(timeout=timeout)
-        except queue.Empty:
-            self.close()
-            raise WorkerTimeout(f"no answer within {timeout:.0f} s") from None
-        if line is None:
-            code = self.proc.wait()
-            self.proc = None
-            how = f"signal {-code}" if code < 0 else f"exit code {code}"
-            raise WorkerDied(f"the worker process died ({how})")
-        return json.loads(line)
+        self.building = {}
+        # the job's own clock starts when the worker says it has started (a fresh worker
+        # imports torch and vLLM first); until then, with room for that
+        deadline = time.monotonic() + timeout + STARTUP_ALLOWANCE
+        while True:
+            try:
+                item = self.results.get(timeout=max(deadline - time.monotonic(), 0.0))
+            except queue.Empty:
+                assert self.proc is not None
+                if self.trace is not None:
+                    self.trace.request_dump(self.proc.pid)
+                site, _ = self._site()
+                self.close()
+                raise WorkerTimeout(f"no answer within {timeout:.0f} s", site) from None
+            if item is None:
+                code = self.proc.wait()
+                self.proc = None
+                site, how = self._site()
+                how = how or (f"signal {-code}" if code < 0 else f"exit code {code}")
+                raise WorkerDied(f"the worker process died ({how})", site)
+            kind, payload = item
+            if kind == "result":
+                return json.loads(payload)
+            event = json.loads(payload)
+            if event.get("event") == "started":
+                deadline = time.monotonic() + timeout
+            elif event.get("event") == "building":
+                self.building = event
 
     def close(self) -> None:
         if self.proc is not None:
             self.proc.kill()
             self.proc.wait()
             self.proc = None
+
+    def __del__(self) -> None:
+        if getattr(self, "trace", None) is not None and getattr(self, "proc", None) is None:
+            self.trace.remove()  # type: ignore[union-attr]
 
 
 # -- worker side ------------------------------------------------------------------------
@@ -105,12 +156,16 @@ def _layouts(cls: Any, tps: list[int], pps: list[int]) -> list[Any]:
 
 
 def handle(job: dict[str, Any]) -> Any:
-    from prefixlint.introspect import build
+    from prefixlint.introspect import build, crash, plugins
 
+    crash.new_job()
+    crash.event("started")  # torch and vLLM are imported: the job's timeout counts from here
+    # as vLLM's start-up: its general plugins register their models first
+    plugins.prepare(job.get("target"))
     if job["kind"] == "list":
         registry = build.vllm_registry()
         supported = set(registry.ModelRegistry.get_supported_archs())
-        groups = {}
+        groups = dict.fromkeys(plugins.plugin_architectures(), plugins.PLUGIN_GROUP)
         # An architecture in several tables (LlamaForCausalLM also embeds) counts as text
         # generation, its main use.
         names = sorted(dir(registry), key=lambda n: n != "_TEXT_GENERATION_MODELS")
@@ -131,8 +186,11 @@ def handle(job: dict[str, Any]) -> Any:
     deadline = time.monotonic() + DEADLINE_SHARE * budget if budget else None
     try:
         targets = build.resolve_targets(job["target"])
-    except Exception as e:
-        return {"error": f"{type(e).__name__}: {e}"}
+    except (Exception, SystemExit) as e:
+        from prefixlint.introspect.startup import unloadable
+
+        # the model's own module failing to import is a finding at its line
+        return unloadable(job["target"], e) or {"error": f"{type(e).__name__}: {e}"}
     for target in targets:
         cls = target.cls
         if cls is None:
@@ -140,6 +198,8 @@ def handle(job: dict[str, Any]) -> Any:
                 cls = build.load_class(build.vllm_registry(), target.arch)
             except Exception:
                 cls = None
+        file, line = build.class_location(cls)
+        crash.event("building", arch=target.arch, file=file, line=line)
         layouts = _layouts(cls, job.get("tp", [1, 2, 4, 8]), job.get("pp", [2]))
         result = build.run_target(
             target,
@@ -171,6 +231,9 @@ def main() -> None:
     from prefixlint.introspect.env import prepare
 
     prepare()
+    from prefixlint.introspect.crash import arm
+
+    arm()  # stacks into the trace file on a crash, a hang or os._exit (see crash.py)
     # Only here, in phase 2's own process: torchvision & co. from set-up's folder, with
     # the schemas their extensions would define. Another process that imports build.py
     # (the smoke phase's child) must not see them: its vLLM engine would import them
