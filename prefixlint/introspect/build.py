@@ -711,12 +711,15 @@ def _dry_run(
 ) -> None:
     """PFX701/PFX702 (``dryrun.py``) on the tp=1 build; a failure of the dry-run itself is
     a PFX600 note, never a lost target."""
-    from prefixlint.introspect import dryrun
+    from prefixlint.introspect import dryrun, selflayout
 
     started = time.perf_counter()
     try:
         synthesised = result.config_source.startswith("synthesised")
         outcome = dryrun.run(cls, model_config, builds, enabled, synthesised, deadline)
+        if selflayout.applies(outcome):  # no reference class: the model's own layout
+            why = outcome.reason
+            outcome = selflayout.run(cls, model_config, builds, result.config_source, why, deadline)
     except Exception as e:
         file, line = class_location(cls)
         note = f"not verified: the checkpoint dry-run failed: {_describe(e)}"
