@@ -711,7 +711,7 @@ def _dry_run(
 ) -> None:
     """PFX701/PFX702 (``dryrun.py``) on the tp=1 build; a failure of the dry-run itself is
     a PFX600 note, never a lost target."""
-    from prefixlint.introspect import dryrun, selflayout
+    from prefixlint.introspect import dryrun, packed, selflayout
 
     started = time.perf_counter()
     try:
@@ -725,7 +725,9 @@ def _dry_run(
         note = f"not verified: the checkpoint dry-run failed: {_describe(e)}"
         finding = Finding("PFX600", "note", note, file, line)
         outcome = dryrun.DryRun("not verified", _describe(e), [finding])
-    result.findings += outcome.findings
+    # fused layers the packed_modules_mapping lacks (packed.py), with or without a dry-run
+    fused = packed.missing_entries(cls, builds, outcome.mapping)
+    result.findings += packed.without_duplicates(outcome.findings, fused) + fused
     result.dryrun, result.dryrun_reason = outcome.status, outcome.reason
     result.dryrun_seconds = time.perf_counter() - started
 

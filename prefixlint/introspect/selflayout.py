@@ -349,7 +349,7 @@ def _broken_loader(s: Any, sites: Any) -> list[Finding]:
     """Errors for a ``load_weights`` whose own code fails (a ``TypeError``, an
     ``AttributeError``, ...) rather than refusing a name (a ``KeyError`` of a lookup), or
     that fails before it reads any tensor: no checkpoint layout would load through it."""
-    out = []
+    out: dict[tuple[str, int], Finding] = {}
     for name, error in s.raised:
         if isinstance(error, _LOOKUP_ERRORS) and name != "?":
             continue
@@ -363,8 +363,12 @@ def _broken_loader(s: Any, sites: Any) -> list[Finding]:
             f"`load_weights` raises {what}: {dryrun._describe(error)}; its own code fails, "
             "so no checkpoint loads through it"
         )
-        out.append(Finding("PFX701", "error", message, *site))
-    return dryrun.merge(out)
+        if site in out:  # one line, several tensors: one finding
+            if "more tensors" not in out[site].message:
+                out[site].message += " (more tensors raise there)"
+            continue
+        out[site] = Finding("PFX701", "error", message, *site)
+    return list(out.values())
 
 
 def _reference_layouts(model_config: Any, cls: type | None, base: Any) -> tuple[Any, str] | None:
@@ -476,7 +480,8 @@ def _judge(
     broken = _broken_loader(s, sites)
     if broken:
         # its own code fails, whatever the names: no layout would load
-        kept = [f for f in findings if not f.message.startswith("`load_weights` raises")]
+        # what it then leaves unwritten is the consequence, not another defect
+        kept = [f for f in findings if f.code == "PFX600"]
         reason = "`load_weights` itself fails"
         return dryrun.DryRun("not verified", reason, [*broken, *kept])
     if not s.complete:

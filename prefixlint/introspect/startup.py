@@ -207,7 +207,8 @@ def layer_index_refusals(
                 f"vLLM's engine start-up refuses attention layer `{name}`: binding the KV "
                 f'cache, `extract_layer_index` asserts "{said}"; an attention layer\'s name '
                 "holds one integer, its decoder layer's index (several attention layers of "
-                "one decoder layer: `attn_0`, `attn_1`, not `attns.0`)"
+                "one decoder layer: each stored under a name, `attn_0`, `attn_1`, not as "
+                "elements of a list, `attns.0`)"
             )
             out[site] = Finding(CODE, "error", message, *site)
     return list(out.values())
