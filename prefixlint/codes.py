@@ -346,7 +346,13 @@ CODES: dict[str, Code] = {
                 " a `packed_modules_mapping` key that no build of any layout or explored "
                 "config variant made: an error when none of its keys was built (the mapping "
                 "does not describe the model), a warning per unbuilt key otherwise (nothing "
-                "is packed under it)."
+                "is packed under it). The other direction too: a fused `QKVParallelLinear` or "
+                "`MergedColumnParallelLinear` whose checkpoint holds the parts separately (as "
+                "the dry-run's checkpoint mapping or the model's own stacked-params tables "
+                "say) and that the mapping does not name, at the line that built it: an error "
+                "when quantization or LoRA looks the parts up through the table, a warning "
+                "otherwise. Fused MoE experts are matched by their own prefix and the expert "
+                "mapping, not by this table, and are not checked."
             ),
         ),
         Code(

@@ -431,3 +431,62 @@ def test_pfx304_advice_names_an_attention_layer_vllm_accepts() -> None:
     )
     assert f"{prefix}.attn_1 3" in done.stdout, done.stdout + done.stderr
     assert f"{prefix}.attns.1 refused" in done.stdout and "one integer" in done.stdout
+
+
+# -- crash verdicts in every command -------------------------------------------------------
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_sys_exit_fails_check_introspect_at_its_line(tmp_path: Path) -> None:
+    """``sys.exit`` in ``__init__`` is the model's failure (PFX604 at that line, exit 1),
+    not a note (it was exit 0) nor a usage error (exit 2)."""
+    model = source_copy(tmp_path, "exits", PLANTED["sysexit"][0])
+    done = run_prefixlint(
+        "check",
+        "--no-cache",
+        "--introspect",
+        "--tp",
+        "1",
+        "--format",
+        "json",
+        str(model),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    found = [(f["code"], f["location"]["row"]) for f in json.loads(done.stdout)]
+    assert ("PFX604", line_of(model, "sys.exit(3)")) in found, found
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_timeout_counts_from_the_build_not_the_worker_start_up() -> None:
+    """A timeout shorter than the worker's start-up (importing torch and vLLM) still
+    leaves a small model time to build: the clock starts when the worker takes the job."""
+    import time
+
+    from prefixlint.introspect import introspect
+    from prefixlint.introspect.worker import Worker
+
+    probe = Worker()
+    started = time.monotonic()
+    try:
+        probe.run({"kind": "list"}, 900)
+    finally:
+        probe.close()
+    start_up = time.monotonic() - started
+    timeout = max(start_up / 2, 5.0)  # less than a fresh worker needs to start
+    fresh = Worker()
+    try:
+        report = introspect(
+            "LlamaForCausalLM",
+            tp=(1,),
+            pp=(),
+            timeout=timeout,
+            worker=fresh,
+            dryrun=False,
+            explore_budget=0,
+        )
+    finally:
+        fresh.close()
+    assert [r["status"] for r in report.results] == ["built"], (start_up, report.diagnostics)

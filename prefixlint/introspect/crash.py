@@ -171,10 +171,11 @@ def model_code(file: str, roots: tuple[str, ...] | None = None) -> bool:
     return not resolved.startswith(roots if roots is not None else _library_roots())
 
 
-def crash_site(text: str, prefer: str = "") -> tuple[str, int] | None:
-    """The innermost frame of the model's code in a faulthandler dump: of the stack that
-    runs the worker's job, in the folder of ``prefer`` (the class's file) when a frame is
-    there, else in any model code."""
+def crash_site(text: str, prefer: list[str] | str = ()) -> tuple[str, int] | None:
+    """The innermost frame of the model's code in a faulthandler dump, of the stack that
+    runs the worker's job: in the folder of a file of ``prefer`` (the class's file, a file
+    target), else in vLLM's model folders. None when no frame is the model's: a frame in
+    some other package (an import of torchvision that hung) is never taken for it."""
     stacks = _threads(text)
     if not stacks:
         return None
@@ -182,12 +183,15 @@ def crash_site(text: str, prefer: str = "") -> tuple[str, int] | None:
     stack = (job or stacks)[0]
     roots = _library_roots()
     model = [(f, n) for f, n, _ in stack if model_code(f, roots)]
-    if prefer:
-        folder = str(Path(prefer).resolve().parent) + os.sep
-        mine = [(f, n) for f, n in model if str(Path(f).resolve()).startswith(folder)]
-        if mine:
-            return mine[0]
-    return model[0] if model else None
+    wanted = [prefer] if isinstance(prefer, str) else list(prefer)
+    folders = [str(Path(p).resolve().parent) + os.sep for p in wanted if p]
+    for f, n in model:
+        if any(str(Path(f).resolve()).startswith(folder) for folder in folders):
+            return f, n
+    for f, n in model:
+        if re.search(r"/vllm/(model_executor/)?models/", f.replace("\\", "/")):
+            return f, n
+    return None
 
 
 def how_it_ended(text: str) -> str:

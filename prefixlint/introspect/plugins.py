@@ -231,6 +231,36 @@ def _entry_module(entry: Any) -> str:
     return getattr(cls, "__module__", "") or ""
 
 
+def entry_location(arch: str) -> dict[str, Any]:
+    """The file and class line of a registry architecture, found without importing its
+    module (a lazily registered one may hang or crash on import): ``{"file", "line"}``,
+    empty when unknown."""
+    import importlib.util
+
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    entry = getattr(ModelRegistry, "models", {}).get(arch)
+    module = _entry_module(entry) if entry is not None else ""
+    if not module:
+        return {}
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return {}
+    file = getattr(spec, "origin", None) or ""
+    if not file.endswith(".py"):
+        return {}
+    name = getattr(entry, "class_name", None) or getattr(
+        getattr(entry, "model_cls", None), "__name__", arch
+    )
+    try:
+        text = Path(file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {"file": file, "line": 1}
+    m = re.search(rf"^class {re.escape(name)}\b", text, re.M)
+    return {"file": file, "line": text.count("\n", 0, m.start()) + 1 if m else 1}
+
+
 def plugin_architectures() -> dict[str, str]:
     """Architecture -> the distribution whose code it runs, for registry entries outside
     vLLM's own package (a plugin's, or one that replaces an in-tree class)."""

@@ -52,6 +52,7 @@ class Worker:
         self.log = log
         self.trace: TraceFile | None = None
         self.building: dict[str, Any] = {}  # the worker's last "building" event
+        self.target_file = ""  # the job's target, when it is a file
 
     def _start(self) -> None:
         env = dict(os.environ)
@@ -84,7 +85,7 @@ class Worker:
         class being built) and how the worker ended, when it said."""
         text = self.trace.read() if self.trace is not None else ""
         prefer = str(self.building.get("file") or "")
-        site = crash_site(text, prefer)
+        site = crash_site(text, [prefer, self.target_file])
         if site is None and prefer:
             site = (prefer, int(self.building.get("line") or 0))
         return site, how_it_ended(text)
@@ -100,6 +101,8 @@ class Worker:
             self.close()
             raise WorkerDied("the worker process exited before taking the job") from None
         self.building = {}
+        target = str(job.get("target") or "")
+        self.target_file = target.split(".py:")[0] + ".py" if ".py" in target else ""
         # the job's own clock starts when the worker says it has started (a fresh worker
         # imports torch and vLLM first); until then, with room for that
         deadline = time.monotonic() + timeout + STARTUP_ALLOWANCE
@@ -194,6 +197,8 @@ def handle(job: dict[str, Any]) -> Any:
     for target in targets:
         cls = target.cls
         if cls is None:
+            # where the class will come from, before its module is imported (which may hang)
+            crash.event("building", arch=target.arch, **plugins.entry_location(target.arch))
             try:
                 cls = build.load_class(build.vllm_registry(), target.arch)
             except Exception:
@@ -227,6 +232,29 @@ def handle(job: dict[str, Any]) -> Any:
     return results
 
 
+# What every build imports whatever its model: imported before the first job, so that a
+# job's timeout counts from its build (``crash.event("started")``), not from these imports.
+_EVERY_BUILD = (
+    "prefixlint.introspect.build",
+    "vllm.config",
+    "vllm.transformers_utils.config",
+    "vllm.model_executor.models.registry",
+    "vllm.model_executor.model_loader.utils",
+    "vllm.model_executor.layers.linear",
+    "vllm.model_executor.layers.attention",
+    "vllm.plugins",
+)
+
+
+def _warm_up() -> None:
+    import contextlib
+    import importlib
+
+    for name in _EVERY_BUILD:
+        with contextlib.suppress(Exception):  # a layout that moved: the job imports it
+            importlib.import_module(name)
+
+
 def main() -> None:
     from prefixlint.introspect.env import prepare
 
@@ -246,6 +274,7 @@ def main() -> None:
     from prefixlint.introspect.cpuworker import prepare_cpu_worker
 
     prepare_cpu_worker()
+    _warm_up()
     real_stdout = sys.stdout
     for line in sys.stdin:
         if not line.strip():
