@@ -472,7 +472,7 @@ _META_LIMITS = (
 )
 # what a loader raises on a name it cannot place, or its own code raises (a wrong call:
 # ``AutoWeightsLoader(skip_prefixes=...)`` where vLLM's takes no such argument)
-_FINDING_ERRORS = (KeyError, ValueError, AssertionError, IndexError, TypeError, AttributeError)
+_FINDING_ERRORS = (KeyError, ValueError, AssertionError, IndexError, TypeError)
 
 
 @dataclass

@@ -22,10 +22,10 @@ tables say (a loader that renames in code) is not the layout checked.
 from __future__ import annotations
 
 import ast
-import contextlib
 import copy
 import functools
 import re
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -270,8 +270,14 @@ def _expert_tensors(
             mine.append((owner, stem, weight, expert, shard))
     if not mine or len(shape) < 2:
         return None
-    owner = mine[0][0]
-    head = name[: name.rfind(f"{owner}.")]
+    owner = mine[0][0].split(".")
+    parts = name.split(".")
+    starts = [  # the owner as whole components (``experts``, not ``routed_experts``)
+        i for i in range(len(parts) - len(owner)) if parts[i : i + len(owner)] == owner
+    ]
+    if not starts:
+        return None
+    head = ".".join([*parts[: starts[-1]], ""]) if starts[-1] else ""
     rest = leaf[len(mine[0][1]) :]
     shards = sorted({shard for *_, shard in mine})
     experts = {expert for *_, expert, _ in mine}
@@ -343,17 +349,23 @@ def _suffixed(findings: list[Finding], what: str) -> list[Finding]:
 
 # a loader that cannot place a name (or shape) raises these; others are its own code failing
 _LOOKUP_ERRORS = (KeyError, IndexError, ValueError, AssertionError)
+# the share of the names derived from the model its loader must take for the layout to
+# be the one it reads: below, it reads names renamed in code (a draft's target names)
+TAKEN_SHARE = 0.9
 
 
 def _broken_loader(s: Any, sites: Any) -> list[Finding]:
-    """Errors for a ``load_weights`` whose own code fails (a ``TypeError``, an
-    ``AttributeError``, ...) rather than refusing a name (a ``KeyError`` of a lookup), or
-    that fails before it reads any tensor: no checkpoint layout would load through it."""
+    """Errors for a ``load_weights`` whose own code fails: a ``TypeError`` raised in the
+    model's own frame (a wrong call), not a name it refuses (a lookup error, or an error
+    raised inside vLLM's loader on a name). No checkpoint layout would load through it."""
     out: dict[tuple[str, int], Finding] = {}
     for name, error in s.raised:
-        if isinstance(error, _LOOKUP_ERRORS) and name != "?":
+        if isinstance(error, _LOOKUP_ERRORS) or not isinstance(error, TypeError):
             continue
-        site = sites.frame(error) or sites.loader(name if name != "?" else "")
+        frames = list(traceback.walk_tb(error.__traceback__))
+        if not frames or not sites.model_file(frames[-1][0].f_code.co_filename):
+            continue  # raised inside a library, on what the model handed it
+        site = (frames[-1][0].f_code.co_filename, frames[-1][1])
         what = (
             "before it reads any checkpoint tensor"
             if name == "?"
@@ -398,8 +410,9 @@ def run(
     why: str,
     deadline: float | None = None,
 ) -> Any:
-    """The dry-run against transformers' class of the config's model type, else against
-    the model's own layout; ``why``: why the reference of the architecture did not do."""
+    """The dry-run against transformers' class of the config's model type (for a config
+    that was given: a synthesised one's model type may be prefixlint's choice), else
+    against the model's own layout; ``why``: why the architecture's reference did not do."""
     base = dryrun._base_build(model_config, builds)
     if base is None:
         return dryrun.DryRun("", "the model did not build")
@@ -408,98 +421,162 @@ def run(
     if not callable(getattr(base.model, "load_weights", None)):
         note = dryrun._note("checkpoint dry-run: the model has no `load_weights`", sites.class_site)
         return dryrun.DryRun("not verified", "the model has no `load_weights`", [note])
-    synthesised = config_source.startswith("synthesised")
-    fallback = "llama-shaped" in config_source  # a made-up model type says nothing
-    found = None if fallback else _reference_layouts(model_config, cls, base)
-    unknown: dict[str, str] = {}
+    given = not config_source.startswith("synthesised")
+    found = _reference_layouts(model_config, cls, base) if given else None
     if found is not None:
-        (layouts, ref), name = found
+        (layouts, _), name = found
         what = f"checkpoint layout of transformers' `{name}`, the class of the config's model type"
-    else:
-        derived = derive(cls, base.model)
-        if not derived.tensors:
-            note = dryrun._note(
-                f"checkpoint dry-run: {why}; no layout derives from the model", sites.class_site
-            )
-            return dryrun.DryRun("not verified", why, [note])
-        layouts, ref, unknown, what = [derived.tensors], None, derived.unknown, SELF_DERIVED
-    return _judge(
-        cls, model_config, base, sites, layouts, ref, synthesised, unknown, what, deadline
-    )
+        return _judge_reference(cls, model_config, base, sites, layouts, what, deadline)
+    derived = derive(cls, base.model)
+    if not derived.tensors:
+        said = f"checkpoint dry-run: {why}; no layout derives from the model"
+        return dryrun.DryRun("not verified", why, [dryrun._note(said, sites.class_site)])
+    return _judge_self(cls, model_config, base, sites, derived, deadline)
 
 
-def _judge(
+def _stream(base: Any, model_config: Any, layout: dict[str, Any]) -> Any:
+    with dryrun._as_served(base.model, model_config):
+        return dryrun.stream(base.model, layout, dryrun._stream_context(base, model_config))
+
+
+def _judge_reference(
     cls: type | None,
     model_config: Any,
     base: Any,
     sites: Any,
     layouts: list[dict[str, Any]],
-    ref: nn.Module | None,
-    synthesised: bool,
-    unknown: dict[str, str],
     what: str,
     deadline: float | None,
 ) -> Any:
-    """``dryrun.run`` from its layouts on: stream each, keep the one vLLM loads best, then
-    the quantization dry-run on its checkpoint-name mapping."""
+    """``dryrun.run`` from its layouts on, for a reference of the config's model type."""
     tried = []
     for layout in layouts:
-        divergence = dryrun.reconcile(cls, ref, base.model, layout) if synthesised and ref else None
-        if unknown:
-            divergence = divergence or dryrun.Divergence()
-            divergence.paths.update(unknown)
-            for reason in unknown.values():
-                divergence.add(reason)
         incomplete, partial_why = dryrun.incomplete_experts(layout)
-        streamed = {
-            k: v
-            for k, v in layout.items()
-            if k not in incomplete and not (divergence and k in divergence.names)
-        }
-        with dryrun._as_served(base.model, model_config):
-            s = dryrun.stream(base.model, streamed, dryrun._stream_context(base, model_config))
-        found = dryrun.coverage_findings(s, streamed, sites, divergence)
-        tried.append((s, found, divergence, partial_why))
+        streamed = {k: v for k, v in layout.items() if k not in incomplete}
+        s = _stream(base, model_config, streamed)
+        found = dryrun.coverage_findings(s, streamed, sites)
+        tried.append((s, found, partial_why))
         if not found and not s.limit:
             break
-    s, findings, divergence, partial_why = min(tried, key=lambda t: (not t[0].complete, len(t[1])))
-    if divergence is not None and divergence.reasons:
-        shown = "; ".join(divergence.reasons[:4])
-        findings.append(
-            dryrun._note(f"checkpoint dry-run, in part: not judged: {shown}", sites.class_site)
-        )
+    s, findings, partial_why = min(tried, key=lambda t: (not t[0].complete, len(t[1])))
     if partial_why:
-        findings.append(
-            dryrun._note(f"checkpoint dry-run, in part: {partial_why}", sites.class_site)
-        )
+        said = f"checkpoint dry-run, in part: {partial_why}"
+        findings.append(dryrun._note(said, sites.class_site))
     if s.limit:
-        reason = f"a weight loader needs real data on meta tensors ({s.limit})"
-        site = (s.limit_error and sites.frame(s.limit_error)) or sites.loader("")
-        findings.append(dryrun._note(f"checkpoint dry-run: {reason}", site))
-        return dryrun.DryRun("not verified", reason, _suffixed(dryrun.merge(findings), what))
-    broken = _broken_loader(s, sites)
-    if broken:
-        # its own code fails, whatever the names: no layout would load
-        # what it then leaves unwritten is the consequence, not another defect
-        kept = [f for f in findings if f.code == "PFX600"]
-        reason = "`load_weights` itself fails"
-        return dryrun.DryRun("not verified", reason, [*broken, *kept])
+        return _limited(s, sites, findings, what)
     if not s.complete:
         reason = "`load_weights` raised on too many kinds of names to check the rest"
         merged = dryrun.merge(dryrun._layout_refused(findings))
         return dryrun.DryRun("not verified", reason, _suffixed(merged, what))
+    partial = [what] + ([partial_why] if partial_why else [])
+    return _quantized(cls, model_config, base, sites, s, findings, partial, what, deadline)
+
+
+def _limited(s: Any, sites: Any, findings: list[Finding], what: str) -> Any:
+    reason = f"a weight loader needs real data on meta tensors ({s.limit})"
+    site = (s.limit_error and sites.frame(s.limit_error)) or sites.loader("")
+    findings.append(dryrun._note(f"checkpoint dry-run: {reason}", site))
+    return dryrun.DryRun("not verified", reason, _suffixed(dryrun.merge(findings), what))
+
+
+def _quantized(
+    cls: type | None,
+    model_config: Any,
+    base: Any,
+    sites: Any,
+    s: Any,
+    findings: list[Finding],
+    partial: list[str],
+    what: str,
+    deadline: float | None,
+    keep: Any = None,
+) -> Any:
+    """The quantization dry-run on the stream's checkpoint-name mapping; ``keep``: which
+    of its findings the layout can back."""
     sources = dryrun.layer_sources(s, base.model)
     mapping = {layer: path for path, layers in sources.items() for layer in layers}
     quant, skipped = dryrun.quant_findings(cls, model_config, base, sources, sites, deadline)
-    findings += quant
-    partial = [what]
+    findings += [f for f in quant if keep is None or keep(f)]
     if skipped:
         findings.append(dryrun._note(f"quantization dry-run: {skipped}", sites.class_site))
         partial.append(f"the quantization dry-run did not run ({skipped})")
-    if divergence is not None and divergence.reasons:
-        partial.append(f"{len(divergence.reasons)} part(s) not judged")
-    if partial_why:
-        partial.append(partial_why)
-    with contextlib.suppress(Exception):
-        findings = _suffixed(dryrun.merge(findings), what)
+    findings = _suffixed(dryrun.merge(findings), what)
     return dryrun.DryRun("verified", f"in part: {'; '.join(partial)}", findings, mapping)
+
+
+def _judge_self(
+    cls: type | None,
+    model_config: Any,
+    base: Any,
+    sites: Any,
+    derived: Layout,
+    deadline: float | None,
+) -> Any:
+    """The model's own layout, judged for what it can back. The names come from the
+    model, so a loader that refuses or drops one may read it under another name (renamed
+    in code): raises on names and dropped names are not findings, and the layout is only
+    taken as the one the loader reads when it takes ``TAKEN_SHARE`` of the names. Then
+    a parameter (or shard) left unwritten is a warning, a ``load_weights`` whose own code
+    fails an error, and of the quantization dry-run only what ``packed_modules_mapping``
+    decides (a prefix that is not its path is PFX601's, judged there)."""
+    layout = derived.tensors
+    s = _stream(base, model_config, layout)
+    broken = _broken_loader(s, sites)
+    if broken:
+        return dryrun.DryRun("not verified", "`load_weights` itself fails", broken)
+    if s.limit:
+        return _limited(s, sites, [], SELF_DERIVED)
+    names = set(layout) - {n for n, _ in s.raised}
+    taken = len(names & s.recorder.consumed)
+    share = taken / max(len(layout), 1)
+    refused = sorted({n for n, _ in s.raised} | (set(layout) - s.recorder.consumed))
+    shown = ", ".join(f"`{n}`" for n in refused[:3]) + (
+        f" and {len(refused) - 3} more" if len(refused) > 3 else ""
+    )
+    if not s.complete or share < TAKEN_SHARE:
+        reason = (
+            f"the model's loader takes {taken} of the {len(layout)} checkpoint names its "
+            f"own parameters give (not {shown}): it reads names renamed in code, which a "
+            "layout derived from the model cannot see"
+        )
+        note = dryrun._note(f"checkpoint dry-run: {reason}", sites.loader(""))
+        return dryrun.DryRun("not verified", reason, [note])
+    divergence = None
+    if derived.unknown:
+        divergence = dryrun.Divergence(paths=set(derived.unknown))
+    kept = []
+    for f in dryrun.coverage_findings(s, layout, sites, divergence):
+        if f.message.startswith(("`load_weights` raises", "checkpoint tensor")) and (
+            "stays random" not in f.message
+        ):
+            continue  # a name it refused or dropped: it may read it under another
+        f.severity = "warning"
+        f.message += (
+            "; the loader takes every other name the model's parameters give, so this is "
+            "most likely its own gap, unless its checkpoint names the tensor otherwise"
+        )
+        kept.append(f)
+    partial = [SELF_DERIVED]
+    if refused:
+        partial.append(f"{len(refused)} name(s) not taken ({shown})")
+        kept.append(
+            dryrun._note(f"checkpoint dry-run, in part: not taken: {shown}", sites.loader(""))
+        )
+    if derived.unknown:
+        said = "; ".join(list(dict.fromkeys(derived.unknown.values()))[:3])
+        partial.append(f"{len(derived.unknown)} module(s) not derived")
+        kept.append(
+            dryrun._note(f"checkpoint dry-run, in part: not derived: {said}", sites.class_site)
+        )
+
+    def packed(f: Finding) -> bool:
+        # the table's entry for a fused layer, whatever the names around it; a fused layer
+        # mixing ignored and quantized parts follows from the names it was fed (here the
+        # model's own, which its loader may not all take)
+        return "`packed_modules_mapping` has no entry" in f.message or (
+            "`packed_modules_mapping[" in f.message
+        )
+
+    return _quantized(
+        cls, model_config, base, sites, s, kept, partial, SELF_DERIVED, deadline, keep=packed
+    )
