@@ -346,7 +346,13 @@ CODES: dict[str, Code] = {
                 " a `packed_modules_mapping` key that no build of any layout or explored "
                 "config variant made: an error when none of its keys was built (the mapping "
                 "does not describe the model), a warning per unbuilt key otherwise (nothing "
-                "is packed under it)."
+                "is packed under it). The other direction too: a fused `QKVParallelLinear` or "
+                "`MergedColumnParallelLinear` whose checkpoint holds the parts separately (as "
+                "the dry-run's checkpoint mapping or the model's own stacked-params tables "
+                "say) and that the mapping does not name, at the line that built it: an error "
+                "when quantization or LoRA looks the parts up through the table, a warning "
+                "otherwise. Fused MoE experts are matched by their own prefix and the expert "
+                "mapping, not by this table, and are not checked."
             ),
         ),
         Code(
@@ -364,6 +370,24 @@ CODES: dict[str, Code] = {
                 "// tp_size`). Global counts there shape the KV cache and the attention "
                 "kernel for heads this rank does not hold. Reported at the line that built "
                 "the attention layer."
+            ),
+        ),
+        Code(
+            "PFX608",
+            "engine-start-refused",
+            Severity.ERROR,
+            INTROSPECT,
+            "vLLM's own start-up validation refuses the model",
+            doc=(
+                "vLLM checks a model class when its module defines it, when it makes the "
+                "model config and when it binds the KV cache; a model that builds can still "
+                "fail there. Phase 2 calls vLLM's own validators as vLLM calls them: "
+                "`@support_torch_compile`'s inference of the dynamic dimensions of an "
+                "un-annotated `forward`, the model interface the runner needs "
+                "(`compute_logits` or a pooler, `embed_input_ids`, a `forward` taking "
+                "`input_ids` and `positions`), and `extract_layer_index` on the name of every "
+                "attention layer with a KV cache (one integer: its decoder layer's index). "
+                "Reported at the line that causes the refusal, with vLLM's message."
             ),
         ),
         Code(

@@ -178,6 +178,44 @@ def test_introspect_hook_runs_phase2_where_vllm_is(snapshot, home, tmp_path) -> 
     assert "PFX601" in out and "model.layers.0.ffn" in out and "phase 2" in out, out
 
 
+def test_introspect_hook_passes_a_correct_plugin_package(snapshot, home, tmp_path) -> None:
+    """A plugin's own repository (the test plugin package, its entry point in its
+    ``pyproject.toml``, not installed): the strict hook builds its model as vLLM would load
+    it (registration, its own config class) and passes."""
+    from tests.toy_plugin import SOURCE
+
+    repo, _ = snapshot
+    project = tmp_path / "toy-plugin"
+    shutil.copytree(SOURCE, project)
+    git(project, "init", "-q")
+    git(project, "add", "-A")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    launcher = bin_dir / "prefixlint"
+    launcher.write_text(
+        f'#!/bin/sh\nPYTHONPATH={CHECKOUT} exec {sys.executable} -m prefixlint "$@"\n'
+    )
+    launcher.chmod(0o755)
+    saved = os.environ["PATH"]
+    os.environ["PATH"] = f"{bin_dir}{os.pathsep}{saved}"
+    try:
+        rc, out, _ = pre_commit(
+            project,
+            home,
+            "try-repo",
+            str(repo),
+            "prefixlint-introspect",
+            "--hook-stage",
+            "manual",
+            "--files",
+            "prefixlint_toy/model.py",
+        )
+    finally:
+        os.environ["PATH"] = saved
+    assert rc == 0, out
+    assert "Passed" in out and "Failed" not in out, out
+
+
 def test_introspect_without_vllm_fails_with_a_message(snapshot, project, home) -> None:
     """In the static hook's own virtualenv (no torch, no vLLM), `check --introspect` used to
     print "All checks passed"; it must fail and say why."""

@@ -4,6 +4,7 @@ per architecture, failing on phase-2 errors, skipped when phase 2 verified nothi
 from __future__ import annotations
 
 import importlib.metadata
+import os
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,23 @@ def test_collects_the_whole_registry_and_refuses_unknown_names(pytester: pytest.
     )
     assert unknown.ret == pytest.ExitCode.USAGE_ERROR
     unknown.stderr.fnmatch_lines(["*not an architecture of the installed vLLM*NoSuchForCausalLM*"])
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_an_installed_plugin_model_passes(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A correct out-of-tree model, installed as users install a plugin, is found by name
+    through its ``vllm.general_plugins`` entry point and passes (not skipped)."""
+    from tests.toy_plugin import ARCHITECTURE, can_install, install
+
+    if not can_install():
+        pytest.skip("pip and setuptools are needed to install the test plugin")
+    site = install(pytester.path / "site")
+    checkout = Path(__file__).resolve().parents[1]
+    monkeypatch.setenv("PYTHONPATH", f"{checkout}{os.pathsep}{site}")
+    result = pytester.runpytest_subprocess(
+        *plugin_args(), "--prefixlint-zoo", "-rs", "--prefixlint-only", ARCHITECTURE
+    )
+    result.assert_outcomes(passed=1)

@@ -120,15 +120,18 @@ def to_diagnostics(result: dict[str, Any]) -> list[Diagnostic]:
     return out
 
 
-def failure(spec: str, message: str) -> Diagnostic:
-    """PFX604 for a target whose build hung, crashed or could not start."""
+def failure(spec: str, message: str, site: tuple[str, int] | None = None) -> Diagnostic:
+    """PFX604 for a target whose build hung, crashed or could not start: at ``site``, the
+    model's line the worker was at (``WorkerFailed.site``), else line 1 of its file."""
+    file, line = site if site and site[0] else (target_file(spec), 1)
+    pos = Position(max(int(line or 1), 1), 1)
     return Diagnostic(
         code="PFX604",
         message=message,
         severity=Severity.ERROR,
-        filename=display_path(target_file(spec)),
-        location=Position(1, 1),
-        end_location=Position(1, 1),
+        filename=display_path(file),
+        location=pos,
+        end_location=pos,
         phase="introspect",
         data={"architecture": spec},
     )
@@ -173,10 +176,10 @@ def introspect(
     try:
         answer = worker.run(job, timeout)
     except WorkerTimeout as e:
-        report.diagnostics.append(failure(target, f"building `{target}` hung: {e}"))
+        report.diagnostics.append(failure(target, f"building `{target}` hung: {e}", e.site))
         return report
     except WorkerDied as e:
-        report.diagnostics.append(failure(target, f"building `{target}` crashed: {e}"))
+        report.diagnostics.append(failure(target, f"building `{target}` crashed: {e}", e.site))
         return report
     finally:
         if own:

@@ -22,6 +22,7 @@ from prefixlint.introspect.env import prepare
 
 prepare()
 
+from prefixlint.introspect import startup  # noqa: E402
 from prefixlint.introspect.building import (  # noqa: E402
     DRAFT_SPECS,
     V2_RUNNER,
@@ -81,6 +82,12 @@ def _config_source(
     config_base: str | None,
 ) -> ConfigSource:
     arch_for_config = target.arch.removesuffix("__prefixlint")
+    if not config and not (config_table and arch_for_config in config_table):
+        from prefixlint.introspect.plugins import config_source
+
+        plugin = config_source(target.arch, cls)  # a plugin's own config class
+        if plugin is not None:
+            return plugin
     try:
         return resolve_config(
             arch_for_config,
@@ -120,8 +127,8 @@ def run_target(
     if cls is None:
         try:
             cls = load_class(registry, target.arch)
-        except Exception as e:
-            return skipped(result, e, started)
+        except (Exception, SystemExit) as e:
+            return _refused(skipped(result, e, started), startup.import_failure(e))
     try:
         arch_for_config = target.arch.removesuffix("__prefixlint")
         from_checkpoint = bool(checkpoint and not config)
@@ -146,7 +153,7 @@ def run_target(
             else:
                 model_config = load_model_config(source.folder)
     except Exception as e:
-        return skipped(result, e, started)
+        return _refused(skipped(result, e, started), startup.interface_refusal(cls, e))
 
     if layouts:
         model_config = _prepared(
@@ -166,6 +173,7 @@ def run_target(
         target.arch, cls, model_config, builds, result.config_source, complete
     )
     result.findings += not_verified(result.coverage)
+    result.findings += startup.layer_index_refusals(builds, model_config, cls)
     _dry_run(result, cls, model_config, builds, dryrun, deadline, checkpoint)
     failed = [b for b in builds if b.error is not None]
     if len(failed) == len(builds) and builds:
@@ -179,6 +187,15 @@ def run_target(
     # Free the meta models now: a zoo worker builds hundreds.
     for build in builds:
         build.model = None
+    return result
+
+
+def _refused(result: TargetResult, finding: Finding | None) -> TargetResult:
+    """A target that could not be set up because of the model itself (``startup.py``):
+    the finding at its line, and the target counts as the model's failure."""
+    if finding is not None:
+        result.findings.append(finding)
+        result.category = "finding"
     return result
 
 
@@ -268,7 +285,7 @@ def _dry_run(
 ) -> None:
     """PFX701/PFX702 (``dryrun/``; against a real checkpoint ``checkpoint_run.py``) on
     the tp=1 build; a failure of the dry-run itself is a PFX600 note, never a lost target."""
-    from prefixlint.introspect import checkpoint_run, dryrun
+    from prefixlint.introspect import checkpoint_run, dryrun, packed, selflayout
 
     started = time.perf_counter()
     try:
@@ -277,12 +294,19 @@ def _dry_run(
             outcome = checkpoint_run.run(cls, model_config, builds, checkpoint, enabled, deadline)
         else:
             outcome = dryrun.run(cls, model_config, builds, enabled, synthesised, deadline)
+            if selflayout.applies(outcome):  # no reference class: the model's own layout
+                why = outcome.reason
+                outcome = selflayout.run(
+                    cls, model_config, builds, result.config_source, why, deadline
+                )
     except Exception as e:
         file, line = class_location(cls)
         note = f"not verified: the checkpoint dry-run failed: {_describe(e)}"
         finding = Finding("PFX600", "note", note, file, line)
         outcome = dryrun.DryRun("not verified", _describe(e), [finding])
-    result.findings += outcome.findings
+    # fused layers the packed_modules_mapping lacks (packed.py), with or without a dry-run
+    fused = packed.missing_entries(cls, builds, outcome.mapping)
+    result.findings += packed.without_duplicates(outcome.findings, fused) + fused
     result.dryrun, result.dryrun_reason = outcome.status, outcome.reason
     result.dryrun_seconds = time.perf_counter() - started
 

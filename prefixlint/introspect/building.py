@@ -74,7 +74,7 @@ def build_layout(model_config: Any, layout: Layout, quant_config: Any = None) ->
             model_runner_v2(model_config),
         ):
             model = initialize_model(vllm_config=vllm_config, model_config=model_config)
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # a model's sys.exit is its failure too
         error, tb = e, e.__traceback__
     return Build(layout, model, vllm_config, recorder, time.perf_counter() - started, error, tb)
 

@@ -106,7 +106,12 @@ def resolve_targets(spec: str) -> list[Target]:
         module_name, _, class_name = spec.partition(":")
         module = importlib.import_module(module_name)
     else:
-        raise LookupError(f"{spec!r} is not an architecture of the installed vLLM registry")
+        from prefixlint.introspect.plugins import unknown_architecture_hint
+
+        raise LookupError(
+            f"{spec!r} is not an architecture of the installed vLLM registry"
+            + unknown_architecture_hint()
+        )
     classes = [_named_class(module, class_name)] if class_name else _model_classes(module)
     if not classes:
         raise LookupError(f"no model class (an nn.Module taking vllm_config) in {spec}")

@@ -20,25 +20,42 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from prefixlint.introspect.crash import EVENT_MARK, TRACE_ENV, TraceFile, crash_site, how_it_ended
+
 MARK = "@@prefixlint-result@@ "
 # The share of a job's time budget after which optional verification steps are skipped.
 DEADLINE_SHARE = 0.6
+# Seconds a fresh worker may take to import torch and vLLM before a job's clock starts
+# (the job's timeout counts from then: ``crash.event("started")``).
+STARTUP_ALLOWANCE = 600.0
 
 
-class WorkerDied(Exception):
+class WorkerFailed(Exception):
+    """The job's build hung or killed the worker; ``site`` is the model's line it was at
+    (None when the worker said nothing of it)."""
+
+    def __init__(self, message: str, site: tuple[str, int] | None = None) -> None:
+        super().__init__(message)
+        self.site = site
+
+
+class WorkerDied(WorkerFailed):
     pass
 
 
-class WorkerTimeout(Exception):
+class WorkerTimeout(WorkerFailed):
     pass
 
 
 class Worker:
     def __init__(self, log: Any = None) -> None:
         self.proc: subprocess.Popen[str] | None = None
-        self.results: queue.Queue[str | None] = queue.Queue()
+        self.results: queue.Queue[tuple[str, str] | None] = queue.Queue()
         self.log = log
         self.tmp: str | None = None
+        self.trace: TraceFile | None = None
+        self.building: dict[str, Any] = {}  # the worker's last "building" event
+        self.target_file = ""  # the job's target, when it is a file
 
     def _start(self) -> None:
         env = dict(os.environ)
@@ -47,6 +64,8 @@ class Worker:
         # config folders) goes even when the worker is killed on a timeout.
         self.tmp = tempfile.mkdtemp(prefix="prefixlint-worker-")
         env["TMPDIR"] = self.tmp
+        self.trace = self.trace or TraceFile()
+        env[TRACE_ENV] = self.trace.path
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "prefixlint.introspect.worker"],
             stdin=subprocess.PIPE,
@@ -63,12 +82,24 @@ class Worker:
         threading.Thread(target=self._read, args=(self.proc, self.results), daemon=True).start()
 
     @staticmethod
-    def _read(proc: subprocess.Popen[str], out: queue.Queue[str | None]) -> None:
+    def _read(proc: subprocess.Popen[str], out: queue.Queue[tuple[str, str] | None]) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             if line.startswith(MARK):
-                out.put(line[len(MARK) :])
+                out.put(("result", line[len(MARK) :]))
+            elif line.startswith(EVENT_MARK):
+                out.put(("event", line[len(EVENT_MARK) :]))
         out.put(None)  # end of output: the worker exited
+
+    def _site(self) -> tuple[tuple[str, int] | None, str]:
+        """Where the job's build was (the model's line in the worker's trace, else the
+        class being built) and how the worker ended, when it said."""
+        text = self.trace.read() if self.trace is not None else ""
+        prefer = str(self.building.get("file") or "")
+        site = crash_site(text, [prefer, self.target_file])
+        if site is None and prefer:
+            site = (prefer, int(self.building.get("line") or 0))
+        return site, how_it_ended(text)
 
     def run(self, job: dict[str, Any], timeout: float) -> Any:
         if self.proc is None or self.proc.poll() is not None:
@@ -80,17 +111,36 @@ class Worker:
         except (BrokenPipeError, OSError):
             self.close()
             raise WorkerDied("the worker process exited before taking the job") from None
-        try:
-            line = self.results.get(timeout=timeout)
-        except queue.Empty:
-            self.close()
-            raise WorkerTimeout(f"no answer within {timeout:.0f} s") from None
-        if line is None:
-            code = self.proc.wait()
-            self.close()
-            how = f"signal {-code}" if code < 0 else f"exit code {code}"
-            raise WorkerDied(f"the worker process died ({how})")
-        return json.loads(line)
+        self.building = {}
+        target = str(job.get("target") or "")
+        self.target_file = target.split(".py:")[0] + ".py" if ".py" in target else ""
+        # the job's own clock starts when the worker says it has started (a fresh worker
+        # imports torch and vLLM first); until then, with room for that
+        deadline = time.monotonic() + timeout + STARTUP_ALLOWANCE
+        while True:
+            try:
+                item = self.results.get(timeout=max(deadline - time.monotonic(), 0.0))
+            except queue.Empty:
+                assert self.proc is not None
+                if self.trace is not None:
+                    self.trace.request_dump(self.proc.pid)
+                site, _ = self._site()
+                self.close()
+                raise WorkerTimeout(f"no answer within {timeout:.0f} s", site) from None
+            if item is None:
+                code = self.proc.wait()
+                site, how = self._site()
+                self.close()
+                how = how or (f"signal {-code}" if code < 0 else f"exit code {code}")
+                raise WorkerDied(f"the worker process died ({how})", site)
+            kind, payload = item
+            if kind == "result":
+                return json.loads(payload)
+            event = json.loads(payload)
+            if event.get("event") == "started":
+                deadline = time.monotonic() + timeout
+            elif event.get("event") == "building":
+                self.building = event
 
     def close(self) -> None:
         if self.proc is not None:
@@ -100,6 +150,10 @@ class Worker:
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
+
+    def __del__(self) -> None:
+        if getattr(self, "trace", None) is not None and getattr(self, "proc", None) is None:
+            self.trace.remove()  # type: ignore[union-attr]
 
 
 # -- worker side ------------------------------------------------------------------------
@@ -119,12 +173,16 @@ def _layouts(cls: Any, tps: list[int], pps: list[int]) -> list[Any]:
 
 
 def handle(job: dict[str, Any]) -> Any:
-    from prefixlint.introspect import build
+    from prefixlint.introspect import build, crash, plugins
 
+    crash.new_job()
+    crash.event("started")  # torch and vLLM are imported: the job's timeout counts from here
+    # as vLLM's start-up: its general plugins register their models first
+    plugins.prepare(job.get("target"))
     if job["kind"] == "list":
         registry = build.vllm_registry()
         supported = set(registry.ModelRegistry.get_supported_archs())
-        groups = {}
+        groups = dict.fromkeys(plugins.plugin_architectures(), plugins.PLUGIN_GROUP)
         # An architecture in several tables (LlamaForCausalLM also embeds) counts as text
         # generation, its main use.
         names = sorted(dir(registry), key=lambda n: n != "_TEXT_GENERATION_MODELS")
@@ -145,15 +203,22 @@ def handle(job: dict[str, Any]) -> Any:
     deadline = time.monotonic() + DEADLINE_SHARE * budget if budget else None
     try:
         targets = build.resolve_targets(job["target"])
-    except Exception as e:
-        return {"error": f"{type(e).__name__}: {e}"}
+    except (Exception, SystemExit) as e:
+        from prefixlint.introspect.startup import unloadable
+
+        # the model's own module failing to import is a finding at its line
+        return unloadable(job["target"], e) or {"error": f"{type(e).__name__}: {e}"}
     for target in targets:
         cls = target.cls
         if cls is None:
+            # where the class will come from, before its module is imported (which may hang)
+            crash.event("building", arch=target.arch, **plugins.entry_location(target.arch))
             try:
                 cls = build.load_class(build.vllm_registry(), target.arch)
             except Exception:
                 cls = None
+        file, line = build.class_location(cls)
+        crash.event("building", arch=target.arch, file=file, line=line)
         layouts = _layouts(cls, job.get("tp", [1, 2, 4, 8]), job.get("pp", [2]))
         result = build.run_target(
             target,
@@ -183,10 +248,36 @@ def handle(job: dict[str, Any]) -> Any:
     return results
 
 
+# What every build imports whatever its model: imported before the first job, so that a
+# job's timeout counts from its build (``crash.event("started")``), not from these imports.
+_EVERY_BUILD = (
+    "prefixlint.introspect.build",
+    "vllm.config",
+    "vllm.transformers_utils.config",
+    "vllm.model_executor.models.registry",
+    "vllm.model_executor.model_loader.utils",
+    "vllm.model_executor.layers.linear",
+    "vllm.model_executor.layers.attention",
+    "vllm.plugins",
+)
+
+
+def _warm_up() -> None:
+    import contextlib
+    import importlib
+
+    for name in _EVERY_BUILD:
+        with contextlib.suppress(Exception):  # a layout that moved: the job imports it
+            importlib.import_module(name)
+
+
 def main() -> None:
     from prefixlint.introspect.env import prepare
 
     prepare()
+    from prefixlint.introspect.crash import arm
+
+    arm()  # stacks into the trace file on a crash, a hang or os._exit (see crash.py)
     # Only here, in phase 2's own process: torchvision & co. from set-up's folder, with
     # the schemas their extensions would define. Another process that imports build.py
     # (the smoke phase's child) must not see them: its vLLM engine would import them
@@ -199,6 +290,7 @@ def main() -> None:
     from prefixlint.introspect.cpuworker import prepare_cpu_worker
 
     prepare_cpu_worker()
+    _warm_up()
     real_stdout = sys.stdout
     for line in sys.stdin:
         if not line.strip():

@@ -381,7 +381,7 @@ def run_zoo(
             )
             row = _row(arch, groups[arch], answer, time.perf_counter() - t)
         except (WorkerTimeout, WorkerDied) as e:
-            diag = failure(arch, f"building `{arch}` failed in its worker: {e}")
+            diag = failure(arch, f"building `{arch}` failed in its worker: {e}", e.site)
             row = Row(
                 arch,
                 groups[arch],

@@ -12,6 +12,7 @@ from prefixlint.static.prefix_sites import (
     is_layer_site,
     render,
 )
+from prefixlint.static.resolve import DECODER_ATTENTION_LAYERS
 from prefixlint.static.rule import PREFIX_CALLS, Invalid, LintRule, example
 from prefixlint.static.walk import walk
 
@@ -25,6 +26,21 @@ def _passes_any(site: Site, names: list[str]) -> bool:
             if isinstance(node, cst.Name) and node.value in wanted:
                 return True
     return False
+
+
+def _attention_advice(callee: str, rendered: str, loop_vars: list[str]) -> str:
+    """For an attention layer, a name vLLM accepts: binding the KV cache,
+    ``extract_layer_index`` wants exactly one integer in it, its decoder layer's index."""
+    if callee.rsplit(".", 1)[-1] not in DECODER_ATTENTION_LAYERS:
+        return ""
+    index = loop_vars[0] if loop_vars else "i"
+    return (
+        f": where the loop builds the decoder layers, as their index; inside a decoder layer, "
+        f"as part of a name, each layer stored under it (`{rendered}_{{{index}}}` at "
+        f"`self.<name>_{{{index}}}`), not as a list index (`{rendered}s.{{{index}}}`): vLLM's "
+        "`extract_layer_index` accepts one integer in an attention layer's name, its decoder "
+        "layer's index, and refuses two at start-up"
+    )
 
 
 class LoopPrefixWithoutIndex(LintRule):
@@ -97,6 +113,7 @@ class Model(nn.Module):
 """
             ),
             line=7,
+            contains="attn_{idx}",
         ),
     ]
 
@@ -116,6 +133,7 @@ class Model(nn.Module):
                 site.prefix_arg or site.call,
                 f"`{site.callee}` is built in a loop with the same prefix `{render(value)}` "
                 f"every time; put {var} in it, or the names collide"
+                + _attention_advice(site.callee, render(value), loop_vars)
                 + (
                     ""
                     if consumer

@@ -31,7 +31,9 @@ _META_LIMITS = (
 )
 
 
-_FINDING_ERRORS = (KeyError, ValueError, AssertionError, IndexError)
+# what a loader raises on a name it cannot place, or its own code raises (a wrong call:
+# ``AutoWeightsLoader(skip_prefixes=...)`` where vLLM's takes no such argument)
+_FINDING_ERRORS = (KeyError, ValueError, AssertionError, IndexError, TypeError)
 
 
 @dataclass
