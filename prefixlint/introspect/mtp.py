@@ -25,6 +25,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from prefixlint.introspect.backend_drafts import add_mtp_layer_lists
+
 _MODEL_TYPE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -320,6 +322,9 @@ def with_mtp_layers(folder: str, sections: list[str] | tuple[str, ...] = ()) -> 
         for key in MTP_COUNT_KEYS:
             if key in config and not config[key]:
                 config[key] = 1
+        if any(config.get(k) for k in MTP_COUNT_KEYS):
+            add_mtp_layer_lists(config, 1)
     if not any(k in data for k in MTP_COUNT_KEYS):
         data["num_nextn_predict_layers"] = 1
+        add_mtp_layer_lists(data, 1)
     path.write_text(json.dumps(data), encoding="utf-8")
