@@ -62,6 +62,7 @@ from prefixlint.introspect.gaps import (  # noqa: E402
     runner_v2_reason,
     split_gaps,
 )
+from prefixlint.introspect.guards import guard_demands  # noqa: E402
 from prefixlint.introspect.kernels import install_stand_ins  # noqa: E402
 from prefixlint.introspect.meta import meta_parameters  # noqa: E402
 from prefixlint.introspect.parallel import Layout, fake_parallel_state  # noqa: E402
@@ -319,7 +320,7 @@ def _validator_demands(error: BaseException, extra: dict[str, Any], folder: str)
     from prefixlint.introspect.configs import guess_attribute
 
     cause = validation_cause(error)
-    demands = {**assertion_demands(cause), **choice_demands(cause)}
+    demands = {**assertion_demands(cause), **choice_demands(cause), **guard_demands(cause)}
     texts = raising_function_source(cause)
     for name in asserted_reads(cause):
         if name not in demands and name not in extra:

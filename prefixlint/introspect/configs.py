@@ -31,6 +31,8 @@ from prefixlint.introspect.demands import (
     none_reads,
     none_source,
 )
+from prefixlint.introspect.guards import give_guard_demands
+from prefixlint.introspect.rescale import rescaled
 from prefixlint.introspect.subconfigs import is_sub_config, sub_config
 
 # name -> tiny value; only applied where the default config has the attribute
@@ -612,6 +614,8 @@ def synth_config(arch: str, num_layers: int = 4, model_cls: type | None = None):
                 # The class names two of its values that must agree (``num_attention_heads
                 # (16) must be the same as num_key_value_heads (8)``): make them agree.
                 fixed = None if cfg is not None or last is None else _agreeing(last, kw)
+                if fixed is None and cfg is None and last is not None:
+                    fixed = rescaled(last, kw, default)  # a value tied to a shrunk size
                 if fixed is None:
                     break
                 kw = fixed
@@ -1238,7 +1242,7 @@ def repair(
 ) -> str | None:
     """Give the config the attribute ``error`` says it lacks (an AttributeError), or the
     one the failing line used while it was None; returns its name."""
-    demanded = _demanded_value(error, configs)
+    demanded = _demanded_value(error, configs) or give_guard_demands(error, configs)
     if demanded is not None:
         return demanded
     if isinstance(error, KeyError):
