@@ -28,6 +28,7 @@ prepare()
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from prefixlint.introspect import vllm_api  # noqa: E402
 from prefixlint.introspect.backend_drafts import complete_mtp_layers  # noqa: E402
 from prefixlint.introspect.checks import Finding, check_build  # noqa: E402
 from prefixlint.introspect.configs import (  # noqa: E402
@@ -107,13 +108,7 @@ class TargetResult:
 
 def vllm_registry() -> Any:
     """vLLM's model registry module, with lazy subprocess inspection turned off."""
-    from vllm.model_executor.models import registry
-
-    # vLLM inspects lazily registered models in a subprocess (to keep CUDA out of the
-    # parent): 10+ s per architecture on CPU. Here the class is imported anyway.
-    if hasattr(registry, "_run_in_subprocess"):
-        registry._run_in_subprocess = lambda fn: fn()
-    return registry
+    return vllm_api.registry_module(in_process=True)
 
 
 def _import_file(path: Path) -> Any:
@@ -192,21 +187,8 @@ def resolve_targets(spec: str) -> list[Target]:
 
 
 def load_class(registry: Any, arch: str) -> type:
-    """The class an architecture name maps to. vLLM's registry API moves between
-    releases: the private single-name loader first, then the public resolver's forms."""
-    reg = registry.ModelRegistry
-    entry = getattr(reg, "models", {}).get(arch)
-    if entry is not None and hasattr(entry, "load_model_cls"):
-        return entry.load_model_cls()  # raises the real reason (a missing package, ...)
-    loader = getattr(reg, "_try_load_model_cls", None)
-    if loader is not None:
-        cls = loader(arch)
-        if cls is not None:
-            return cls
-    try:
-        return reg.resolve_model_cls([arch])[0]
-    except TypeError:
-        return reg.resolve_model_cls([arch], model_config=None)[0]
+    """The class an architecture name maps to (see ``vllm_api.load_model_class``)."""
+    return vllm_api.load_model_class(registry, arch)
 
 
 def _registered_class(registry: Any, arch: str) -> type | None:
@@ -235,7 +217,7 @@ def load_model_config(
 def _no_processor_probe() -> Any:
     from vllm.config import ModelConfig
 
-    name = "_supports_multimodal_inputs"  # vLLM 0.32's probe; absent: nothing to skip
+    name = vllm_api.MULTIMODAL_PROBE  # absent: nothing to skip
     original = ModelConfig.__dict__.get(name)
     if original is None:
         yield
@@ -363,14 +345,14 @@ def _model_runner_v2(model_config: Any) -> Any:
     if id(model_config) not in _V2_RUNNER:
         yield
         return
-    import vllm.config.vllm as vllm_config_module
-
+    vllm_config_module = vllm_api.vllm_config_module()
+    flag = vllm_api.TRITON_FLAG
     name = "VLLM_USE_V2_MODEL_RUNNER"
     old_env = os.environ.get(name)
-    old_triton = getattr(vllm_config_module, "HAS_TRITON", None)
+    old_triton = getattr(vllm_config_module, flag, None)
     os.environ[name] = "1"
     if old_triton is not None:
-        vllm_config_module.HAS_TRITON = True
+        setattr(vllm_config_module, flag, True)
     try:
         yield
     finally:
@@ -379,7 +361,7 @@ def _model_runner_v2(model_config: Any) -> Any:
         else:
             os.environ[name] = old_env
         if old_triton is not None:
-            vllm_config_module.HAS_TRITON = old_triton
+            setattr(vllm_config_module, flag, old_triton)
 
 
 def _vllm_config(model_config: Any, layout: Layout) -> Any:
@@ -431,12 +413,7 @@ def _draft_model_config(
 def _fresh_caches() -> Any:
     """get_rope() memoises rotary modules across models: a second build would reuse the
     first one's and never construct (or record) its own."""
-    try:
-        from vllm.model_executor.layers import rotary_embedding
-
-        cache = getattr(rotary_embedding, "_ROPE_DICT", None)
-    except ImportError:
-        cache = None
+    cache = vllm_api.rope_cache()
     saved = dict(cache) if isinstance(cache, dict) else None
     if isinstance(cache, dict):
         cache.clear()
@@ -463,12 +440,7 @@ class Build:
 def build_layout(model_config: Any, layout: Layout, quant_config: Any = None) -> Build:
     from vllm.model_executor.model_loader.utils import initialize_model
 
-    try:
-        from vllm.utils.torch_utils import set_default_torch_dtype
-    except ImportError:  # older layouts of vLLM
-        from vllm.model_executor.model_loader.utils import (  # type: ignore[no-redef]
-            set_default_torch_dtype,
-        )
+    set_default_torch_dtype = vllm_api.set_default_torch_dtype()
 
     recorder = PrefixRecorder()
     install_stand_ins()  # vLLM's compiled ops this build lacks (kernels.py)

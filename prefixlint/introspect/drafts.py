@@ -244,8 +244,9 @@ def _converter(arch: str, method: str) -> Any:
     """vLLM's converter from a ``speculators`` checkpoint to the draft config of a method
     (speculators/algos.py): the one named like the draft (``dflash2`` for
     ``DFlash2DraftModel``), else the method's."""
-    from vllm.transformers_utils.configs.speculators.algos import SUPPORTED_SPECULATORS_TYPES
+    from prefixlint.introspect.vllm_api import speculators_converters
 
+    SUPPORTED_SPECULATORS_TYPES = speculators_converters()
     name = _norm(arch)
     named = [k for k in SUPPORTED_SPECULATORS_TYPES if name.startswith(_norm(k))]
     key = max(named, key=len) if named else method

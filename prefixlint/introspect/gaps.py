@@ -13,7 +13,6 @@ Light on purpose (no torch import): both the worker and the caller use it.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -155,10 +154,11 @@ def runner_v2_reason(text: str) -> str:
     if m is None and not _NEEDS_V2.search(text):
         return ""
     what = m.group(1).strip().rstrip(".") if m else "this model"
-    triton = sys.modules.get("vllm.triton_utils.importing")
+    from prefixlint.introspect.vllm_api import triton_found
+
     here = (
         "; vLLM found no Triton backend on this machine (HAS_TRITON is False)"
-        if triton is not None and getattr(triton, "HAS_TRITON", None) is False
+        if triton_found() is False
         else ""
     )
     return (

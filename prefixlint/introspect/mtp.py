@@ -73,12 +73,10 @@ def triggers_in(source: str, arch: str) -> set[str]:
 
 @functools.lru_cache(maxsize=1)
 def _override_source() -> str:
-    try:
-        from vllm.config import SpeculativeConfig
+    from prefixlint.introspect.vllm_api import speculative_override_source
 
-        return inspect.getsource(SpeculativeConfig.hf_config_override)
-    except Exception:  # another vLLM layout: no triggers, the name-based targets remain
-        return ""
+    # another vLLM layout: "", no triggers, the name-based targets remain
+    return speculative_override_source()
 
 
 def override_types() -> set[str]:

@@ -40,18 +40,62 @@ def _module(name: str) -> Any:
 # -- the model registry -------------------------------------------------------------------
 
 
-def registry_module() -> Any:
-    return importlib.import_module(REGISTRY_MODULE)
+def registry_module(in_process: bool = False) -> Any:
+    """vLLM's model registry module (the public ``ModelRegistry`` lives in it). With
+    ``in_process``: lazily registered models are inspected in this process, not in the
+    subprocess vLLM starts to keep CUDA out of its parent (10+ s per architecture on
+    CPU; the class is imported here anyway). ``_run_in_subprocess`` in 0.32 and 0.33."""
+    registry = importlib.import_module(REGISTRY_MODULE)
+    if in_process and hasattr(registry, "_run_in_subprocess"):
+        registry._run_in_subprocess = lambda fn: fn()
+    return registry
+
+
+def load_model_class(registry: Any, arch: str) -> type:
+    """The class an architecture name maps to, raising the real reason (a missing
+    package, ...). The registry's per-name entry (``models[arch].load_model_cls``: 0.32,
+    0.33), else its private single-name loader, else the public resolver in both of its
+    signatures."""
+    reg = registry.ModelRegistry
+    entry = getattr(reg, "models", {}).get(arch)
+    if entry is not None and hasattr(entry, "load_model_cls"):
+        return entry.load_model_cls()
+    loader = getattr(reg, "_try_load_model_cls", None)
+    if loader is not None:
+        cls = loader(arch)
+        if cls is not None:
+            return cls
+    try:
+        return reg.resolve_model_cls([arch])[0]
+    except TypeError:
+        return reg.resolve_model_cls([arch], model_config=None)[0]
+
+
+def config_registry() -> Any:
+    """vLLM's model type -> config class table (``_CONFIG_REGISTRY`` in
+    ``transformers_utils.config``, 0.32 and 0.33); empty where a release moved it, so
+    synthesis falls back on transformers' classes alone."""
+    module = _module("vllm.transformers_utils.config")
+    table = getattr(module, "_CONFIG_REGISTRY", None) if module else None
+    return table if table is not None else {}
+
+
+def architecture_model_types() -> dict[str, str]:
+    """vLLM's architecture -> model type table (``_ARCHITECTURE_TO_MODEL_TYPE``, 0.32
+    and 0.33); empty where a release moved it (transformers' mappings still answer)."""
+    module = _module("vllm.transformers_utils.config")
+    table = getattr(module, "_ARCHITECTURE_TO_MODEL_TYPE", None) if module else None
+    return table if isinstance(table, dict) else {}
 
 
 def registry_tables(registry: Any = None) -> dict[str, dict[str, Any]]:
     """The registry's group tables, ``{"text_generation_models": {arch: ...}, ...}``.
     vLLM has no public API for the groups; 0.32 and 0.33 both keep one private module
-    dict per group (``_TEXT_GENERATION_MODELS``, ...), text generation first (an
-    architecture in several tables counts where it is listed first)."""
+    dict per group (``_TEXT_GENERATION_MODELS``, ...): text generation first, then by
+    name (an architecture in several tables counts in the first)."""
     registry = registry or registry_module()
     tables: dict[str, dict[str, Any]] = {}
-    for name in sorted(vars(registry), key=lambda n: n != "_TEXT_GENERATION_MODELS"):
+    for name in sorted(vars(registry), key=lambda n: (n != "_TEXT_GENERATION_MODELS", n)):
         m = GROUP_TABLE.match(name)
         value = getattr(registry, name)
         if m is not None and isinstance(value, dict):
@@ -149,6 +193,19 @@ def speculative_architectures(registry: Any = None) -> set[str]:
     return out
 
 
+def speculative_override_source() -> str:
+    """The source of ``SpeculativeConfig.hf_config_override`` (the model types vLLM
+    rewrites into an MTP draft's config; 0.32 and 0.33), "" where it is missing."""
+    cls = _speculative_config_class()
+    method = getattr(cls, "hf_config_override", None) if cls is not None else None
+    if method is None:
+        return ""
+    try:
+        return inspect.getsource(method)
+    except (OSError, TypeError):
+        return ""
+
+
 def speculators_converters() -> dict[str, Any]:
     """vLLM's converters from a ``speculators`` checkpoint to a draft config, by
     algorithm (``speculators/algos.py``; the same in 0.32 and 0.33)."""
@@ -233,6 +290,47 @@ def custom_op_classes(subclasses: Callable[[type], list[type]]) -> list[type]:
         if isinstance(base, type):
             out += [c for c in subclasses(base) if c not in out]
     return out
+
+
+# -- building ------------------------------------------------------------------------------
+
+
+def set_default_torch_dtype() -> Any:
+    """vLLM's ``set_default_torch_dtype`` context manager: ``vllm.utils.torch_utils``
+    (0.32, 0.33), the model loader's utils in older layouts."""
+    module = _module("vllm.utils.torch_utils")
+    found = getattr(module, "set_default_torch_dtype", None) if module else None
+    if found is None:
+        module = importlib.import_module("vllm.model_executor.model_loader.utils")
+        found = module.set_default_torch_dtype
+    return found
+
+
+def rope_cache() -> dict | None:
+    """``get_rope``'s memo of rotary modules (``_ROPE_DICT``, 0.32 and 0.33): cleared
+    per build, or a second build would reuse the first one's modules unrecorded."""
+    module = _module("vllm.model_executor.layers.rotary_embedding")
+    cache = getattr(module, "_ROPE_DICT", None) if module else None
+    return cache if isinstance(cache, dict) else None
+
+
+MULTIMODAL_PROBE = "_supports_multimodal_inputs"  # ModelConfig's processor probe (0.32, 0.33)
+TRITON_FLAG = "HAS_TRITON"  # read by name in ``vllm.config.vllm`` (0.32, 0.33)
+
+
+def vllm_config_module() -> Any:
+    """``vllm.config.vllm``, whose validation reads ``HAS_TRITON`` by name."""
+    return importlib.import_module("vllm.config.vllm")
+
+
+def triton_found() -> bool | None:
+    """Whether vLLM found a Triton backend (``vllm.triton_utils.importing.HAS_TRITON``),
+    None when vLLM is not imported or has no such flag. Reads ``sys.modules`` only."""
+    import sys
+
+    module = sys.modules.get("vllm.triton_utils.importing")
+    value = getattr(module, TRITON_FLAG, None) if module is not None else None
+    return value if isinstance(value, bool) else None
 
 
 # -- transformers -------------------------------------------------------------------------
