@@ -267,3 +267,15 @@ def test_a_size_the_dispatch_does_not_take_and_a_flag_an_assert_needs(tmp_path: 
     error = _raised(toy.Attention, sized)
     repair(error, [sized])
     assert sized.hidden_size is not True
+
+
+def test_a_sub_config_keeps_an_even_head_split() -> None:
+    """Molmo 2's adapter splits its width evenly over its heads (vLLM's layer asserts it):
+    shrunk, it still does; a sub-config that never did is left as shrunk."""
+    from prefixlint.introspect.configs import _keep_head_split
+
+    even = {"head_dim": 72, "hidden_size": 1152, "num_attention_heads": 16}
+    shrunk = {"head_dim": 16, "hidden_size": 128, "num_attention_heads": 16}
+    assert _keep_head_split(even, shrunk)["head_dim"] == 8
+    uneven = {"head_dim": 256, "hidden_size": 1152, "num_attention_heads": 16}
+    assert _keep_head_split(uneven, shrunk)["head_dim"] == 16

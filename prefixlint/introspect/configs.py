@@ -314,10 +314,25 @@ def shrink_kwargs(default, num_layers: int = 2) -> dict[str, Any]:
         except Exception:  # e.g. a per-layer attribute read globally
             continue
         if hasattr(sub, "to_dict") and hasattr(sub, "model_type"):
-            kw[k] = {**v, **shrink_kwargs(sub, num_layers)}
+            kw[k] = _keep_head_split(v, {**v, **shrink_kwargs(sub, num_layers)})
     _fill_sub_configs(default, d, kw, num_layers)
     _clamp_token_ids(d, kw)
     _scale_layer_counts(d, kw)
+    return kw
+
+
+def _keep_head_split(default: dict[str, Any], kw: dict[str, Any]) -> dict[str, Any]:
+    """A sub-config (a vision tower, an adapter) whose default splits its width evenly
+    over its heads (``head_dim == hidden_size // num_attention_heads``: Molmo 2's adapter,
+    which vLLM's layer asserts) keeps that split when shrunk, as encoder stand-ins have it
+    (``subconfigs.ENCODER_DEFAULTS``)."""
+    sizes = [default.get(k) for k in ("head_dim", "hidden_size", "num_attention_heads")]
+    new = [kw.get(k) for k in ("head_dim", "hidden_size", "num_attention_heads")]
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in sizes + new):
+        return kw
+    head_dim, hidden, heads = sizes
+    if head_dim * heads == hidden and new[0] * new[2] != new[1] and new[1] % new[2] == 0:
+        kw = {**kw, "head_dim": new[1] // new[2]}
     return kw
 
 
