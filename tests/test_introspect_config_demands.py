@@ -279,3 +279,21 @@ def test_a_sub_config_keeps_an_even_head_split() -> None:
     assert _keep_head_split(even, shrunk)["head_dim"] == 8
     uneven = {"head_dim": 256, "hidden_size": 1152, "num_attention_heads": 16}
     assert _keep_head_split(uneven, shrunk)["head_dim"] == 16
+
+
+def test_backend_drafts_only_for_a_draft_listed_with_the_backend() -> None:
+    """A Transformers-backend draft gets the backend's other classes as targets; a draft
+    of the speculative table gets none, though vLLM's aggregate table lists it too."""
+    from prefixlint.introspect.backend_drafts import backend_table, backend_targets
+
+    registry = SimpleNamespace(
+        _SPECULATIVE_DECODING_MODELS={"Step3p5MTP": 1},
+        _TRANSFORMERS_BACKEND_MODELS={"TransformersForCausalLM": 1, "TransformersForMTP": 1},
+        _VLLM_MODELS={"Step3p5MTP": 1, "TransformersForCausalLM": 1, "TransformersForMTP": 1},
+    )
+    assert backend_table("Step3p5MTP", registry) == {}
+    assert backend_targets("Step3p5MTP", registry, lambda a, r: "MTP" in a) == []
+    table = backend_table("TransformersForMTP", registry)
+    assert set(table) == {"TransformersForCausalLM", "TransformersForMTP"}
+    targets = backend_targets("TransformersForMTP", registry, lambda a, r: "MTP" in a)
+    assert {t for t, _ in targets} <= {"TransformersForCausalLM"}

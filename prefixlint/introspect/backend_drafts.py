@@ -36,11 +36,13 @@ def _common_prefix(a: str, b: str) -> int:
 
 
 def backend_table(arch: str, registry: Any) -> dict[str, Any]:
-    """The registry table that lists ``arch`` when it is not the speculative one."""
-    for group, table in vllm_api.registry_tables(registry).items():
-        if group != vllm_api.SPECULATIVE_GROUP and arch in table:
-            return table
-    return {}
+    """The registry table of ``arch``'s group (the one the zoo lists it under) when that
+    is not the speculative one: a draft listed with the backend's other classes."""
+    tables = vllm_api.registry_tables(registry)
+    group = vllm_api.architecture_groups(registry, [arch]).get(arch)
+    if group in (None, "other", vllm_api.SPECULATIVE_GROUP):
+        return {}
+    return tables.get(group, {})
 
 
 @functools.lru_cache(maxsize=1)

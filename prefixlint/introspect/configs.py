@@ -33,7 +33,7 @@ from prefixlint.introspect.demands import (
 )
 from prefixlint.introspect.guards import give_guard_demands
 from prefixlint.introspect.rescale import rescaled
-from prefixlint.introspect.subconfigs import is_sub_config, sub_config
+from prefixlint.introspect.subconfigs import is_sub_config, is_text_config, sub_config
 
 # name -> tiny value; only applied where the default config has the attribute
 SHRINK: dict[str, Any] = {
@@ -314,7 +314,9 @@ def shrink_kwargs(default, num_layers: int = 2) -> dict[str, Any]:
         except Exception:  # e.g. a per-layer attribute read globally
             continue
         if hasattr(sub, "to_dict") and hasattr(sub, "model_type"):
-            kw[k] = _keep_head_split(v, {**v, **shrink_kwargs(sub, num_layers)})
+            kw[k] = {**v, **shrink_kwargs(sub, num_layers)}
+            if not is_text_config(k):  # a language model's is shrunk as a text config
+                kw[k] = _keep_head_split(v, kw[k])
     _fill_sub_configs(default, d, kw, num_layers)
     _clamp_token_ids(d, kw)
     _scale_layer_counts(d, kw)
