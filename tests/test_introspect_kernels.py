@@ -82,3 +82,18 @@ def test_vllm_activation_ops_are_derived_from_their_source() -> None:
     assert (("_C", "gelu_quick") in missing) is not kernels.has_op("_C", "gelu_quick")
     classes = kernels.custom_op_classes()
     assert QuickGELU in classes and NewGELU in classes
+
+
+def test_the_stand_ins_a_built_model_holds_are_named(tmp_path: Path) -> None:
+    toy = model_module(tmp_path, TOY).ToyGELU
+    kernels.install_stand_ins([toy])
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.act = torch.nn.Module()
+            self.act.op = toy().op
+            self.plain = torch.nn.Linear(2, 2)
+
+    assert kernels.stand_ins_used([Model(), None]) == ["_C.prefixlint_toy_gelu"]
+    assert kernels.stand_ins_used([torch.nn.Linear(2, 2)]) == []

@@ -147,6 +147,7 @@ def test_what_vllm_033_moved_builds(tmp_path: Path) -> None:
     rows = _zoo(CUDA_PYTHON, tmp_path, list(MOVED), "moved")
     failed = {a: (r["category"], r["reason"]) for a, r in rows.items() if r["status"] != "built"}
     assert not failed
+    assert "stand-ins for vLLM's compiled ops" in rows["GPT2LMHeadModel"]["config_source"]
     draft = rows["TransformersMoEForMTP"]["config_source"]
     assert draft.startswith("synthesised draft (mtp) of TransformersMoE")
 

@@ -64,7 +64,7 @@ from prefixlint.introspect.gaps import (  # noqa: E402
     split_gaps,
 )
 from prefixlint.introspect.guards import guard_demands  # noqa: E402
-from prefixlint.introspect.kernels import install_stand_ins  # noqa: E402
+from prefixlint.introspect.kernels import install_stand_ins, stand_ins_used  # noqa: E402
 from prefixlint.introspect.meta import meta_parameters  # noqa: E402
 from prefixlint.introspect.parallel import Layout, fake_parallel_state  # noqa: E402
 from prefixlint.introspect.recorder import PrefixRecorder  # noqa: E402
@@ -556,6 +556,11 @@ def run_target(
         builds.append(build)
         status = "built" if build.error is None else "failed"
         result.layouts.append(LayoutOutcome(layout, status, build.seconds, _describe(build.error)))
+    stood_in = stand_ins_used([b.model for b in builds])
+    if stood_in:  # said, as every guess is (kernels.py)
+        result.config_source += (
+            f"; stand-ins for vLLM's compiled ops this vLLM lacks: {', '.join(stood_in)}"
+        )
     explored = explore(cls, model_config, layouts, builds, build_layout, explore_budget)
     builds += explored.builds
     covered(result, cls, builds, explored)

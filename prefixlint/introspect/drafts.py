@@ -246,11 +246,11 @@ def _converter(arch: str, method: str) -> Any:
     ``DFlash2DraftModel``), else the method's."""
     from prefixlint.introspect.vllm_api import speculators_converters
 
-    SUPPORTED_SPECULATORS_TYPES = speculators_converters()
+    converters = speculators_converters()
     name = _norm(arch)
-    named = [k for k in SUPPORTED_SPECULATORS_TYPES if name.startswith(_norm(k))]
+    named = [k for k in converters if name.startswith(_norm(k))]
     key = max(named, key=len) if named else method
-    return SUPPORTED_SPECULATORS_TYPES.get(key)
+    return converters.get(key)
 
 
 def _guess_field(key: str) -> Any:

@@ -195,3 +195,17 @@ def install_stand_ins(classes: list[type] | None = None) -> list[str]:
         INSTALLED[f"{ns}.{name}"] = owners
         added.append(f"{ns}.{name}")
     return added
+
+
+def stand_ins_used(models: list[Any]) -> list[str]:
+    """The stand-ins the built ``models`` hold (``_C.gelu_quick``): the result says that
+    these layers were built without vLLM's compiled op (their CPU forward is native)."""
+    found: list[str] = []
+    for model in models:
+        if model is None:
+            continue
+        for module in model.modules():
+            for value in vars(module).values():
+                if isinstance(value, MissingKernel) and value.qualified not in found:
+                    found.append(value.qualified)
+    return found
