@@ -53,15 +53,19 @@ def main() -> None:
     ap.add_argument(
         "--from-json",
         type=Path,
+        action="append",
         help="Report on this `prefixlint zoo --format json` output instead of running the "
-        "zoo (its own wall time is reported).",
+        "zoo (its own wall time is reported). Repeat it for several vLLM releases: the "
+        "report is on the last, the Markdown has a column per file.",
     )
     args = ap.parse_args()
-    if args.from_json:
-        data = json.loads(args.from_json.read_text())
+    runs = [json.loads(p.read_text()) for p in args.from_json or []]
+    if runs:
+        data = runs[-1]
         wall = data["summary"]["wall_seconds"]
     else:
         data, wall = run_zoo(args.jobs, args.explore_budget)
+        runs = [data]
     s = data["summary"]
     print(f"architectures               {s['architectures']}")
     print(f"built / skipped / failed    {s['built']} / {s['skipped']} / {s['failed']}")
@@ -103,9 +107,19 @@ def main() -> None:
         )
     if args.markdown:
         from prefixlint.introspect.zoo import Row, ZooSummary
+        from prefixlint.introspect.zoo_versions import versions_markdown
 
-        rows = [Row(**row) for row in data["architectures"]]
-        args.markdown.write_text(ZooSummary(rows, wall).to_markdown() + "\n", encoding="utf-8")
+        summaries = [
+            ZooSummary(
+                [Row(**row) for row in run["architectures"]],
+                run["summary"]["wall_seconds"],
+                run["summary"].get("vllm", ""),
+            )
+            for run in runs
+        ]
+        one = len(summaries) == 1
+        text = summaries[0].to_markdown() if one else versions_markdown(summaries)
+        args.markdown.write_text(text + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

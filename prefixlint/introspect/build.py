@@ -52,10 +52,12 @@ from prefixlint.introspect.drafts import (  # noqa: E402
 from prefixlint.introspect.explore import explore  # noqa: E402
 from prefixlint.introspect.finding import Finding  # noqa: E402
 from prefixlint.introspect.gaps import describe, note, split_gaps  # noqa: E402
+from prefixlint.introspect.kernels import stand_ins_used  # noqa: E402
 from prefixlint.introspect.modelconfig import (  # noqa: E402
     load_model_config,
     model_config_repaired,
 )
+from prefixlint.introspect.mtp_layers import complete_mtp_layers  # noqa: E402
 from prefixlint.introspect.outcome import (  # noqa: E402
     LayoutOutcome,
     TargetResult,
@@ -165,6 +167,11 @@ def run_target(
         builds.append(build)
         status = "built" if build.error is None else "failed"
         result.layouts.append(LayoutOutcome(layout, status, build.seconds, _describe(build.error)))
+    stood_in = stand_ins_used([b.model for b in builds])
+    if stood_in:  # said, as every guess is (kernels.py)
+        result.config_source += (
+            f"; stand-ins for vLLM's compiled ops this vLLM lacks: {', '.join(stood_in)}"
+        )
     explored = explore(cls, model_config, layouts, builds, build_layout, explore_budget)
     builds += explored.builds
     covered(result, cls, builds, explored)
@@ -387,6 +394,7 @@ def _repair_loop(
             guessed.extend(more)
             continue
         guessed.append(attr)
+        guessed += complete_mtp_layers(configs)  # a guessed per-layer list's MTP part
     return guessed, error
 
 

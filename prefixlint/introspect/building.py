@@ -22,7 +22,9 @@ prepare()
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from prefixlint.introspect import vllm_api  # noqa: E402
 from prefixlint.introspect.gaps import runner_v2_reason  # noqa: E402
+from prefixlint.introspect.kernels import install_stand_ins  # noqa: E402
 from prefixlint.introspect.meta import meta_parameters  # noqa: E402
 from prefixlint.introspect.parallel import Layout, fake_parallel_state  # noqa: E402
 from prefixlint.introspect.recorder import PrefixRecorder  # noqa: E402
@@ -43,14 +45,10 @@ class Build:
 def build_layout(model_config: Any, layout: Layout, quant_config: Any = None) -> Build:
     from vllm.model_executor.model_loader.utils import initialize_model
 
-    try:
-        from vllm.utils.torch_utils import set_default_torch_dtype
-    except ImportError:  # older layouts of vLLM
-        from vllm.model_executor.model_loader.utils import (  # type: ignore[no-redef]
-            set_default_torch_dtype,
-        )
+    set_default_torch_dtype = vllm_api.set_default_torch_dtype()
 
     recorder = PrefixRecorder()
+    install_stand_ins()  # vLLM's compiled ops this build lacks (kernels.py)
     started = time.perf_counter()
     try:
         vllm_config = _vllm_config(model_config, layout)
@@ -92,12 +90,7 @@ def class_location(cls: type | None) -> tuple[str, int]:
 def _fresh_caches() -> Any:
     """get_rope() memoises rotary modules across models: a second build would reuse the
     first one's and never construct (or record) its own."""
-    try:
-        from vllm.model_executor.layers import rotary_embedding
-
-        cache = getattr(rotary_embedding, "_ROPE_DICT", None)
-    except ImportError:
-        cache = None
+    cache = vllm_api.rope_cache()
     saved = dict(cache) if isinstance(cache, dict) else None
     if isinstance(cache, dict):
         cache.clear()
@@ -135,14 +128,14 @@ def model_runner_v2(model_config: Any) -> Any:
     if id(model_config) not in V2_RUNNER:
         yield
         return
-    import vllm.config.vllm as vllm_config_module
-
+    vllm_config_module = vllm_api.vllm_config_module()
+    flag = vllm_api.TRITON_FLAG
     name = "VLLM_USE_V2_MODEL_RUNNER"
     old_env = os.environ.get(name)
-    old_triton = getattr(vllm_config_module, "HAS_TRITON", None)
+    old_triton = getattr(vllm_config_module, flag, None)
     os.environ[name] = "1"
     if old_triton is not None:
-        vllm_config_module.HAS_TRITON = True
+        setattr(vllm_config_module, flag, True)
     try:
         yield
     finally:
@@ -151,7 +144,7 @@ def model_runner_v2(model_config: Any) -> Any:
         else:
             os.environ[name] = old_env
         if old_triton is not None:
-            vllm_config_module.HAS_TRITON = old_triton
+            setattr(vllm_config_module, flag, old_triton)
 
 
 def _vllm_config(model_config: Any, layout: Layout) -> Any:

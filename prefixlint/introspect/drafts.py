@@ -63,10 +63,17 @@ def _norm(name: str) -> str:
 
 
 def is_draft(arch: str, registry: Any) -> bool:
-    group = getattr(registry, "_SPECULATIVE_DECODING_MODELS", None)
-    if isinstance(group, dict):
-        return arch in group
-    return bool(_DRAFT_WORDS.search(arch))
+    """A draft by vLLM's own tables (vllm_api.speculative_architectures); by its name
+    where the vLLM has none."""
+    drafts = _drafts_of(registry)
+    return arch in drafts if drafts else bool(_DRAFT_WORDS.search(arch))
+
+
+@functools.lru_cache(maxsize=4)
+def _drafts_of(registry: Any) -> frozenset[str]:
+    from prefixlint.introspect.vllm_api import speculative_architectures
+
+    return frozenset(speculative_architectures(registry))
 
 
 def method_for(arch: str) -> str:
@@ -144,6 +151,7 @@ def _attempts(
     named like the draft; for MTP, then the targets vLLM derives the draft from (mtp.py);
     for the other methods, then the other methods against the best-placed target."""
     from prefixlint.introspect import mtp
+    from prefixlint.introspect.backend_drafts import backend_targets, synth_target
 
     candidates = target_candidates(arch, archs, registry)
 
@@ -167,7 +175,11 @@ def _attempts(
                 theirs = functools.partial(own, other)
                 out.append(_Attempt(first, other, target, theirs, extra=True))
         return out
-    out = [_Attempt(t, method, functools.partial(resolve, t, None), same) for t in candidates]
+    out = [
+        _Attempt(t, method, functools.partial(synth_target, mt, t), same)
+        for t, mt in backend_targets(arch, registry, is_draft)
+    ]
+    out += [_Attempt(t, method, functools.partial(resolve, t, None), same) for t in candidates]
     types = [mt for mt in mtp.model_types(mtp.override_triggers(arch)) if mtp.has_config_class(mt)]
     for mt in types:  # a target of a type vLLM maps to the draft, synthesised so
         for target in mtp.archs_of_types([mt], archs):
@@ -232,12 +244,13 @@ def _converter(arch: str, method: str) -> Any:
     """vLLM's converter from a ``speculators`` checkpoint to the draft config of a method
     (speculators/algos.py): the one named like the draft (``dflash2`` for
     ``DFlash2DraftModel``), else the method's."""
-    from vllm.transformers_utils.configs.speculators.algos import SUPPORTED_SPECULATORS_TYPES
+    from prefixlint.introspect.vllm_api import speculators_converters
 
+    converters = speculators_converters()
     name = _norm(arch)
-    named = [k for k in SUPPORTED_SPECULATORS_TYPES if name.startswith(_norm(k))]
+    named = [k for k in converters if name.startswith(_norm(k))]
     key = max(named, key=len) if named else method
-    return SUPPORTED_SPECULATORS_TYPES.get(key)
+    return converters.get(key)
 
 
 def _guess_field(key: str) -> Any:

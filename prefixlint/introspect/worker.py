@@ -180,21 +180,14 @@ def handle(job: dict[str, Any]) -> Any:
     # as vLLM's start-up: its general plugins register their models first
     plugins.prepare(job.get("target"))
     if job["kind"] == "list":
+        from prefixlint.introspect.vllm_api import architecture_groups
+
         registry = build.vllm_registry()
-        supported = set(registry.ModelRegistry.get_supported_archs())
-        groups = dict.fromkeys(plugins.plugin_architectures(), plugins.PLUGIN_GROUP)
         # An architecture in several tables (LlamaForCausalLM also embeds) counts as text
-        # generation, its main use.
-        names = sorted(dir(registry), key=lambda n: n != "_TEXT_GENERATION_MODELS")
-        for name in names:
-            value = getattr(registry, name)
-            if name.startswith("_") and name.endswith("_MODELS") and isinstance(value, dict):
-                for arch in value:
-                    if arch in supported:
-                        groups.setdefault(arch, name.strip("_").lower())
-        for arch in supported:
-            groups.setdefault(arch, "other")
-        return groups
+        # generation, its main use; a plugin's architectures are their own group.
+        groups = dict.fromkeys(plugins.plugin_architectures(), plugins.PLUGIN_GROUP)
+        tables = architecture_groups(registry, registry.ModelRegistry.get_supported_archs())
+        return {**tables, **groups}
     results = []
     # The verification steps that only add checks (the dry-run) stop at this deadline,
     # well inside the parent's timeout: a slow check is "not verified", never a hang

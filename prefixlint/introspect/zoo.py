@@ -22,6 +22,7 @@ from prefixlint.introspect import (
 )
 from prefixlint.introspect.coverage import UNEXECUTED_SITE, registry_share
 from prefixlint.introspect.gaps import GAP_CATEGORIES
+from prefixlint.introspect.vllm_api import installed_release
 from prefixlint.introspect.worker import Worker, WorkerDied, WorkerTimeout
 
 
@@ -50,6 +51,7 @@ class ZooSummary:
     wall_seconds: float
     planned: int = 0  # the architectures selected; more than ``rows`` when interrupted
     interrupted: bool = False
+    vllm: str = field(default_factory=installed_release)  # the release the zoo ran on
 
     @property
     def findings(self) -> int:
@@ -90,6 +92,7 @@ class ZooSummary:
             if built_text
             else None,
             "wall_seconds": round(self.wall_seconds, 1),
+            "vllm": self.vllm,
             "coverage": registry_share(self.rows),
             "text_generation_coverage": registry_share(self.rows, ("text_generation_models",)),
         }

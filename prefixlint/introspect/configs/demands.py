@@ -150,6 +150,9 @@ def _test_demands(test: ast.AST) -> dict[str, Any]:
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         attr = config_attr(test.operand)
         return {attr: False} if attr else {}
+    attr = config_attr(test)
+    if attr is not None:  # ``assert config.mla_use_nope``: a flag the model needs on
+        return {attr: True}
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
         return {}
     left, op, right = test.left, test.ops[0], test.comparators[0]
@@ -316,6 +319,68 @@ def asserted_reads(error: BaseException, came_back_none: bool = False) -> list[s
     if came_back_none:
         tested = {name for name in tested if name in frame.f_locals}
         tested = {name for name in tested if frame.f_locals[name] is None}
+    return _reads_into(tested, filename, frame)
+
+
+def none_reads(error: BaseException) -> list[str]:
+    """``num_experts = getattr_iter(config, names, None)`` ... ``num_experts + 1``
+    (TypeError on None): config attributes read, with a None default, into the locals
+    the failing statement uses that hold None."""
+    where = raising_frame(error)
+    if not isinstance(error, (TypeError, AttributeError)) or where is None:
+        return []
+    if "NoneType" not in str(error):
+        return []
+    filename, line, frame = where
+    stmt = statement(filename, line, frame)
+    if stmt is None:
+        return []
+    used = {
+        n.id
+        for n in ast.walk(stmt)
+        if isinstance(n, ast.Name) and n.id in frame.f_locals and frame.f_locals[n.id] is None
+    }
+    return _reads_into(used, filename, frame) if used else []
+
+
+def read_names(node: ast.AST, function: ast.AST, frame: Any) -> list[str]:
+    """The attribute names a ``getattr``/``getattr_iter`` argument stands for: a literal,
+    a literal list, a local bound to one (the raising frame holds its value, or the
+    function assigns it), or a table lookup (``CONFIG_FIELD_ALIASES["num_experts"]``,
+    vLLM 0.33's alias table, through the accessor)."""
+    from prefixlint.introspect.vllm_api import alias_lookup
+
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [
+            e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)
+        ]
+    if isinstance(node, ast.Name):
+        held = getattr(frame, "f_locals", {}).get(node.id)
+        if isinstance(held, (list, tuple)) and all(isinstance(v, str) for v in held):
+            return list(held)
+        for stmt in ast.walk(function):
+            if (
+                isinstance(stmt, ast.Assign)
+                and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)
+                and stmt.targets[0].id == node.id
+                and stmt.value is not node
+            ):
+                return read_names(stmt.value, ast.Module(body=[], type_ignores=[]), frame)
+        return []
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        table = node.value.attr if isinstance(node.value, ast.Attribute) else ""
+        table = node.value.id if isinstance(node.value, ast.Name) else table
+        return alias_lookup(table, str(node.slice.value), getattr(frame, "f_globals", {}))
+    return []
+
+
+def _reads_into(names: set[str], filename: str, frame: Any) -> list[str]:
+    """The config attributes the function assigns to ``names`` (``x = getattr(config,
+    "x", None)``, ``getattr_iter(config, [...])``, ``config.x``): for each local, the
+    first name it is read under."""
     try:
         tree = ast.parse(textwrap.dedent(function_source(filename, frame)))
     except SyntaxError:
@@ -325,17 +390,16 @@ def asserted_reads(error: BaseException, came_back_none: bool = False) -> list[s
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
             continue
         target = node.targets[0]
-        if not (isinstance(target, ast.Name) and target.id in tested):
+        if not (isinstance(target, ast.Name) and target.id in names):
             continue
         value = node.value
         if isinstance(value, ast.Call) and "getattr" in getattr(value.func, "id", ""):
-            # getattr(config, "x", None), getattr_iter(config, ["x", "y"], None)
+            # getattr(config, "x", None), getattr_iter(config, ["x", "y"], None),
+            # getattr_iter(config, CONFIG_FIELD_ALIASES["top_k"], None) (vLLM 0.33)
             args = value.args
-            names = args[1] if len(args) >= 2 else None
-            if isinstance(names, (ast.List, ast.Tuple)) and names.elts:
-                names = names.elts[0]
-            if isinstance(names, ast.Constant) and str(names.value) not in out:
-                out.append(str(names.value))
+            read = read_names(args[1], tree, frame) if len(args) >= 2 else []
+            if read and read[0] not in out:
+                out.append(read[0])
         elif config_attr(value) and config_attr(value) not in out:
             out.append(config_attr(value))
     return out

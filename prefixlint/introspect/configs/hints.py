@@ -74,6 +74,9 @@ def code_hints(name: str, texts: list[str]) -> CodeHints:
             value = ast.literal_eval(m.group(1))
             if value not in hints.compared:
                 hints.compared.append(value)
+        for value in _match_cases(ref, text):  # ``match kind: case "rope": ...``
+            if value not in hints.compared:
+                hints.compared.append(value)
         if re.search(rf"{ref}\s*\[\s*[\w.]*(?:layer|idx|index|\bi\b)[\w.]*\s*\]", text):
             hints.per_layer = True
         if re.search(
@@ -92,6 +95,29 @@ def code_hints(name: str, texts: list[str]) -> CodeHints:
         if re.search(rf"\b(?:dim|hidden_size|embed_dim|d_model)\s*=\s*{ref}\s*[,)]", text):
             hints.width = True
     return hints
+
+
+def _match_cases(ref: str, text: str) -> list[Any]:
+    """The literal ``case`` patterns of ``match`` statements on a value read as ``ref``
+    (directly, or through a local it is assigned to, indexed or not): the values the
+    code dispatches on (DomynEdge's ``position_layers[i]``: "rope" or "nope")."""
+    import ast
+
+    subjects = [ref]
+    for m in re.finditer(rf"^\s*(\w+)\s*=\s*{ref}(?:\[[^\]\n]*\])?\s*$", text, re.M):
+        subjects.append(re.escape(m.group(1)))
+    out: list[Any] = []
+    for subject in subjects:
+        for m in re.finditer(rf"^([ \t]*)match\s+{subject}(?:\[[^\]\n]*\])?\s*:", text, re.M):
+            for line in text[m.end() :].splitlines()[1:40]:
+                if line.strip() and len(line) - len(line.lstrip()) <= len(m.group(1)):
+                    break  # the match statement ended
+                case = re.match(rf"\s*case\s+{LITERAL}\s*(?:\|[^:]*)?:", line)
+                if case is not None:
+                    value = ast.literal_eval(case.group(1))
+                    if value not in out:
+                        out.append(value)
+    return out
 
 
 def _field_default(name: str, text: str) -> Any:
@@ -182,7 +208,11 @@ def guess_from_code(name: str, config: Any, texts: list[str]) -> Any:
             return list(range(0, n, 2))  # every other layer: both kinds get built
         element = guess_attribute(re.sub(r"^(interleaved|per_layer)_|_list$|s$", "", name), config)
         if element is not None and not isinstance(element, list):
-            return [element] * n
+            # a value per layer: MTP layers are indexed on from the main stack, and
+            # checkpoints pad these lists for them (see backend_drafts.py)
+            from prefixlint.introspect.mtp_layers import mtp_layer_count
+
+            return [element] * (n + mtp_layer_count(config))
         if hints.iterated and not hints.per_layer and re.search(r"_(map|list|set)$", name):
             # a collection of layers (``deepstack_layer_map``): layer indices, every other
             return list(range(0, n, 2))

@@ -13,21 +13,17 @@ def vllm_config_registry() -> Any:
     """vLLM's model type -> config class table (private: ``_CONFIG_REGISTRY`` in vLLM 0.32's
     ``transformers_utils.config``); empty where a release moved it, so synthesis falls
     back on transformers' classes alone."""
-    try:
-        from vllm.transformers_utils.config import _CONFIG_REGISTRY
-    except ImportError:
-        return {}
-    return _CONFIG_REGISTRY
+    from prefixlint.introspect.vllm_api import config_registry
+
+    return config_registry()
 
 
 def vllm_architecture_types() -> dict[str, str]:
     """vLLM's architecture -> model type table (private: ``_ARCHITECTURE_TO_MODEL_TYPE``);
     empty where a release moved it (transformers' mappings still answer)."""
-    try:
-        from vllm.transformers_utils.config import _ARCHITECTURE_TO_MODEL_TYPE
-    except ImportError:
-        return {}
-    return _ARCHITECTURE_TO_MODEL_TYPE
+    from prefixlint.introspect.vllm_api import architecture_model_types
+
+    return architecture_model_types()
 
 
 _ARCH_SUFFIX = re.compile(

@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from prefixlint.introspect.configs.subconfigs import is_text_config
+
 # name -> tiny value; only applied where the default config has the attribute
 SHRINK: dict[str, Any] = {
     "hidden_size": 128,
@@ -115,9 +117,26 @@ def shrink_kwargs(default, num_layers: int = 2) -> dict[str, Any]:
             continue
         if hasattr(sub, "to_dict") and hasattr(sub, "model_type"):
             kw[k] = {**v, **shrink_kwargs(sub, num_layers)}
+            if not is_text_config(k):  # a language model's is shrunk as a text config
+                kw[k] = _keep_head_split(v, kw[k])
     _fill_sub_configs(default, d, kw, num_layers)
     _clamp_token_ids(d, kw)
     _scale_layer_counts(d, kw)
+    return kw
+
+
+def _keep_head_split(default: dict[str, Any], kw: dict[str, Any]) -> dict[str, Any]:
+    """A sub-config (a vision tower, an adapter) whose default splits its width evenly
+    over its heads (``head_dim == hidden_size // num_attention_heads``: Molmo 2's adapter,
+    which vLLM's layer asserts) keeps that split when shrunk, as encoder stand-ins have it
+    (``subconfigs.ENCODER_DEFAULTS``)."""
+    sizes = [default.get(k) for k in ("head_dim", "hidden_size", "num_attention_heads")]
+    new = [kw.get(k) for k in ("head_dim", "hidden_size", "num_attention_heads")]
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in sizes + new):
+        return kw
+    head_dim, hidden, heads = sizes
+    if head_dim * heads == hidden and new[0] * new[2] != new[1] and new[1] % new[2] == 0:
+        kw = {**kw, "head_dim": new[1] // new[2]}
     return kw
 
 

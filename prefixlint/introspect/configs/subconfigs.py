@@ -68,6 +68,11 @@ def is_sub_config(name: str) -> bool:
     return bool(_SUB_CONFIG.search(name))
 
 
+def is_text_config(name: str) -> bool:
+    """A sub-config of the language model (``text_config``, ``llm_config``, ...)."""
+    return bool(_TEXT.search(name))
+
+
 def sub_config(name: str, parent: Any) -> Any:
     """A small config for ``parent.<name>``: a copy of the parent's text sizes for a
     language-model sub-config, an encoder-shaped one otherwise."""

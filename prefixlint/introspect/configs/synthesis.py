@@ -21,6 +21,7 @@ from prefixlint.introspect.configs.shrink import (
     index_list_keys,
     shrink_kwargs,
 )
+from prefixlint.introspect.rescale import rescaled
 
 
 class ConfigGap(LookupError):
@@ -148,6 +149,14 @@ def synth_config(arch: str, num_layers: int = 4, model_cls: type | None = None):
             default = cls()
             kw = shrink_kwargs(default, num_layers)
             cfg, last = _first_consistent(cls, default, kw)
+            for _ in range(3):
+                # a value a validator ties to a shrunk size (``mrope_section``,
+                # ``vision_feature_layer``): rescaled with it (rescale.py)
+                fixed = None if cfg is not None or last is None else rescaled(last, kw, default)
+                if fixed is None:
+                    break
+                kw = fixed
+                cfg, last = _first_consistent(cls, default, kw)
             if cfg is None:
                 raise last or ValueError("inconsistent layer indices")
             cfg.architectures = [arch]

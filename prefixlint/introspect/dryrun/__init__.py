@@ -74,11 +74,9 @@ def _stream_context(base: Any, model_config: Any) -> Any:
     from vllm.config import set_current_vllm_config
 
     from prefixlint.introspect.parallel import fake_parallel_state
+    from prefixlint.introspect.vllm_api import set_default_torch_dtype as dtype_context
 
-    try:
-        from vllm.utils.torch_utils import set_default_torch_dtype
-    except ImportError:  # older layouts of vLLM
-        from vllm.model_executor.model_loader.utils import set_default_torch_dtype
+    set_default_torch_dtype = dtype_context()
 
     @contextlib.contextmanager
     def context() -> Any:
@@ -99,12 +97,10 @@ def _served_as_embedding(model_config: Any) -> bool:
     that would select that runner)."""
     if getattr(model_config, "convert_type", None) == "embed":
         return True
-    try:  # private layout of vLLM 0.32's registry; without it, as configured
-        from vllm.model_executor.models.registry import _EMBEDDING_MODELS
-    except ImportError:
-        return False
+    from prefixlint.introspect.vllm_api import EMBEDDING_GROUP, group_of
+
     archs = getattr(model_config.hf_config, "architectures", None) or []
-    return bool(archs) and archs[0] in _EMBEDDING_MODELS
+    return bool(archs) and group_of(archs[0], EMBEDDING_GROUP)
 
 
 @contextlib.contextmanager

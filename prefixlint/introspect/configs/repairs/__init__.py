@@ -35,6 +35,7 @@ from prefixlint.introspect.configs.repairs import (
     copied_mapping,
     dispatched_model_type,
     dispatched_value,
+    guarded_raise,
     integral_sizes,
     mismatched_value,
     missing_attribute,
@@ -42,6 +43,7 @@ from prefixlint.introspect.configs.repairs import (
     missing_sub_config,
     named_none,
     none_fallback,
+    none_read,
     none_used,
     relation,
     required_empty,
@@ -76,6 +78,7 @@ class Repair:
 
 REPAIRS: tuple[Repair, ...] = (
     Repair(stated_value, "first: the model names the exact value; nothing guessed beats it"),
+    Repair(guarded_raise, "the same: a guarded raise's test or message names the value"),
     Repair(missing_key, "claims every KeyError: only it reads a missing key"),
     Repair(
         checked_class,
@@ -135,7 +138,8 @@ REPAIRS: tuple[Repair, ...] = (
         "compares with is better than a guess), before asserted_flag (which sets True)",
     ),
     Repair(asserted_flag, "last for asserts: turns on what is off, not what the assert names"),
-    Repair(none_used, "last: the broadest reading, any None config read on the line"),
+    Repair(none_used, "the broadest reading of a None config read on the line"),
+    Repair(none_read, "last: a None default of a local, the config lacking every name read"),
 )
 
 

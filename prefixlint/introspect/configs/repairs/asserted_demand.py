@@ -22,6 +22,8 @@ from prefixlint.introspect.configs.repairs.reading import Failure
 def repair(failure: Failure) -> str | None:
     for attr, value in assertion_demands(failure.error).items():
         for config in failure.nested:
+            if value is True and not isinstance(vars(config).get(attr), (bool, type(None))):
+                continue  # a truth test of a size or a text: not a flag to turn on
             if attr in vars(config) and vars(config)[attr] != value:
                 setattr(config, attr, value)
                 return attr

@@ -46,4 +46,24 @@ def repair(failure: Failure) -> str | None:
                     with contextlib.suppress(Exception):
                         setattr(config, attr, values[0])
                         return attr
+        # ``if self.head_dim == 512: ... elif self.head_dim == 128: ... else: raise
+        # ValueError(f"Unsupported head_dim ...: {self.head_dim}")``: a shrunk size the
+        # code does not take; the smallest it names (nearest the shrunk one)
+        sizes: dict[str, list[int]] = {}
+        for attr, value in re.findall(r"\.(\w+)\s*==\s*(\d+)\b", source):
+            sizes.setdefault(attr, []).append(int(value))
+        for attr, values in sizes.items():
+            if attr not in message:
+                continue
+            for config in failure.configs:
+                current = vars(config).get(attr)
+                if (
+                    isinstance(current, int)
+                    and not isinstance(current, bool)
+                    and current not in values
+                    and re.search(rf"\b{current}\b", message)
+                ):
+                    with contextlib.suppress(Exception):
+                        setattr(config, attr, min(values))
+                        return attr
     return None

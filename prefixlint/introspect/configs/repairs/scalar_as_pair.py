@@ -35,7 +35,17 @@ def repair(failure: Failure) -> str | None:
     for attr in names:
         for config in failure.configs:
             value = vars(config).get(attr)
-            if isinstance(value, int) and not isinstance(value, bool):
+            if _is_int(value):
                 setattr(config, attr, [value, value])
                 return attr
+            # ``config.window_sizes[layer_idx][0]``: a per-layer list of pairs
+            indexed_twice = re.search(rf"\.{attr}\[[^\]]+\]\[", line)
+            ints = isinstance(value, list) and value and all(_is_int(v) for v in value)
+            if indexed_twice and ints:
+                setattr(config, attr, [[v, v] for v in value])
+                return attr
     return None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

