@@ -143,11 +143,14 @@ def test_packed_mapping_without_a_fused_layer_quantizes_an_ignored_layer(worker,
     edit = ("Qwen2ForCausalLM", '        "gate_up_proj": ["gate_proj", "up_proj"],\n', "")
     path, text = model_copy(tmp_path, "qwen2", "packed", [edit])
     report = introspect(f"{path}:Qwen2ForCausalLM", tp=(1,), pp=(1,), worker=worker)
-    line = line_of(text, "Qwen2ForCausalLM", "packed_modules_mapping = {")
-    assert findings(report) == [("PFX702", path.name, line)], report.diagnostics
-    message = dry_run_diagnostics(report)[0].message
-    assert "gate_up_proj" in message and "ignored_layers" in message
-    assert "`packed_modules_mapping` has no entry" in message
+    # one defect, one finding (issue 19): PFX606 at the line that built the fused layer,
+    # with the quantization dry-run's PFX702 folded in as its confirmation
+    line = line_of(text, "Qwen2MLP", "self.gate_up_proj = MergedColumnParallelLinear(")
+    assert findings(report) == [], report.diagnostics
+    [packed] = [d for d in report.diagnostics if d.code == "PFX606"]
+    assert (Path(packed.filename).name, packed.location.row) == (path.name, line)
+    assert "gate_up_proj" in packed.message and "quantization dry-run confirms" in packed.message
+    assert packed.severity.value == "error"
 
 
 def test_prefix_unlike_the_checkpoint_name_quantizes_an_ignored_layer(worker, tmp_path) -> None:
@@ -192,13 +195,14 @@ def test_weight_loader_needing_real_data_is_a_note(worker, tmp_path) -> None:
     assert report.results[0]["dryrun"] == "not verified"
 
 
-def test_no_reference_class_is_a_note(worker, tmp_path) -> None:
+def test_no_reference_class_still_dry_runs(worker, tmp_path) -> None:
+    """A class transformers does not know by name is dry-run all the same (issue 19):
+    against the class of its config's model type, else a layout derived from the model."""
     path, text = model_copy(tmp_path, "llama", "homebrew", [])
-    # A class transformers does not know, even if it loads like its base.
     path.write_text(text + "\n\nclass HomebrewForCausalLM(LlamaForCausalLM):\n    pass\n")
     report = introspect(f"{path}:HomebrewForCausalLM", tp=(1,), pp=(1,), worker=worker)
-    [diag] = dry_run_diagnostics(report)
-    assert diag.code == "PFX600" and "no reference class" in diag.message
+    assert report.results[0]["dryrun"] == "verified", report.results[0]["dryrun_reason"]
+    assert not dry_run_diagnostics(report)
 
 
 @pytest.mark.slow

@@ -11,14 +11,14 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from prefixlint.introspect.demands import none_reads
 
-from prefixlint.introspect.backend_drafts import (
+from prefixlint.introspect.configs.demands import none_reads
+from prefixlint.introspect.configs.guards import give_guard_demands, guard_demands
+from prefixlint.introspect.mtp_layers import (
     add_mtp_layer_lists,
     complete_mtp_layers,
     mtp_layer_count,
 )
-from prefixlint.introspect.guards import give_guard_demands, guard_demands
 from prefixlint.introspect.rescale import rescale_indices, rescale_sections, rescaled
 from tests.conftest import model_module, requires_vllm
 
@@ -272,7 +272,7 @@ def test_a_size_the_dispatch_does_not_take_and_a_flag_an_assert_needs(tmp_path: 
 def test_a_sub_config_keeps_an_even_head_split() -> None:
     """Molmo 2's adapter splits its width evenly over its heads (vLLM's layer asserts it):
     shrunk, it still does; a sub-config that never did is left as shrunk."""
-    from prefixlint.introspect.configs import _keep_head_split
+    from prefixlint.introspect.configs.shrink import _keep_head_split
 
     even = {"head_dim": 72, "hidden_size": 1152, "num_attention_heads": 16}
     shrunk = {"head_dim": 16, "hidden_size": 128, "num_attention_heads": 16}

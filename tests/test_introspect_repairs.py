@@ -219,6 +219,8 @@ CHAINS: dict[str, list[tuple[str, str]]] = {
     ],
     "asserted_flag": [("asserted_flag", "attention_bias"), ("asserted_flag", "mlp_bias")],
     "none_used": [("none_used", "layer_types")],
+    "guarded_raise": [("guarded_raise", "kda_allow_negative_eigenvalues")],
+    "none_read": [("none_read", "num_local_experts")],
 }
 
 

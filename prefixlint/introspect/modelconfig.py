@@ -132,7 +132,7 @@ def _validator_demands(error: BaseException, extra: dict[str, Any], folder: str)
     on a value read from the config without saying which gets a guess from how the
     validator reads it (``getattr(..., "pooling", "avg")``)."""
     cause = validation_cause(error)
-    from prefixlint.introspect.guards import guard_demands
+    from prefixlint.introspect.configs.guards import guard_demands
 
     demands = {**assertion_demands(cause), **choice_demands(cause), **guard_demands(cause)}
     texts = raising_function_source(cause)

@@ -221,7 +221,7 @@ def unloadable(spec: str, error: BaseException) -> list[dict[str, Any]] | None:
     package, a bad target): the job's error then says why."""
     from dataclasses import asdict
 
-    from prefixlint.introspect.build import TargetResult
+    from prefixlint.introspect.outcome import TargetResult
 
     finding = import_failure(error)
     if finding is None:

@@ -150,9 +150,6 @@ def _test_demands(test: ast.AST) -> dict[str, Any]:
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         attr = config_attr(test.operand)
         return {attr: False} if attr else {}
-    attr = config_attr(test)
-    if attr is not None:  # ``assert config.mla_use_nope``: a flag the model needs on
-        return {attr: True}
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
         return {}
     left, op, right = test.left, test.ops[0], test.comparators[0]

@@ -78,7 +78,6 @@ class Repair:
 
 REPAIRS: tuple[Repair, ...] = (
     Repair(stated_value, "first: the model names the exact value; nothing guessed beats it"),
-    Repair(guarded_raise, "the same: a guarded raise's test or message names the value"),
     Repair(missing_key, "claims every KeyError: only it reads a missing key"),
     Repair(
         checked_class,
@@ -138,6 +137,11 @@ REPAIRS: tuple[Repair, ...] = (
         "compares with is better than a guess), before asserted_flag (which sets True)",
     ),
     Repair(asserted_flag, "last for asserts: turns on what is off, not what the assert names"),
+    Repair(
+        guarded_raise,
+        "a guarded raise's test or message names a value: late, since its reading of any "
+        "`if` over the config would take failures the specific repairs above explain",
+    ),
     Repair(none_used, "the broadest reading of a None config read on the line"),
     Repair(none_read, "last: a None default of a local, the config lacking every name read"),
 )
