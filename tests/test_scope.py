@@ -244,3 +244,62 @@ def test_scope_round_trips_through_json(name: str) -> None:
     scope = scope_of(TOY)
     again = PackageScope.from_json(scope.to_json())
     assert again == scope and again.digest == scope.digest
+
+
+def test_stages_through_an_alias_and_registrations_vllm_cannot_build(tmp_path: Path) -> None:
+    """vllm-omni's Qwen2.5-Omni token2wav: a stage built through an alias of
+    ``init_vllm_registered_model``, and a registered DiT its wrapper builds itself, whose
+    constructor takes no ``vllm_config`` (the registration is not how it is built)."""
+    write(
+        tmp_path,
+        {
+            "om/__init__.py": """
+                def register():
+                    from vllm import ModelRegistry
+                    for arch, target in {
+                        "WrapArch": "om.m:Wrapper",
+                        "WavArch": "om.m:Wav",
+                        "DitArch": "om.m:Dit",
+                    }.items():
+                        ModelRegistry.register_model(arch, target)
+            """,
+            "om/m.py": """
+                from torch import nn
+                from vllm.model_executor.layers.linear import ReplicatedLinear
+                from vllm.model_executor.models.utils import (
+                    init_vllm_registered_model as build_stage,
+                    maybe_prefix,
+                )
+
+                class Dit(nn.Module):
+                    def __init__(self, config):
+                        super().__init__()
+
+                class Wav(nn.Module):
+                    def __init__(self, *, vllm_config, prefix: str = ""):
+                        super().__init__()
+                        self.dit = Dit(vllm_config.model_config.hf_config)
+
+                class Wrapper(nn.Module):
+                    def __init__(self, *, vllm_config, prefix: str = ""):
+                        super().__init__()
+                        self.wav = build_stage(
+                            vllm_config=vllm_config,
+                            prefix=maybe_prefix(prefix, "wav"),
+                            architectures=["WavArch"],
+                        )
+                        self.head = ReplicatedLinear(8, 8, quant_config=vllm_config.quant_config,
+                                                     prefix="head")
+            """,
+        },
+    )
+    scope = scope_of(tmp_path / "om")
+    assert scope.role("om.m", "Wav") is Role.STAGE
+    assert scope.role("om.m", "Dit") is Role.BUILT  # registered, never built by vLLM
+    assert scope.role("om.m", "Wrapper") is Role.ROOT
+    linter = Linter(ALL_RULES, Resolver(ModuleLoader(roots=[tmp_path / "om"])))
+    path = tmp_path / "om" / "m.py"
+    found = {(d.code, d.severity.value) for d in linter.lint_path(path, path.name)}
+    assert ("PFX101", "error") not in found  # Dit is no architecture vLLM builds
+    # The root's literal is the derived name today (prefix ""): a warning, not an error.
+    assert ("PFX303", "warning") in found and ("PFX303", "error") not in found
