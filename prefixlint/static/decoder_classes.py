@@ -46,6 +46,7 @@ def is_tower(name: str) -> bool:
 class ClassFacts:
     builds: set[str] = field(default_factory=set)  # local classes it constructs or names
     seed: bool = False  # builds vLLM decoder attention, a vocab-parallel layer, make_layers
+    attention: bool = False  # builds vLLM decoder attention itself
 
 
 def is_vllm_decoder_layer(rule: LintRule, name: str) -> bool:
@@ -82,6 +83,7 @@ class DecoderClasses:
             return
         if is_vllm_decoder_layer(rule, callee):
             facts.seed = True
+            facts.attention = facts.attention or callee.rsplit(".", 1)[-1] in DECODER_ATTENTION
 
     def note_name(self, rule: LintRule, name: str) -> None:
         """A class named, not called: ``attn_cls = Attention``, ``layer_type=MyLayer``."""
@@ -113,11 +115,12 @@ class DecoderClasses:
         }
         # A block that builds a decoder class (a layer that builds its attention) is one
         # too, and so is what it builds beside it (the MLP): not the model above it.
+        attention = {n for n, f in self.facts.items() if f.attention}
         blocks = {
             name
             for name, facts in self.facts.items()
             if name in classes
-            and facts.builds & seeds
+            and facts.builds & attention
             and not is_tower(name)
             and not ARCHITECTURE_NAME.search(name)
         }
