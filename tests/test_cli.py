@@ -76,7 +76,9 @@ def test_select_ignore_and_fail_on(project: Path) -> None:
     assert run(["check", "--no-cache", "--ignore", "PFX3", "."], project)[0] == 0
     assert run(["check", "--no-cache", "--select", "PFX302", "."], project)[0] == 0
     assert run(["check", "--no-cache", "--select", "PFX30", "."], project)[0] == 1
-    (project / "warn.py").write_text(BAD_MODEL.replace(", quant_config=quant_config)", ")"))
+    # A quantization config that may reach the layer (through `vllm_config`): a warning.
+    warn = BAD_MODEL.replace(", quant_config=quant_config)", ", vllm_config=quant_config)")
+    (project / "warn.py").write_text(warn)
     code, out = run(["check", "--no-cache", "--fail-on", "error", "warn.py"], project)
     assert code == 0 and "PFX301" in out  # a warning is reported but does not fail
 

@@ -244,3 +244,133 @@ def test_scope_round_trips_through_json(name: str) -> None:
     scope = scope_of(TOY)
     again = PackageScope.from_json(scope.to_json())
     assert again == scope and again.digest == scope.digest
+
+
+def test_stages_through_an_alias_and_registrations_vllm_cannot_build(tmp_path: Path) -> None:
+    """vllm-omni's Qwen2.5-Omni token2wav: a stage built through an alias of
+    ``init_vllm_registered_model``, and a registered DiT its wrapper builds itself, whose
+    constructor takes no ``vllm_config`` (the registration is not how it is built)."""
+    write(
+        tmp_path,
+        {
+            "om/__init__.py": """
+                def register():
+                    from vllm import ModelRegistry
+                    for arch, target in {
+                        "WrapArch": "om.m:Wrapper",
+                        "WavArch": "om.m:Wav",
+                        "DitArch": "om.m:Dit",
+                    }.items():
+                        ModelRegistry.register_model(arch, target)
+            """,
+            "om/m.py": """
+                from torch import nn
+                from vllm.model_executor.layers.linear import ReplicatedLinear
+                from vllm.model_executor.models.utils import (
+                    init_vllm_registered_model as build_stage,
+                    maybe_prefix,
+                )
+
+                class Dit(nn.Module):
+                    def __init__(self, config):
+                        super().__init__()
+
+                class Wav(nn.Module):
+                    def __init__(self, *, vllm_config, prefix: str = ""):
+                        super().__init__()
+                        self.dit = Dit(vllm_config.model_config.hf_config)
+
+                class Wrapper(nn.Module):
+                    def __init__(self, *, vllm_config, prefix: str = ""):
+                        super().__init__()
+                        self.wav = build_stage(
+                            vllm_config=vllm_config,
+                            prefix=maybe_prefix(prefix, "wav"),
+                            architectures=["WavArch"],
+                        )
+                        self.head = ReplicatedLinear(8, 8, quant_config=vllm_config.quant_config,
+                                                     prefix="head")
+            """,
+        },
+    )
+    scope = scope_of(tmp_path / "om")
+    assert scope.role("om.m", "Wav") is Role.STAGE
+    assert scope.role("om.m", "Dit") is Role.BUILT  # registered, never built by vLLM
+    assert scope.role("om.m", "Wrapper") is Role.ROOT
+    linter = Linter(ALL_RULES, Resolver(ModuleLoader(roots=[tmp_path / "om"])))
+    path = tmp_path / "om" / "m.py"
+    found = {(d.code, d.severity.value) for d in linter.lint_path(path, path.name)}
+    assert ("PFX101", "error") not in found  # Dit is no architecture vLLM builds
+    # The root's literal is the derived name today (prefix ""): a warning, not an error.
+    assert ("PFX303", "warning") in found and ("PFX303", "error") not in found
+
+
+def test_an_inner_transformer_and_auxiliary_tables_are_deliberate(tmp_path: Path) -> None:
+    """vllm-omni's TTS talkers: the root's decoder uses vLLM's Attention; a code predictor
+    of its own (plain layers, SDPA, a per-call cache) and the root's codebook table beside
+    its vocab-parallel embedding are replicated by design: notes. The same code in a model
+    that never uses vLLM's attention stays a warning."""
+    talker = """
+        import torch
+        import torch.nn.functional as F
+        from torch import nn
+        from vllm.model_executor.layers.attention import Attention
+        from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+        class PredictorAttention(nn.Module):
+            def __init__(self, dim: int):
+                super().__init__()
+                self.qkv_proj = nn.Linear(dim, 3 * dim)
+
+            def forward(self, x, past_key_values=None):
+                q, k, v = self.qkv_proj(x).chunk(3, dim=-1)
+                return F.scaled_dot_product_attention(q, k, v)
+
+        class PredictorDecoderLayer(nn.Module):
+            def __init__(self, dim: int):
+                super().__init__()
+                self.self_attn = PredictorAttention(dim)
+
+        class MainAttention(nn.Module):
+            def __init__(self, dim: int, prefix: str = ""):
+                super().__init__()
+                self.attn = Attention(4, dim // 4, 1.0, prefix=f"{prefix}.attn")
+
+        class MainDecoderLayer(nn.Module):
+            def __init__(self, dim: int, prefix: str = ""):
+                super().__init__()
+                self.self_attn = MainAttention(dim, prefix=f"{prefix}.self_attn")
+
+        class TalkerForConditionalGeneration(nn.Module):
+            def __init__(self, *, vllm_config, prefix: str = ""):
+                super().__init__()
+                self.embed_tokens = VocabParallelEmbedding(100, 16, prefix=f"{prefix}.e")
+                self.codebook_embeddings = nn.Embedding(8 * 1024, 16)
+                self.layer = MainDecoderLayer(16, prefix=f"{prefix}.layer")
+                self.predictor = PredictorDecoderLayer(16)
+    """
+    write(
+        tmp_path / "dist",
+        {
+            "tts/__init__.py": """
+                def register():
+                    from vllm import ModelRegistry
+                    ModelRegistry.register_model(
+                        "TalkerArch", "tts.talker:TalkerForConditionalGeneration"
+                    )
+            """,
+            "tts/talker.py": talker,
+        },
+    )
+    write(tmp_path / "loose", {"talker.py": talker})  # no package, no scope
+
+    def found(path: Path) -> dict[tuple[str, int], str]:
+        linter = Linter(ALL_RULES, Resolver(ModuleLoader(roots=[path.parent])))
+        return {(d.code, d.location.row): d.severity.value for d in linter.lint_path(path, "t")}
+
+    scoped = found(tmp_path / "dist" / "tts" / "talker.py")
+    loose = found(tmp_path / "loose" / "talker.py")
+    for key in (("PFX402", 11), ("PFX403", 15), ("PFX402", 36)):
+        assert scoped.get(key) == "note", (key, scoped)
+    assert loose.get(("PFX402", 11)) == "warning" and loose.get(("PFX403", 15)) == "warning"
+    assert scoped.get(("PFX404", 13)) == "note" and loose.get(("PFX404", 13)) == "warning"

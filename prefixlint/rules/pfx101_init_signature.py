@@ -35,6 +35,10 @@ class InitSignature(LintRule):
     A `prefix` default other than `""` is not reported: the loader always passes `prefix`
     explicitly, and several in-tree models (Qwen3-VL, Qwen3.5) use `"model"`.
 
+    An architecture without `vllm_config` whose required parameters are all among those
+    vLLM's loader passes to such an "old-style" class (`config`, `quant_config`, ..., read
+    from its `initialize_model`) is built that way, with a deprecation warning: a warning.
+
     An inner class (not an architecture) that takes `vllm_config` is only required to take
     a `prefix` when its `__init__` builds a layer that takes one; its other parameters and
     `prefix`'s default are up to its caller.
@@ -116,7 +120,21 @@ class MyForCausalLM(nn.Module):
 """
             ),
             line=3,
-            contains="vllm_config",
+            contains="old-style path",
+        ),
+        Invalid(
+            example(
+                """
+class MyForCausalLM(nn.Module):
+    def __init__(self, config, tokenizer):
+        super().__init__()
+
+    def load_weights(self, weights):
+        return set()
+"""
+            ),
+            line=3,
+            contains="does not take `vllm_config` and `prefix`; make it",
         ),
         Invalid(
             example(
@@ -200,10 +218,18 @@ class MyForCausalLM(LlamaForCausalLM):
         missing = [n for n in ("vllm_config", "prefix") if n not in by_name]
         if missing:
             what = " and ".join(f"`{n}`" for n in missing)
+            old_style = self._old_style_builds(params)
             self.report(
                 node.name,
                 f"architecture `{cls}` is built as `{cls}(vllm_config=..., prefix=...)`, but "
-                f"its `__init__` does not take {what}; make it `{wanted}`",
+                f"its `__init__` does not take {what}; make it `{wanted}`"
+                + (
+                    f" (a warning: vLLM's loader builds it by its old-style path, passing "
+                    f"{old_style} by name, with a deprecation warning)"
+                    if old_style
+                    else ""
+                ),
+                severity=Severity.WARNING if old_style else None,
                 site=at,
             )
             return  # the whole signature is to be rewritten: no detail on the rest
@@ -230,6 +256,23 @@ class MyForCausalLM(LlamaForCausalLM):
                 "`vllm_config`",
                 site=at,
             )
+
+    def _old_style_builds(self, params: list[tuple[cst.Param, str]]) -> str | None:
+        """The arguments vLLM's loader passes to a constructor without ``vllm_config``
+        (read from its ``initialize_model``), when they are all the class requires."""
+        source = self.ctx.resolver.loader.vllm
+        supplied = source.old_style_arguments() if source is not None else None
+        if not supplied:
+            return None
+        required = [
+            p.name.value
+            for p, kind in named_params(params)
+            if p.default is None and kind not in (VARKW,)
+        ]
+        if any(name not in supplied for name in required):
+            return None
+        shown = sorted(set(required) | ({"prefix"} & supplied))
+        return ", ".join(f"`{n}`" for n in shown) if shown else "no argument"
 
     def _check_keyword(
         self, entry: tuple[cst.Param, str], cls: str, at: Where, architecture: bool = False

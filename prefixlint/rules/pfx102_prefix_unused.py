@@ -7,7 +7,7 @@ import dataclasses
 import libcst as cst
 
 from prefixlint.static.model_classes import anchors_to
-from prefixlint.static.rule import PREFIX_CALLS, Invalid, LintRule, example
+from prefixlint.static.rule import CONTRACT, PREFIX_CALLS, Invalid, LintRule, example
 from prefixlint.static.walk import children
 
 # -- PFX102 --------------------------------------------------------------------------------
@@ -68,6 +68,7 @@ class PrefixUnused(LintRule):
     """
 
     code = "PFX102"
+    applies_to = CONTRACT
     triggers = (PREFIX_CALLS,)
 
     VALID = [

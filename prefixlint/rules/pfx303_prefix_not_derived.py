@@ -11,6 +11,7 @@ from prefixlint.static.prefix_sites import (
     render,
 )
 from prefixlint.static.rule import PREFIX_CALLS, Invalid, LintRule, example
+from prefixlint.static.scope import Role
 
 _NO_CONSUMER = (
     " (a note: no `quant_config` reaches it and it owns no engine cache, so nothing looks "
@@ -33,9 +34,11 @@ class PrefixNotDerived(LintRule):
     name loses its parents: two layers collide on `attn` ("Duplicate layer name"), and the
     quantization config compares the wrong name. It is an error when someone looks the
     name up (a `quant_config` reaches the module, or it is an attention layer, whose KV
-    cache is registered by name), a note otherwise; a note too in a class that takes no
-    prefix and that only another loader builds (its names are relative to it, as that
-    loader expects).
+    cache is registered by name), a note otherwise. In the root a package registers with
+    vLLM (built with `prefix=""`), a literal that is the attribute path is the derived name
+    today: a warning. A note too in a class that only
+    another loader builds as its root (its names are relative to it, as that loader's
+    quantization config expects), unless the layer owns an engine cache.
 
     A draft model (MTP, EAGLE) that names its head `lm_head` literally is not reported: it
     shares the target's name on purpose, so that the quantization config's exclusions
@@ -139,14 +142,35 @@ class Model(nn.Module):
             severity = None if consumer else Severity.NOTE
             owner = site.scope.class_node
             foreign = self.ctx.outside_contract(owner.name.value) if owner else None
-            if foreign is not None and not site.scope.roots:
-                # Names relative to a class that takes no prefix are right when it is the
-                # root of the loader that builds it, and that loader is not vLLM's.
+            if foreign is not None and not self.ctx.owns_cache(site.callee):
+                # Another loader builds the class as its root (its prefix is "" there):
+                # names relative to it are what that loader's quantization config uses. A
+                # layer with an engine cache still collides on a repeated literal.
                 message += (
-                    f"; `{owner.name.value}` takes no prefix, so its names are relative to "
-                    f"it, as the loader that builds it as a root expects ({foreign})"
+                    f"; another loader builds `{owner.name.value}` as its root, so names "
+                    f"relative to it are the ones its quantization config uses ({foreign})"
                 )
                 severity = Severity.NOTE
             elif not consumer:
                 message += _NO_CONSUMER
+            elif owner is not None and self._literal_is_the_root_name(site, shown):
+                # vLLM builds the root with ``prefix=""``: today the literal is the name
+                # the prefix would give; it breaks only once the class is nested.
+                message += (
+                    f" (a warning: vLLM builds `{owner.name.value}` as the root, with "
+                    'prefix `""`, where this literal is the derived name)'
+                )
+                severity = Severity.WARNING
             self.report(site.prefix_arg or site.call, message, severity=severity, site=site)
+
+    def _literal_is_the_root_name(self, site, shown: str) -> bool:
+        """The class is a root the package registers (not a stage, not built by another
+        model), the site is in its ``__init__``, and the literal is the attribute path."""
+        owner = site.scope.class_node
+        exp = site.expected
+        if owner is None or exp is None or exp.whole or exp.indexed or not shown:
+            return False
+        method = site.scope.node
+        if getattr(getattr(method, "name", None), "value", None) != "__init__":
+            return False
+        return self.ctx.role(owner.name.value) is Role.ROOT and shown == exp.path

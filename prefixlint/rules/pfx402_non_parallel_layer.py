@@ -76,7 +76,10 @@ class NonParallelLayer(LintRule):
     projectors and adapters, which vLLM often runs replicated with plain layers. A table of
     positions (`nn.Embedding(config.max_position_embeddings, ...)`) is replicated by design
     and not reported; in a speculative-decoding draft, where vLLM's own MTP and EAGLE heads
-    keep their fusion projections (`eh_proj`, `fc`) replicated, a finding is a note.
+    keep their fusion projections (`eh_proj`, `fc`) replicated, a finding is a note. So it is
+    in a class that already holds its vocabulary in vLLM's parallel layers (an auxiliary
+    codebook table or head), and in a transformer of its own (no vLLM attention anywhere in
+    it) built under a model whose decoder uses vLLM's `Attention`.
 
     ## Why is this bad?
     A plain layer holds the whole weight on every GPU and computes the whole output: it
@@ -287,8 +290,18 @@ class MyForCausalLM(nn.Module):
         if not self._found:
             return
         draft = in_draft_file(self.ctx)
+        local = self._decoder.without_paged_attention(decoder)
         for top, node, plain, attr, where in self._found:
             if top not in decoder or id(node) in routers:
+                continue
+            why = self._replicated_by_design(top, local)
+            if why is not None:
+                self.report(
+                    node,
+                    f"`self.{attr}` is a plain `{plain}` in decoder class `{top}` (a note: {why})",
+                    severity=Severity.NOTE,
+                    site=where,
+                )
                 continue
             replacement = _REPLACEMENT[plain]
             if attr == "lm_head":
@@ -306,6 +319,24 @@ class MyForCausalLM(nn.Module):
                     "EAGLE heads keep such projections replicated)"
                 )
             self.report(node, message, severity=Severity.NOTE if draft else None, site=where)
+
+    def _replicated_by_design(self, top: str, local: set[str]) -> str | None:
+        """Why a plain layer here is deliberate, on evidence: the class holds its vocabulary
+        in vLLM's parallel layers already (this is an auxiliary table or head: codebooks,
+        speakers); or it belongs to a transformer of its own under a model that keeps its
+        decoder's attention in vLLM's layers (a code predictor, a local decoder)."""
+        if self._decoder.holds_vocabulary(top):
+            return (
+                f"`{top}` holds its vocabulary in vLLM's parallel layers; this is an auxiliary "
+                "table or head (codebooks, speakers), replicated by design"
+            )
+        if top in local and self.ctx.beside_paged_attention(top):
+            return (
+                f"{self.ctx.inner_part(top)}, which keeps its decoder's attention in vLLM's "
+                "layers; this is a transformer of its own that never uses them, replicated "
+                "by design"
+            )
+        return None
 
     def _undecided(self, top: str, node: cst.Call, attr: str, missing: str, where: Where) -> None:
         source = self.ctx.resolver.loader.vllm

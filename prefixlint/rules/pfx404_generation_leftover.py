@@ -246,10 +246,31 @@ class MyForCausalLM(nn.Module):
         if id(function) in self._kv_reported:
             return
         self._kv_reported.add(id(function))
+        top = next((a for a in where.anchors if isinstance(a, cst.ClassDef)), None)
+        own = top is not None and self._own_cache(top.name.value)
         self.report(
             node,
             f"`{name}` in `{function.name.value}`: KV-cache handling from the reference "
             "implementation; in vLLM the paged cache lives inside `Attention` and this is "
-            "never set",
+            "never set"
+            + (
+                f" (a note: {self.ctx.inner_part(top.name.value)}, which keeps its decoder's "
+                "attention in vLLM's layers; this part keeps a cache of its own on purpose, "
+                "as a streaming codec or local decoder does)"
+                if own and top is not None
+                else ""
+            ),
+            severity=Severity.NOTE if own else None,
             site=where,
+        )
+
+    def _own_cache(self, top: str) -> bool:
+        """A sub-module of a registered model whose decoder uses vLLM's cache layers, and
+        that builds none itself: its cache is its own, not a leftover of the reference."""
+        if not self.ctx.beside_paged_attention(top):
+            return False
+        return not any(
+            self.ctx.owns_cache(s.callee)
+            for s in self.ctx.prefixes.sites
+            if s.scope.class_node is not None and s.scope.class_node.name.value == top
         )

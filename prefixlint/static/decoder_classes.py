@@ -27,7 +27,8 @@ def top_class_name(rule: LintRule) -> str | None:
 # -- decoder classes (PFX402, PFX403) ---------------------------------------------------------
 
 DECODER_ATTENTION = DECODER_ATTENTION_LAYERS
-LM_LAYERS = frozenset({"VocabParallelEmbedding", "ParallelLMHead", "make_layers"})
+VOCAB_LAYERS = frozenset({"VocabParallelEmbedding", "ParallelLMHead"})
+LM_LAYERS = VOCAB_LAYERS | {"make_layers"}
 DECODER_NAME = re.compile(r"(DecoderLayer|DecoderBlock|ForCausalLM)$")
 # Classes of encoders and adapters: a vision or audio tower legitimately uses plain layers
 # and SDPA (vLLM runs many of them replicated), so the decoder label does not flow into them.
@@ -46,6 +47,8 @@ def is_tower(name: str) -> bool:
 class ClassFacts:
     builds: set[str] = field(default_factory=set)  # local classes it constructs or names
     seed: bool = False  # builds vLLM decoder attention, a vocab-parallel layer, make_layers
+    attention: bool = False  # builds vLLM decoder attention itself
+    vocabulary: bool = False  # builds a vocab-parallel embedding or head itself
 
 
 def is_vllm_decoder_layer(rule: LintRule, name: str) -> bool:
@@ -82,6 +85,9 @@ class DecoderClasses:
             return
         if is_vllm_decoder_layer(rule, callee):
             facts.seed = True
+            short = callee.rsplit(".", 1)[-1]
+            facts.attention = facts.attention or short in DECODER_ATTENTION
+            facts.vocabulary = facts.vocabulary or short in VOCAB_LAYERS
 
     def note_name(self, rule: LintRule, name: str) -> None:
         """A class named, not called: ``attn_cls = Attention``, ``layer_type=MyLayer``."""
@@ -113,11 +119,12 @@ class DecoderClasses:
         }
         # A block that builds a decoder class (a layer that builds its attention) is one
         # too, and so is what it builds beside it (the MLP): not the model above it.
+        attention = {n for n, f in self.facts.items() if f.attention}
         blocks = {
             name
             for name, facts in self.facts.items()
             if name in classes
-            and facts.builds & seeds
+            and facts.builds & attention
             and not is_tower(name)
             and not ARCHITECTURE_NAME.search(name)
         }
@@ -132,3 +139,42 @@ class DecoderClasses:
                 if built not in out and not is_tower(built):
                     todo.append(built)
         return out
+
+    def without_paged_attention(self, decoder: set[str]) -> set[str]:
+        """The decoder classes of a part that never builds vLLM's decoder attention: the
+        classes connected to them by construction (either way) build none. A transformer
+        of its own (a code predictor over residual codebooks, a local decoder) when the
+        model keeps its main decoder's attention in vLLM's layers elsewhere."""
+        # The model above the layers (an architecture, the class holding the vocabulary)
+        # joins every part: the parts are what is connected below it.
+        parts = {
+            n
+            for n in decoder
+            if not ARCHITECTURE_NAME.search(n) and not self.facts.get(n, ClassFacts()).vocabulary
+        }
+        neighbours: dict[str, set[str]] = {n: set() for n in parts}
+        for name in parts:
+            for built in self.facts.get(name, ClassFacts()).builds & parts:
+                neighbours[name].add(built)
+                neighbours[built].add(name)
+        decoder = parts
+        out: set[str] = set()
+        seen: set[str] = set()
+        for start in sorted(decoder):
+            if start in seen:
+                continue
+            part, todo = set(), [start]
+            while todo:
+                n = todo.pop()
+                if n in part:
+                    continue
+                part.add(n)
+                todo.extend(neighbours[n] - part)
+            seen |= part
+            if not any(self.facts.get(n, ClassFacts()).attention for n in part):
+                out |= part
+        return out
+
+    def holds_vocabulary(self, name: str) -> bool:
+        """The class builds one of vLLM's vocab-parallel embeddings or heads itself."""
+        return self.facts.get(name, ClassFacts()).vocabulary

@@ -39,6 +39,7 @@ _SKIPPED = frozenset({"__pycache__", "build", "dist", "node_modules", ".git", ".
 _MAX_ITEMS = 2000  # loop iterations expanded per ``for``: a table of architectures, not data
 _MAX_DEPTH = 4  # wrapper functions followed from ``register_model`` to the literal names
 UNREAD_NAME = "?"  # a registered class whose architecture name is computed
+STAGE_BUILDER = "init_vllm_registered_model"  # vLLM builds a registered model as a part
 
 
 class Role(enum.Enum):
@@ -81,6 +82,9 @@ class PackageScope:
     registered: dict[ClassRef, tuple[str, ...]] = field(default_factory=dict)
     stages: dict[ClassRef, ClassRef] = field(default_factory=dict)  # stage -> its builder
     built: frozenset[ClassRef] = frozenset()
+    # Registered, but with a constructor vLLM cannot call (no ``vllm_config``): another
+    # model of the package builds it itself, and the registration is not how it is built.
+    inert: frozenset[ClassRef] = frozenset()
     # Built under a root that keeps its decoder's attention in vLLM's paged cache layers.
     paged: frozenset[ClassRef] = frozenset()
     complete: bool = False  # every registration was read; else unknown classes stay UNKNOWN
@@ -98,7 +102,7 @@ class PackageScope:
         ref = ClassRef(module, name)
         if ref in self.stages:
             return Role.STAGE
-        if ref in self.registered:
+        if ref in self.registered and not (ref in self.inert and ref in self.built):
             return Role.ROOT
         if ref in self.built:
             return Role.BUILT
@@ -120,6 +124,7 @@ class PackageScope:
             "stages": sorted([str(k), str(v)] for k, v in self.stages.items()),
             "built": sorted(str(r) for r in self.built),
             "paged": sorted(str(r) for r in self.paged),
+            "inert": sorted(str(r) for r in self.inert),
             "complete": self.complete,
             "unread": list(self.unread),
             "renames": [list(p) for p in self.renames],
@@ -137,6 +142,7 @@ class PackageScope:
             stages={ref(k): ref(v) for k, v in d["stages"]},
             built=frozenset(ref(r) for r in d["built"]),
             paged=frozenset(ref(r) for r in d["paged"]),
+            inert=frozenset(ref(r) for r in d["inert"]),
             complete=d["complete"],
             unread=tuple(d["unread"]),
             renames=tuple((a, b) for a, b in d["renames"]),
@@ -602,7 +608,10 @@ class _Reader:
             for call in self.package.calls(module):
                 func = call.node.func
                 name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
-                if name != "init_vllm_registered_model":
+                imported = self.package.imports(module).get(name)
+                if imported is not None and imported[1] is not None:
+                    name = imported[1]  # ``from ... import init_vllm_registered_model as x``
+                if name != STAGE_BUILDER:
                     continue
                 archs = _argument(call.node, 99, "architectures")
                 values = self.eval.values(module, archs, call.env, call.function)
@@ -654,6 +663,13 @@ def read_scope(
     scope.registered = {r: a for r, a in registered.items() if r.module in package.files}
     scope.stages = {s: b for s, b in stages.items() if b in scope.registered or b in stages}
     scope.built, scope.paged = _reachable(roots, edges, package, resolver)
+    scope.inert = frozenset(
+        r for r in scope.registered if not _vllm_can_build(r, package, resolver)
+    )
+    if scope.inert & scope.built:  # what the others build, without the inert roots
+        live = [r for r in roots if r not in scope.inert]
+        built_by_live, _ = _reachable(live, edges, package, resolver)
+        scope.inert = frozenset(r for r in scope.inert if r in built_by_live)
     scope.complete = not reader.unread
     scope.unread = tuple(reader.unread)
     if scope.registered:
@@ -668,6 +684,18 @@ def _text(path: Path) -> str:
         return path.read_bytes().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def _vllm_can_build(ref: ClassRef, package: _Package, resolver: Resolver) -> bool:
+    """vLLM builds a model as ``cls(vllm_config=..., prefix=...)``: its constructor must
+    take ``vllm_config`` (or ``**kwargs``); unknown when it cannot be read."""
+    path = package.files.get(ref.module)
+    summary = resolver.loader.by_path(path) if path is not None else None
+    cls = summary.classes.get(ref.name) if summary is not None else None
+    if summary is None or cls is None:
+        return True
+    sig = resolver.init_signature(Symbol(summary, ref.name, cls=cls))
+    return sig is None or sig.param("vllm_config") is not None or sig.has_var_keyword
 
 
 def _reachable(

@@ -79,6 +79,12 @@ class VllmSource:
         """The in-scope modules under ``package``, sorted."""
         return []
 
+    def old_style_arguments(self) -> frozenset[str] | None:
+        """The parameters vLLM's loader passes by name to a model class whose
+        ``__init__`` lacks ``vllm_config``/``prefix`` (its "old-style" path in
+        ``model_loader.utils.initialize_model``); None when that cannot be read."""
+        return None
+
     def defining(self, package: str, name: str) -> list[str]:
         """The modules under ``package`` that define a top-level class or function
         ``name``, sorted."""
@@ -107,6 +113,9 @@ class InstalledVllm(VllmSource):
 
     def registry(self) -> tuple[RegistryEntry, ...]:
         return _installed_registry(self.package_dir)
+
+    def old_style_arguments(self) -> frozenset[str] | None:
+        return _old_style_arguments(self.package_dir)
 
     def modules(self, package: str) -> list[str]:
         folder = self.package_dir.parent / Path(*package.split("."))
@@ -163,6 +172,10 @@ class ShippedVllm(VllmSource):
             RegistryEntry(a, m, c, t, tuple((dm, dc) for dm, dc in defs))
             for a, m, c, t, defs in self.data["registry"]
         )
+
+    def old_style_arguments(self) -> frozenset[str] | None:
+        found = self.data.get("old_style_arguments")
+        return frozenset(found) if found is not None else None
 
     def modules(self, package: str) -> list[str]:
         return sorted(
@@ -355,6 +368,36 @@ def _parse(path: Path) -> ast.Module | None:
         return None
 
 
+LOADER_MODULE = ("model_executor", "model_loader", "utils.py")
+
+
+@functools.lru_cache(maxsize=4)
+def _old_style_arguments(package_dir: Path) -> frozenset[str] | None:
+    """``if "config" in all_params: kwargs["config"] = ...`` in ``initialize_model``: the
+    names compared with the constructor's parameters."""
+    tree = _parse(package_dir.joinpath(*LOADER_MODULE))
+    fn = next(
+        (
+            n
+            for n in (tree.body if tree is not None else [])
+            if isinstance(n, ast.FunctionDef) and n.name == "initialize_model"
+        ),
+        None,
+    )
+    if fn is None:
+        return None
+    names: set[str] = set()
+    for node in ast.walk(fn):
+        if (
+            isinstance(node, ast.Compare)
+            and isinstance(node.left, ast.Constant)
+            and isinstance(node.left.value, str)
+            and any(isinstance(op, ast.In) for op in node.ops)
+        ):
+            names.add(node.left.value)
+    return frozenset(names - {"vllm_config"})
+
+
 # -- the shipped summary -----------------------------------------------------------------
 
 SHIPPED_FORMAT = 1
@@ -390,6 +433,7 @@ def build_summary(package_dir: Path) -> dict[str, Any]:
             [e.architecture, e.module, e.cls, e.table, [list(d) for d in e.definitions]]
             for e in _installed_registry(package_dir)
         ],
+        "old_style_arguments": sorted(_old_style_arguments(package_dir) or ()),
     }
 
 
