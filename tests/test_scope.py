@@ -11,7 +11,8 @@ import pytest
 from prefixlint.rules import ALL_RULES
 from prefixlint.static.engine import Linter
 from prefixlint.static.resolve import ModuleLoader, Resolver
-from prefixlint.static.scope import ClassRef, Role, Scopes, read_scope, scope_unit
+from prefixlint.static.scope import ClassRef, Role, read_scope
+from prefixlint.static.scope_units import Scopes, scope_unit
 
 TOY = Path(__file__).parent / "fixtures" / "plugins" / "toy_dist" / "toy_plugin"
 

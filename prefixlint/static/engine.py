@@ -15,7 +15,7 @@ from prefixlint.static.index import ModuleSummary, module_name_for
 from prefixlint.static.prefix_sites import PrefixAnalysis
 from prefixlint.static.resolve import Resolver
 from prefixlint.static.rule import PREFIX_CALLS, FileContext, LintRule, Report, RuleHooks
-from prefixlint.static.scope import Scopes
+from prefixlint.static.scope_units import Scopes
 from prefixlint.static.source import Item, ParsedFile, SourceError, parse_file
 
 SYNTAX_ERROR = "PFX001"

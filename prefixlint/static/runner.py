@@ -43,7 +43,8 @@ def _make_linter(
 ) -> Any:
     from prefixlint.rules import RULES_BY_CODE
     from prefixlint.static.engine import Linter
-    from prefixlint.static.scope import PackageScope, Scopes
+    from prefixlint.static.scope import PackageScope
+    from prefixlint.static.scope_units import Scopes
 
     resolver = _resolver(layers, package_dirs, cache_dir)
     known = {k: PackageScope.from_json(v) for k, v in (scopes or {}).items()}
@@ -63,7 +64,7 @@ def _resolver(layers: list[str], package_dirs: list[str], cache_dir: str | None)
 def read_scopes(layers: list[str], package_dirs: list[str], cache_dir: str | None) -> dict:
     """The scope of every checked package (``scope.py``), read before the files are
     linted: a file's verdict depends on what the rest of its package registers."""
-    from prefixlint.static.scope import Scopes
+    from prefixlint.static.scope_units import Scopes
 
     resolver = _resolver(layers, package_dirs, cache_dir)
     scopes = Scopes(resolver)

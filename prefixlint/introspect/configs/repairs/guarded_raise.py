@@ -15,8 +15,8 @@ pass by one assignment is left alone.
 
 from __future__ import annotations
 
-from prefixlint.introspect.configs.repairs.reading import Failure
 from prefixlint.introspect.configs.guards import give_guard_demands
+from prefixlint.introspect.configs.repairs.reading import Failure
 
 
 def repair(failure: Failure) -> str | None:
