@@ -1,5 +1,12 @@
 from __future__ import annotations
 
+import os
+
+# A model module importing stdlib ``distutils`` before setuptools makes setuptools'
+# distutils shim assert at its import ("'_distutils' in core.__file__") later in the same
+# test process; the engine and worker subprocesses are unaffected. Keep stdlib's.
+os.environ.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
+
 import importlib.util
 import itertools
 import shutil
