@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from prefixlint.introspect.checkpoint import Checkpoint
+from prefixlint.introspect.dryrun.quant import written_layers
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import Stream
 from prefixlint.introspect.dryrun.weights import module_leaf
@@ -294,17 +295,7 @@ def weight_sources(stream: Stream, model: nn.Module) -> dict[str, list[str]]:
             or next(m.parameters(recurse=False), None) is not None
         )
     }
-    first: dict[str, dict[str, int]] = {}
-    for t in stream.recorder.by_storage.values():
-        path = t.name.rpartition(".")[0]
-        if not (t.is_param and path in judged and t.sources):
-            continue
-        where = first.setdefault(path, {})
-        for lo, _, tags in t.writes:
-            for tag in tags:
-                layer = tag.rpartition(".")[0]
-                where[layer] = min(where.get(layer, lo), lo)
-    return {path: sorted(w, key=lambda k: (w[k], k)) for path, w in first.items()}
+    return written_layers(stream, judged)
 
 
 def unplaced_layers(

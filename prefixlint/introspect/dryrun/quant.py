@@ -30,18 +30,28 @@ def layer_sources(stream: Stream, model: nn.Module) -> dict[str, list[str]]:
     from vllm.model_executor.layers.linear import LinearBase
 
     linear = {path for path, m in model.named_modules() if isinstance(m, LinearBase)}
+    return written_layers(stream, linear, unwritten=True)
+
+
+def written_layers(
+    stream: Stream, modules: set[str], unwritten: bool = False
+) -> dict[str, list[str]]:
+    """Module path (of ``modules``) -> the checkpoint layers whose tensors were written
+    into its parameters, in the order of the regions they fill; with ``unwritten``, also
+    the layers that reached a parameter without writing into it (last)."""
     first: dict[str, dict[str, int]] = {}
     for t in stream.recorder.by_storage.values():
         path = t.name.rpartition(".")[0]
-        if not (t.is_param and path in linear and t.sources):
+        if not (t.is_param and path in modules and t.sources):
             continue
         where = first.setdefault(path, {})
         for lo, _, tags in t.writes:
             for tag in tags:
                 layer = tag.rpartition(".")[0]
                 where[layer] = min(where.get(layer, lo), lo)
-        for tag in t.sources:
-            where.setdefault(tag.rpartition(".")[0], 1 << 62)
+        if unwritten:
+            for tag in t.sources:
+                where.setdefault(tag.rpartition(".")[0], 1 << 62)
     return {path: sorted(w, key=lambda k: (w[k], k)) for path, w in first.items()}
 
 
