@@ -8,6 +8,7 @@ from pathlib import Path
 
 import libcst as cst
 
+from prefixlint.static.index import bound_names
 from prefixlint.static.prefix_sites import dotted_name, string_value
 from prefixlint.static.rule import Invalid, LintRule
 from prefixlint.static.walk import walk
@@ -65,50 +66,14 @@ _MODULE_CACHE: dict[Path, frozenset[str] | None] = {}
 
 def _module_names(path: Path) -> frozenset[str] | None:
     """Names bound at the top level of a module file; None when they cannot be known."""
-    if path in _MODULE_CACHE:
-        return _MODULE_CACHE[path]
-    names: set[str] | None = set()
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
-        tree = None
-        names = None
-
-    def visit(stmts: list[ast.stmt]) -> bool:
-        assert names is not None
-        for stmt in stmts:
-            if isinstance(stmt, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                names.add(stmt.name)
-                if stmt.name == "__getattr__":
-                    return False  # lazy attributes: anything may exist
-            elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
-                for alias in stmt.names:
-                    if alias.name == "*":
-                        return False
-                    names.add((alias.asname or alias.name).split(".")[0])
-            elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-                for t in targets:
-                    for sub in ast.walk(t):
-                        if isinstance(sub, ast.Name):
-                            names.add(sub.id)
-            elif isinstance(stmt, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
-                blocks = [stmt.body, getattr(stmt, "orelse", [])]
-                blocks += [h.body for h in getattr(stmt, "handlers", [])]
-                blocks.append(getattr(stmt, "finalbody", []))
-                if not all(visit(b) for b in blocks):
-                    return False
-            elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-                func = stmt.value.func
-                if isinstance(func, ast.Attribute) and func.attr == "update":
-                    return False  # globals().update(...)
-        return True
-
-    if tree is not None and not visit(tree.body):
-        names = None
-    result = frozenset(names) if names is not None else None
-    _MODULE_CACHE[path] = result
-    return result
+    if path not in _MODULE_CACHE:
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+            _MODULE_CACHE[path] = None
+        else:
+            _MODULE_CACHE[path] = bound_names(tree)
+    return _MODULE_CACHE[path]
 
 
 class PluginRegistration(LintRule):
