@@ -159,16 +159,22 @@ class ZooSummary:
             "`finding`: the model's own code failed.",
             "",
         ]
+        lines += self.not_built_lines("###")
+        return "\n".join(lines)
+
+    def not_built_lines(self, heading: str) -> list[str]:
+        """Per group (a ``heading`` section each), the architectures not built and why."""
+        lines: list[str] = []
         for group in self.by_group():
             rows = [r for r in self.rows if r.group == group and r.status != "built"]
             if not rows:
                 continue
-            lines += [f"### {group}", ""]
+            lines += [f"{heading} {group}", ""]
             for r in sorted(rows, key=lambda r: (r.category, r.arch)):
                 reason = " ".join(r.reason.split())[:160].replace("|", "/") or "no reason given"
                 lines.append(f"- `{r.arch}` ({r.category or 'unknown'}): {reason}")
             lines.append("")
-        return "\n".join(lines)
+        return lines
 
     def group_lines(self) -> list[str]:
         lines = [f"{'group':<34} {'built':>9} {'%':>6}  not verified (why)  with findings"]

@@ -55,14 +55,5 @@ def versions_markdown(summaries: list[ZooSummary]) -> str:
         lines.append(f"| {group} | " + " | ".join(cells) + " |")
     lines += ["", "## Not built, and why", "", CATEGORY_WORDS, ""]
     for label, summary in zip(labels, summaries, strict=True):
-        lines += [f"### {label}", ""]
-        for group in summary.by_group():
-            rows = [r for r in summary.rows if r.group == group and r.status != "built"]
-            if not rows:
-                continue
-            lines += [f"#### {group}", ""]
-            for r in sorted(rows, key=lambda r: (r.category, r.arch)):
-                reason = " ".join(r.reason.split())[:160].replace("|", "/") or "no reason given"
-                lines.append(f"- `{r.arch}` ({r.category or 'unknown'}): {reason}")
-            lines.append("")
+        lines += [f"### {label}", "", *summary.not_built_lines("####")]
     return "\n".join(lines)
