@@ -113,7 +113,7 @@ def main() -> None:
             ZooSummary(
                 [Row(**row) for row in run["architectures"]],
                 run["summary"]["wall_seconds"],
-                run["summary"].get("vllm", ""),
+                vllm=run["summary"].get("vllm", ""),
             )
             for run in runs
         ]
