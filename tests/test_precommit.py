@@ -138,55 +138,12 @@ def test_hook_passes_clean_file_and_fails_broken_one(snapshot, project, home) ->
     assert second < 60, f"a run in the built environment took {second:.0f}s"
 
 
-def test_introspect_hook_runs_phase2_where_vllm_is(snapshot, home, tmp_path) -> None:
-    """The `language: system` hook runs the environment's `prefixlint` (here: this checkout
-    on the Python that has vLLM) and builds the model: a phase-2 finding fails it."""
-    from tests.plugin_qwen import make_plugin
-
-    repo, _ = snapshot
-    project = tmp_path / "plugin-project"
-    make_plugin(
-        project,
-        lambda s: s.replace('prefix=f"{prefix}.mlp",', 'prefix=f"{prefix}.ffn",  # noqa: PFX302'),
-    )
-    git(project, "init", "-q")
-    git(project, "add", "-A")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    launcher = bin_dir / "prefixlint"
-    launcher.write_text(
-        f'#!/bin/sh\nPYTHONPATH={CHECKOUT} exec {sys.executable} -m prefixlint "$@"\n'
-    )
-    launcher.chmod(0o755)
-    env_path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
-    os.environ["PATH"], saved = env_path, os.environ["PATH"]
-    try:
-        rc, out, _ = pre_commit(
-            project,
-            home,
-            "try-repo",
-            str(repo),
-            "prefixlint-introspect",
-            "--hook-stage",
-            "manual",
-            "--files",
-            "myplugin/models.py",
-        )
-    finally:
-        os.environ["PATH"] = saved
-    assert rc == 1, out
-    assert "PFX601" in out and "model.layers.0.ffn" in out and "phase 2" in out, out
-
-
-def test_introspect_hook_passes_a_correct_plugin_package(snapshot, home, tmp_path) -> None:
-    """A plugin's own repository (the test plugin package, its entry point in its
-    ``pyproject.toml``, not installed): the strict hook builds its model as vLLM would load
-    it (registration, its own config class) and passes."""
-    from tests.toy_plugin import SOURCE
-
-    repo, _ = snapshot
-    project = tmp_path / "toy-plugin"
-    shutil.copytree(SOURCE, project)
+def _introspect_hook(
+    repo: Path, project: Path, home: Path, tmp_path: Path, file: str
+) -> tuple[int, str]:
+    """The manual `prefixlint-introspect` hook of ``repo`` on ``file`` of ``project`` (made a
+    git repository here), with a `prefixlint` on PATH that runs this checkout on the Python
+    that has vLLM (the `language: system` hook runs the environment's)."""
     git(project, "init", "-q")
     git(project, "add", "-A")
     bin_dir = tmp_path / "bin"
@@ -208,10 +165,39 @@ def test_introspect_hook_passes_a_correct_plugin_package(snapshot, home, tmp_pat
             "--hook-stage",
             "manual",
             "--files",
-            "prefixlint_toy/model.py",
+            file,
         )
     finally:
         os.environ["PATH"] = saved
+    return rc, out
+
+
+def test_introspect_hook_runs_phase2_where_vllm_is(snapshot, home, tmp_path) -> None:
+    """The `language: system` hook runs the environment's `prefixlint` (here: this checkout
+    on the Python that has vLLM) and builds the model: a phase-2 finding fails it."""
+    from tests.plugin_qwen import make_plugin
+
+    repo, _ = snapshot
+    project = tmp_path / "plugin-project"
+    make_plugin(
+        project,
+        lambda s: s.replace('prefix=f"{prefix}.mlp",', 'prefix=f"{prefix}.ffn",  # noqa: PFX302'),
+    )
+    rc, out = _introspect_hook(repo, project, home, tmp_path, "myplugin/models.py")
+    assert rc == 1, out
+    assert "PFX601" in out and "model.layers.0.ffn" in out and "phase 2" in out, out
+
+
+def test_introspect_hook_passes_a_correct_plugin_package(snapshot, home, tmp_path) -> None:
+    """A plugin's own repository (the test plugin package, its entry point in its
+    ``pyproject.toml``, not installed): the strict hook builds its model as vLLM would load
+    it (registration, its own config class) and passes."""
+    from tests.toy_plugin import SOURCE
+
+    repo, _ = snapshot
+    project = tmp_path / "toy-plugin"
+    shutil.copytree(SOURCE, project)
+    rc, out = _introspect_hook(repo, project, home, tmp_path, "prefixlint_toy/model.py")
     assert rc == 0, out
     assert "Passed" in out and "Failed" not in out, out
 
