@@ -152,8 +152,14 @@ def test_llama_passes(capsys, tmp_path: Path, monkeypatch):
         assert status[code].status == "pass" or (
             status[code].status == "skip" and status[code].reason
         ), status[code]
-    if status["PFX805"].status == "pass":  # the TP 2 engine's CPU communicator segments
-        assert any(n.endswith("cpushm") or "cpushm" in n for n in report.released), report
+    if status["PFX805"].status == "pass":
+        # The TP 2 engine's CPU communicator segments were seen, and none is left: whether
+        # its ranks unlinked them on exit or the run released them depends on how fast the
+        # engine stopped, so which of the two removed them is not asserted here (the release
+        # itself is tested in test_left_behind.py).
+        seen = [n for n in report.shared_memory if "cpushm" in n]
+        assert seen, report
+        assert not {p.name for p in SHM.iterdir()} & set(seen)
     assert report.diagnostics == []
     assert report.arch == "LlamaForCausalLM"
 
