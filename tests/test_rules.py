@@ -96,3 +96,34 @@ class Block(nn.Module):
     assert severity(no_quant) == ["note"]
     with_quant = no_quant.replace("8, 8, prefix", "8, 8, quant_config=qc, prefix")
     assert severity(with_quant) == ["error"]
+
+
+def test_sampling_in_a_class_with_its_own_sampler_is_a_note() -> None:
+    """PFX404: ``torch.multinomial`` in a model is a leftover (a warning), unless the class
+    defines ``sample(logits, sampling_metadata)``, the model-side sampler a runner calls in
+    place of vLLM's (vllm-omni's TTS talkers resample their codebooks there)."""
+    from prefixlint.rules.pfx404_generation_leftover import GenerationLeftover
+    from prefixlint.static.rule import example
+
+    leftover = example(
+        """
+class TalkerForConditionalGeneration(nn.Module):
+    def compute_logits(self, hidden_states):
+        return torch.multinomial(hidden_states.softmax(-1), 1)
+"""
+    )
+    own = leftover.replace(
+        "    def compute_logits",
+        "    def sample(self, logits, sampling_metadata):\n        return None\n\n"
+        "    def compute_logits",
+    )
+
+    def found(code: str) -> list[tuple[str, bool]]:
+        return [
+            (d.severity.value, "own sampler" in d.message)
+            for d in lint_source(code, [GenerationLeftover])
+            if d.code == "PFX404"
+        ]
+
+    assert found(leftover) == [("warning", False)]
+    assert found(own) == [("note", True)]

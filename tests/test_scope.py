@@ -60,6 +60,15 @@ def test_the_rules_follow_the_roles() -> None:
     assert found[("model.py", "PFX402")] == "warning"  # `self.Wi = nn.Linear`
     assert found[("talker.py", "PFX501")] == "note"  # a stage: the root carries it
     assert found[("pipeline.py", "PFX303")] == "note"  # another loader's naming
+    pfx301 = {
+        d.location.row: d.severity.value
+        for d in linter.lint_path(TOY / "pipeline.py", "pipeline.py")
+        if d.code == "PFX301"
+    }
+    text = (TOY / "pipeline.py").read_text().splitlines()
+    row = lambda needle: next(i for i, t in enumerate(text, 1) if needle in t)  # noqa: E731
+    # A component of the pipeline, named from "" by its loader; a quantized layer unnamed.
+    assert pfx301 == {row("self.text_encoder ="): "note", row("self.out_proj ="): "error"}
 
 
 def test_registrations_through_wrappers_tables_and_lazy_strings(tmp_path: Path) -> None:
@@ -375,3 +384,116 @@ def test_an_inner_transformer_and_auxiliary_tables_are_deliberate(tmp_path: Path
         assert scoped.get(key) == "note", (key, scoped)
     assert loose.get(("PFX402", 11)) == "warning" and loose.get(("PFX403", 15)) == "warning"
     assert scoped.get(("PFX404", 13)) == "note" and loose.get(("PFX404", 13)) == "warning"
+
+
+def test_a_plugin_package_named_vllm_something_is_not_vllm(tmp_path: Path) -> None:
+    """``vllm_acme`` (as vllm_omni, vllm_kunlun) is a plugin, not vLLM: a class it imports
+    from another package under a vLLM layer's name (diffusers' ``Attention``) is that
+    package's class, which takes no prefix; vLLM's own ``Attention`` still needs one."""
+    write(
+        tmp_path,
+        {
+            "vllm_acme/__init__.py": "",
+            "vllm_acme/dit.py": """
+            from diffusers.models.attention import Attention
+            from torch import nn
+
+
+            class Block(nn.Module):
+                def __init__(self, dim: int, prefix: str = ""):
+                    super().__init__()
+                    self.attn1 = Attention(query_dim=dim, heads=8)
+            """,
+            "vllm_acme/decoder.py": """
+            from torch import nn
+            from vllm.attention import Attention
+
+
+            class Layer(nn.Module):
+                def __init__(self, cache_config, prefix: str = ""):
+                    super().__init__()
+                    self.attn = Attention(8, 64, 1.0, cache_config=cache_config)
+            """,
+        },
+    )
+    root = tmp_path / "vllm_acme"
+    linter = Linter(ALL_RULES, Resolver(ModuleLoader(roots=[root])))
+    dit = linter.lint_path(root / "dit.py", "vllm_acme/dit.py")
+    assert [d.code for d in dit if d.code.startswith("PFX3")] == []
+    decoder = linter.lint_path(root / "decoder.py", "vllm_acme/decoder.py")
+    assert [(d.code, d.severity.value) for d in decoder if d.code == "PFX301"] == [
+        ("PFX301", "error")
+    ]
+
+
+def test_a_model_built_from_vllms_decoder_keeps_its_own_caches_besides(tmp_path: Path) -> None:
+    """A registered talker whose decoder is vLLM's ``Qwen3Model`` (its attention in vLLM's
+    paged layers, three classes down in vLLM's code), or vLLM's ``Qwen2ForCausalLM`` built
+    by name with ``init_vllm_registered_model``, and that keeps a streaming codec's
+    cache besides: that cache is the model's own (a note), not a reference leftover; the
+    same cache in a model with no paged attention stays a warning."""
+    write(
+        tmp_path,
+        {
+            "tal/__init__.py": """
+            def register():
+                from vllm import ModelRegistry
+                for module, name in [("talker", "Talker"), ("plain", "Plain"), ("stage", "Stage")]:
+                    arch = f"{name}ForConditionalGeneration"
+                    ModelRegistry.register_model(arch, f"tal.{module}:{arch}")
+            """,
+            "tal/stage.py": """
+            from torch import nn
+            from vllm.model_executor.models.utils import init_vllm_registered_model, maybe_prefix
+
+
+            class StageForConditionalGeneration(nn.Module):
+                def __init__(self, *, vllm_config, prefix: str = ""):
+                    super().__init__()
+                    self.model = init_vllm_registered_model(
+                        vllm_config=vllm_config,
+                        prefix=maybe_prefix(prefix, "model"),
+                        architectures=["Qwen2ForCausalLM"],
+                    )
+
+                def local_forward(self, codes, past_key_values=None):
+                    return codes, past_key_values
+            """,
+            "tal/talker.py": """
+            from torch import nn
+            from vllm.model_executor.models.qwen3 import Qwen3Model
+
+
+            class TalkerForConditionalGeneration(nn.Module):
+                def __init__(self, *, vllm_config, prefix: str = ""):
+                    super().__init__()
+                    self.model = Qwen3Model(vllm_config=vllm_config, prefix=prefix)
+
+                def stream_codes(self, codes, past_key_values=None):
+                    return codes, past_key_values
+            """,
+            "tal/plain.py": """
+            from torch import nn
+
+
+            class PlainForConditionalGeneration(nn.Module):
+                def __init__(self, *, vllm_config, prefix: str = ""):
+                    super().__init__()
+                    self.proj = nn.Identity()
+
+                def stream_codes(self, codes, past_key_values=None):
+                    return codes, past_key_values
+            """,
+        },
+    )
+    root = tmp_path / "tal"
+    unit = scope_unit([root])
+    linter = Linter(ALL_RULES, Resolver(ModuleLoader(roots=unit)))
+
+    def pfx404(name: str) -> list[str]:
+        found = linter.lint_path(root / name, f"tal/{name}")
+        return [d.severity.value for d in found if d.code == "PFX404"]
+
+    assert pfx404("talker.py") == ["note"]
+    assert pfx404("stage.py") == ["note"]  # vLLM's Qwen2ForCausalLM, built by name
+    assert pfx404("plain.py") == ["warning"]

@@ -24,7 +24,10 @@ class MissingPrefix(LintRule):
     layer owns an engine cache (an attention layer registers its KV cache by name), a
     warning when a quantization config may reach it (through `vllm_config`), and a note
     otherwise: nothing looks the name up yet (it becomes an error the moment a
-    `quant_config` is passed).
+    `quant_config` is passed). A class another loader builds (a diffusion pipeline), with
+    no prefix of its own, that builds one of its package's models (`self.transformer`)
+    builds the root of a component, which that loader names from `""`: a note; a vLLM
+    layer built there still needs a name.
 
     ## Example
     ```python
@@ -127,7 +130,11 @@ class MLP(nn.Module):
         for site in self.ctx.prefixes.sites:
             if site.prefix_arg is not None or site.has_splat or not is_layer_site(site):
                 continue
-            if site.passes_quant_config:
+            component = self.ctx.component_root(site)
+            if component is not None:
+                severity = Severity.NOTE
+                why = f" ({component})"
+            elif site.passes_quant_config:
                 severity = Severity.ERROR
                 why = (
                     " while `quant_config` is passed: the quantization method is resolved "

@@ -8,6 +8,7 @@ from prefixlint.diagnostic import Severity
 from prefixlint.rules.pfx202_hf_forward_leftover import HF_FORWARD_PARAMS, reports_forward
 from prefixlint.static.decoder_classes import qualified_callee
 from prefixlint.static.prefix_sites import dotted_name
+from prefixlint.static.resolve import Symbol
 from prefixlint.static.rule import CONTRACT, FileContext, Invalid, LintRule, Where, example
 
 # -- PFX404 ---------------------------------------------------------------------------------
@@ -39,7 +40,10 @@ class GenerationLeftover(LintRule):
     is never called; a model that samples returns tokens where logits are expected;
     `past_key_values` is always `None` (the cache lives inside `Attention`), so code that
     depends on it silently recomputes or drops the context. Such leftovers mark a port
-    that was not finished.
+    that was not finished. Sampling is a note in a class that defines
+    `sample(logits, sampling_metadata)` (the model's own sampler, which a runner such as
+    vllm-omni's calls in place of vLLM's) and in a sub-module that samples what the model
+    consumes itself (residual audio codes).
 
     ## Example
     ```python
@@ -210,17 +214,23 @@ class MyForCausalLM(nn.Module):
             if qualified in _SAMPLING or short in _SAMPLING_SHORT:
                 top = self.ctx.prefixes.class_stack[0].name.value
                 inner = self.ctx.inner_part(top)
+                why = (
+                    f" (a note: {inner}; what it samples is a value the model consumes "
+                    "itself, such as residual audio codes, not the engine's next token)"
+                    if inner
+                    else ""
+                )
+                if not why and self._own_sampler(top):
+                    why = (
+                        f" (a note: `{top}` defines `sample(logits, sampling_metadata)`, the "
+                        "model's own sampler that a runner calls in place of vLLM's: the "
+                        "class has taken sampling over on purpose)"
+                    )
                 self.report(
                     node,
                     f"`{callee}` samples inside the model: vLLM's sampler does that from "
-                    "the logits `compute_logits` returns"
-                    + (
-                        f" (a note: {inner}; what it samples is a value the model consumes "
-                        "itself, such as residual audio codes, not the engine's next token)"
-                        if inner
-                        else ""
-                    ),
-                    severity=Severity.NOTE if inner else None,
+                    "the logits `compute_logits` returns" + why,
+                    severity=Severity.NOTE if why else None,
                     site=self.here(),
                 )
         for arg in node.args:
@@ -248,26 +258,45 @@ class MyForCausalLM(nn.Module):
         self._kv_reported.add(id(function))
         top = next((a for a in where.anchors if isinstance(a, cst.ClassDef)), None)
         own = top is not None and self._own_cache(top.name.value)
+        whose = ""
+        if own and top is not None:
+            whose = self.ctx.inner_part(top.name.value) or (
+                f"`{top.name.value}` is a model its package registers"
+            )
         self.report(
             node,
             f"`{name}` in `{function.name.value}`: KV-cache handling from the reference "
             "implementation; in vLLM the paged cache lives inside `Attention` and this is "
             "never set"
             + (
-                f" (a note: {self.ctx.inner_part(top.name.value)}, which keeps its decoder's "
-                "attention in vLLM's layers; this part keeps a cache of its own on purpose, "
-                "as a streaming codec or local decoder does)"
-                if own and top is not None
+                f" (a note: {whose}, which keeps its decoder's attention in vLLM's layers; "
+                "this part keeps a cache of its own on purpose, as a streaming codec or "
+                "local decoder does)"
+                if whose
                 else ""
             ),
-            severity=Severity.NOTE if own else None,
+            severity=Severity.NOTE if whose else None,
             site=where,
         )
 
+    def _own_sampler(self, top: str) -> bool:
+        """Class ``top`` (or a base it inherits from) defines ``sample`` over
+        ``sampling_metadata``: the model-side sampler hook, whose body samples by design."""
+        cls = self.ctx.summary.classes.get(top)
+        if cls is None:
+            return False
+        mro, _ = self.ctx.resolver.class_mro(Symbol(self.ctx.summary, top, cls=cls))
+        return any(
+            (sig := e.cls.methods.get("sample")) is not None  # type: ignore[union-attr]
+            and sig.param("sampling_metadata") is not None
+            for e in mro
+        )
+
     def _own_cache(self, top: str) -> bool:
-        """A sub-module of a registered model whose decoder uses vLLM's cache layers, and
-        that builds none itself: its cache is its own, not a leftover of the reference."""
-        if not self.ctx.beside_paged_attention(top):
+        """A registered model whose decoder uses vLLM's cache layers, or a part of one, that
+        builds none itself: a cache it keeps besides (a streaming codec's, a local
+        decoder's) is its own, not a leftover of the reference."""
+        if not self.ctx.in_paged_model(top):
             return False
         return not any(
             self.ctx.owns_cache(s.callee)

@@ -24,7 +24,7 @@ from prefixlint.static.index import (
     summary_from_json,
     summary_to_json,
 )
-from prefixlint.static.vllm_source import VllmSource, find_vllm, in_scope
+from prefixlint.static.vllm_source import VllmSource, find_vllm, in_scope, is_vllm
 
 # vLLM's attention layers of a decoder (each registers a KV cache under its prefix).
 DECODER_ATTENTION_LAYERS: frozenset[str] = frozenset(
@@ -271,7 +271,7 @@ class Resolver:
         read defines nothing of that name (an import of another release): what a rule
         cannot decide about. None when it resolves, or is not vLLM's."""
         head = callee.split(".")[0]
-        if head not in module.imports or not module.imports[head][0].startswith("vllm"):
+        if head not in module.imports or not is_vllm(module.imports[head][0]):
             return None
         if self.resolve(module, callee) is not None or self.vllm_layer(module, callee):
             return None
@@ -286,12 +286,23 @@ class Resolver:
         when it was summarised (``index.returns_module``)."""
         return symbol.function.returns_module if symbol.function is not None else None
 
+    def imported_from_elsewhere(self, module: ModuleSummary, callee: str) -> bool:
+        """``callee`` is imported from a package that is neither vLLM nor the file's own
+        (``diffusers``' ``Attention``, transformers' layers): a name shared with a vLLM layer
+        says nothing about what it builds."""
+        head = callee.split(".")[0]
+        if head not in module.imports:
+            return False
+        top = module.imports[head][0].split(".")[0]
+        own = (module.module or "").split(".")[0]
+        return bool(top) and top != "vllm" and top != own
+
     def _maybe_vllm(self, module: ModuleSummary, callee: str) -> bool:
         head = callee.split(".")[0]
         if head not in module.imports:
             return False
         target = module.imports[head][0]
-        return target.startswith("vllm") or (module.module or "").startswith("vllm")
+        return is_vllm(target) or is_vllm(module.module or "")
 
     def class_mro(self, symbol: Symbol, depth: int = 0) -> tuple[list[Symbol], bool]:
         """The class and its resolvable bases, depth-first, and whether every base resolved."""

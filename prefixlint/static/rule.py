@@ -23,6 +23,7 @@ from prefixlint.static.prefix_sites import Hooks, PrefixAnalysis, Site, quant_re
 from prefixlint.static.resolve import DECODER_ATTENTION_LAYERS, Resolver, Symbol
 from prefixlint.static.scope import PackageScope, Role
 from prefixlint.static.vllm_facts import owns_engine_cache
+from prefixlint.static.vllm_source import is_vllm
 
 # The imports every rule example starts with, so that examples read as model files do.
 EXAMPLE_HEADER = """
@@ -153,7 +154,10 @@ class FileContext:
             self._cache_layers[callee] = (
                 owns_engine_cache(self.resolver, symbol)
                 if symbol is not None
-                else callee.rsplit(".", 1)[-1] in DECODER_ATTENTION_LAYERS  # unreadable
+                # unreadable: vLLM's name for an attention layer, unless it is another
+                # package's class of the same name
+                else callee.rsplit(".", 1)[-1] in DECODER_ATTENTION_LAYERS
+                and not self.resolver.imported_from_elsewhere(self.summary, callee)
             )
         return self._cache_layers[callee]
 
@@ -205,6 +209,24 @@ class FileContext:
             "does)"
         )
 
+    def component_root(self, site: Site) -> str | None:
+        """Why a construction without prefix is the root of another loader's component: a
+        class no model of the package builds (another loader does), with no prefix of its
+        own to derive from, builds one of the package's own models (a pipeline's
+        ``self.transformer``), which that loader names from ``""`` as vLLM names its root.
+        None otherwise (a vLLM layer built there still needs a name)."""
+        cls = site.scope.class_node
+        if site.scope.roots or cls is None or self.role(cls.name.value) is not Role.OUTSIDE:
+            return None
+        symbol = self.resolver.resolve(self.summary, site.callee)
+        if symbol is None or is_vllm(symbol.module.module or ""):
+            return None
+        return (
+            f"a note: `{cls.name.value}` has no prefix of its own and another loader builds "
+            f'it, so `{site.callee}` is the root of one of its components, named from `""` '
+            "as vLLM names the model it builds"
+        )
+
     def not_the_root(self, name: str) -> str | None:
         """Why an interface finding on class ``name`` is only a note: vLLM reads the
         interfaces of the root it builds, and ``name`` is not one. None for a root."""
@@ -240,6 +262,13 @@ class FileContext:
             self.scope is not None
             and self.role(name) is Role.BUILT
             and any(r.name == name and r.module == self.summary.module for r in self.scope.paged)
+        )
+
+    def in_paged_model(self, name: str) -> bool:
+        """``name`` is a model of the package, or a part of one, whose decoder keeps its
+        attention in vLLM's cache-owning layers (the root, its stages and what they build)."""
+        return self.scope is not None and any(
+            r.name == name and r.module == self.summary.module for r in self.scope.paged
         )
 
     def _takes(self, param: str, name: str) -> bool:

@@ -30,7 +30,7 @@ from pathlib import Path
 from prefixlint.static.index import module_name_for
 from prefixlint.static.renames import package_renames
 from prefixlint.static.resolve import Resolver, Symbol
-from prefixlint.static.vllm_facts import owns_engine_cache
+from prefixlint.static.vllm_facts import builds_engine_cache
 from prefixlint.static.vllm_source import absolute_module
 
 # Folders a package walk never enters (build outputs, caches, virtual environments).
@@ -651,8 +651,11 @@ def read_scope(
     by_arch = {a: r for r, archs in registered.items() for a in archs}
     stages: dict[ClassRef, ClassRef] = {}
     edges: dict[ClassRef, set[ClassRef]] = {}
+    builds_paged_vllm_model: set[ClassRef] = set()
     for builder, arch in reader.stage_builds():
         built = by_arch.get(arch)
+        if built is None and builder is not None and _vllm_model_is_paged(arch, resolver):
+            builds_paged_vllm_model.add(builder)  # a stage of vLLM's own: ``Qwen2ForCausalLM``
         if built is None or builder is None:
             continue
         edges.setdefault(builder, set()).add(built)
@@ -661,7 +664,7 @@ def read_scope(
     roots = [r for r in registered if r.module in package.files]
     scope.registered = {r: a for r, a in registered.items() if r.module in package.files}
     scope.stages = {s: b for s, b in stages.items() if b in scope.registered or b in stages}
-    scope.built, scope.paged = _reachable(roots, edges, package, resolver)
+    scope.built, scope.paged = _reachable(roots, edges, package, resolver, builds_paged_vllm_model)
     scope.inert = frozenset(
         r for r in scope.registered if not _vllm_can_build(r, package, resolver)
     )
@@ -697,21 +700,36 @@ def _vllm_can_build(ref: ClassRef, package: _Package, resolver: Resolver) -> boo
     return sig is None or sig.param("vllm_config") is not None or sig.has_var_keyword
 
 
+def _vllm_model_is_paged(arch: str, resolver: Resolver) -> bool:
+    """vLLM's registry maps ``arch`` to a class that builds a cache-owning layer."""
+    source = resolver.loader.vllm
+    for entry in source.registry() if source is not None else ():
+        if entry.architecture == arch:
+            summary = resolver.loader.by_name(entry.module)
+            cls = summary.classes.get(entry.cls) if summary is not None else None
+            return cls is not None and builds_engine_cache(
+                resolver, Symbol(summary, entry.cls, cls=cls)
+            )
+    return False
+
+
 def _reachable(
     roots: list[ClassRef],
     edges: dict[ClassRef, set[ClassRef]],
     package: _Package,
     resolver: Resolver,
+    builds_paged_vllm_model: set[ClassRef] | frozenset[ClassRef] = frozenset(),
 ) -> tuple[frozenset[ClassRef], frozenset[ClassRef]]:
     """Every class of the package a root may build (what its body names, its bases, the
     stages it builds, followed through the index summaries), and those built under a
-    root that also builds one of vLLM's cache-owning layers (``Attention``)."""
+    root that also builds one of vLLM's cache-owning layers (``Attention``), itself or as
+    a model of vLLM's registry (``builds_paged_vllm_model``)."""
     neighbours: dict[ClassRef, tuple[list[ClassRef], bool]] = {}
 
     def look(ref: ClassRef) -> tuple[list[ClassRef], bool]:
         if ref not in neighbours:
             out = list(edges.get(ref, ()))
-            paged = False
+            paged = ref in builds_paged_vllm_model
             summary = resolver.loader.by_path(package.files[ref.module])
             cls = summary.classes.get(ref.name) if summary is not None else None
             for name in (*cls.bases, *cls.mentions) if cls is not None else ():
@@ -720,7 +738,7 @@ def _reachable(
                     continue
                 if symbol.module.module in package.files:
                     out.append(ClassRef(symbol.module.module, symbol.cls.name))
-                elif owns_engine_cache(resolver, symbol):
+                elif builds_engine_cache(resolver, symbol):
                     paged = True
             neighbours[ref] = (out, paged)
         return neighbours[ref]

@@ -3,6 +3,7 @@ lists of names: which callables reduce their output across tensor-parallel ranks
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 from prefixlint.static.index import FunctionSig
@@ -72,6 +73,37 @@ def owns_engine_cache(resolver: Resolver, symbol: Symbol) -> bool:
         for e in mro
         for b in e.cls.bases  # type: ignore[union-attr]
     )
+
+
+_BUILDS_CACHE: weakref.WeakKeyDictionary[Resolver, dict[tuple[str, str], bool]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def builds_engine_cache(
+    resolver: Resolver, symbol: Symbol, seen: set[tuple[str, str]] | None = None
+) -> bool:
+    """A vLLM class that owns an engine cache or builds one, through the classes its body
+    names (``Qwen3Model`` -> ``Qwen3DecoderLayer`` -> ``Qwen3Attention`` -> ``Attention``):
+    a model built from it keeps its decoder's attention in vLLM's paged layers."""
+    if symbol.cls is None or not _is_vllm(symbol):
+        return False
+    key = (symbol.module.path, symbol.name)
+    if seen is None:  # a question of its own: asked once per resolver
+        known = _BUILDS_CACHE.setdefault(resolver, {})
+        if key not in known:
+            known[key] = builds_engine_cache(resolver, symbol, set())
+        return known[key]
+    if key in seen or len(seen) > 400:
+        return False
+    seen.add(key)
+    if owns_engine_cache(resolver, symbol):
+        return True
+    for name in (*symbol.cls.bases, *symbol.cls.mentions):
+        found = resolver.resolve(symbol.module, name)
+        if isinstance(found, Symbol) and builds_engine_cache(resolver, found, seen):
+            return True
+    return False
 
 
 # The protocol vLLM checks every model class against (``interfaces_base.VllmModel``).

@@ -41,6 +41,11 @@ SUMMARY_DIR = Path(__file__).with_name("vllm_summaries")
 _SUMMARY_FILE = re.compile(r"^vllm-(\d+(?:\.\d+)*)\.json\.gz$")
 
 
+def is_vllm(module: str) -> bool:
+    """``module`` is vLLM or inside it; ``vllm_omni`` and other plugins are not."""
+    return module == "vllm" or module.startswith("vllm.")
+
+
 def in_scope(module: str) -> bool:
     return any(module == p or module.startswith(p + ".") for p in VLLM_SCOPE)
 
@@ -444,8 +449,10 @@ def _trim(summary: dict[str, Any]) -> dict[str, Any]:
     summary["imports"] = {k: v for k, v in summary["imports"].items() if v[0].startswith("vllm")}
     summary["functions"] = {k: sig(f) for k, f in summary["functions"].items()}
     summary["classes"] = {
-        # Mentions only serve the scope of a checked package, never vLLM's own classes.
-        k: [c[0], c[1], c[2], {m: sig(f) for m, f in c[3].items()}, c[4], 0, 0, c[7], []]
+        # Mentions say which of vLLM's classes build a cache-owning layer (a model's
+        # decoder keeps its attention in vLLM's paged layers): the scope of a checked
+        # package follows them into vLLM.
+        k: [c[0], c[1], c[2], {m: sig(f) for m, f in c[3].items()}, c[4], 0, 0, c[7], c[8]]
         for k, c in summary["classes"].items()
     }
     return summary
