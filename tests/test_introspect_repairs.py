@@ -221,6 +221,7 @@ CHAINS: dict[str, list[tuple[str, str]]] = {
     "none_used": [("none_used", "layer_types")],
     "guarded_raise": [("guarded_raise", "kda_allow_negative_eigenvalues")],
     "none_read": [("none_read", "num_local_experts")],
+    "empty_per_layer_spec": [("empty_per_layer_spec", "per_layer_config")],
 }
 
 
@@ -232,7 +233,14 @@ def _text_config_without_architecture(config: Any) -> None:
 
 # Fixtures whose failure no synthesised config reaches today: the state is made by hand,
 # and there is no model class to build.
-PREPARED = {"sub_model_architecture": _text_config_without_architecture}
+def _empty_per_layer_spec(config: Any) -> None:
+    config.per_layer_config = {}  # heterogeneous with no override, as Step3p7TextConfig is
+
+
+PREPARED = {
+    "sub_model_architecture": _text_config_without_architecture,
+    "empty_per_layer_spec": _empty_per_layer_spec,
+}
 
 
 def _fixture(name: str) -> Any:

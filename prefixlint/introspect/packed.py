@@ -121,9 +121,14 @@ def missing_entries(
             f"`{name}.packed_modules_mapping` has no entry for `{leaf}`: "
         )
         if users:
+            misses = " or ".join(
+                {"quantization": "an `ignored_layers` entry", "LoRA": "a LoRA adapter"}[u]
+                for u in users
+            )
+            verb = "look" if len(users) > 1 else "looks"
             message += (
-                f"{' and '.join(users)} look the parts up through it, so an `ignored_layers` "
-                f"entry or a LoRA adapter of a part misses this layer; add {entry}"
+                f"{' and '.join(users)} {verb} the parts up through it, so {misses} of a "
+                f"part misses this layer; add {entry}"
             )
             severity = "error"
         else:

@@ -35,6 +35,7 @@ from prefixlint.introspect.configs.repairs import (
     copied_mapping,
     dispatched_model_type,
     dispatched_value,
+    empty_per_layer_spec,
     guarded_raise,
     integral_sizes,
     mismatched_value,
@@ -94,6 +95,11 @@ REPAIRS: tuple[Repair, ...] = (
         "guesses by name (test_dispatch_on_a_config_value_and_a_refused_zero pins it)",
     ),
     Repair(sub_model_architecture, "a message only vLLM's registry raises"),
+    Repair(
+        empty_per_layer_spec,
+        "an IndexError only transformers' per-layer view raises: before the repairs that "
+        "read an index error as a list too short",
+    ),
     Repair(scalar_as_pair, "a message only an int read as a pair gives"),
     Repair(
         unpacked_stand_in,
