@@ -97,3 +97,24 @@ def test_the_stand_ins_a_built_model_holds_are_named(tmp_path: Path) -> None:
 
     assert kernels.stand_ins_used([Model(), None]) == ["_C.prefixlint_toy_gelu"]
     assert kernels.stand_ins_used([torch.nn.Linear(2, 2)]) == []
+
+
+@requires_vllm
+def test_a_layer_that_sets_tritons_allocator_builds_without_triton() -> None:
+    """Without a Triton backend (the CUDA wheel on this CPU machine) vLLM's placeholder
+    module stands in for Triton and lacks ``set_allocator``, which OlmoHybrid's layers
+    call at construction: the meta build gives the placeholder a setter that does nothing.
+    With a Triton backend there is no placeholder and nothing is installed."""
+    import vllm.triton_utils
+    from vllm.triton_utils.allocation import set_triton_allocator
+
+    from prefixlint.introspect import vllm_api
+
+    placeholder = vllm_api.triton_placeholder()
+    installed = kernels.install_triton_stand_ins()
+    if placeholder is None:
+        assert installed == [] and vllm.triton_utils.triton is not None
+        return
+    assert installed in (["triton.set_allocator"], [])  # [] when an earlier build did it
+    assert kernels.install_triton_stand_ins() == []  # once
+    set_triton_allocator(torch.device("meta"))  # raised AttributeError before

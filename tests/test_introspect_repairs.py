@@ -222,6 +222,7 @@ CHAINS: dict[str, list[tuple[str, str]]] = {
     "guarded_raise": [("guarded_raise", "kda_allow_negative_eigenvalues")],
     "none_read": [("none_read", "num_local_experts")],
     "empty_per_layer_spec": [("empty_per_layer_spec", "per_layer_config")],
+    "short_list": [("short_list", "layer_types")],
 }
 
 

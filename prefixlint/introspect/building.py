@@ -24,7 +24,7 @@ from torch import nn  # noqa: E402
 
 from prefixlint.introspect import vllm_api  # noqa: E402
 from prefixlint.introspect.gaps import runner_v2_reason  # noqa: E402
-from prefixlint.introspect.kernels import install_stand_ins  # noqa: E402
+from prefixlint.introspect.kernels import install_stand_ins, install_triton_stand_ins  # noqa: E402
 from prefixlint.introspect.meta import meta_parameters  # noqa: E402
 from prefixlint.introspect.parallel import Layout, fake_parallel_state  # noqa: E402
 from prefixlint.introspect.recorder import PrefixRecorder  # noqa: E402
@@ -49,6 +49,7 @@ def build_layout(model_config: Any, layout: Layout, quant_config: Any = None) ->
 
     recorder = PrefixRecorder()
     install_stand_ins()  # vLLM's compiled ops this build lacks (kernels.py)
+    install_triton_stand_ins()  # what vLLM's Triton placeholder lacks
     started = time.perf_counter()
     try:
         vllm_config = _vllm_config(model_config, layout)

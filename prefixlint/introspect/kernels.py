@@ -197,6 +197,26 @@ def install_stand_ins(classes: list[type] | None = None) -> list[str]:
     return added
 
 
+def _no_allocator(alloc_fn: Any) -> None:
+    """``triton.set_allocator`` for a meta build: it launches no kernel, so no kernel
+    asks for scratch memory."""
+
+
+def install_triton_stand_ins() -> list[str]:
+    """Without a Triton backend vLLM puts its own placeholder module in Triton's place;
+    a layer that sets Triton's allocator at construction (``set_triton_allocator``, in
+    OlmoHybrid's gated-delta layers) then fails on the CUDA wheel on a CPU machine. The
+    placeholder gets a setter that does nothing, as nothing runs."""
+    from prefixlint.introspect import vllm_api
+
+    placeholder = vllm_api.triton_placeholder()
+    if placeholder is None or hasattr(placeholder, "set_allocator"):
+        return []
+    placeholder.set_allocator = _no_allocator
+    INSTALLED["triton.set_allocator"] = ["vLLM's Triton placeholder"]
+    return ["triton.set_allocator"]
+
+
 def stand_ins_used(models: list[Any]) -> list[str]:
     """The stand-ins the built ``models`` hold (``_C.gelu_quick``): the result says that
     these layers were built without vLLM's compiled op (their CPU forward is native)."""

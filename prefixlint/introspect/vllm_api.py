@@ -346,6 +346,19 @@ def triton_found() -> bool | None:
     return value if isinstance(value, bool) else None
 
 
+def triton_placeholder() -> Any:
+    """vLLM's stand-in ``triton`` module (``vllm.triton_utils.triton``) when vLLM found no
+    Triton backend (a CUDA wheel on a machine without a GPU), else None. Reads
+    ``sys.modules`` only."""
+    import sys
+
+    if triton_found() is not False:
+        return None
+    module = sys.modules.get("vllm.triton_utils")
+    placeholder = getattr(module, "triton", None) if module is not None else None
+    return placeholder if type(placeholder).__name__ == "TritonPlaceholder" else None
+
+
 # -- transformers -------------------------------------------------------------------------
 
 

@@ -50,6 +50,7 @@ from prefixlint.introspect.configs.repairs import (
     required_empty,
     scalar_as_pair,
     sequence_as_text,
+    short_list,
     stated_value,
     sub_model_architecture,
     unpacked_config,
@@ -99,6 +100,11 @@ REPAIRS: tuple[Repair, ...] = (
         empty_per_layer_spec,
         "an IndexError only transformers' per-layer view raises: before the repairs that "
         "read an index error as a list too short",
+    ),
+    Repair(
+        short_list,
+        "an IndexError on a config list the failing line subscripts: only a longer list "
+        "answers it, so before the repairs that guess values",
     ),
     Repair(scalar_as_pair, "a message only an int read as a pair gives"),
     Repair(
