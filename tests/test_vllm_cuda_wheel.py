@@ -137,7 +137,9 @@ MOVED = (
     "GPT2LMHeadModel",
     "TransformersMoEForCausalLM",
     "TransformersMoEForMTP",
-    "Step3p5MTP",
+    "Step3p5MTP",  # a heterogeneous-by-default config (repair empty_per_layer_spec)
+    "EagleCohereForCausalLM",  # layers numbered after the target's (repair short_list)
+    "OlmoHybridForCausalLM",  # Triton's allocator set at construction, no Triton here
     "Cosmos3EdgeForConditionalGeneration",
     "AliceAIForCausalLM",
 )
