@@ -379,3 +379,24 @@ def test_vllm_private_tables_have_a_fallback(monkeypatch) -> None:
     monkeypatch.delattr(vllm_config, "_ARCHITECTURE_TO_MODEL_TYPE")
     assert vllm_config_registry() == {} and vllm_architecture_types() == {}
     assert arch_to_model_types("LlamaForCausalLM") == ["llama"]
+
+
+def test_a_divergence_no_consumer_reads_is_a_note(worker, tmp_path: Path) -> None:
+    """PFX601 is an error where a consumer looks the name up (Llama's ``embed_tokens``
+    gets ``quant_config``) and a note where none does: the same embedding built without
+    ``quant_config`` breaks nothing today (issue 20: JSON and SARIF carry it at level
+    note, default text output and review comments leave it out)."""
+    path, text = llama_copy(
+        tmp_path,
+        "quiet_embedding",
+        replace_in_class(
+            "LlamaModel",
+            "config.hidden_size,\n                quant_config=quant_config,\n            )",
+            "config.hidden_size,\n            )",
+        ),
+    )
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    assert report.error is None, report.error
+    found = [(d.code, d.severity.value) for d in report.diagnostics]
+    assert found == [("PFX601", "note")], [d.message for d in report.diagnostics]
+    assert "nothing looks this name up today" in report.diagnostics[0].message
