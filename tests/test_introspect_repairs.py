@@ -217,7 +217,11 @@ CHAINS: dict[str, list[tuple[str, str]]] = {
         ("asserted_read", "num_experts_per_tok"),
         ("asserted_read", "sinkhorn_iters"),
     ],
-    "asserted_flag": [("asserted_flag", "attention_bias"), ("asserted_flag", "mlp_bias")],
+    "asserted_flag": [
+        ("asserted_flag", "attention_bias"),
+        ("asserted_flag", "mlp_bias"),
+        ("asserted_flag", "tie_word_embeddings"),
+    ],
     "none_used": [("none_used", "layer_types")],
     "guarded_raise": [("guarded_raise", "kda_allow_negative_eigenvalues")],
     "none_read": [("none_read", "num_local_experts")],

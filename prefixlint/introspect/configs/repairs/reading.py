@@ -104,6 +104,30 @@ def line_attributes(error: BaseException) -> list[str]:
     return names
 
 
+def asserted_locals(error: BaseException) -> list[str]:
+    """Config attributes behind the locals the failing line names, each read into its
+    local earlier in the function (``mla_use_nope = config.mla_use_nope`` five lines
+    above ``assert mla_use_nope, ...``); the nearest assignment of each local counts."""
+    frames = list(traceback.walk_tb(error.__traceback__))
+    if not frames:
+        return []
+    frame, line = frames[-1]
+    path, first = frame.f_code.co_filename, frame.f_code.co_firstlineno
+    names = set(re.findall(r"\b([A-Za-z_]\w*)\b", linecache.getline(path, line)))
+    found: list[str] = []
+    for n in range(line - 1, first - 1, -1):
+        text = linecache.getline(path, n)
+        m = re.match(r"\s*(\w+)\s*=\s*(.+)", text)
+        if m is None or m.group(1) not in names:
+            continue
+        names.discard(m.group(1))  # the nearest assignment is the one in effect
+        reads = CONFIG_READ.findall(m.group(2)) + re.findall(
+            r"getattr\(\s*(?:self\.)?\w*config\s*,\s*[\"'](\w+)[\"']", m.group(2)
+        )
+        found.extend(r for r in reads if r not in found)
+    return found
+
+
 def function_reads(error: BaseException) -> list[str]:
     """Attribute names read (``x.name``, ``getattr(x, "name")``) in the failing function
     up to the failing line, nearest first: a section read into a local first
