@@ -417,3 +417,17 @@ def test_a_loader_that_refuses_the_whole_layout_gives_warnings(worker, tmp_path)
     raises = [d for d in report.diagnostics if d.code == "PFX701"]
     assert raises and all(d.severity.value == "warning" for d in raises)
     assert all("layout" in d.message for d in raises)
+
+
+def test_a_tensor_the_model_does_without_is_a_note(worker) -> None:
+    """vLLM's ``BertModel`` drops the checkpoint's ``pooler.dense.*`` and every parameter
+    is written without it: nothing stays random, nothing breaks today, so a note (issue
+    20's severity), never a warning that costs a reviewer a minute."""
+    report = introspect("BertModel", tp=(1,), pp=(1,), worker=worker)
+    assert report.error is None, report.error
+    dropped = [
+        d for d in report.diagnostics if d.code == "PFX701" and "pooler.dense" in d.message
+    ]
+    assert dropped, [d.message for d in report.diagnostics]
+    assert {d.severity.value for d in dropped} == {"note"}
+    assert all("nothing stays random" in d.message for d in dropped)

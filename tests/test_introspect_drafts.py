@@ -358,3 +358,17 @@ def test_a_bare_assertion_is_described_by_the_line_that_raised_it() -> None:
         "AssertionError: assert rope_parameters is not None (model_like.py:2)"
     )
     assert describe(AssertionError()) == "AssertionError: "  # no traceback: as before
+
+
+def test_a_drafts_missing_pp_method_is_a_note() -> None:
+    """A draft that declares ``SupportsPP`` (inherited from its target's class) without
+    ``make_empty_intermediate_tensors``: vLLM runs drafts beside the last stage, so
+    nothing calls it today (a note); the same on a model that is no draft stays an error,
+    and other codes are left alone."""
+    from prefixlint.introspect.drafts import soften_for_draft
+
+    message = "`EagleX` declares `SupportsPP` but has no callable `make_empty_intermediate_tensors`"
+    severity, text = soften_for_draft("PFX606", "error", message)
+    assert severity == "note" and "only once drafts are pipelined" in text
+    assert soften_for_draft("PFX601", "error", message) == ("error", message)
+    assert soften_for_draft("PFX606", "error", "a packed key") == ("error", "a packed key")

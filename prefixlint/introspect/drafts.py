@@ -384,14 +384,15 @@ def target_layer_offset(message: str, offset: int) -> bool:
 
 
 DRAFT_PP_NOTE = (
-    " (a speculative draft: vLLM runs drafts beside the last pipeline stage, so this "
-    "matters only once drafts are pipelined; warning, not error)"
+    " (a note: a speculative draft, which vLLM runs beside the last pipeline stage, so "
+    "nothing calls it today; it matters only once drafts are pipelined)"
 )
 
 
 def soften_for_draft(code: str, severity: str, message: str) -> tuple[str, str]:
     """A draft that inherits ``SupportsPP`` from its target's class (EAGLE from Llama)
-    without the methods: lowered to a warning, with the reason in the message."""
+    without the methods: nothing calls them today, so a note (shown with
+    ``--show-notes``, in JSON and SARIF), with the reason in the message (issue 20)."""
     if code == "PFX606" and "SupportsPP" in message and severity == "error":
-        return "warning", message + DRAFT_PP_NOTE
+        return "note", message + DRAFT_PP_NOTE
     return severity, message

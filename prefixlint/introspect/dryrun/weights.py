@@ -155,10 +155,13 @@ def coverage_findings(
                 "stays random: `load_weights` skips it"
             )
         elif nothing_random:
-            severity = "warning"
+            # Nothing stays random: a tensor the model does without (a pooler vLLM's
+            # BERT never runs) breaks nothing today, a note (issue 20's severity).
+            severity = "note"
             msg = (
                 f"checkpoint tensor `{name}` is never loaded: `load_weights` drops it, and "
-                "every parameter of the model is written without it (unused by vLLM?)"
+                "every parameter of the model is written without it (a note: nothing "
+                "stays random, so the model does without it)"
             )
         else:
             msg = f"checkpoint tensor `{name}` is never loaded: `load_weights` drops it silently"
@@ -176,8 +179,8 @@ def coverage_findings(
         severity = "error"
         if sites.embedding and name.startswith("lm_head."):
             # vLLM's embedding adapter keeps the head; its pooler never computes logits
-            severity = "warning"
-            msg += " (served as an embedding model, whose pooler never uses the head)"
+            severity = "note"
+            msg += " (a note: served as an embedding model, whose pooler never uses the head)"
         out.append(Finding("PFX701", severity, msg, *sites.module(path)))
     for t in targets:
         if t.written:
