@@ -425,9 +425,7 @@ def test_a_tensor_the_model_does_without_is_a_note(worker) -> None:
     20's severity), never a warning that costs a reviewer a minute."""
     report = introspect("BertModel", tp=(1,), pp=(1,), worker=worker)
     assert report.error is None, report.error
-    dropped = [
-        d for d in report.diagnostics if d.code == "PFX701" and "pooler.dense" in d.message
-    ]
+    dropped = [d for d in report.diagnostics if d.code == "PFX701" and "pooler.dense" in d.message]
     assert dropped, [d.message for d in report.diagnostics]
     assert {d.severity.value for d in dropped} == {"note"}
     assert all("nothing stays random" in d.message for d in dropped)

@@ -386,7 +386,7 @@ def test_a_divergence_no_consumer_reads_is_a_note(worker, tmp_path: Path) -> Non
     gets ``quant_config``) and a note where none does: the same embedding built without
     ``quant_config`` breaks nothing today (issue 20: JSON and SARIF carry it at level
     note, default text output and review comments leave it out)."""
-    path, text = llama_copy(
+    path, _ = llama_copy(
         tmp_path,
         "quiet_embedding",
         replace_in_class(
