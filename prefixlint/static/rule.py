@@ -258,11 +258,7 @@ class FileContext:
     def beside_paged_attention(self, name: str) -> bool:
         """``name`` is built under a root whose decoder keeps its attention in vLLM's
         cache-owning layers (``Attention``)."""
-        return (
-            self.scope is not None
-            and self.role(name) is Role.BUILT
-            and any(r.name == name and r.module == self.summary.module for r in self.scope.paged)
-        )
+        return self.role(name) is Role.BUILT and self.in_paged_model(name)
 
     def in_paged_model(self, name: str) -> bool:
         """``name`` is a model of the package, or a part of one, whose decoder keeps its
