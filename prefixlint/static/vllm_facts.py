@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from prefixlint.static.index import FunctionSig
 from prefixlint.static.resolve import Resolver, Symbol
+from prefixlint.static.vllm_source import is_vllm
 
 # vLLM's constructor flag of a layer that all-reduces its own output (``RowParallelLinear``,
 # ``FusedMoE``, ``FusedMoEFactory``, ...): passing False defers the reduction to the caller.
@@ -24,7 +25,7 @@ class Reduction:
 
 
 def _is_vllm(symbol: Symbol) -> bool:
-    return (symbol.module.module or "").split(".")[0] == "vllm"
+    return is_vllm(symbol.module.module or "")
 
 
 def reduction(resolver: Resolver, symbol: Symbol) -> Reduction | None:
@@ -80,28 +81,31 @@ _BUILDS_CACHE: weakref.WeakKeyDictionary[Resolver, dict[tuple[str, str], bool]] 
 )
 
 
-def builds_engine_cache(
-    resolver: Resolver, symbol: Symbol, seen: set[tuple[str, str]] | None = None
-) -> bool:
+def builds_engine_cache(resolver: Resolver, symbol: Symbol) -> bool:
     """A vLLM class that owns an engine cache or builds one, through the classes its body
     names (``Qwen3Model`` -> ``Qwen3DecoderLayer`` -> ``Qwen3Attention`` -> ``Attention``):
-    a model built from it keeps its decoder's attention in vLLM's paged layers."""
+    a model built from it keeps its decoder's attention in vLLM's paged layers. Asked
+    once per class and resolver."""
     if symbol.cls is None or not _is_vllm(symbol):
         return False
+    known = _BUILDS_CACHE.setdefault(resolver, {})
     key = (symbol.module.path, symbol.name)
-    if seen is None:  # a question of its own: asked once per resolver
-        known = _BUILDS_CACHE.setdefault(resolver, {})
-        if key not in known:
-            known[key] = builds_engine_cache(resolver, symbol, set())
-        return known[key]
-    if key in seen or len(seen) > 400:
+    if key not in known:
+        known[key] = _builds(resolver, symbol, set())
+    return known[key]
+
+
+def _builds(resolver: Resolver, symbol: Symbol, seen: set[tuple[str, str]]) -> bool:
+    """``builds_engine_cache`` by a walk that visits each class once (``seen``)."""
+    key = (symbol.module.path, symbol.name)
+    if symbol.cls is None or not _is_vllm(symbol) or key in seen or len(seen) > 400:
         return False
     seen.add(key)
     if owns_engine_cache(resolver, symbol):
         return True
     for name in (*symbol.cls.bases, *symbol.cls.mentions):
         found = resolver.resolve(symbol.module, name)
-        if isinstance(found, Symbol) and builds_engine_cache(resolver, found, seen):
+        if isinstance(found, Symbol) and _builds(resolver, found, seen):
             return True
     return False
 

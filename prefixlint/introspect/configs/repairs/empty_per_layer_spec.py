@@ -17,18 +17,14 @@ only the config objects of the build (the config and its sub-configs).
 
 from __future__ import annotations
 
-from prefixlint.introspect.configs.repairs.reading import Failure
+from prefixlint.introspect.configs.repairs.reading import Failure, failing_frames
 
 _VIEW_FILE = "heterogeneity/configuration_utils.py"
 
 
 def _raised_by_the_view(error: BaseException) -> bool:
-    tb = error.__traceback__
-    last = ""
-    while tb is not None:
-        last = tb.tb_frame.f_code.co_filename
-        tb = tb.tb_next
-    return last.replace("\\", "/").endswith(_VIEW_FILE)
+    frames = failing_frames(error, depth=1)
+    return bool(frames) and frames[0].f_code.co_filename.replace("\\", "/").endswith(_VIEW_FILE)
 
 
 def repair(failure: Failure) -> str | None:

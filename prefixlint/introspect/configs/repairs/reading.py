@@ -84,6 +84,13 @@ def failing_line(error: BaseException, after: int = 0) -> str:
     )
 
 
+def _config_reads(text: str) -> list[str]:
+    """Config attributes ``text`` reads: ``config.x`` and ``getattr(config, "x", ...)``."""
+    return CONFIG_READ.findall(text) + re.findall(
+        r"getattr\(\s*(?:self\.)?\w*config\s*,\s*[\"'](\w+)[\"']", text
+    )
+
+
 def line_attributes(error: BaseException) -> list[str]:
     """Config attributes read on the line that raised ``error``, or, for a local read
     from the config just before (``x = getattr(config, "x", None)``), on the two lines
@@ -94,10 +101,7 @@ def line_attributes(error: BaseException) -> list[str]:
     frame, line = frames[-1]
     names: list[str] = []
     for n in (line, line - 1, line - 2):
-        text = linecache.getline(frame.f_code.co_filename, n)
-        found = CONFIG_READ.findall(text) + re.findall(
-            r"getattr\(\s*(?:self\.)?\w*config\s*,\s*[\"'](\w+)[\"']", text
-        )
+        found = _config_reads(linecache.getline(frame.f_code.co_filename, n))
         names.extend(name for name in found if name not in names)
         if n == line and names:
             break  # the failing line reads the config itself
@@ -121,10 +125,7 @@ def asserted_locals(error: BaseException) -> list[str]:
         if m is None or m.group(1) not in names:
             continue
         names.discard(m.group(1))  # the nearest assignment is the one in effect
-        reads = CONFIG_READ.findall(m.group(2)) + re.findall(
-            r"getattr\(\s*(?:self\.)?\w*config\s*,\s*[\"'](\w+)[\"']", m.group(2)
-        )
-        found.extend(r for r in reads if r not in found)
+        found.extend(r for r in _config_reads(m.group(2)) if r not in found)
     return found
 
 

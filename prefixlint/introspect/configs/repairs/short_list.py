@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import traceback
 from typing import Any
 
-from prefixlint.introspect.configs.repairs.reading import Failure, failing_line
+from prefixlint.introspect.configs.repairs.reading import Failure, failing_frames, failing_line
 
 _LIMIT = 4096
 
@@ -65,12 +64,11 @@ def repair(failure: Failure) -> str | None:
     error = failure.error
     if not isinstance(error, IndexError):
         return None
-    frames = list(traceback.walk_tb(error.__traceback__))
+    frames = failing_frames(error, depth=1)
     if not frames:
         return None
-    frame = frames[-1][0]
     for attr, expr in _subscripts(failing_line(error)):
-        index = _evaluate(expr, frame)
+        index = _evaluate(expr, frames[0])
         if index is None or not 0 <= index < _LIMIT:
             continue
         for config in failure.nested:
