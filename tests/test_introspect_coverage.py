@@ -202,6 +202,46 @@ def test_unbuilt_packed_key(worker, tmp_path: Path) -> None:
     assert fresh[0].severity.value == "warning"  # other keys were built: nothing breaks
 
 
+def test_dotted_packed_key_never_applies(worker, tmp_path: Path) -> None:
+    """vLLM looks a fused layer up in ``packed_modules_mapping`` by the last part of its
+    prefix (quantization's ``is_layer_skipped``, LoRA's model manager): a key with a dot
+    (Qwen2.5-Omni's ``"attn.qkv"``) never applies, a warning that names the fix."""
+    old = '"qkv_proj": ["q_proj", "k_proj", "v_proj"],'
+    new = '"self_attn.qkv_proj": ["q_proj", "k_proj", "v_proj"],'
+    fresh, report, text = new_findings(
+        worker, tmp_path, "llama.py", "LlamaForCausalLM", swap(old, new), tp=(1,), pp=(1,)
+    )
+    line = line_of(text, "class LlamaForCausalLM(")
+    dotted = [d for d in fresh if d.code == "PFX606" and d.location.row == line]
+    assert dotted, [d.message for d in report.diagnostics]
+    assert "with a dot" in dotted[0].message and "name the key `'qkv_proj'`" in dotted[0].message
+    assert dotted[0].severity.value == "warning"
+
+
+def test_unbuilt_packed_key_built_elsewhere_in_the_code_is_a_note(worker, tmp_path: Path) -> None:
+    """A key no explored config built, whose module the model's own code builds in a
+    branch none took: one table for several configs, a note naming that line."""
+    key = '"gate_up_proj": ["gate_proj", "up_proj"],'
+    branch = "        self.fused_xyz = None  # built for another config\n"
+    fresh, report, text = new_findings(
+        worker,
+        tmp_path,
+        "llama.py",
+        "LlamaForCausalLM",
+        lambda t: swap(key, key + '\n        "fused_xyz": ["x_proj", "y_proj"],')(t).replace(
+            "        self.config = config\n", "        self.config = config\n" + branch, 1
+        ),
+        tp=(1,),
+        pp=(1,),
+    )
+    assert not [d for d in fresh if d.code == "PFX606"], fresh
+    [note] = [d for d in report.diagnostics if d.code == "PFX606" and "fused_xyz" in d.message]
+    assert note.severity.value == "note"
+    assert f"llama.py:{line_of(text, 'self.fused_xyz = None')} builds a `fused_xyz`" in (
+        note.message.replace(Path(note.filename).name, "llama.py")
+    )
+
+
 def test_global_heads_at_tp2(worker, tmp_path: Path) -> None:
     old = """        self.attn = attn_cls(
             self.num_heads,"""

@@ -383,6 +383,38 @@ def test_planted_defect_is_caught_at_its_line(tag: str, worker, tmp_path: Path) 
     assert not elsewhere, elsewhere
 
 
+AUTO_LOADER = "        return AutoWeightsLoader(self).load_weights(weights)"
+PREFIX_IN_CODE = """        return AutoWeightsLoader(self).load_weights(
+            (n if n.startswith("lm_head.") else f"model.{n}", w) for n, w in weights
+        )"""
+
+
+@requires_vllm
+@requires_install
+@pytest.mark.slow
+def test_a_loader_that_puts_a_prefix_back_in_code_is_dry_run(worker, tmp_path: Path) -> None:
+    """A loader that reads checkpoint names without ``model.`` and prepends it in code (as
+    vLLM's EAGLE and DFlash drafts do): the layout derived from the model is refused, the
+    loader is asked which shortened names it takes, and the dry-run is verified on them,
+    saying so; nothing is reported against the model."""
+    from prefixlint.introspect import introspect
+
+    model = source_copy(
+        tmp_path,
+        "prefix_in_code",
+        lambda s: s.replace(
+            "        return AutoWeightsLoader(self).load_weights(weights)", PREFIX_IN_CODE
+        ),
+    )
+    report = introspect(
+        f"{model}:{architecture_of(model)}", tp=(1,), pp=(), worker=worker, explore_budget=0
+    )
+    [result] = report.results
+    assert result["dryrun"] == "verified", result
+    assert "`model.` left out" in result["dryrun_reason"], result
+    assert not [d for d in report.diagnostics if d.severity.value != "note"], report.diagnostics
+
+
 @requires_vllm
 @pytest.mark.slow
 def test_an_all_reduce_after_a_row_parallel_linear_is_caught(tmp_path: Path) -> None:

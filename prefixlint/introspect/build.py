@@ -46,6 +46,7 @@ from prefixlint.introspect.drafts import (  # noqa: E402
     force_architecture,
     is_draft,
     plan_draft,
+    shared_with_target,
     soften_for_draft,
     target_layer_offset,
 )
@@ -311,6 +312,9 @@ def _dry_run(
         note = f"not verified: the checkpoint dry-run failed: {_describe(e)}"
         finding = Finding("PFX600", "note", note, file, line)
         outcome = dryrun.DryRun("not verified", _describe(e), [finding])
+    if DRAFT_SPECS.get(id(model_config)) is not None:
+        for f in outcome.findings:
+            shared_with_target(f)
     # fused layers the packed_modules_mapping lacks (packed.py), with or without a dry-run
     fused = packed.missing_entries(cls, builds, outcome.mapping)
     result.findings += packed.without_duplicates(outcome.findings, fused) + fused

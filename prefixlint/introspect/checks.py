@@ -20,6 +20,7 @@ from torch import nn
 
 from prefixlint.introspect.coverage import passes_quant_config
 from prefixlint.introspect.finding import Finding
+from prefixlint.introspect.packed import unbuilt_key_reason
 
 TP_CANDIDATES = tuple(range(1, 17))
 # vLLM conventions that are not path mismatches: a draft model's weights live under its
@@ -523,11 +524,27 @@ def _check_packed(
         leaf_names.update(n.rsplit(".", 1)[-1] for n, _ in build.model.named_modules())
     tried = "; ".join(sorted({getattr(b, "variant", "") or "base config" for b in built}))
     # None built: the mapping does not describe this model (an error, as before). Some
-    # built: another key packs nothing in any config explored, a warning (nothing breaks)
-    # when every construction site ran, and not verified when some did not.
+    # built: another key packs nothing in any config explored, a warning (nothing breaks,
+    # a maintainer removes a stale key) when every construction site ran and nothing says
+    # the class builds it elsewhere, a note when something does, not verified when some
+    # construction site did not run.
     none = not any(k in leaf_names for k in mapping)
     for key, parts in mapping.items():
         if key in leaf_names:
+            continue
+        last = key.strip(".").rsplit(".", 1)[-1]
+        if last in leaf_names and parts == [key]:
+            continue  # an entry that packs a layer as itself (DotsOCR's `.attn.qkv`)
+        if not none and "." in key.strip(".") and last in leaf_names:
+            # vLLM looks a fused layer up by its prefix's last part (quantization's
+            # is_layer_skipped, LoRA's model manager): a dotted key never applies
+            message = (
+                f"`{cls.__name__}.packed_modules_mapping` names `{key}`, with a dot: vLLM's "
+                f"quantization and LoRA look a fused layer up by the last part of its prefix "
+                f"(`{last}`), so this entry never applies and an `ignored_layers` entry or "
+                f"LoRA adapter of its parts misses `{last}`; name the key `{last!r}`"
+            )
+            out.add(Finding("PFX606", "warning", message, *class_site, group=key), built[0])
             continue
         packs = ", ".join(f"`{p}`" for p in parts) if isinstance(parts, list) else str(parts)
         what = (
@@ -537,6 +554,10 @@ def _check_packed(
         if none or complete:
             message = f"{what}; LoRA and quantization pack weights by these names"
             severity = "error" if none else "warning"
+            why = "" if none else unbuilt_key_reason(key, built, cls)
+            if why:
+                severity = "note"
+                message = f"{what} (a note: {why}; nothing breaks)"
             out.add(Finding("PFX606", severity, message, *class_site, group=key), built[0])
         else:
             message = (

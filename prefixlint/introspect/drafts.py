@@ -396,3 +396,27 @@ def soften_for_draft(code: str, severity: str, message: str) -> tuple[str, str]:
     if code == "PFX606" and "SupportsPP" in message and severity == "error":
         return "note", message + DRAFT_PP_NOTE
     return severity, message
+
+
+# vLLM's proposer replaces these modules of a draft with the target's
+# (``_maybe_share_embeddings`` and ``_maybe_share_lm_head`` in
+# ``vllm/v1/spec_decode/llm_base_proposer.py``): an MTP draft always, an EAGLE draft
+# whose checkpoint has none. What its loader leaves in them is never used.
+SHARED_WITH_TARGET = ("model.embed_tokens.", "lm_head.")
+_SHARED_NOTE = (
+    " (a note: a speculative draft, whose `{path}` vLLM's proposer replaces with the "
+    "target's when the draft's checkpoint has none: `_maybe_share_embeddings` and "
+    "`_maybe_share_lm_head`)"
+)
+
+
+def shared_with_target(finding: Any) -> None:
+    """A draft's PFX701 about the embedding or head that vLLM shares from the target: a
+    note, with the reason in the message (issue 20's severity)."""
+    if finding.code != "PFX701" or finding.severity == "note":
+        return
+    named = re.findall(r"`([\w.]+)`", finding.message)[:1]
+    path = next((p for p in SHARED_WITH_TARGET for n in named if n.startswith(p)), None)
+    if path is not None:
+        finding.severity = "note"
+        finding.message += _SHARED_NOTE.format(path=path.rstrip("."))

@@ -19,6 +19,7 @@ vLLM matches them by their own prefix and by the expert mapping, never by this t
 
 from __future__ import annotations
 
+import ast
 import inspect
 from typing import Any
 
@@ -142,6 +143,87 @@ def missing_entries(
             message += f" (the table is at {file.rsplit('/', 1)[-1]}:{line})"
         out[site] = Finding("PFX606", severity, message, *site, group=f"packed:{leaf}")
     return list(out.values())
+
+
+def _built_here(file: str, leaf: str) -> int:
+    """The line of ``file`` that builds a module named ``leaf`` (``self.leaf = ...`` or a
+    ``prefix`` ending in it), 0 where none does."""
+    try:
+        with open(file, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read())
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Attribute) and target.attr == leaf:
+                    return node.lineno
+        if isinstance(node, ast.keyword) and node.arg == "prefix":
+            text = "".join(
+                part.value
+                for part in ast.walk(node.value)
+                if isinstance(part, ast.Constant) and isinstance(part.value, str)
+            )
+            if text.endswith(f".{leaf}") or text == leaf:
+                return node.value.lineno
+    return 0
+
+
+def unbuilt_key_reason(key: str, built: list[Any], cls: type | None) -> str:
+    """Why a ``packed_modules_mapping`` key that no build made may still pack modules of
+    this class, "" where nothing says so (the key is stale: a maintainer removes it).
+
+    - the class wraps a model its config chooses (a registered vLLM architecture built by
+      ``init_vllm_registered_model``, or transformers' own modules): one table serves
+      every model it can wrap;
+    - the model's own code builds a module of that name, in a branch none of the
+      explored configs took."""
+    from prefixlint.introspect import selflayout
+
+    for build in built:
+        chosen = _chosen_architectures(build)
+        for path, module in build.model.named_modules():
+            kind = type(module)
+            if path and kind.__name__ in chosen:
+                return (
+                    f"`{path}` is a `{kind.__name__}`, the architecture its sub-config "
+                    "names: the table serves every model the class can wrap"
+                )
+            if path and _is_transformers_model(module):
+                return (
+                    f"`{path}` is transformers' `{kind.__name__}`: the table serves every "
+                    "model the class can wrap"
+                )
+    leaf = key.strip(".").rsplit(".", 1)[-1]
+    for file in selflayout._model_files(built[0].model, cls):
+        line = _built_here(file, leaf)
+        if line:
+            return (
+                f"{file.rsplit('/', 1)[-1]}:{line} builds a `{leaf}` in a branch no "
+                "explored config took"
+            )
+    return ""
+
+
+def _chosen_architectures(build: Any) -> set[str]:
+    """The architectures the config's sub-configs name (``text_config.architectures``):
+    the classes ``init_vllm_registered_model`` builds for a wrapper, chosen by config."""
+    hf = getattr(getattr(build.vllm_config, "model_config", None), "hf_config", None)
+    own = set(getattr(hf, "architectures", None) or [])
+    out: set[str] = set()
+    for value in vars(hf).values() if hf is not None else ():
+        archs = getattr(value, "architectures", None)
+        if isinstance(archs, (list, tuple)):
+            out.update(a for a in archs if isinstance(a, str))
+    return out - own
+
+
+def _is_transformers_model(module: nn.Module) -> bool:
+    try:
+        from transformers import PreTrainedModel
+    except ImportError:
+        return False
+    return isinstance(module, PreTrainedModel)
 
 
 def without_duplicates(findings: list[Finding], packed: list[Finding]) -> list[Finding]:

@@ -32,12 +32,18 @@ from typing import Any
 from torch import nn
 
 from prefixlint.introspect import dryrun
+from prefixlint.introspect.dryrun import renamed
 from prefixlint.introspect.dryrun.divergence import Divergence
 from prefixlint.introspect.dryrun.layouts import NotVerified, incomplete_experts, reference
-from prefixlint.introspect.dryrun.quant import layer_sources, quant_findings
+from prefixlint.introspect.dryrun.quant import layer_sources, past, quant_findings
 from prefixlint.introspect.dryrun.sites import Sites, source_file
 from prefixlint.introspect.dryrun.streaming import describe_error, stream
-from prefixlint.introspect.dryrun.weights import coverage_findings, layout_refused, merge
+from prefixlint.introspect.dryrun.weights import (
+    SKIPS_ITS_PARAMETER,
+    coverage_findings,
+    layout_refused,
+    merge,
+)
 from prefixlint.introspect.finding import Finding
 
 SELF_DERIVED = (
@@ -496,10 +502,17 @@ def _quantized(
     what: str,
     deadline: float | None,
     keep: Any = None,
+    back: dict[str, str] | None = None,
 ) -> Any:
     """The quantization dry-run on the stream's checkpoint-name mapping; ``keep``: which
-    of its findings the layout can back."""
+    of its findings the layout can back; ``back``: checkpoint layers the loader took under
+    a name it renames in code -> the layer as the model names it, which the quantization
+    dry-run uses (what the loader renames is its own affair, not the ignore list's)."""
     sources = layer_sources(s, base.model)
+    if back:
+        sources = {
+            path: [back.get(layer, layer) for layer in layers] for path, layers in sources.items()
+        }
     mapping = {layer: path for path, layers in sources.items() for layer in layers}
     quant, skipped = quant_findings(cls, model_config, base, sources, sites, deadline)
     findings += [f for f in quant if keep is None or keep(f)]
@@ -508,6 +521,43 @@ def _quantized(
         partial.append(f"the quantization dry-run did not run ({skipped})")
     findings = _suffixed(merge(findings), what)
     return dryrun.DryRun("verified", f"in part: {'; '.join(partial)}", findings, mapping)
+
+
+def _judged_unwritten(f: Finding) -> Finding | None:
+    """What a finding of the stream is worth on the model's own layout.
+
+    A name it refused or dropped with nothing left random: nothing (it may read the
+    tensor under another name). The head, named as its parameter, that the loader skips
+    while it stays random: a warning, the loader's own gap unless its checkpoint renames
+    it (an unconditional ``lm_head`` skip on an untied head, a bug vLLM has fixed more
+    than once). Any other parameter or shard left unwritten: not verified (a PFX600
+    note). On vLLM's registry every such finding was a tensor the loader renames, splits
+    or loads from another file in code (SPLADE's ``cls.predictions``, Qwen3.5's
+    ``in_proj_qkvz``, Gemma 4's ``k_eq_v``, DFlash's ``mask_embedding.pt``:
+    docs/precision.md); the names rest on prefixlint's reading of the model's tables."""
+    if f.message.startswith(("`load_weights` raises", "checkpoint tensor")) and (
+        "stays random" not in f.message
+    ):
+        return None
+    if SKIPS_ITS_PARAMETER in f.message and f.message.startswith("checkpoint tensor `lm_head."):
+        f.severity = "warning"
+        f.message += (
+            "; the loader takes every other name the model's parameters give, so this is "
+            "most likely its own gap, unless its checkpoint names the tensor otherwise"
+        )
+        return f
+    said = f.message.replace(": no checkpoint tensor reaches it, so it stays random", "")
+    said = said.replace(": it stays random", "")
+    return Finding(
+        "PFX600",
+        "note",
+        f"not verified: {said}, with the checkpoint names the model's own tables give "
+        "(its loader may read that tensor under another name, renamed, split or loaded "
+        "apart in code, which a layout derived from the model cannot see: `--checkpoint` "
+        "with a real checkpoint, or the smoke phase, decides)",
+        f.file,
+        f.line,
+    )
 
 
 def _judge_self(
@@ -522,8 +572,8 @@ def _judge_self(
     model, so a loader that refuses or drops one may read it under another name (renamed
     in code): raises on names and dropped names are not findings, and the layout is only
     taken as the one the loader reads when it takes ``TAKEN_SHARE`` of the names. Then
-    a parameter (or shard) left unwritten is a warning, a ``load_weights`` whose own code
-    fails an error, and of the quantization dry-run only what ``packed_modules_mapping``
+    what is left unwritten is judged by ``_judged_unwritten``, a ``load_weights`` whose
+    own code fails is an error, and of the quantization dry-run only what ``packed_modules_mapping``
     decides (a prefix that is not its path is PFX601's, judged there)."""
     layout = derived.tensors
     s = _stream(base, model_config, layout)
@@ -532,16 +582,36 @@ def _judge_self(
         return dryrun.DryRun("not verified", "`load_weights` itself fails", broken)
     if s.limit:
         return _limited(s, sites, [], SELF_DERIVED)
-    names = set(layout) - {n for n, _ in s.raised}
-    taken = len(names & s.recorder.consumed)
-    share = taken / max(len(layout), 1)
-    refused = sorted({n for n, _ in s.raised} | (set(layout) - s.recorder.consumed))
+    derived_count = len(layout)
+    first = renamed.taken(s, layout)
+    taken, probed, left_out = len(first), [], []
+    probed_names: dict[str, str] = {}
+    if not s.complete or taken / max(derived_count, 1) < TAKEN_SHARE:
+        # the loader renames in code: the names it takes, asked of it (renamed.py); the
+        # names it takes in no form are left out, so that one refused name does not stop
+        # the load of the others (they are said as not taken)
+        other, names, said = renamed.probe(
+            layout,
+            first,
+            lambda part: _stream(base, model_config, part),
+            lambda: past(deadline),
+            cls,
+        )
+        wanted = first | set(names.values())
+        other = {k: v for k, v in other.items() if k in wanted}
+        again = _stream(base, model_config, other) if names else None
+        if again is not None and not again.limit and len(renamed.taken(again, other)) > taken:
+            left_out = sorted(set(layout) - first - set(names))
+            layout, s, taken, probed = other, again, len(renamed.taken(again, other)), said
+            probed_names = names
+    share = taken / max(derived_count, 1)
+    refused = sorted({n for n, _ in s.raised} | (set(layout) - s.recorder.consumed) | set(left_out))
     shown = ", ".join(f"`{n}`" for n in refused[:3]) + (
         f" and {len(refused) - 3} more" if len(refused) > 3 else ""
     )
     if not s.complete or share < TAKEN_SHARE:
         reason = (
-            f"the model's loader takes {taken} of the {len(layout)} checkpoint names its "
+            f"the model's loader takes {taken} of the {derived_count} checkpoint names its "
             f"own parameters give (not {shown}): it reads names renamed in code, which a "
             "layout derived from the model cannot see"
         )
@@ -550,19 +620,23 @@ def _judge_self(
     divergence = None
     if derived.unknown:
         divergence = Divergence(paths=set(derived.unknown))
-    kept = []
-    for f in coverage_findings(s, layout, sites, divergence):
-        if f.message.startswith(("`load_weights` raises", "checkpoint tensor")) and (
-            "stays random" not in f.message
-        ):
-            continue  # a name it refused or dropped: it may read it under another
-        f.severity = "warning"
-        f.message += (
-            "; the loader takes every other name the model's parameters give, so this is "
-            "most likely its own gap, unless its checkpoint names the tensor otherwise"
-        )
-        kept.append(f)
+    kept = [
+        judged
+        for f in coverage_findings(s, layout, sites, divergence)
+        if (judged := _judged_unwritten(f)) is not None
+    ]
     partial = [SELF_DERIVED]
+    if probed:
+        said = "; ".join(probed)
+        partial.append(f"names its loader renames in code, asked of the loader: {said}")
+        kept.append(
+            dryrun._note(
+                "checkpoint dry-run, in part: the model's loader takes some of the names its "
+                f"own parameters give only with a segment left out ({said}), as a loader "
+                "that puts it back in code does: the layout checked holds those names",
+                sites.loader(""),
+            )
+        )
     if refused:
         partial.append(f"{len(refused)} name(s) not taken ({shown})")
         kept.append(
@@ -583,6 +657,9 @@ def _judge_self(
             "`packed_modules_mapping[" in f.message
         )
 
+    back = {
+        short.rpartition(".")[0]: name.rpartition(".")[0] for name, short in probed_names.items()
+    }
     return _quantized(
-        cls, model_config, base, sites, s, kept, partial, SELF_DERIVED, deadline, keep=packed
+        cls, model_config, base, sites, s, kept, partial, SELF_DERIVED, deadline, packed, back
     )

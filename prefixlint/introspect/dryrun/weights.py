@@ -17,6 +17,9 @@ from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import MAX_RETRIES, Stream, describe_error
 from prefixlint.introspect.finding import Finding
 
+# a tensor named as its parameter that the loader skips (selflayout judges it apart)
+SKIPS_ITS_PARAMETER = "and the parameter of that name stays random: `load_weights` skips it"
+
 
 def _shards(module: nn.Module, param: torch.Tensor) -> list[tuple[str, int, int]] | None:
     """(label, start, end) along the output dim for the shards of a stacked parameter."""
@@ -150,10 +153,7 @@ def coverage_findings(
         severity = "error"
         if name in unwritten:
             unwritten.pop(name)
-            msg = (
-                f"checkpoint tensor `{name}` is never loaded and the parameter of that name "
-                "stays random: `load_weights` skips it"
-            )
+            msg = f"checkpoint tensor `{name}` is never loaded {SKIPS_ITS_PARAMETER}"
         elif nothing_random:
             # Nothing stays random: a tensor the model does without (a pooler vLLM's
             # BERT never runs) breaks nothing today, a note (issue 20's severity).
@@ -238,18 +238,23 @@ def _raise_finding(name: str, error: BaseException, sites: Sites) -> Finding:
 
 def layout_refused(findings: list[Finding]) -> list[Finding]:
     """A loader that raised on more kinds of names than the stream retries refuses the
-    reference layout as a whole: far more often a checkpoint format transformers renames
-    (remote code's own names) than a loader broken for every kind of tensor, which any
-    real checkpoint would expose at once. Its raises become warnings that say so."""
+    layout as a whole: far more often a checkpoint format other than the one prefixlint
+    derived (remote code's own names, a Mistral-format loader) than a loader broken for
+    every kind of tensor, which any real checkpoint would expose at once. On vLLM's
+    registry all six such loaders read another format (docs/precision.md), so its raises
+    are "not verified" notes that say so, never the model's defect."""
     out = []
     for f in findings:
         if f.code == "PFX701" and f.message.startswith("`load_weights` raises"):
-            f.severity = "warning"
-            f.message += (
-                f" (one of more than {MAX_RETRIES} kinds of names it refused: the checkpoint "
-                "layout transformers gives may not be the one this loader reads; `--config` "
-                "with a real checkpoint's config.json or the smoke phase with its weights "
-                "decides)"
+            f = Finding(
+                "PFX600",
+                "note",
+                f"not verified: {f.message} (one of more than {MAX_RETRIES} kinds of names "
+                "it refused: the checkpoint layout checked may not be the one this loader "
+                "reads; `--checkpoint` with a real checkpoint, or the smoke phase with its "
+                "weights, decides)",
+                f.file,
+                f.line,
             )
         out.append(f)
     return out
