@@ -83,6 +83,11 @@ def main() -> None:
         f"dry-run (PFX701/702)        {s.get('text_generation_dryrun')}/"
         f"{s['text_generation_built']} text-generation builds ({dry * 100:.1f}%)   target >= 80%"
     )
+    every = s.get("dryrun_ratio") or 0
+    print(
+        f"dry-run, all builds         {s.get('dryrun')}/{s['built']} ({every * 100:.1f}%)"
+        "   target >= 90%"
+    )
     print(f"median dry-run cost         {s.get('median_dryrun_seconds')} s   target <= 1 s")
     for label, key, target in (
         ("construction sites (all)", "coverage", ""),

@@ -107,3 +107,27 @@ def test_the_loaders_own_constant_renamings_are_undone() -> None:
     out, _, said = probe(layout, set(), stream, cls=_MtpLoader)
     assert set(out) == {"mtp.fc.weight", "mtp.layers.0.norm.weight"}
     assert said == ["`model.` read as `mtp.` (2 names)"]
+
+
+def test_a_fused_parameter_the_checkpoint_holds_whole_is_read_whole() -> None:
+    """Parts split from ``qkv_proj`` that the loader refuses, where it reads the fused
+    tensor as the model names it: the three derived names become the one fused name,
+    with the parameter's shape."""
+    params = {"blocks.0.attn.qkv_proj.weight"}
+    parts = [f"blocks.0.attn.{p}_proj.weight" for p in "qkv"]
+    layout = {name: ((4, 8), None) for name in parts}
+    fused = {name: ("blocks.0.attn.qkv_proj.weight", ((12, 8), None)) for name in parts}
+
+    def stream(shaped: dict) -> _Stream:
+        out = _Stream(_Recorder())
+        for name in shaped:
+            if name in params:
+                out.recorder.consumed.add(name)
+            else:
+                out.raised.append((name, KeyError(name)))
+        return out
+
+    out, names, said = probe(layout, set(), stream, fused=fused)
+    assert out == {"blocks.0.attn.qkv_proj.weight": ((12, 8), None)}
+    assert set(names) == set(parts)
+    assert said == ["fused parameters read whole (3 names)"]

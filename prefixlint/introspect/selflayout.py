@@ -174,8 +174,7 @@ def shard_sources(model: nn.Module, cls: type | None) -> dict[str, list[tuple[st
             index = _shard_index(*fused[leaf][:1], shard, fused[leaf][1])
             if index is not None and (part, index) not in out.get(leaf, []):
                 out.setdefault(leaf, []).append((part, index))
-    stacked = getattr(_mapper(cls), "orig_to_new_stacked", None) or {}
-    for part, target in stacked.items():  # the mapper's own (checkpoint -> fused, shard)
+    for part, target in _stacked_entries(model, cls):  # mappers' (checkpoint -> fused, shard)
         if not (isinstance(target, tuple) and len(target) == 2 and isinstance(part, str)):
             continue
         leaf, shard = str(target[0]).strip("."), target[1]
@@ -191,6 +190,22 @@ def shard_sources(model: nn.Module, cls: type | None) -> dict[str, list[tuple[st
         if list(parts) == [leaf]:
             continue
         out[leaf] = [(p, i) for i, p in enumerate(parts)]
+    return out
+
+
+def _stacked_entries(model: nn.Module, cls: type | None) -> list[tuple[Any, Any]]:
+    """The ``orig_to_new_stacked`` entries of the class's mapper, then of the mappers of
+    the classes built inside it (a ColBERT wrapper's Lfm2 backbone keeps its ``.w1`` ->
+    ``.w13`` entries on ``Lfm2Model``)."""
+    mappers = [_mapper(cls)] + [_mapper(type(m)) for m in model.modules()]
+    out: list[tuple[Any, Any]] = []
+    seen: set[int] = set()
+    for mapper in mappers:
+        if mapper is None or id(mapper) in seen:
+            continue
+        seen.add(id(mapper))
+        stacked = getattr(mapper, "orig_to_new_stacked", None) or {}
+        out += [item for item in stacked.items() if item not in out]
     return out
 
 
@@ -218,6 +233,8 @@ def _expert_entries(model: nn.Module) -> list[tuple[str, str, int, str]]:
 class Layout:
     tensors: dict[str, tuple[tuple[int, ...], Any]] = field(default_factory=dict)
     unknown: dict[str, str] = field(default_factory=dict)  # module path -> why not derived
+    # a part split from a fused parameter -> (the parameter's checkpoint name, its shape)
+    fused: dict[str, tuple[str, Any]] = field(default_factory=dict)
 
 
 def _mapper(cls: type | None) -> Any:
@@ -340,12 +357,15 @@ def derive(cls: type | None, model: nn.Module) -> Layout:
             continue
         else:
             tensors = {name: shape}
+        whole = checkpoint_name(mapper, fused_name) if fused_name else None
         for tensor, tensor_shape in tensors.items():
             ckpt = checkpoint_name(mapper, tensor, fused_name)
             if ckpt is None:
                 out.unknown[path] = f"no checkpoint name `hf_to_vllm_mapper` maps to `{tensor}`"
                 break
             out.tensors[ckpt] = (tensor_shape, param.dtype)
+            if whole:
+                out.fused[ckpt] = (whole, (shape, param.dtype))
     return out
 
 
@@ -596,13 +616,17 @@ def _judge_self(
             lambda part: _stream(base, model_config, part),
             lambda: past(deadline),
             cls,
+            derived.fused,
         )
         wanted = first | set(names.values())
         other = {k: v for k, v in other.items() if k in wanted}
         again = _stream(base, model_config, other) if names else None
-        if again is not None and not again.limit and len(renamed.taken(again, other)) > taken:
+        took = renamed.taken(again, other) if again is not None and not again.limit else set()
+        # counted in derived names: a fused tensor read whole stands for its parts
+        count = sum(1 for n in layout if names.get(n, n) in took)
+        if again is not None and count > taken:
             left_out = sorted(set(layout) - first - set(names))
-            layout, s, taken, probed = other, again, len(renamed.taken(again, other)), said
+            layout, s, taken, probed = other, again, count, said
             probed_names = names
     share = taken / max(derived_count, 1)
     refused = sorted({n for n, _ in s.raised} | (set(layout) - s.recorder.consumed) | set(left_out))
@@ -657,8 +681,14 @@ def _judge_self(
             "`packed_modules_mapping[" in f.message
         )
 
+    # 1:1 renamings only: a fused tensor read whole is its own checkpoint layer
+    whole = {
+        short for short in probed_names.values() if list(probed_names.values()).count(short) > 1
+    }
     back = {
-        short.rpartition(".")[0]: name.rpartition(".")[0] for name, short in probed_names.items()
+        short.rpartition(".")[0]: name.rpartition(".")[0]
+        for name, short in probed_names.items()
+        if short not in whole
     }
     return _quantized(
         cls, model_config, base, sites, s, kept, partial, SELF_DERIVED, deadline, packed, back

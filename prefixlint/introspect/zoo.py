@@ -64,6 +64,8 @@ class ZooSummary:
         built_text = [r for r in text if r.status == "built"]
         builds = [r.build_seconds for r in self.rows if r.status == "built" and r.build_seconds]
         dry = [r for r in built_text if r.dryrun == "verified"]
+        built = [r for r in self.rows if r.status == "built"]
+        dry_all = [r for r in built if r.dryrun == "verified"]
         dry_seconds = [r.dryrun_seconds for r in self.rows if r.dryrun == "verified"]
         return {
             "architectures": len(self.rows),
@@ -83,6 +85,8 @@ class ZooSummary:
             "text_generation_dryrun_ratio": round(len(dry) / len(built_text), 3)
             if built_text
             else None,
+            "dryrun": len(dry_all),
+            "dryrun_ratio": round(len(dry_all) / len(built), 3) if built else None,
             "median_dryrun_seconds": round(statistics.median(dry_seconds), 3)
             if dry_seconds
             else None,
@@ -215,7 +219,8 @@ class ZooSummary:
         lines.append(
             f"checkpoint/quantization dry-run (PFX701/702): {c['text_generation_dryrun']}/"
             f"{c['text_generation_built']} text-generation architectures that build "
-            f"({(c['text_generation_dryrun_ratio'] or 0) * 100:.1f}%); median "
+            f"({(c['text_generation_dryrun_ratio'] or 0) * 100:.1f}%), {c['dryrun']}/"
+            f"{c['built']} of all builds ({(c['dryrun_ratio'] or 0) * 100:.1f}%); median "
             f"{c['median_dryrun_seconds']} s"
         )
         for key, n in c["by_category"].items():

@@ -31,7 +31,9 @@ def versions_markdown(summaries: list[ZooSummary]) -> str:
         lines.append(
             f"- **{label}**: {c['built']}/{c['architectures']} architectures build "
             f"({c['built'] / max(c['architectures'], 1) * 100:.1f}%); {c['with_findings']} "
-            f"of them with findings ({c['findings']} in all); wall {c['wall_seconds']} s "
+            f"of them with findings ({c['findings']} in all); the checkpoint and "
+            f"quantization dry-run verifies {c['dryrun']} of the builds "
+            f"({(c['dryrun_ratio'] or 0) * 100:.1f}%); wall {c['wall_seconds']} s "
             "(tp=1, `--jobs 1`)."
         )
     lines += [

@@ -104,31 +104,49 @@ def probe(
     stream: Callable[[Shaped], Any],
     out_of_time: Callable[[], bool] = lambda: False,
     cls: type | None = None,
+    fused: dict[str, tuple[str, Any]] | None = None,
 ) -> tuple[Shaped, dict[str, str], list[str]]:
     """``layout`` with each name the loader took only in another form renamed so:
     (the renamed layout, derived name -> name taken, what was tried that it took).
-    ``first``: the names the loader took as derived."""
+    ``first``: the names the loader took as derived; ``fused``: a part split from a
+    fused parameter -> (that parameter's checkpoint name, its shape and dtype), tried
+    whole first (a checkpoint that holds ``qkv_proj`` fused, as the loader reads it)."""
     left = set(layout) - first
     renamed: dict[str, str] = {}
+    values: dict[str, Any] = {}
     said: list[str] = []
-    for label, rename in renamings(left, cls):
+    tries: list[Renaming] = []
+    if fused:
+        tries.append(("fused parameters read whole", lambda n: fused[n][0] if n in fused else None))
+    for label, rename in tries + renamings(left, cls):
         if not left or out_of_time():
             break
-        trial: dict[str, str] = {}
+        trial: dict[str, list[str]] = {}
+        shaped: Shaped = {}
         for name in sorted(left):
             short = rename(name)
-            if short and short not in layout and short not in trial:
-                trial[short] = name
+            whole = bool(fused) and name in fused and fused[name][0] == short
+            if not short or (short in layout and not whole):
+                continue
+            if short in trial and not whole:
+                continue  # two names renamed alike: the first keeps it
+            trial.setdefault(short, []).append(name)
+            shaped[short] = fused[name][1] if whole and fused else layout[name]
         if not trial:
             continue
-        s = stream({short: layout[name] for short, name in trial.items()})
+        s = stream(shaped)
         if s.limit:
             continue
-        ok = taken(s, trial)
+        ok = taken(s, shaped)
         for short in ok:
-            renamed[trial[short]] = short
-            left.discard(trial[short])
+            values[short] = shaped[short]
+            for name in trial[short]:
+                renamed[name] = short
+                left.discard(name)
         if ok:
-            said.append(f"{label} ({len(ok)} names)")
-    out = {renamed.get(name, name): value for name, value in layout.items()}
+            said.append(f"{label} ({sum(len(trial[short]) for short in ok)} names)")
+    out: Shaped = {}
+    for name, value in layout.items():
+        short = renamed.get(name)
+        out[short or name] = values[short] if short else value
     return out, renamed, said
