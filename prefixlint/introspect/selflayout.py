@@ -690,6 +690,26 @@ def _judge_self(
         for name, short in probed_names.items()
         if short not in whole
     }
-    return _quantized(
+    outcome = _quantized(
         cls, model_config, base, sites, s, kept, partial, SELF_DERIVED, deadline, packed, back
+    )
+    outcome.findings = [_judged_entry(f) for f in outcome.findings]
+    return outcome
+
+
+def _judged_entry(f: Finding) -> Finding:
+    """A ``packed_modules_mapping`` entry whose parts differ from the ones the layout
+    derived: the derived parts are prefixlint's reading of the model's tables (a class
+    whose entry says the checkpoint holds the layer fused, ``'qkv': ['qkv']``, may be
+    right), so not verified, a PFX600 note. An entry the table lacks stays a finding: the
+    layer is fused either way, and looked up under its own name."""
+    if f.code != "PFX702" or "`packed_modules_mapping[" not in f.message:
+        return f
+    return Finding(
+        "PFX600",
+        "note",
+        f"not verified: {f.message}; the parts are the ones the model's own tables give, "
+        "which a real checkpoint (`--checkpoint`) confirms or not",
+        f.file,
+        f.line,
     )
