@@ -356,8 +356,9 @@ CODES: dict[str, Code] = {
                 "the dry-run's checkpoint mapping or the model's own stacked-params tables "
                 "say) and that the mapping does not name, at the line that built it: an error "
                 "when quantization or LoRA looks the parts up through the table, a note "
-                "otherwise (nothing looks them up today). Fused MoE experts are matched by their own prefix and the expert "
-                "mapping, not by this table, and are not checked."
+                "otherwise (nothing looks them up today). Fused MoE experts are matched by "
+                "their own prefix and the expert mapping, not by this table, and are not "
+                "checked."
             ),
         ),
         Code(

@@ -26,6 +26,7 @@ import copy
 import functools
 import re
 import traceback
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -656,8 +657,8 @@ def _judge_self(
         kept.append(
             dryrun._note(
                 "checkpoint dry-run, in part: the model's loader takes some of the names its "
-                f"own parameters give only with a segment left out ({said}), as a loader "
-                "that puts it back in code does: the layout checked holds those names",
+                f"own parameters give only in another form ({said}), as a loader that "
+                "renames them in code does: the layout checked holds the names it took",
                 sites.loader(""),
             )
         )
@@ -682,9 +683,8 @@ def _judge_self(
         )
 
     # 1:1 renamings only: a fused tensor read whole is its own checkpoint layer
-    whole = {
-        short for short in probed_names.values() if list(probed_names.values()).count(short) > 1
-    }
+    counts = Counter(probed_names.values())
+    whole = {short for short, n in counts.items() if n > 1}
     back = {
         short.rpartition(".")[0]: name.rpartition(".")[0]
         for name, short in probed_names.items()
