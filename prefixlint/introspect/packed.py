@@ -20,6 +20,7 @@ vLLM matches them by their own prefix and by the expert mapping, never by this t
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 from typing import Any
 
@@ -145,28 +146,31 @@ def missing_entries(
     return list(out.values())
 
 
-def _built_here(file: str, leaf: str) -> int:
-    """The line of ``file`` that builds a module named ``leaf`` (``self.leaf = ...`` or a
-    ``prefix`` ending in it), 0 where none does."""
+@functools.lru_cache(maxsize=256)
+def _built_names(file: str) -> dict[str, int]:
+    """Module names ``file`` builds, each at its first line: ``self.name = ...`` targets
+    and the last part of a ``prefix=`` string. Parsed once per file (one call per
+    unbuilt key would parse it again)."""
     try:
         with open(file, encoding="utf-8") as handle:
             tree = ast.parse(handle.read())
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
-        return 0
+        return {}
+    out: dict[str, int] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign):
             for target in node.targets:
-                if isinstance(target, ast.Attribute) and target.attr == leaf:
-                    return node.lineno
+                if isinstance(target, ast.Attribute):
+                    out.setdefault(target.attr, node.lineno)
         if isinstance(node, ast.keyword) and node.arg == "prefix":
             text = "".join(
                 part.value
                 for part in ast.walk(node.value)
                 if isinstance(part, ast.Constant) and isinstance(part.value, str)
             )
-            if text.endswith(f".{leaf}") or text == leaf:
-                return node.value.lineno
-    return 0
+            if text:
+                out.setdefault(text.rsplit(".", 1)[-1], node.value.lineno)
+    return out
 
 
 def unbuilt_key_reason(key: str, built: list[Any], cls: type | None) -> str:
@@ -196,7 +200,7 @@ def unbuilt_key_reason(key: str, built: list[Any], cls: type | None) -> str:
                 )
     leaf = key.strip(".").rsplit(".", 1)[-1]
     for file in selflayout._model_files(built[0].model, cls):
-        line = _built_here(file, leaf)
+        line = _built_names(file).get(leaf)
         if line:
             return (
                 f"{file.rsplit('/', 1)[-1]}:{line} builds a `{leaf}` in a branch no "

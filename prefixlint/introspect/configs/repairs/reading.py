@@ -73,12 +73,18 @@ def failing_frames(error: BaseException, depth: int = 4) -> list[Any]:
     return [f for f, _ in traceback.walk_tb(error.__traceback__)][-depth:][::-1]
 
 
+def raising_frame(error: BaseException) -> tuple[Any, int] | None:
+    """The innermost frame of ``error`` and the line it raised at, None without one."""
+    frames = list(traceback.walk_tb(error.__traceback__))
+    return frames[-1] if frames else None
+
+
 def failing_line(error: BaseException, after: int = 0) -> str:
     """The line that raised ``error``, with ``after`` more (a call spread over lines)."""
-    frames = list(traceback.walk_tb(error.__traceback__))
-    if not frames:
+    raised = raising_frame(error)
+    if raised is None:
         return ""
-    frame, line = frames[-1]
+    frame, line = raised
     return "".join(
         linecache.getline(frame.f_code.co_filename, n) for n in range(line, line + after + 1)
     )
@@ -95,10 +101,10 @@ def line_attributes(error: BaseException) -> list[str]:
     """Config attributes read on the line that raised ``error``, or, for a local read
     from the config just before (``x = getattr(config, "x", None)``), on the two lines
     above it."""
-    frames = list(traceback.walk_tb(error.__traceback__))
-    if not frames:
+    raised = raising_frame(error)
+    if raised is None:
         return []
-    frame, line = frames[-1]
+    frame, line = raised
     names: list[str] = []
     for n in (line, line - 1, line - 2):
         found = _config_reads(linecache.getline(frame.f_code.co_filename, n))
@@ -112,10 +118,10 @@ def asserted_locals(error: BaseException) -> list[str]:
     """Config attributes behind the locals the failing line names, each read into its
     local earlier in the function (``mla_use_nope = config.mla_use_nope`` five lines
     above ``assert mla_use_nope, ...``); the nearest assignment of each local counts."""
-    frames = list(traceback.walk_tb(error.__traceback__))
-    if not frames:
+    raised = raising_frame(error)
+    if raised is None:
         return []
-    frame, line = frames[-1]
+    frame, line = raised
     path, first = frame.f_code.co_filename, frame.f_code.co_firstlineno
     names = set(re.findall(r"\b([A-Za-z_]\w*)\b", linecache.getline(path, line)))
     found: list[str] = []
@@ -133,10 +139,10 @@ def function_reads(error: BaseException) -> list[str]:
     """Attribute names read (``x.name``, ``getattr(x, "name")``) in the failing function
     up to the failing line, nearest first: a section read into a local first
     (``draft_config = config.dflash_config``) and indexed lines later."""
-    frames = list(traceback.walk_tb(error.__traceback__))
-    if not frames:
+    raised = raising_frame(error)
+    if raised is None:
         return []
-    frame, line = frames[-1]
+    frame, line = raised
     path, first = frame.f_code.co_filename, frame.f_code.co_firstlineno
     text = "".join(linecache.getline(path, n) for n in range(first, line + 1))
     found = re.findall(r"\.(\w+)\b", text) + re.findall(r"getattr\(\s*\w+\s*,\s*[\"'](\w+)", text)
@@ -156,11 +162,11 @@ def model_lines(error: BaseException, before: int = 2) -> str:
 def raising_file_text(error: BaseException) -> list[str]:
     """The text of the file that raised ``error`` (often vLLM's layer, not the model's
     file): where the value was read, and how it is used there."""
-    frames = list(traceback.walk_tb(error.__traceback__))
-    if not frames:
+    raised = raising_frame(error)
+    if raised is None:
         return []
     try:
-        return [Path(frames[-1][0].f_code.co_filename).read_text(encoding="utf-8")]
+        return [Path(raised[0].f_code.co_filename).read_text(encoding="utf-8")]
     except OSError:
         return []
 
