@@ -194,7 +194,7 @@ def run_phase2(
     ``checkpoints`` (``checkpoint.Checkpoints``): the checkpoint each class's dry-run
     checks against; its errors (``CheckpointError``) are raised before any build."""
     from prefixlint.introspect import introspect as build
-    from prefixlint.introspect.worker import Worker
+    from prefixlint.introspect.process.worker import Worker
     from prefixlint.static.index import find_installed_package
     from prefixlint.static.model_classes import registry_architectures
 
@@ -248,7 +248,7 @@ def merge_classes(found: list[Diagnostic], executed: set[tuple[str, int]]) -> li
     """Classes of one file build the same sites (a model and its ``ForCausalLM``, a
     subclass and its base): one finding per code and place (the longest message: its path
     is the full one), and no "not verified" note at a site another class's build ran."""
-    from prefixlint.introspect.coverage import UNEXECUTED_SITE  # light: stdlib ast only
+    from prefixlint.introspect.coverage.sites import UNEXECUTED_SITE  # light: stdlib ast only
 
     best: dict[tuple, Diagnostic] = {}
     for d in found:

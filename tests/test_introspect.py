@@ -340,7 +340,7 @@ def test_counts_of_a_kind_of_layer_keep_their_share_of_the_shrunk_layers() -> No
 
 
 def test_backend_limits_are_environment() -> None:
-    from prefixlint.introspect.build import classify
+    from prefixlint.introspect.builds.pipeline import classify
 
     for error in (
         ValueError("use_alibi_sqrt is not supported by backend CPU_ATTN."),

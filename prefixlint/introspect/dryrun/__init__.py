@@ -27,7 +27,8 @@ from typing import Any
 
 from torch import nn
 
-from prefixlint.introspect.building import build_layout
+from prefixlint.introspect.builds.layout import build_layout
+from prefixlint.introspect.builds.parallel import Layout
 from prefixlint.introspect.dryrun.divergence import Divergence, reconcile
 from prefixlint.introspect.dryrun.layouts import (
     NotVerified,
@@ -40,7 +41,6 @@ from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import stream
 from prefixlint.introspect.dryrun.weights import coverage_findings, layout_refused, merge
 from prefixlint.introspect.finding import Finding
-from prefixlint.introspect.parallel import Layout
 
 __all__ = ["DryRun", "NotVerified", "incomplete_experts", "reference_class", "run"]
 
@@ -73,7 +73,7 @@ def _divergence_note(divergence: Divergence, sites: Sites) -> Finding:
 def _stream_context(base: Any, model_config: Any) -> Any:
     from vllm.config import set_current_vllm_config
 
-    from prefixlint.introspect.parallel import fake_parallel_state
+    from prefixlint.introspect.builds.parallel import fake_parallel_state
     from prefixlint.introspect.vllm_api import set_default_torch_dtype as dtype_context
 
     set_default_torch_dtype = dtype_context()

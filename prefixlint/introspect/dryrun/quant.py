@@ -9,7 +9,7 @@ from typing import Any
 
 from torch import nn
 
-from prefixlint.introspect.building import build_layout
+from prefixlint.introspect.builds.layout import build_layout
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import Stream, describe_error
 from prefixlint.introspect.dryrun.weights import module_leaf

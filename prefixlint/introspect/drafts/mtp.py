@@ -25,7 +25,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from prefixlint.introspect.mtp_layers import MTP_COUNT_KEYS, add_mtp_layer_lists
+from prefixlint.introspect.drafts.mtp_layers import MTP_COUNT_KEYS, add_mtp_layer_lists
 
 _MODEL_TYPE = re.compile(r"^[a-z][a-z0-9_]*$")
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefixlint.introspect.env import prepare
+from prefixlint.introspect.process.env import prepare
 
 prepare()
 
@@ -102,7 +102,7 @@ def resolve_targets(spec: str) -> list[Target]:
         module_name, _, class_name = spec.partition(":")
         module = importlib.import_module(module_name)
     else:
-        from prefixlint.introspect.plugins import unknown_architecture_hint
+        from prefixlint.introspect.targets.plugins import unknown_architecture_hint
 
         raise LookupError(
             f"{spec!r} is not an architecture of the installed vLLM registry"

@@ -18,12 +18,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from prefixlint.introspect.env import prepare
+from prefixlint.introspect.process.env import prepare
 
 prepare()
 
-from prefixlint.introspect import startup  # noqa: E402
-from prefixlint.introspect.building import (  # noqa: E402
+from prefixlint.introspect.builds.layout import (  # noqa: E402
     DRAFT_SPECS,
     V2_RUNNER,
     V2_SOURCE,
@@ -32,7 +31,13 @@ from prefixlint.introspect.building import (  # noqa: E402
     class_location,
     needs_model_runner_v2,
 )
+from prefixlint.introspect.builds.modelconfig import (  # noqa: E402
+    load_model_config,
+    model_config_repaired,
+)
+from prefixlint.introspect.builds.parallel import Layout  # noqa: E402
 from prefixlint.introspect.checks import check_build  # noqa: E402
+from prefixlint.introspect.checks import pfx608_engine_start as startup  # noqa: E402
 from prefixlint.introspect.configs import (  # noqa: E402
     ConfigGap,
     ConfigSource,
@@ -41,8 +46,10 @@ from prefixlint.introspect.configs import (  # noqa: E402
     seed_from_code,
     write_tokenizer,
 )
-from prefixlint.introspect.coverage import covered, not_verified  # noqa: E402
-from prefixlint.introspect.drafts import (  # noqa: E402
+from prefixlint.introspect.coverage.sites import covered, not_verified  # noqa: E402
+from prefixlint.introspect.coverage.variants import explore  # noqa: E402
+from prefixlint.introspect.drafts.mtp_layers import complete_mtp_layers  # noqa: E402
+from prefixlint.introspect.drafts.plan import (  # noqa: E402
     force_architecture,
     is_draft,
     plan_draft,
@@ -50,31 +57,24 @@ from prefixlint.introspect.drafts import (  # noqa: E402
     soften_for_draft,
     target_layer_offset,
 )
-from prefixlint.introspect.explore import explore  # noqa: E402
 from prefixlint.introspect.finding import Finding  # noqa: E402
-from prefixlint.introspect.gaps import describe, note, split_gaps  # noqa: E402
-from prefixlint.introspect.kernels import stand_ins_used  # noqa: E402
-from prefixlint.introspect.modelconfig import (  # noqa: E402
-    load_model_config,
-    model_config_repaired,
-)
-from prefixlint.introspect.mtp_layers import complete_mtp_layers  # noqa: E402
-from prefixlint.introspect.outcome import (  # noqa: E402
-    LayoutOutcome,
-    TargetResult,
-    classify,
-    environmental,
-    skipped,
-)
-from prefixlint.introspect.parallel import Layout  # noqa: E402
-from prefixlint.introspect.targets import (  # noqa: E402
+from prefixlint.introspect.process.kernels import stand_ins_used  # noqa: E402
+from prefixlint.introspect.targets.resolve import (  # noqa: E402
     Target,
     load_class,
     vllm_registry,
 )
 
 # (the worker reaches the targets through this module)
-from prefixlint.introspect.targets import resolve_targets as resolve_targets  # noqa: E402
+from prefixlint.introspect.targets.resolve import resolve_targets as resolve_targets  # noqa: E402
+from prefixlint.introspect.verdict.gaps import describe, note, split_gaps  # noqa: E402
+from prefixlint.introspect.verdict.outcome import (  # noqa: E402
+    LayoutOutcome,
+    TargetResult,
+    classify,
+    environmental,
+    skipped,
+)
 
 
 def _config_source(
@@ -86,7 +86,7 @@ def _config_source(
 ) -> ConfigSource:
     arch_for_config = target.arch.removesuffix("__prefixlint")
     if not config and not (config_table and arch_for_config in config_table):
-        from prefixlint.introspect.plugins import config_source
+        from prefixlint.introspect.targets.plugins import config_source
 
         plugin = config_source(target.arch, cls)  # a plugin's own config class
         if plugin is not None:
@@ -293,7 +293,9 @@ def _dry_run(
 ) -> None:
     """PFX701/PFX702 (``dryrun/``; against a real checkpoint ``checkpoint_run.py``) on
     the tp=1 build; a failure of the dry-run itself is a PFX600 note, never a lost target."""
-    from prefixlint.introspect import checkpoint_run, dryrun, packed, selflayout
+    from prefixlint.introspect import dryrun
+    from prefixlint.introspect.checks import packed
+    from prefixlint.introspect.dryrun import checkpoint_run, selflayout
 
     started = time.perf_counter()
     try:
@@ -324,7 +326,7 @@ def _dry_run(
 
 def _checkpoint_config(folder: str) -> str:
     """The checkpoint's config.json as the build config (``checkpoint.build_config``)."""
-    from prefixlint.introspect.checkpoint import CheckpointError, build_config, read
+    from prefixlint.introspect.dryrun.checkpoint import CheckpointError, build_config, read
 
     try:
         return build_config(read(folder))

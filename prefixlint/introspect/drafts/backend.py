@@ -20,7 +20,7 @@ import os
 from typing import Any
 
 from prefixlint.introspect import vllm_api
-from prefixlint.introspect.mtp_layers import add_mtp_layer_lists
+from prefixlint.introspect.drafts.mtp_layers import add_mtp_layer_lists
 
 # The layer count the backend reads first, then the other names checkpoints use.
 TRANSFORMERS_MTP_KEY = "num_mtp_layers"
@@ -83,7 +83,7 @@ def synth_target(model_type: str, target: str) -> str:
     import json
     from pathlib import Path
 
-    from prefixlint.introspect.mtp import synth_of_type
+    from prefixlint.introspect.drafts.mtp import synth_of_type
 
     folder = synth_of_type(model_type, target)
     path = Path(folder) / "config.json"

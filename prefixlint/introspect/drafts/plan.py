@@ -105,7 +105,7 @@ def target_candidates(arch: str, archs: list[str], registry: Any) -> list[str]:
 
 def _with_mtp_layers(folder: str, arch: str = "") -> None:
     """The synthesised target's config.json says it has one MTP layer (see mtp.py)."""
-    from prefixlint.introspect.mtp import mtp_sections, with_mtp_layers
+    from prefixlint.introspect.drafts.mtp import mtp_sections, with_mtp_layers
 
     with_mtp_layers(folder, mtp_sections(arch) if arch else ())
 
@@ -150,8 +150,8 @@ def _attempts(
     """Targets and methods to try, best first: the name's method against the targets
     named like the draft; for MTP, then the targets vLLM derives the draft from (mtp.py);
     for the other methods, then the other methods against the best-placed target."""
-    from prefixlint.introspect import mtp
-    from prefixlint.introspect.backend_drafts import backend_targets, synth_target
+    from prefixlint.introspect.drafts import mtp
+    from prefixlint.introspect.drafts.backend import backend_targets, synth_target
 
     candidates = target_candidates(arch, archs, registry)
 
@@ -225,7 +225,7 @@ def target_shaped(folder: str, target_folder: str, arch: str, cls: type | None) 
         return folder
     if mine.get("model_type") != "llama" or theirs.get("model_type") in (None, "llama"):
         return folder
-    from prefixlint.introspect.mtp import override_types
+    from prefixlint.introspect.drafts.mtp import override_types
 
     if theirs.get("model_type") in override_types():
         return folder  # vLLM would rewrite a config of this type into an MTP draft's
@@ -296,7 +296,7 @@ def seed_method_fields(folder: str, arch: str, method: str) -> list[str]:
 def mtp_gap(arch: str, archs: list[str]) -> str:
     """Why no target can give an MTP draft, from what vLLM derives it from: "" when
     prefixlint has nothing more precise to say."""
-    from prefixlint.introspect import mtp
+    from prefixlint.introspect.drafts import mtp
 
     types = mtp.model_types(mtp.override_triggers(arch))
     if not types:

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from prefixlint.introspect.checkpoint import Checkpoint
+from prefixlint.introspect.dryrun.checkpoint import Checkpoint
 from prefixlint.introspect.dryrun.quant import written_layers
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import Stream
@@ -144,9 +144,9 @@ def _config_folder(checkpoint: Checkpoint, hf_config: Any) -> str:
 def quantized_build(model_config: Any, checkpoint: Checkpoint) -> QuantBuild:
     """The model built on meta (tp=1) under the checkpoint's quantization config, as
     vLLM makes it from the checkpoint's config.json."""
-    from prefixlint.introspect.building import V2_RUNNER, build_layout
-    from prefixlint.introspect.modelconfig import load_model_config
-    from prefixlint.introspect.parallel import Layout
+    from prefixlint.introspect.builds.layout import V2_RUNNER, build_layout
+    from prefixlint.introspect.builds.modelconfig import load_model_config
+    from prefixlint.introspect.builds.parallel import Layout
 
     out = QuantBuild(method=checkpoint.quant_method)
     folder = _config_folder(checkpoint, model_config.hf_config)

@@ -4,7 +4,7 @@ B --markdown docs/zoo.md``)."""
 
 from __future__ import annotations
 
-from prefixlint.introspect.zoo import ZooSummary
+from prefixlint.introspect.zoo.run import ZooSummary
 
 CATEGORY_WORDS = (
     "`config-gap`: the synthesised config is not enough (give the checkpoint's own with "

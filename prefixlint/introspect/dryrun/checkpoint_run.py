@@ -18,8 +18,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from prefixlint.introspect import realquant
-from prefixlint.introspect.checkpoint import CheckpointError, read
 from prefixlint.introspect.dryrun import (
     DryRun,
     _as_served,
@@ -27,7 +25,9 @@ from prefixlint.introspect.dryrun import (
     _note,
     _served_as_embedding,
     _stream_context,
+    realquant,
 )
+from prefixlint.introspect.dryrun.checkpoint import CheckpointError, read
 from prefixlint.introspect.dryrun.quant import (
     OUT_OF_TIME,
     layer_sources,

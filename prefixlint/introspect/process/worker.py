@@ -20,7 +20,13 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from prefixlint.introspect.crash import EVENT_MARK, TRACE_ENV, TraceFile, crash_site, how_it_ended
+from prefixlint.introspect.process.crash import (
+    EVENT_MARK,
+    TRACE_ENV,
+    TraceFile,
+    crash_site,
+    how_it_ended,
+)
 
 MARK = "@@prefixlint-result@@ "
 # The share of a job's time budget after which optional verification steps are skipped.
@@ -67,7 +73,7 @@ class Worker:
         self.trace = self.trace or TraceFile()
         env[TRACE_ENV] = self.trace.path
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "prefixlint.introspect.worker"],
+            [sys.executable, "-m", "prefixlint.introspect.process.worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.log if self.log is not None else subprocess.DEVNULL,
@@ -160,7 +166,7 @@ class Worker:
 
 
 def _layouts(cls: Any, tps: list[int], pps: list[int]) -> list[Any]:
-    from prefixlint.introspect.parallel import Layout
+    from prefixlint.introspect.builds.parallel import Layout
 
     out = [Layout(tp=tp) for tp in tps]
     if getattr(cls, "supports_pp", False):
@@ -173,7 +179,9 @@ def _layouts(cls: Any, tps: list[int], pps: list[int]) -> list[Any]:
 
 
 def handle(job: dict[str, Any]) -> Any:
-    from prefixlint.introspect import build, crash, plugins
+    from prefixlint.introspect.builds import pipeline as build
+    from prefixlint.introspect.process import crash
+    from prefixlint.introspect.targets import plugins
 
     crash.new_job()
     crash.event("started")  # torch and vLLM are imported: the job's timeout counts from here
@@ -197,7 +205,7 @@ def handle(job: dict[str, Any]) -> Any:
     try:
         targets = build.resolve_targets(job["target"])
     except (Exception, SystemExit) as e:
-        from prefixlint.introspect.startup import unloadable
+        from prefixlint.introspect.checks.pfx608_engine_start import unloadable
 
         # the model's own module failing to import is a finding at its line
         return unloadable(job["target"], e) or {"error": f"{type(e).__name__}: {e}"}
@@ -244,7 +252,7 @@ def handle(job: dict[str, Any]) -> Any:
 # What every build imports whatever its model: imported before the first job, so that a
 # job's timeout counts from its build (``crash.event("started")``), not from these imports.
 _EVERY_BUILD = (
-    "prefixlint.introspect.build",
+    "prefixlint.introspect.builds.pipeline",
     "vllm.config",
     "vllm.transformers_utils.config",
     "vllm.model_executor.models.registry",
@@ -265,22 +273,22 @@ def _warm_up() -> None:
 
 
 def main() -> None:
-    from prefixlint.introspect.env import prepare
+    from prefixlint.introspect.process.env import prepare
 
     prepare()
-    from prefixlint.introspect.crash import arm
+    from prefixlint.introspect.process.crash import arm
 
     arm()  # stacks into the trace file on a crash, a hang or os._exit (see crash.py)
     # Only here, in phase 2's own process: torchvision & co. from set-up's folder, with
     # the schemas their extensions would define. Another process that imports build.py
     # (the smoke phase's child) must not see them: its vLLM engine would import them
     # in a subprocess where the schemas are not defined.
-    from prefixlint.introspect.optional import prepare_optional_packages
+    from prefixlint.introspect.process.optional import prepare_optional_packages
 
     prepare_optional_packages()
     # vLLM's CPU worker replaces torch.cuda.Event/Stream before it loads a model; builds
     # under its CpuPlatform get the same set-up (see cpuworker.py).
-    from prefixlint.introspect.cpuworker import prepare_cpu_worker
+    from prefixlint.introspect.process.cpuworker import prepare_cpu_worker
 
     prepare_cpu_worker()
     _warm_up()

@@ -16,8 +16,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from prefixlint.introspect.kernels import FIX as KERNEL_FIX
-from prefixlint.introspect.kernels import missing_kernel_reason
+from prefixlint.introspect.process.kernels import FIX as KERNEL_FIX
+from prefixlint.introspect.process.kernels import missing_kernel_reason
 
 GAP_CATEGORIES = ("config-gap", "environment")
 NOT_VERIFIED = "PFX600"

@@ -20,10 +20,10 @@ from prefixlint.introspect import (
     list_architectures,
     to_diagnostics,
 )
-from prefixlint.introspect.coverage import UNEXECUTED_SITE, registry_share
-from prefixlint.introspect.gaps import GAP_CATEGORIES
+from prefixlint.introspect.coverage.sites import UNEXECUTED_SITE, registry_share
+from prefixlint.introspect.process.worker import Worker, WorkerDied, WorkerTimeout
+from prefixlint.introspect.verdict.gaps import GAP_CATEGORIES
 from prefixlint.introspect.vllm_api import installed_release
-from prefixlint.introspect.worker import Worker, WorkerDied, WorkerTimeout
 
 
 @dataclass

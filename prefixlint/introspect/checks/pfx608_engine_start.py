@@ -22,19 +22,42 @@ import inspect
 import re
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from prefixlint.introspect.crash import model_code
+from prefixlint.introspect.checks.base import Case, Check, class_site
 from prefixlint.introspect.finding import Finding
+from prefixlint.introspect.process.crash import model_code
 
 CODE = "PFX608"
 
 
-def _site(cls: type | None) -> tuple[str, int]:
-    try:
-        return inspect.getsourcefile(cls) or "", inspect.getsourcelines(cls)[1]  # type: ignore[arg-type]
-    except (OSError, TypeError):
-        return "", 0
+class EngineStart(Check):
+    """## What it does
+    Calls vLLM's own start-up validators as vLLM calls them: `@support_torch_compile`'s
+    inference of `forward`'s dynamic dimensions, the model interface the runner needs
+    (`compute_logits` or a pooler, `embed_input_ids`, `forward(input_ids, positions)`),
+    `extract_layer_index` on every KV-cache layer's name. The pipeline calls
+    `import_failure`, `interface_refusal` and `layer_index_refusals` where vLLM would.
+
+    ## Why is this bad?
+    A model that builds can still never start: vLLM refuses it at start-up.
+
+    ## Example
+    A causal LM whose `compute_logits` is named `project_logits`.
+
+    ## Fix
+    Do what vLLM's message asks, at the reported line.
+    """
+
+    code = CODE
+    examples: ClassVar[tuple[Case, ...]] = (
+        Case(
+            "LlamaForCausalLM",
+            "    def compute_logits(",
+            "    def project_logits(",
+            "class LlamaForCausalLM(",
+        ),
+    )
 
 
 def _first_line(error: BaseException) -> str:
@@ -115,7 +138,7 @@ def interface_refusal(cls: type | None, error: BaseException) -> Finding | None:
         f'vLLM\'s engine refuses `{cls.__name__}` at start-up ("{_vllm_says(error)}"): '
         f"vLLM's model interface finds {'; '.join(missing)}"
     )
-    return Finding(CODE, "error", message, *_site(cls))
+    return Finding(CODE, "error", message, *class_site(cls))
 
 
 def _vllm_says(error: BaseException) -> str:
@@ -200,7 +223,7 @@ def layer_index_refusals(
                 said = str(e).strip() or type(e).__name__
             record = build.recorder.records.get(id(layer))
             built_here = record is not None and record.site_file
-            site = (record.site_file, record.site_line) if built_here else _site(cls)
+            site = (record.site_file, record.site_line) if built_here else class_site(cls)
             if site in out:
                 continue
             message = (
@@ -221,7 +244,7 @@ def unloadable(spec: str, error: BaseException) -> list[dict[str, Any]] | None:
     package, a bad target): the job's error then says why."""
     from dataclasses import asdict
 
-    from prefixlint.introspect.outcome import TargetResult
+    from prefixlint.introspect.verdict.outcome import TargetResult
 
     finding = import_failure(error)
     if finding is None:

@@ -104,7 +104,7 @@ def _model_files(model: nn.Module, cls: type | None) -> list[str]:
 
 
 def _is_model_file(file: str) -> bool:
-    from prefixlint.introspect.crash import model_code
+    from prefixlint.introspect.process.crash import model_code
 
     return model_code(file)
 

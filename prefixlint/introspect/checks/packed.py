@@ -26,12 +26,12 @@ from typing import Any
 
 from torch import nn
 
-from prefixlint.introspect.coverage import passes_quant_config
+from prefixlint.introspect.coverage.sites import passes_quant_config
 from prefixlint.introspect.finding import Finding
 
 
 def _table(model: nn.Module, cls: type | None) -> dict[str, Any]:
-    from prefixlint.introspect.selflayout import _packed_mapping
+    from prefixlint.introspect.dryrun.selflayout import _packed_mapping
 
     return _packed_mapping(model, cls)
 
@@ -54,7 +54,7 @@ def _table_line(cls: type | None) -> tuple[str, int]:
 def _parts_from_tables(model: nn.Module, cls: type | None) -> dict[str, list[str]]:
     """Fused leaf -> its checkpoint parts, as the model's loader tables say (not the
     ``packed_modules_mapping`` under check)."""
-    from prefixlint.introspect import selflayout
+    from prefixlint.introspect.dryrun import selflayout
 
     out: dict[str, list[str]] = {}
     fused = {
@@ -81,7 +81,7 @@ def missing_entries(
     """A finding per construction site of a fused layer whose checkpoint parts are
     separate and that ``packed_modules_mapping`` does not name. ``mapping``: the
     dry-run's checkpoint layer -> module path, when it ran."""
-    from prefixlint.introspect import selflayout
+    from prefixlint.introspect.dryrun import selflayout
 
     base = next(
         (b for b in builds if b.error is None and b.layout.tp == 1 and b.layout.pp == 1), None
@@ -182,7 +182,7 @@ def unbuilt_key_reason(key: str, built: list[Any], cls: type | None) -> str:
       every model it can wrap;
     - the model's own code builds a module of that name, in a branch none of the
       explored configs took."""
-    from prefixlint.introspect import selflayout
+    from prefixlint.introspect.dryrun import selflayout
 
     for build in built:
         chosen = _chosen_architectures(build)

@@ -46,7 +46,7 @@ def _library_dirs() -> tuple[str, ...]:
             vllm_root / "model_executor" / "layers",
             vllm_root / "compilation",  # @support_torch_compile wraps __init__
             vllm_root / "utils",
-            Path(__file__).resolve().parents[1],  # prefixlint itself
+            Path(__file__).resolve().parents[2],  # prefixlint itself
         )
     )
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prefixlint.introspect.coverage import measure, own_files
+from prefixlint.introspect.coverage.sites import measure, own_files
 
 _NOT_MODEL_CONFIGS = (
     "quant_config",

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from prefixlint.introspect.env import prepare
+from prefixlint.introspect.process.env import prepare
 
 prepare()
 
@@ -23,11 +23,11 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from prefixlint.introspect import vllm_api  # noqa: E402
-from prefixlint.introspect.gaps import runner_v2_reason  # noqa: E402
-from prefixlint.introspect.kernels import install_stand_ins, install_triton_stand_ins  # noqa: E402
-from prefixlint.introspect.meta import meta_parameters  # noqa: E402
-from prefixlint.introspect.parallel import Layout, fake_parallel_state  # noqa: E402
-from prefixlint.introspect.recorder import PrefixRecorder  # noqa: E402
+from prefixlint.introspect.builds.meta import meta_parameters  # noqa: E402
+from prefixlint.introspect.builds.parallel import Layout, fake_parallel_state  # noqa: E402
+from prefixlint.introspect.builds.recorder import PrefixRecorder  # noqa: E402
+from prefixlint.introspect.process.kernels import install_stand_ins, install_triton_stand_ins  # noqa: E402
+from prefixlint.introspect.verdict.gaps import runner_v2_reason  # noqa: E402
 
 
 @dataclass

@@ -9,11 +9,11 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+from prefixlint.introspect.builds.modelconfig import MISSING_FILES_WORDS
+from prefixlint.introspect.builds.parallel import Layout
 from prefixlint.introspect.configs import ConfigGap
 from prefixlint.introspect.finding import Finding
-from prefixlint.introspect.gaps import describe
-from prefixlint.introspect.modelconfig import MISSING_FILES_WORDS
-from prefixlint.introspect.parallel import Layout
+from prefixlint.introspect.verdict.gaps import describe
 
 
 @dataclass
