@@ -132,29 +132,11 @@ def run_target(
             cls = load_class(registry, target.arch)
         except (Exception, SystemExit) as e:
             return _refused(skipped(result, e, started), startup.import_failure(e))
+    arch_for_config = target.arch.removesuffix("__prefixlint")
     try:
-        arch_for_config = target.arch.removesuffix("__prefixlint")
-        from_checkpoint = bool(checkpoint and not config)
-        if from_checkpoint:
-            result.config_source = f"checkpoint {checkpoint} (its config.json)"
-            config = _checkpoint_config(str(checkpoint))
-        draft = None
-        if not config and not (config_table and arch_for_config in config_table):
-            draft = _draft_model_config(arch_for_config, cls, registry, target.arch)
-        if draft is not None:
-            model_config, result.config_source = draft
-            source = ConfigSource("", result.config_source)
-        else:
-            source = _config_source(target, cls, config, config_table, config_base)
-            result.config_source = source.source
-            if from_checkpoint:
-                result.config_source = f"checkpoint {checkpoint} (its config.json)"
-            if source.source.startswith("synthesised"):
-                model_config, early = model_config_repaired(source.folder)
-                if early:
-                    result.config_source += f"; guessed {', '.join(early)}"
-            else:
-                model_config = load_model_config(source.folder)
+        model_config, source = _target_config(
+            result, target, cls, registry, (config, config_table, config_base, checkpoint)
+        )
     except Exception as e:
         return _refused(skipped(result, e, started), startup.interface_refusal(cls, e))
 
@@ -162,17 +144,7 @@ def run_target(
         model_config = _prepared(
             result, model_config, layouts[0], cls, source, (arch_for_config, registry, target)
         )
-    builds: list[Build] = []
-    for layout in layouts:
-        build = build_layout(model_config, layout)
-        builds.append(build)
-        status = "built" if build.error is None else "failed"
-        result.layouts.append(LayoutOutcome(layout, status, build.seconds, _describe(build.error)))
-    stood_in = stand_ins_used([b.model for b in builds])
-    if stood_in:  # said, as every guess is (kernels.py)
-        result.config_source += (
-            f"; stand-ins for vLLM's compiled ops this vLLM lacks: {', '.join(stood_in)}"
-        )
+    builds = _build_layouts(result, model_config, layouts)
     explored = explore(cls, model_config, layouts, builds, build_layout, explore_budget)
     builds += explored.builds
     covered(result, cls, builds, explored)
@@ -196,6 +168,52 @@ def run_target(
     for build in builds:
         build.model = None
     return result
+
+
+def _target_config(
+    result: TargetResult, target: Target, cls: Any, registry: Any, given: tuple
+) -> tuple[Any, ConfigSource]:
+    """The target's ModelConfig and where its config came from: a checkpoint's, a draft's
+    as vLLM derives it, the one given, or a synthesised one (with the guesses said)."""
+    config, config_table, config_base, checkpoint = given
+    arch_for_config = target.arch.removesuffix("__prefixlint")
+    from_checkpoint = bool(checkpoint and not config)
+    if from_checkpoint:
+        result.config_source = f"checkpoint {checkpoint} (its config.json)"
+        config = _checkpoint_config(str(checkpoint))
+    draft = None
+    if not config and not (config_table and arch_for_config in config_table):
+        draft = _draft_model_config(arch_for_config, cls, registry, target.arch)
+    if draft is not None:
+        model_config, result.config_source = draft
+        return model_config, ConfigSource("", result.config_source)
+    source = _config_source(target, cls, config, config_table, config_base)
+    result.config_source = source.source
+    if from_checkpoint:
+        result.config_source = f"checkpoint {checkpoint} (its config.json)"
+    if source.source.startswith("synthesised"):
+        model_config, early = model_config_repaired(source.folder)
+        if early:
+            result.config_source += f"; guessed {', '.join(early)}"
+    else:
+        model_config = load_model_config(source.folder)
+    return model_config, source
+
+
+def _build_layouts(result: TargetResult, model_config: Any, layouts: list[Layout]) -> list[Build]:
+    """One build per layout, each outcome recorded, the kernel stand-ins used said."""
+    builds: list[Build] = []
+    for layout in layouts:
+        build = build_layout(model_config, layout)
+        builds.append(build)
+        status = "built" if build.error is None else "failed"
+        result.layouts.append(LayoutOutcome(layout, status, build.seconds, _describe(build.error)))
+    stood_in = stand_ins_used([b.model for b in builds])
+    if stood_in:  # said, as every guess is (kernels.py)
+        result.config_source += (
+            f"; stand-ins for vLLM's compiled ops this vLLM lacks: {', '.join(stood_in)}"
+        )
+    return builds
 
 
 def _refused(result: TargetResult, finding: Finding | None) -> TargetResult:
@@ -350,7 +368,7 @@ def _config_objects(model_config: Any) -> list[Any]:
     return out
 
 
-def _model_files(cls: type | None) -> list[str]:
+def model_files(cls: type | None) -> list[str]:
     """The source files of the model class and its bases in model code."""
     out = []
     for klass in getattr(cls, "__mro__", ()):
@@ -373,7 +391,7 @@ def _repair_loop(
     model's files read and the config lacks."""
     guessed: list[str] = []
     seeded = retried = False
-    files = _model_files(cls)
+    files = model_files(cls)
     error: BaseException | None = None
     for _ in range(attempts):
         probe = build_layout(model_config, layout)
@@ -523,7 +541,7 @@ def _with_tokenizer(
     if error is None or not _reads_tokenizer(error):
         return model_config
     try:
-        write_tokenizer(folder, _frame_files(error) + _model_files(cls))
+        write_tokenizer(folder, _frame_files(error) + model_files(cls))
         dtype = str(model_config.dtype).removeprefix("torch.")
         overrides = getattr(model_config, "hf_overrides", None) or None
         other = load_model_config(folder, dtype, overrides, tokenizer=folder)

@@ -31,9 +31,9 @@ from prefixlint.introspect.finding import Finding
 
 
 def _table(model: nn.Module, cls: type | None) -> dict[str, Any]:
-    from prefixlint.introspect.dryrun.selflayout import _packed_mapping
+    from prefixlint.introspect.dryrun.selflayout import packed_table
 
-    return _packed_mapping(model, cls)
+    return packed_table(model, cls)
 
 
 def _table_line(cls: type | None) -> tuple[str, int]:
@@ -60,13 +60,13 @@ def _parts_from_tables(model: nn.Module, cls: type | None) -> dict[str, list[str
     fused = {
         path.rsplit(".", 1)[-1]
         for path, module in model.named_modules()
-        if selflayout._fused_kind(module)
+        if selflayout.fused_kind(module)
     }
-    for file in selflayout._model_files(model, cls):
-        for leaf, part, _ in selflayout._file_triples(file):
+    for file in selflayout.model_files(model, cls):
+        for leaf, part, _ in selflayout.file_triples(file):
             if leaf in fused and part != leaf and part not in out.get(leaf, []):
                 out.setdefault(leaf, []).append(part)
-    stacked = getattr(selflayout._mapper(cls), "orig_to_new_stacked", None) or {}
+    stacked = getattr(selflayout.weights_mapper(cls), "orig_to_new_stacked", None) or {}
     for part, target in stacked.items():
         if isinstance(target, tuple) and target and isinstance(part, str):
             leaf = str(target[0]).strip(".")
@@ -99,7 +99,7 @@ def missing_entries(
     lora = bool(getattr(cls, "supports_lora", False))
     out: dict[tuple[str, int], Finding] = {}
     for path, module in model.named_modules():
-        if not selflayout._fused_kind(module):
+        if not selflayout.fused_kind(module):
             continue
         leaf = path.rsplit(".", 1)[-1]
         if leaf in table:
@@ -199,7 +199,7 @@ def unbuilt_key_reason(key: str, built: list[Any], cls: type | None) -> str:
                     "model the class can wrap"
                 )
     leaf = key.strip(".").rsplit(".", 1)[-1]
-    for file in selflayout._model_files(built[0].model, cls):
+    for file in selflayout.model_files(built[0].model, cls):
         line = _built_names(file).get(leaf)
         if line:
             return (

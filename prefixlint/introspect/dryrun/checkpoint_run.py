@@ -99,6 +99,28 @@ def run(
         # the real checkpoint's own names: each raise is what the engine's load meets
         reason = "`load_weights` raised on too many kinds of names to check the rest"
         return DryRun("not verified", reason, merge(findings))
+    findings, sources = _judged(
+        cls, s, layout, sites, (base, target, quant, model_config), parts, deadline
+    )
+    mapping = {layer: path for path, layers in sources.items() for layer in layers}
+    return DryRun("verified", "; ".join(parts), merge(findings), mapping)
+
+
+def _judged(
+    cls: type | None,
+    s: Any,
+    layout: dict[str, Any],
+    sites: Sites,
+    built: tuple[Any, Any, Any, Any],
+    parts: list[str],
+    deadline: float | None,
+) -> tuple[list[Finding], dict[str, Any]]:
+    """What a complete stream of the checkpoint left undone, and each layer's quantization
+    judged (against the checkpoint's own config, else a synthetic ``Fp8Config``); ``parts``
+    gets what was done. ``built``: the tp=1 build, the one streamed, the quantized build (or
+    None) and the target's model config."""
+    base, target, quant, base_config = built
+    findings: list[Finding] = []
     realquant.drop_defaulted(s, target.model)
     scales = realquant.fold_shard_scales(s, target.model)
     sources = layer_sources(s, target.model)
@@ -121,7 +143,7 @@ def run(
     findings += _partly_loaded(s, sites)
     findings += judged.findings
     if quant is None:
-        found, skipped = quant_findings(cls, model_config, base, sources, sites, deadline)
+        found, skipped = quant_findings(cls, base_config, base, sources, sites, deadline)
         findings += found
         if skipped:
             findings.append(_note(f"quantization dry-run: {skipped}", sites.class_site))
@@ -131,8 +153,7 @@ def run(
                 "no quantization config: each linear layer judged under a synthetic "
                 "`Fp8Config` as without a checkpoint"
             )
-    mapping = {layer: path for path, layers in sources.items() for layer in layers}
-    return DryRun("verified", "; ".join(parts), merge(findings), mapping)
+    return findings, sources
 
 
 def _mixed_precision(cls: type | None, base: Any, quant: realquant.QuantBuild) -> DryRun:

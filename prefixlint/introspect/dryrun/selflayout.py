@@ -93,7 +93,7 @@ def model_type_reference(hf_config: Any, arch: str) -> str | None:
 # -- 2. the model's own tables ----------------------------------------------------------------
 
 
-def _model_files(model: nn.Module, cls: type | None) -> list[str]:
+def model_files(model: nn.Module, cls: type | None) -> list[str]:
     out = []
     for klass in {type(m) for m in model.modules()} | ({cls} if cls else set()):
         for base in getattr(klass, "__mro__", ()):
@@ -110,7 +110,7 @@ def _is_model_file(file: str) -> bool:
 
 
 @functools.lru_cache(maxsize=256)
-def _file_triples(file: str) -> tuple[tuple[str, str, Any], ...]:
+def file_triples(file: str) -> tuple[tuple[str, str, Any], ...]:
     """``(str, str, shard)`` tuples in tables (a list or tuple of at least two of them) in
     ``file``: the stacked-params entries a ``load_weights`` loops over."""
     try:
@@ -138,7 +138,7 @@ def _file_triples(file: str) -> tuple[tuple[str, str, Any], ...]:
     return tuple(dict.fromkeys(out))
 
 
-def _fused_kind(module: nn.Module) -> str | None:
+def fused_kind(module: nn.Module) -> str | None:
     from vllm.model_executor.layers.linear import MergedColumnParallelLinear, QKVParallelLinear
 
     sizes = getattr(module, "output_sizes", None)
@@ -164,12 +164,12 @@ def shard_sources(model: nn.Module, cls: type | None) -> dict[str, list[tuple[st
     ``packed_modules_mapping`` (QKV parts are q, k, v; merged parts in order)."""
     fused = {}
     for path, module in model.named_modules():
-        kind = _fused_kind(module)
+        kind = fused_kind(module)
         if kind is not None:
             fused.setdefault(path.rsplit(".", 1)[-1], (kind, len(module.output_sizes)))
     out: dict[str, list[tuple[str, int]]] = {}
-    for file in _model_files(model, cls):
-        for leaf, part, shard in _file_triples(file):
+    for file in model_files(model, cls):
+        for leaf, part, shard in file_triples(file):
             if leaf not in fused or part == leaf:
                 continue
             index = _shard_index(*fused[leaf][:1], shard, fused[leaf][1])
@@ -183,7 +183,7 @@ def shard_sources(model: nn.Module, cls: type | None) -> dict[str, list[tuple[st
             index = _shard_index(fused[leaf][0], shard, fused[leaf][1])
             if index is not None and (part.strip("."), index) not in out.get(leaf, []):
                 out.setdefault(leaf, []).append((part.strip("."), index))
-    packed = _packed_mapping(model, cls)
+    packed = packed_table(model, cls)
     for leaf, (_, count) in fused.items():
         parts = packed.get(leaf)
         if leaf in out or not isinstance(parts, (list, tuple)) or len(parts) != count:
@@ -198,7 +198,7 @@ def _stacked_entries(model: nn.Module, cls: type | None) -> list[tuple[Any, Any]
     """The ``orig_to_new_stacked`` entries of the class's mapper, then of the mappers of
     the classes built inside it (a ColBERT wrapper's Lfm2 backbone keeps its ``.w1`` ->
     ``.w13`` entries on ``Lfm2Model``)."""
-    mappers = [_mapper(cls)] + [_mapper(type(m)) for m in model.modules()]
+    mappers = [weights_mapper(cls)] + [weights_mapper(type(m)) for m in model.modules()]
     out: list[tuple[Any, Any]] = []
     seen: set[int] = set()
     for mapper in mappers:
@@ -210,7 +210,7 @@ def _stacked_entries(model: nn.Module, cls: type | None) -> list[tuple[Any, Any]
     return out
 
 
-def _packed_mapping(model: nn.Module, cls: type | None) -> dict[str, Any]:
+def packed_table(model: nn.Module, cls: type | None) -> dict[str, Any]:
     """What LoRA reads (vLLM's ``get_packed_modules_mapping``), else the class's own."""
     try:
         from vllm.model_executor.utils import get_packed_modules_mapping
@@ -238,7 +238,7 @@ class Layout:
     fused: dict[str, tuple[str, Any]] = field(default_factory=dict)
 
 
-def _mapper(cls: type | None) -> Any:
+def weights_mapper(cls: type | None) -> Any:
     mapper = getattr(cls, "hf_to_vllm_mapper", None)
     forward = getattr(mapper, "map_name", None) or getattr(mapper, "_map_name", None)
     return mapper if callable(forward) else None
@@ -326,7 +326,7 @@ def _expert_tensors(
 def derive(cls: type | None, model: nn.Module) -> Layout:
     """The checkpoint the model's own tables describe, as name -> (shape, dtype)."""
     out = Layout()
-    mapper = _mapper(cls)
+    mapper = weights_mapper(cls)
     modules = dict(model.named_modules())
     sources = shard_sources(model, cls)
     experts = _expert_entries(model)
@@ -337,7 +337,7 @@ def derive(cls: type | None, model: nn.Module) -> Layout:
         tensors: dict[str, tuple[int, ...]] = {}
         fused_name = None
         expert = _expert_tensors(name, shape, experts) if experts else None
-        kind = _fused_kind(module) if module is not None else None
+        kind = fused_kind(module) if module is not None else None
         dim = getattr(param, "output_dim", None)
         module_leaf = path.rsplit(".", 1)[-1]
         if expert is not None:
@@ -604,31 +604,9 @@ def _judge_self(
     if s.limit:
         return _limited(s, sites, [], SELF_DERIVED)
     derived_count = len(layout)
-    first = renamed.taken(s, layout)
-    taken, probed, left_out = len(first), [], []
-    probed_names: dict[str, str] = {}
-    if not s.complete or taken / max(derived_count, 1) < TAKEN_SHARE:
-        # the loader renames in code: the names it takes, asked of it (renamed.py); the
-        # names it takes in no form are left out, so that one refused name does not stop
-        # the load of the others (they are said as not taken)
-        other, names, said = renamed.probe(
-            layout,
-            first,
-            lambda part: _stream(base, model_config, part),
-            lambda: past(deadline),
-            cls,
-            derived.fused,
-        )
-        wanted = first | set(names.values())
-        other = {k: v for k, v in other.items() if k in wanted}
-        again = _stream(base, model_config, other) if names else None
-        took = renamed.taken(again, other) if again is not None and not again.limit else set()
-        # counted in derived names: a fused tensor read whole stands for its parts
-        count = sum(1 for n in layout if names.get(n, n) in took)
-        if again is not None and count > taken:
-            left_out = sorted(set(layout) - first - set(names))
-            layout, s, taken, probed = other, again, count, said
-            probed_names = names
+    layout, s, taken, probed, probed_names, left_out = _taken_layout(
+        cls, model_config, base, derived, s, deadline
+    )
     share = taken / max(derived_count, 1)
     refused = sorted({n for n, _ in s.raised} | (set(layout) - s.recorder.consumed) | set(left_out))
     shown = ", ".join(f"`{n}`" for n in refused[:3]) + (
@@ -651,6 +629,78 @@ def _judge_self(
         if (judged := _judged_unwritten(f)) is not None
     ]
     partial = [SELF_DERIVED]
+    kept += _partial_notes(partial, probed, refused, shown, derived, sites)
+
+    def packed(f: Finding) -> bool:
+        # the table's entry for a fused layer, whatever the names around it; a fused layer
+        # mixing ignored and quantized parts follows from the names it was fed (here the
+        # model's own, which its loader may not all take)
+        return "`packed_modules_mapping` has no entry" in f.message or (
+            "`packed_modules_mapping[" in f.message
+        )
+
+    # 1:1 renamings only: a fused tensor read whole is its own checkpoint layer
+    counts = Counter(probed_names.values())
+    whole = {short for short, n in counts.items() if n > 1}
+    back = {
+        short.rpartition(".")[0]: name.rpartition(".")[0]
+        for name, short in probed_names.items()
+        if short not in whole
+    }
+    outcome = _quantized(
+        cls, model_config, base, sites, s, kept, partial, SELF_DERIVED, deadline, packed, back
+    )
+    outcome.findings = [_judged_entry(f) for f in outcome.findings]
+    return outcome
+
+
+def _taken_layout(
+    cls: type | None, model_config: Any, base: Any, derived: Layout, s: Any, deadline: Any
+) -> tuple[dict[str, Any], Any, int, list[str], dict[str, str], list[str]]:
+    """The layout the loader takes: the derived one, or, when the loader renames in code,
+    the names it takes asked of it (renamed.py); the names it takes in no form are left
+    out, so that one refused name does not stop the load of the others (they are said as
+    not taken). Returns the layout, its stream, how many derived names it takes, what the
+    probe said, the renamings and the names left out."""
+    layout = derived.tensors
+    derived_count = len(layout)
+    first = renamed.taken(s, layout)
+    taken, probed, left_out = len(first), [], []
+    probed_names: dict[str, str] = {}
+    if s.complete and taken / max(derived_count, 1) >= TAKEN_SHARE:
+        return layout, s, taken, probed, probed_names, left_out
+    other, names, said = renamed.probe(
+        layout,
+        first,
+        lambda part: _stream(base, model_config, part),
+        lambda: past(deadline),
+        cls,
+        derived.fused,
+    )
+    wanted = first | set(names.values())
+    other = {k: v for k, v in other.items() if k in wanted}
+    again = _stream(base, model_config, other) if names else None
+    took = renamed.taken(again, other) if again is not None and not again.limit else set()
+    # counted in derived names: a fused tensor read whole stands for its parts
+    count = sum(1 for n in layout if names.get(n, n) in took)
+    if again is not None and count > taken:
+        left_out = sorted(set(layout) - first - set(names))
+        layout, s, taken, probed = other, again, count, said
+        probed_names = names
+    return layout, s, taken, probed, probed_names, left_out
+
+
+def _partial_notes(
+    partial: list[str],
+    probed: list[str],
+    refused: list[str],
+    shown: str,
+    derived: Layout,
+    sites: Any,
+) -> list[Finding]:
+    """The notes of a self-derived dry-run that checked part of the layout; ``partial``
+    gets what each covers."""
+    kept: list[Finding] = []
     if probed:
         said = "; ".join(probed)
         partial.append(f"names its loader renames in code, asked of the loader: {said}")
@@ -674,27 +724,7 @@ def _judge_self(
             dryrun._note(f"checkpoint dry-run, in part: not derived: {said}", sites.class_site)
         )
 
-    def packed(f: Finding) -> bool:
-        # the table's entry for a fused layer, whatever the names around it; a fused layer
-        # mixing ignored and quantized parts follows from the names it was fed (here the
-        # model's own, which its loader may not all take)
-        return "`packed_modules_mapping` has no entry" in f.message or (
-            "`packed_modules_mapping[" in f.message
-        )
-
-    # 1:1 renamings only: a fused tensor read whole is its own checkpoint layer
-    counts = Counter(probed_names.values())
-    whole = {short for short, n in counts.items() if n > 1}
-    back = {
-        short.rpartition(".")[0]: name.rpartition(".")[0]
-        for name, short in probed_names.items()
-        if short not in whole
-    }
-    outcome = _quantized(
-        cls, model_config, base, sites, s, kept, partial, SELF_DERIVED, deadline, packed, back
-    )
-    outcome.findings = [_judged_entry(f) for f in outcome.findings]
-    return outcome
+    return kept
 
 
 def _judged_entry(f: Finding) -> Finding:

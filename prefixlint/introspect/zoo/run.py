@@ -335,6 +335,39 @@ class _Journal:
             self.fh.close()
 
 
+def _selected(only: list[str] | None, shard: tuple[int, int]) -> tuple[dict[str, str], list[str]]:
+    """The registry's architectures with their groups, and those this run builds."""
+    lister = Worker()
+    try:
+        groups = list_architectures(lister, DEFAULT_TIMEOUT)
+    finally:
+        lister.close()
+    archs = sorted(groups)
+    if only:
+        archs = [a for a in archs if a in set(only)]
+    index, count = shard
+    return groups, archs[index::count]
+
+
+def _built_row(worker: Worker, arch: str, group: str, params: dict, timeout: float) -> Row:
+    """One architecture built in ``worker``: its row, a failure of the worker included."""
+    t = time.perf_counter()
+    try:
+        answer = worker.run({"kind": "build", "target": arch, **params}, timeout)
+        return _row(arch, group, answer, time.perf_counter() - t)
+    except (WorkerTimeout, WorkerDied) as e:
+        diag = failure(arch, f"building `{arch}` failed in its worker: {e}", e.site)
+        return Row(
+            arch,
+            group,
+            "failed",
+            "finding",
+            str(e),
+            time.perf_counter() - t,
+            findings=[diag.to_json()],
+        )
+
+
 def run_zoo(
     jobs: int = 1,
     shard: tuple[int, int] = (0, 1),
@@ -355,16 +388,7 @@ def run_zoo(
     started = time.perf_counter()
     params = {"tp": tp or [1], "pp": pp or [1], "dryrun": dryrun, "explore_budget": explore_budget}
     previous = read_journal(resume, params) if resume is not None else []
-    lister = Worker()
-    try:
-        groups = list_architectures(lister, DEFAULT_TIMEOUT)
-    finally:
-        lister.close()
-    archs = sorted(groups)
-    if only:
-        archs = [a for a in archs if a in set(only)]
-    index, count = shard
-    archs = archs[index::count]
+    groups, archs = _selected(only, shard)
     done_before = {r.arch: r for r in previous if r.arch in set(archs)}
     todo = [a for a in archs if a not in done_before]
     workers = [Worker() for _ in range(max(1, min(jobs, len(todo) or 1)))]
@@ -379,32 +403,8 @@ def run_zoo(
             return
         with lock:
             worker = free.pop()
-        t = time.perf_counter()
         try:
-            answer = worker.run(
-                {
-                    "kind": "build",
-                    "target": arch,
-                    "tp": tp or [1],
-                    "pp": pp or [1],
-                    "dryrun": dryrun,
-                    "budget": timeout,
-                    "explore_budget": explore_budget,
-                },
-                timeout,
-            )
-            row = _row(arch, groups[arch], answer, time.perf_counter() - t)
-        except (WorkerTimeout, WorkerDied) as e:
-            diag = failure(arch, f"building `{arch}` failed in its worker: {e}", e.site)
-            row = Row(
-                arch,
-                groups[arch],
-                "failed",
-                "finding",
-                str(e),
-                time.perf_counter() - t,
-                findings=[diag.to_json()],
-            )
+            row = _built_row(worker, arch, groups[arch], {**params, "budget": timeout}, timeout)
         finally:
             with lock:
                 free.append(worker)
