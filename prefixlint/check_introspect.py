@@ -16,11 +16,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from prefixlint.codes import url_for
+from prefixlint.codes import NOT_VERIFIED_CODE, url_for
 from prefixlint.diagnostic import Diagnostic, Position, Severity
 from prefixlint.paths import display_path
 
-NOT_VERIFIED = "PFX600"
 INTERNAL_SUFFIX = "__prefixlint"  # phase 2's name for a class that shadows a registered one
 # ``ModelRegistry.register_model("Name", Cls)`` or ``("Name", "pkg.mod:Cls")``.
 _REGISTER = re.compile(
@@ -115,14 +114,14 @@ def architectures_in(path: Path, registry: frozenset[str]) -> list[Candidate]:
 def note(path: str, line: int, message: str, arch: str) -> Diagnostic:
     pos = Position(max(line, 1), 1)
     return Diagnostic(
-        code=NOT_VERIFIED,
+        code=NOT_VERIFIED_CODE,
         message=message,
         severity=Severity.NOTE,
         filename=path,
         location=pos,
         end_location=pos,
         phase="introspect",
-        url=url_for(NOT_VERIFIED),
+        url=url_for(NOT_VERIFIED_CODE),
         data={"architecture": arch},
     )
 

@@ -25,6 +25,9 @@ INTROSPECT = "introspect"
 SMOKE = "smoke"
 PHASES = (STATIC, INTROSPECT, SMOKE)
 
+# Codes other modules name, defined here only: "not verified" is no finding on the model.
+NOT_VERIFIED_CODE = "PFX600"
+
 PROJECT_URL = "https://github.com/prefixlint/prefixlint"
 DOCS_URL = f"{PROJECT_URL}/blob/main/docs/rules.md"
 

@@ -1,18 +1,19 @@
 """What a phase-2 check reports: one finding at a line of the model's own code.
 
-Light (stdlib only): the checks (``checks.py``), the coverage notes (``coverage.py``)
+Light (stdlib only): the checks (``checks/``), the coverage notes (``coverage/sites.py``)
 and the dry-run (``dryrun/``) all make findings, and none of them imports another for it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 
 @dataclass
 class Finding:
     code: str
-    severity: str
+    severity: Literal["error", "warning", "note"]
     message: str
     file: str
     line: int

@@ -16,11 +16,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from prefixlint.codes import NOT_VERIFIED_CODE
 from prefixlint.introspect.process.kernels import FIX as KERNEL_FIX
 from prefixlint.introspect.process.kernels import missing_kernel_reason
 
 GAP_CATEGORIES = ("config-gap", "environment")
-NOT_VERIFIED = "PFX600"
 
 # Packages that exist only for CUDA machines (kernels, DSLs): no CPU install helps.
 _CUDA_ONLY = {"cutlass", "flash_attn", "deep_gemm", "flashinfer", "vllm_flash_attn", "cuda"}
@@ -99,7 +99,7 @@ def note(
         f"not the model ({reason}); {fix_hint(category, reason, synthesised)}"
     )
     return {
-        "code": NOT_VERIFIED,
+        "code": NOT_VERIFIED_CODE,
         "severity": "note",
         "message": message,
         "file": file,
