@@ -6,6 +6,7 @@ and the dry-run (``dryrun/``) all make findings, and none of them imports anothe
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -24,3 +25,12 @@ class Finding:
 
     def key(self) -> tuple[str, str, int, str]:
         return (self.code, self.file, self.line, self.group)
+
+
+def class_site(cls: type | None) -> tuple[str, int]:
+    """Where a class is defined: its file and the line of its ``class`` statement (``("",
+    0)`` for None or a class without source)."""
+    try:
+        return inspect.getsourcefile(cls) or "", inspect.getsourcelines(cls)[1]  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return "", 0

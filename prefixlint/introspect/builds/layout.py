@@ -9,7 +9,6 @@ refuses under Model Runner V2 (``V2_RUNNER``). Runs inside a worker process."""
 from __future__ import annotations
 
 import contextlib
-import inspect
 import os
 import time
 from dataclasses import dataclass
@@ -76,15 +75,6 @@ def build_layout(model_config: Any, layout: Layout, quant_config: Any = None) ->
     except (Exception, SystemExit) as e:  # a model's sys.exit is its failure too
         error, tb = e, e.__traceback__
     return Build(layout, model, vllm_config, recorder, time.perf_counter() - started, error, tb)
-
-
-def class_location(cls: type | None) -> tuple[str, int]:
-    if cls is None:
-        return "", 0
-    try:
-        return inspect.getsourcefile(cls) or "", inspect.getsourcelines(cls)[1]
-    except (OSError, TypeError):
-        return "", 0
 
 
 @contextlib.contextmanager

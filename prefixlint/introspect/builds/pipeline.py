@@ -28,7 +28,6 @@ from prefixlint.introspect.builds.layout import (  # noqa: E402
     V2_SOURCE,
     Build,
     build_layout,
-    class_location,
     needs_model_runner_v2,
 )
 from prefixlint.introspect.builds.modelconfig import (  # noqa: E402
@@ -57,7 +56,7 @@ from prefixlint.introspect.drafts.plan import (  # noqa: E402
     soften_for_draft,
     target_layer_offset,
 )
-from prefixlint.introspect.finding import Finding  # noqa: E402
+from prefixlint.introspect.finding import Finding, class_site  # noqa: E402
 from prefixlint.introspect.process.kernels import stand_ins_used  # noqa: E402
 from prefixlint.introspect.targets.resolve import (  # noqa: E402
     Target,
@@ -293,7 +292,7 @@ def _findings(
         ]
         for f in findings:
             f.severity, f.message = soften_for_draft(f.code, f.severity, f.message)
-    file, line = class_location(cls)
+    file, line = class_site(cls)
     for (category, reason), failed in gap_builds.items():
         layouts = [b.layout.name for b in failed]
         findings.append(Finding(**note(arch, layouts, category, reason, synthesised, file, line)))
@@ -328,7 +327,7 @@ def _dry_run(
                     cls, model_config, builds, result.config_source, why, deadline
                 )
     except Exception as e:
-        file, line = class_location(cls)
+        file, line = class_site(cls)
         note = f"not verified: the checkpoint dry-run failed: {_describe(e)}"
         finding = Finding("PFX600", "note", note, file, line)
         outcome = dryrun.DryRun("not verified", _describe(e), [finding])

@@ -9,7 +9,6 @@ build, a ``TargetCheck`` reads all of a target's successful builds together.
 
 from __future__ import annotations
 
-import inspect
 import re
 import traceback
 from collections.abc import Callable
@@ -18,7 +17,7 @@ from typing import Any, ClassVar
 
 from torch import nn
 
-from prefixlint.introspect.finding import Finding
+from prefixlint.introspect.finding import Finding, class_site
 
 _SHOWN = 3  # repeats named in a message
 
@@ -131,14 +130,6 @@ class Findings:
 
 def natural_order(path: str) -> list[Any]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)]
-
-
-def class_site(cls: type | None) -> tuple[str, int]:
-    """Where a class is defined: its file and the line of its ``class`` statement."""
-    try:
-        return inspect.getsourcefile(cls) or "", inspect.getsourcelines(cls)[1]  # type: ignore[arg-type]
-    except (OSError, TypeError):
-        return "", 0
 
 
 def model_frame(tb: Any, external: Callable[[str], bool]) -> tuple[str, int]:

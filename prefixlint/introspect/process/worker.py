@@ -180,6 +180,7 @@ def _layouts(cls: Any, tps: list[int], pps: list[int]) -> list[Any]:
 
 def handle(job: dict[str, Any]) -> Any:
     from prefixlint.introspect.builds import pipeline as build
+    from prefixlint.introspect.finding import class_site
     from prefixlint.introspect.process import crash
     from prefixlint.introspect.targets import plugins
 
@@ -218,7 +219,7 @@ def handle(job: dict[str, Any]) -> Any:
                 cls = build.load_class(build.vllm_registry(), target.arch)
             except Exception:
                 cls = None
-        file, line = build.class_location(cls)
+        file, line = class_site(cls)
         crash.event("building", arch=target.arch, file=file, line=line)
         layouts = _layouts(cls, job.get("tp", [1, 2, 4, 8]), job.get("pp", [2]))
         result = build.run_target(
@@ -244,7 +245,7 @@ def handle(job: dict[str, Any]) -> Any:
             }
             for o in result.layouts
         ]
-        data["class_file"], data["class_line"] = build.class_location(cls)
+        data["class_file"], data["class_line"] = class_site(cls)
         results.append(data)
     return results
 
