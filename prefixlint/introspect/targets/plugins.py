@@ -400,28 +400,13 @@ def _shipped_config(top: str, arch: str) -> Path | None:
     return None
 
 
-def _shrunk(config_cls: type, default: Any, kw: dict[str, Any]) -> Any:
-    from prefixlint.introspect import configs
-
-    first_consistent = getattr(configs, "_first_consistent", None)
-    if first_consistent is not None:
-        cfg, error = first_consistent(config_cls, default, kw)
-        if cfg is not None:
-            return cfg
-        if error is not None:
-            raise error
-    return config_cls(**kw)
-
-
-def _accepted(
-    config_cls: type, default: Any, kw: dict[str, Any], depth: int = 2
-) -> tuple[Any, list[str]]:
+def _accepted(config_cls: type, kw: dict[str, Any], depth: int = 2) -> tuple[Any, list[str]]:
     """The class built from ``kw``, or from ``kw`` less the fewest shrunk sizes its own
     validation refuses (``rotary_dim must be ... at most head_dim``: the shrunk
     ``head_dim`` under the default ``rotary_dim``), and the sizes left at their default.
     A size whose removal changes the class's complaint is followed (``depth`` deep)."""
     try:
-        return _shrunk(config_cls, default, kw), []
+        return config_cls(**kw), []
     except Exception as e:
         if depth == 0:
             raise
@@ -431,14 +416,14 @@ def _accepted(
     for key in sizes:
         rest = {k: v for k, v in kw.items() if k != key}
         try:
-            return _shrunk(config_cls, default, rest), [key]
+            return config_cls(**rest), [key]
         except Exception as e:
             if str(e) != str(first):
                 moved.append(key)
     for key in moved:
         rest = {k: v for k, v in kw.items() if k != key}
         try:
-            cfg, more = _accepted(config_cls, default, rest, depth - 1)
+            cfg, more = _accepted(config_cls, rest, depth - 1)
         except Exception:
             continue
         return cfg, [key, *more]
@@ -458,7 +443,7 @@ def _construct(config_cls: type, num_layers: int) -> tuple[Any, str]:
     first: Exception | None = None
     for n in counts:
         try:
-            cfg, kept = _accepted(config_cls, default, configs.shrink_kwargs(default, n))
+            cfg, kept = _accepted(config_cls, configs.shrink_kwargs(default, n))
         except Exception as e:
             first = first or e
             continue
