@@ -13,7 +13,10 @@ class Quantization(Check):
     Builds the model again under vLLM's real `Fp8Config` whose `ignored_layers` name the
     checkpoint's unquantized layers (or under `--checkpoint`'s own quantization config),
     and reports each layer whose quant method disagrees with what its checkpoint name
-    asks, and each fused layer whose parts `packed_modules_mapping` lacks. In `dryrun/`
+    asks, each fused layer whose parts `packed_modules_mapping` lacks, and each layer built
+    without `quant_config` whose checkpoint layers the quantization config covers (a
+    router, one output per expert, is a note: vLLM's MoE models leave it unquantized on
+    purpose). In `dryrun/`
     (`quant.py`, `realquant.py`), reported at the line that built the layer.
 
     ## Why is this bad?
@@ -30,4 +33,11 @@ class Quantization(Check):
     code = "PFX702"
     examples: ClassVar[tuple[Case, ...]] = (
         Case("LlamaDecoderLayer", 'prefix=f"{prefix}.mlp",', "", "self.mlp = LlamaMLP("),
+        # a layer never given the quantization config (issue 28)
+        Case(
+            "LlamaMLP",
+            "            quant_config=quant_config,\n            reduce_results=reduce_results,",
+            "            reduce_results=reduce_results,",
+            "self.down_proj = RowParallelLinear(",
+        ),
     )
