@@ -83,10 +83,12 @@ def missing_entries(
     dry-run's checkpoint layer -> module path, when it ran."""
     from prefixlint.introspect.dryrun import selflayout
 
-    base = next(
-        (b for b in builds if b.error is None and b.layout.tp == 1 and b.layout.pp == 1), None
-    )
-    if base is None or base.model is None:
+    built = [b for b in builds if b.error is None and b.model is not None]
+    # the tp=1 build, else any that built (a layout that fails must not hide the table's
+    # gaps the others show)
+    base = next((b for b in built if b.layout.tp == 1 and b.layout.pp == 1), None)
+    base = base or next(iter(built), None)
+    if base is None:
         return []
     model = base.model
     table = _table(model, cls)

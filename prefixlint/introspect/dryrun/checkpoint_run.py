@@ -26,6 +26,7 @@ from prefixlint.introspect.dryrun import (
     _served_as_embedding,
     _stream_context,
     realquant,
+    unbuilt,
 )
 from prefixlint.introspect.dryrun.checkpoint import CheckpointError, read
 from prefixlint.introspect.dryrun.quant import (
@@ -54,7 +55,7 @@ def run(
         return DryRun("off")
     base = _base_build(model_config, builds)
     if base is None:
-        return DryRun("", "the model did not build")
+        return unbuilt(cls, builds)
     class_site = Sites(cls, base.model, base.recorder).class_site
     if _past(deadline):
         return _not_verified(OUT_OF_TIME, class_site)

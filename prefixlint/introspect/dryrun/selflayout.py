@@ -448,7 +448,7 @@ def run(
     against the model's own layout; ``why``: why the architecture's reference did not do."""
     base = dryrun._base_build(model_config, builds)
     if base is None:
-        return dryrun.DryRun("", "the model did not build")
+        return dryrun.unbuilt(cls, builds)
     sites = Sites(cls, base.model, base.recorder)
     sites.embedding = dryrun._served_as_embedding(model_config)
     if not callable(getattr(base.model, "load_weights", None)):
