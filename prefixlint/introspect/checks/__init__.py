@@ -25,7 +25,10 @@ from prefixlint.introspect.checks.pfx600_not_verified import NotVerified
 from prefixlint.introspect.checks.pfx601_prefix_path import PrefixPath
 from prefixlint.introspect.checks.pfx602_duplicate_name import DuplicateLayerName, DuplicateLeafName
 from prefixlint.introspect.checks.pfx603_heads_not_divisible import HeadsNotDivisible
-from prefixlint.introspect.checks.pfx604_construction_failed import ConstructionFailed
+from prefixlint.introspect.checks.pfx604_construction_failed import (
+    ConstructionFailed,
+    failure_key,
+)
 from prefixlint.introspect.checks.pfx605_pipeline_stage import PipelineStage
 from prefixlint.introspect.checks.pfx606_interface import PackedMappingKeys, PipelineInterface
 from prefixlint.introspect.checks.pfx607_per_rank_heads import PerRankHeads
@@ -62,6 +65,11 @@ def check_build(
     then a finding; otherwise it is not verified)."""
     out = Findings()
     subject = Subject.of(cls, model_config, complete)
+    subject.unstaged_failures = {
+        failure_key(b, subject.class_site)
+        for b in builds
+        if b.error is not None and b.layout.pp == 1
+    }
     for build in builds:
         if build.error is not None:
             for check in CHECKS:

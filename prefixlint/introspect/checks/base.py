@@ -78,6 +78,8 @@ class Subject:
     class_site: tuple[str, int] = ("", 0)
     heads: Any = None
     kv_heads: Any = None
+    # (site, what it raised) of the failed builds that split no pipeline (pp=1)
+    unstaged_failures: set[tuple[tuple[str, int], str]] = field(default_factory=set)
 
     @classmethod
     def of(cls_, cls: type | None, model_config: Any, complete: bool) -> Subject:

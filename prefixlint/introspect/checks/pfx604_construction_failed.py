@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import linecache
 from typing import Any, ClassVar
 
 from prefixlint.introspect.checks.base import (
@@ -46,19 +47,35 @@ class ConstructionFailed(FailureCheck):
     )
 
     def judge(self, build: Any, subject: Subject) -> Finding | None:
-        error, layout = build.error, build.layout
-        file, line = model_frame(build.error_tb, build.recorder.external)
-        first = first_line(error)
-        message = f"building the model failed for {layout.name}: {type(error).__name__}: {first}"
-        site = (file, line) if file else subject.class_site
+        layout = build.layout
+        site, what = failure_key(build, subject.class_site)
+        # one finding per site: the layouts it failed in are said by the merge
+        message = f"building the model failed: {what}"
         n_layers = config_value(subject.hf, "num_hidden_layers") or 0
-        if layout.pp > 1 and isinstance(n_layers, int) and n_layers // layout.pp < 2:
+        small_stage = layout.pp > 1 and isinstance(n_layers, int) and n_layers // layout.pp < 2
+        if small_stage and (site, what) not in subject.unstaged_failures:
             # one layer per stage: a stage of a small config may lack a kind of layer a real
-            # checkpoint's stages all hold (a MoE model whose stage 0 is the dense layer)
+            # checkpoint's stages all hold (a MoE model whose stage 0 is the dense layer);
+            # a failure the unsplit model has too is not the stage's
             message = (
                 f"not verified at {layout.name}: the config's {n_layers} layers leave one per "
-                f"stage, and the build failed ({type(error).__name__}: {first}); a config with "
-                "more layers (`--config`) would tell"
+                f"stage, and the build failed ({what}); a config with more layers (`--config`) "
+                "would tell"
             )
             return Finding("PFX600", "note", message, *site, group=message)
         return Finding(self.code, "error", message, *site, group=message)
+
+
+def failure_key(build: Any, class_site: tuple[str, int]) -> tuple[tuple[str, int], str]:
+    """Where a failed build failed (the model's frame, else the class) and what it raised,
+    as ``judge`` says them."""
+    file, line = model_frame(build.error_tb, build.recorder.external)
+    what = f"{type(build.error).__name__}: {first_line(build.error) or _source(file, line)}"
+    return ((file, line) if file else class_site), what.rstrip(": ")
+
+
+def _source(file: str, line: int) -> str:
+    """The statement's line in the model's file, for an error that says nothing itself (a
+    bare ``assert``)."""
+    text = linecache.getline(file, line).strip() if file else ""
+    return f"`{text[:200]}`" if text else ""
