@@ -421,7 +421,7 @@ def test_a_constructor_that_always_raises_is_one_finding_at_its_line(worker, tmp
         num_attention_heads=4,
         num_key_value_heads=2,
         vocab_size=256,
-        max_position_embeddings=64,
+        max_position_embeddings=256,
     ).save_pretrained(tmp_path / "config")
     report = introspect(
         f"{path}:LlamaForCausalLM",
