@@ -291,3 +291,34 @@ def test_architecture_tree_is_fresh() -> None:
     script = PACKAGE.parent / "scripts" / "architecture_tree.py"
     done = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout
+
+
+# What the command line imports of phase 2 before a worker starts: none may pull in torch,
+# vLLM or transformers (a missing path or an unreadable checkpoint is answered at once,
+# and `check` runs without them).
+LIGHT = (
+    "prefixlint.introspect",
+    "prefixlint.introspect.targets.checkpoint",
+    "prefixlint.introspect.coverage.sites",
+    "prefixlint.introspect.process.worker",
+    "prefixlint.introspect.zoo.run",
+    "prefixlint.introspect.vllm_api",
+    "prefixlint.check_introspect",
+    "prefixlint.config",
+)
+
+
+@pytest.mark.parametrize("module", LIGHT)
+def test_command_line_side_of_phase_2_is_light(module: str) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        f"import sys, {module}; "
+        "print([m for m in ('torch', 'vllm', 'transformers') if m in sys.modules])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", f"{module} imports {done.stdout.strip()}"

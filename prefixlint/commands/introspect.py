@@ -66,7 +66,7 @@ def introspect(
     """
     from prefixlint.check_introspect import polish, public_name
     from prefixlint.introspect import introspect as run
-    from prefixlint.introspect.dryrun.checkpoint import CheckpointError
+    from prefixlint.introspect.targets.checkpoint import CheckpointError
 
     refuse_checkpoint_without_dryrun(checkpoint, no_dryrun)
     table, base = config_table()

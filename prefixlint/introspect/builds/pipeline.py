@@ -343,7 +343,7 @@ def _dry_run(
 
 def _checkpoint_config(folder: str) -> str:
     """The checkpoint's config.json as the build config (``checkpoint.build_config``)."""
-    from prefixlint.introspect.dryrun.checkpoint import CheckpointError, build_config, read
+    from prefixlint.introspect.targets.checkpoint import CheckpointError, build_config, read
 
     try:
         return build_config(read(folder))

@@ -28,7 +28,6 @@ from prefixlint.introspect.dryrun import (
     realquant,
     unbuilt,
 )
-from prefixlint.introspect.dryrun.checkpoint import CheckpointError, read
 from prefixlint.introspect.dryrun.quant import (
     OUT_OF_TIME,
     layer_sources,
@@ -39,6 +38,7 @@ from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import Stream, stream
 from prefixlint.introspect.dryrun.weights import coverage_findings, merge
 from prefixlint.introspect.finding import Finding
+from prefixlint.introspect.targets.checkpoint import CheckpointError, read
 
 
 def run(

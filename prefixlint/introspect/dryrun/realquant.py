@@ -26,12 +26,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from prefixlint.introspect.dryrun.checkpoint import Checkpoint
 from prefixlint.introspect.dryrun.quant import written_layers
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import Stream
 from prefixlint.introspect.dryrun.weights import module_leaf
 from prefixlint.introspect.finding import Finding
+from prefixlint.introspect.targets.checkpoint import Checkpoint
 
 # safetensors dtype names -> torch attribute names (the format's table; a dtype this
 # torch lacks is named in a note)
