@@ -116,8 +116,8 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", default=DEFAULT)
     args = ap.parse_args()
 
-    from prefixlint.introspect import checkpoint as ck
-    from prefixlint.introspect.worker import Worker
+    from prefixlint.introspect.process.worker import Worker
+    from prefixlint.introspect.targets import checkpoint as ck
 
     started = time.perf_counter()
     worker = Worker()

@@ -111,8 +111,8 @@ def main() -> None:
             f"{g['built_ratio'] * 100:>5.1f}%  {why}"
         )
     if args.markdown:
-        from prefixlint.introspect.zoo import Row, ZooSummary
-        from prefixlint.introspect.zoo_versions import versions_markdown
+        from prefixlint.introspect.zoo.run import Row, ZooSummary
+        from prefixlint.introspect.zoo.versions import versions_markdown
 
         summaries = [
             ZooSummary(

@@ -16,11 +16,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from prefixlint.codes import url_for
+from prefixlint.codes import NOT_VERIFIED_CODE, url_for
 from prefixlint.diagnostic import Diagnostic, Position, Severity
 from prefixlint.paths import display_path
 
-NOT_VERIFIED = "PFX600"
 INTERNAL_SUFFIX = "__prefixlint"  # phase 2's name for a class that shadows a registered one
 # ``ModelRegistry.register_model("Name", Cls)`` or ``("Name", "pkg.mod:Cls")``.
 _REGISTER = re.compile(
@@ -115,14 +114,14 @@ def architectures_in(path: Path, registry: frozenset[str]) -> list[Candidate]:
 def note(path: str, line: int, message: str, arch: str) -> Diagnostic:
     pos = Position(max(line, 1), 1)
     return Diagnostic(
-        code=NOT_VERIFIED,
+        code=NOT_VERIFIED_CODE,
         message=message,
         severity=Severity.NOTE,
         filename=path,
         location=pos,
         end_location=pos,
         phase="introspect",
-        url=url_for(NOT_VERIFIED),
+        url=url_for(NOT_VERIFIED_CODE),
         data={"architecture": arch},
     )
 
@@ -194,7 +193,7 @@ def run_phase2(
     ``checkpoints`` (``checkpoint.Checkpoints``): the checkpoint each class's dry-run
     checks against; its errors (``CheckpointError``) are raised before any build."""
     from prefixlint.introspect import introspect as build
-    from prefixlint.introspect.worker import Worker
+    from prefixlint.introspect.process.worker import Worker
     from prefixlint.static.index import find_installed_package
     from prefixlint.static.model_classes import registry_architectures
 
@@ -248,7 +247,7 @@ def merge_classes(found: list[Diagnostic], executed: set[tuple[str, int]]) -> li
     """Classes of one file build the same sites (a model and its ``ForCausalLM``, a
     subclass and its base): one finding per code and place (the longest message: its path
     is the full one), and no "not verified" note at a site another class's build ran."""
-    from prefixlint.introspect.coverage import UNEXECUTED_SITE  # light: stdlib ast only
+    from prefixlint.introspect.coverage.sites import UNEXECUTED_SITE  # light: stdlib ast only
 
     best: dict[tuple, Diagnostic] = {}
     for d in found:

@@ -25,6 +25,9 @@ INTROSPECT = "introspect"
 SMOKE = "smoke"
 PHASES = (STATIC, INTROSPECT, SMOKE)
 
+# Codes other modules name, defined here only: "not verified" is no finding on the model.
+NOT_VERIFIED_CODE = "PFX600"
+
 PROJECT_URL = "https://github.com/prefixlint/prefixlint"
 DOCS_URL = f"{PROJECT_URL}/blob/main/docs/rules.md"
 
@@ -39,6 +42,9 @@ class Code:
     fixable: bool = False
     doc: str = ""  # "rule:module:Class" for a static rule, else the documentation itself
     default_enabled: bool = True
+    # "module:Class" of the phase-2 check unit that reports it (never imported here: it
+    # needs torch); tests/test_introspect_checks.py ties each to its entry in CHECKS.
+    check: str = ""
 
     @property
     def anchor(self) -> str:
@@ -261,6 +267,7 @@ CODES: dict[str, Code] = {
                 "unless `--strict`"
                 " is given."
             ),
+            check="prefixlint.introspect.checks.pfx600_not_verified:NotVerified",
         ),
         Code(
             "PFX601",
@@ -284,6 +291,7 @@ CODES: dict[str, Code] = {
                 "of one decoder layer given unique names on purpose. Reported at the line of "
                 "the model that built the module."
             ),
+            check="prefixlint.introspect.checks.pfx601_prefix_path:PrefixPath",
         ),
         Code(
             "PFX602",
@@ -297,6 +305,7 @@ CODES: dict[str, Code] = {
                 "lookup and one "
                 "KV-cache slot. Usually a literal prefix, or a loop whose prefix lacks the index."
             ),
+            check="prefixlint.introspect.checks.pfx602_duplicate_name:DuplicateLayerName",
         ),
         Code(
             "PFX603",
@@ -308,6 +317,7 @@ CODES: dict[str, Code] = {
                 "For each TP size of the grid, the query heads must divide by it and the KV heads "
                 "must divide by it or it by them. The message names the TP sizes that work."
             ),
+            check="prefixlint.introspect.checks.pfx603_heads_not_divisible:HeadsNotDivisible",
         ),
         Code(
             "PFX604",
@@ -319,6 +329,7 @@ CODES: dict[str, Code] = {
                 "Reported at the innermost frame in the model's own file. A hang or a crash of the "
                 "worker process is reported too, never a dead run."
             ),
+            check="prefixlint.introspect.checks.pfx604_construction_failed:ConstructionFailed",
         ),
         Code(
             "PFX605",
@@ -335,6 +346,7 @@ CODES: dict[str, Code] = {
                 "off the last stage are warnings: they cost memory, nothing breaks. Encoder "
                 "towers (vision, audio) are not split across stages and are not checked."
             ),
+            check="prefixlint.introspect.checks.pfx605_pipeline_stage:PipelineStage",
         ),
         Code(
             "PFX606",
@@ -360,6 +372,7 @@ CODES: dict[str, Code] = {
                 "their own prefix and the expert mapping, not by this table, and are not "
                 "checked."
             ),
+            check="prefixlint.introspect.checks.pfx606_interface:PipelineInterface",
         ),
         Code(
             "PFX607",
@@ -377,6 +390,7 @@ CODES: dict[str, Code] = {
                 "kernel for heads this rank does not hold. Reported at the line that built "
                 "the attention layer."
             ),
+            check="prefixlint.introspect.checks.pfx607_per_rank_heads:PerRankHeads",
         ),
         Code(
             "PFX608",
@@ -395,6 +409,7 @@ CODES: dict[str, Code] = {
                 "attention layer with a KV cache (one integer: its decoder layer's index). "
                 "Reported at the line that causes the refusal, with vLLM's message."
             ),
+            check="prefixlint.introspect.checks.pfx608_engine_start:EngineStart",
         ),
         Code(
             "PFX701",
@@ -431,6 +446,7 @@ CODES: dict[str, Code] = {
                 "quantized tensor written into a parameter of another kind of dtype (fp8 "
                 "values cast into a bfloat16 weight) is reported too."
             ),
+            check="prefixlint.introspect.checks.pfx701_weight_loading:WeightLoading",
         ),
         Code(
             "PFX702",
@@ -458,6 +474,7 @@ CODES: dict[str, Code] = {
                 "built without its `quant_config` and a kind of layer the method cannot "
                 "quantize are named as causes too."
             ),
+            check="prefixlint.introspect.checks.pfx702_quantization:Quantization",
         ),
         Code(
             "PFX801",

@@ -177,7 +177,7 @@ def load_checkpoints_table(start: Path | None = None) -> tuple[dict[str, str], s
 def checkpoints_table(table: object, path: Path) -> tuple[dict[str, str], str | None]:
     """Validate ``[tool.prefixlint.checkpoints]``: each value a folder that exists or a
     hub id (``org/name``, fetched when a run needs it)."""
-    from prefixlint.introspect.checkpoint import is_hub_id
+    from prefixlint.introspect.targets.checkpoint import is_hub_id
 
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: [tool.prefixlint] must be a table")

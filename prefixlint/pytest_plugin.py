@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 
-NOT_VERIFIED = "PFX600"
+from prefixlint.codes import NOT_VERIFIED_CODE
+
 # A build that failed for a gap of config synthesis or of this machine says nothing about
 # the model (as in ``prefixlint zoo``).
 GAP_CATEGORIES = ("config-gap", "environment")
@@ -149,7 +150,7 @@ def _targets(config: pytest.Config) -> list[str]:
 
 def _worker(config: pytest.Config) -> Any:
     """One phase-2 worker process for the session: vLLM is imported once, not per test."""
-    from prefixlint.introspect.worker import Worker
+    from prefixlint.introspect.process.worker import Worker
 
     if _WORKER not in config.stash:
         config.stash[_WORKER] = Worker()
@@ -173,7 +174,7 @@ def verdict(report: Any) -> Verdict:
         return out
     gaps = {r.get("arch") for r in report.results if r.get("category") in GAP_CATEGORIES}
     for d in report.diagnostics:
-        if d.code == NOT_VERIFIED:
+        if d.code == NOT_VERIFIED_CODE:
             out.not_verified.append(d.message.removeprefix("not verified: "))
         elif d.code == "PFX604" and d.data.get("architecture") in gaps:
             out.not_verified.append(f"{d.message} (a gap of config synthesis or this machine)")

@@ -18,7 +18,7 @@ fi
 .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 # Phase 2 builds vision and audio models on the meta device, which never calls their
 # compiled kernels: the releases paired with torch 2.13 go into a folder only the phase-2
-# worker puts on its path (prefixlint/introspect/optional.py defines the operator schemas
+# worker puts on its path (prefixlint/introspect/process/optional.py defines the operator schemas
 # when the extension cannot load), so no other process of the venv imports them.
 OPTIONAL=.venv/prefixlint-optional
 if [ ! -d "$OPTIONAL/torchvision" ] || [ ! -d "$OPTIONAL/timm" ] || [ ! -d "$OPTIONAL/torchaudio" ]; then

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from prefixlint.cli import EXIT_ERROR, main
 from prefixlint.config import ConfigError, load_checkpoints_table, load_config
-from prefixlint.introspect import checkpoint as ck
+from prefixlint.introspect.targets import checkpoint as ck
 from tests import tiny_checkpoints
 
 pytest.importorskip("safetensors")

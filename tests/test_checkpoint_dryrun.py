@@ -245,7 +245,7 @@ def test_a_method_vllm_cannot_build_here_is_not_verified(worker, tmp_path) -> No
 
 
 def test_a_sharded_checkpoint_and_its_hub_manifest_verify_alike(worker, tmp_path) -> None:
-    from prefixlint.introspect import checkpoint as ck
+    from prefixlint.introspect.targets import checkpoint as ck
 
     report, _, _ = run(worker, tmp_path, "fp8", [MLP_RENAMED], "sharded", shards=3)
     sharded = [(d.code, d.location.row, d.message) for d in dry_run_diagnostics(report)]

@@ -432,3 +432,29 @@ def test_a_tensor_the_model_does_without_is_a_note(worker) -> None:
     assert dropped, [d.message for d in report.diagnostics]
     assert {d.severity.value for d in dropped} == {"note"}
     assert all("nothing stays random" in d.message for d in dropped)
+
+
+def test_a_layout_that_fails_hides_no_finding_of_the_others(worker, tmp_path) -> None:
+    """Issue 30: a literal attention prefix fails the layouts that build two layers (tp=1,
+    tp=2) and not the pipeline stages of one layer each (pp=4). The stages still show the table's
+    missing `gate_up_proj` entry (PFX606 at the fused layer), and the dry-run, which loads
+    into the tp=1 build, says it did not run and why instead of saying nothing."""
+    path, text = model_copy(
+        tmp_path,
+        "llama",
+        "fails_some_layouts",
+        [
+            ("LlamaAttention", 'prefix=f"{prefix}.attn",', 'prefix="attn",'),
+            ("LlamaForCausalLM", '        "gate_up_proj": ["gate_proj", "up_proj"],\n', ""),
+        ],
+    )
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1, 2), pp=(4,), worker=worker)
+    statuses = {lay["name"]: lay["status"] for lay in report.results[0]["layouts"]}
+    assert statuses["tp=1"] == "failed" and "built" in statuses.values(), statuses
+    found = [(d.code, d.location.row, d.severity.value) for d in report.diagnostics]
+    fused = line_of(text, "LlamaMLP", "self.gate_up_proj = MergedColumnParallelLinear(")
+    assert any(code == "PFX606" and row == fused for code, row, _ in found), found
+    [note] = [d for d in report.diagnostics if d.code == "PFX600" and "dry-run" in d.message]
+    assert "tp=1 build, which failed" in note.message and "Duplicate layer name" in note.message
+    assert Path(note.filename).name == path.name
+    assert report.results[0]["dryrun"] == "not verified"

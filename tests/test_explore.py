@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from prefixlint.introspect.coverage import construction_sites, passes_quant_config
-from prefixlint.introspect.explore import OTHER_KIND, applied, file_facts, variants_for
+from prefixlint.introspect.coverage.sites import construction_sites, passes_quant_config
+from prefixlint.introspect.coverage.variants import OTHER_KIND, applied, file_facts, variants_for
 
 MODEL = """
 TABLE = {"attention": AttnLayer, "mamba": MambaLayer}

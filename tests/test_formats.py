@@ -238,7 +238,7 @@ def test_every_format_on_every_command() -> None:
 
 
 def test_zoo_findings_in_machine_formats(monkeypatch, tmp_path: Path) -> None:
-    from prefixlint.introspect import zoo
+    from prefixlint.introspect.zoo import run as zoo
 
     finding = diag(code="PFX601", filename="m.py").to_json() | {"phase": "introspect"}
     rows = [

@@ -340,7 +340,7 @@ def test_counts_of_a_kind_of_layer_keep_their_share_of_the_shrunk_layers() -> No
 
 
 def test_backend_limits_are_environment() -> None:
-    from prefixlint.introspect.build import classify
+    from prefixlint.introspect.builds.pipeline import classify
 
     for error in (
         ValueError("use_alibi_sqrt is not supported by backend CPU_ATTN."),
@@ -400,3 +400,39 @@ def test_a_divergence_no_consumer_reads_is_a_note(worker, tmp_path: Path) -> Non
     found = [(d.code, d.severity.value) for d in report.diagnostics]
     assert found == [("PFX601", "note")], [d.message for d in report.diagnostics]
     assert "nothing looks this name up today" in report.diagnostics[0].message
+
+
+def test_a_constructor_that_always_raises_is_one_finding_at_its_line(worker, tmp_path) -> None:
+    """Issue 30: a bare `assert` that every layout reaches is one PFX604 at its line, which
+    quotes the statement (the error says nothing itself) and names the layouts; the
+    pipeline stages of a two-layer config fail the same way before any layer is built, so
+    they give no "a config with more layers would tell" note."""
+    from transformers import LlamaConfig
+
+    planted = "        assert config.hidden_size < 0\n"
+    init = "        self.config = config\n"
+    path, text = llama_copy(
+        tmp_path, "always_raises", replace_in_class("LlamaForCausalLM", init, init + planted)
+    )
+    LlamaConfig(
+        hidden_size=64,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+        max_position_embeddings=256,
+    ).save_pretrained(tmp_path / "config")
+    report = introspect(
+        f"{path}:LlamaForCausalLM",
+        tp=(1, 2),
+        pp=(2,),
+        config=str(tmp_path / "config"),
+        worker=worker,
+    )
+    line = line_in_class(text, "LlamaForCausalLM", "assert config.hidden_size < 0")
+    [failed] = [d for d in report.diagnostics if d.code == "PFX604"]
+    assert failed.location.row == line, failed
+    assert "`assert config.hidden_size < 0`" in failed.message, failed.message
+    assert "tp=1" in failed.message and "stage 1" in failed.message, failed.message
+    assert not [d for d in report.diagnostics if d.code == "PFX600"], report.diagnostics

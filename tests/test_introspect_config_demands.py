@@ -14,12 +14,12 @@ import pytest
 
 from prefixlint.introspect.configs.demands import none_reads
 from prefixlint.introspect.configs.guards import give_guard_demands, guard_demands
-from prefixlint.introspect.mtp_layers import (
+from prefixlint.introspect.configs.rescale import rescale_indices, rescale_sections, rescaled
+from prefixlint.introspect.drafts.mtp_layers import (
     add_mtp_layer_lists,
     complete_mtp_layers,
     mtp_layer_count,
 )
-from prefixlint.introspect.rescale import rescale_indices, rescale_sections, rescaled
 from tests.conftest import model_module, requires_vllm
 
 GUARDED = """
@@ -284,7 +284,7 @@ def test_a_sub_config_keeps_an_even_head_split() -> None:
 def test_backend_drafts_only_for_a_draft_listed_with_the_backend() -> None:
     """A Transformers-backend draft gets the backend's other classes as targets; a draft
     of the speculative table gets none, though vLLM's aggregate table lists it too."""
-    from prefixlint.introspect.backend_drafts import backend_table, backend_targets
+    from prefixlint.introspect.drafts.backend import backend_table, backend_targets
 
     registry = SimpleNamespace(
         _SPECULATIVE_DECODING_MODELS={"Step3p5MTP": 1},

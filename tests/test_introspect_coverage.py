@@ -325,7 +325,7 @@ def test_convention_is_not_a_finding_and_divergence_is_a_warning(worker) -> None
 
 
 def test_coverage_in_json_and_zoo_summary(tmp_path: Path) -> None:
-    from prefixlint.introspect.zoo import run_zoo
+    from prefixlint.introspect.zoo.run import run_zoo
 
     summary = run_zoo(
         jobs=1, only=["Lfm2ForCausalLM", "LlamaForCausalLM"], progress=False, explore_budget=5.0

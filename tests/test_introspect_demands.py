@@ -320,7 +320,7 @@ def test_guesses_by_name_and_shape() -> None:
 
 @requires_vllm
 def test_synthesis_follows_the_model_class_and_names_the_language_model() -> None:
-    from prefixlint.introspect.build import load_class, vllm_registry
+    from prefixlint.introspect.builds.pipeline import load_class, vllm_registry
     from prefixlint.introspect.configs import arch_to_model_types, synth_config
     from prefixlint.introspect.configs.subconfigs import sub_config
 

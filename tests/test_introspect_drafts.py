@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from prefixlint.introspect.gaps import describe, fix_hint, runner_v2_reason
-from prefixlint.introspect.mtp import (
+from prefixlint.introspect.drafts.mtp import (
     _keep_zeros,
     model_types,
     sections_in,
     triggers_in,
     with_mtp_layers,
 )
+from prefixlint.introspect.verdict.gaps import describe, fix_hint, runner_v2_reason
 from tests.conftest import requires_vllm
 
 # The shapes hf_config_override uses, hand-written: a type rewritten to an MTP type in
@@ -138,10 +138,10 @@ def test_model_runner_v2_reason_names_the_feature_and_what_is_needed() -> None:
 def test_installed_vllm_override_names_a_target_type_for_its_mtp_drafts() -> None:
     """Every draft architecture hf_config_override names gets its trigger types from the
     installed vLLM's own source (no table in prefixlint)."""
-    from prefixlint.introspect import env
+    from prefixlint.introspect.process import env
 
     env.prepare()
-    from prefixlint.introspect.mtp import _override_source, override_triggers
+    from prefixlint.introspect.drafts.mtp import _override_source, override_triggers
 
     source = _override_source()
     if not source:
@@ -177,7 +177,7 @@ def test_drafts_reached_by_what_vllm_derives_them_from(worker, arch: str, method
 
 
 def test_per_layer_maps_keep_the_layers_of_the_shrunk_config() -> None:
-    from prefixlint.introspect.mtp import _trim_layer_maps
+    from prefixlint.introspect.drafts.mtp import _trim_layer_maps
 
     values = {"num_hidden_layers": 4, "per_layer_config": {"1": {"a": 1}, "5": {"a": 2}}}
     assert _trim_layer_maps(values)["per_layer_config"] == {"1": {"a": 1}}
@@ -257,10 +257,10 @@ def test_repair_gives_what_the_line_requires_of_an_absent_feature(line, attr, va
 
 @requires_vllm
 def test_draft_fields_come_from_vllms_own_speculators_converter(tmp_path: Path) -> None:
-    from prefixlint.introspect import env
+    from prefixlint.introspect.process import env
 
     env.prepare()
-    from prefixlint.introspect.drafts import seed_method_fields
+    from prefixlint.introspect.drafts.plan import seed_method_fields
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 64}))
     added = seed_method_fields(str(tmp_path), "DFlash2DraftModel", "dflash")
@@ -276,13 +276,13 @@ def test_draft_fields_come_from_vllms_own_speculators_converter(tmp_path: Path) 
 def test_an_eagle_draft_takes_its_targets_shape_only_when_its_module_reads_it(
     tmp_path: Path,
 ) -> None:
-    from prefixlint.introspect import env
+    from prefixlint.introspect.process import env
 
     env.prepare()
     from vllm.model_executor.models.deepseek_eagle3 import Eagle3DeepseekV2ForCausalLM
     from vllm.model_executor.models.llama_eagle import EagleLlamaForCausalLM
 
-    from prefixlint.introspect.drafts import target_shaped
+    from prefixlint.introspect.drafts.plan import target_shaped
 
     mine, theirs = tmp_path / "draft", tmp_path / "target"
     mine.mkdir()
@@ -329,7 +329,7 @@ def test_drafts_built_by_the_mechanisms(worker, arch: str, source: str) -> None:
 
 
 def test_a_drafts_attention_numbered_on_from_the_targets_is_the_convention() -> None:
-    from prefixlint.introspect.drafts import target_layer_offset
+    from prefixlint.introspect.drafts.plan import target_layer_offset
 
     msg = "`Attention` is at `model.layers.0.self_attn.attn` but was given prefix `{}`: x"
     assert target_layer_offset(msg.format("model.layers.4.self_attn.attn"), 4)
@@ -365,7 +365,7 @@ def test_a_drafts_missing_pp_method_is_a_note() -> None:
     ``make_empty_intermediate_tensors``: vLLM runs drafts beside the last stage, so
     nothing calls it today (a note); the same on a model that is no draft stays an error,
     and other codes are left alone."""
-    from prefixlint.introspect.drafts import soften_for_draft
+    from prefixlint.introspect.drafts.plan import soften_for_draft
 
     message = "`EagleX` declares `SupportsPP` but has no callable `make_empty_intermediate_tensors`"
     severity, text = soften_for_draft("PFX606", "error", message)

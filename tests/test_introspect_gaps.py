@@ -131,7 +131,7 @@ def test_cli_not_verified_is_a_sarif_note_and_fails_only_with_strict(tmp_path: P
 
 
 def test_zoo_summary_per_group_and_strict(monkeypatch, tmp_path: Path) -> None:
-    from prefixlint.introspect import zoo
+    from prefixlint.introspect.zoo import run as zoo
     from tests.test_cli import run
 
     note = {

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from prefixlint.introspect import kernels
-from prefixlint.introspect.gaps import describe, fix_hint
+from prefixlint.introspect.process import kernels
+from prefixlint.introspect.verdict.gaps import describe, fix_hint
 from tests.conftest import model_module, requires_vllm
 
 torch = pytest.importorskip("torch")
@@ -60,7 +60,7 @@ def test_construction_fails_without_and_builds_with_the_stand_in(tmp_path: Path)
 
 @requires_vllm
 def test_a_missing_kernel_is_an_environment_gap_never_a_config_gap() -> None:
-    from prefixlint.introspect.build import classify
+    from prefixlint.introspect.builds.pipeline import classify
 
     error = AttributeError("'_OpNamespace' '_C' object has no attribute 'gelu_quick'")
     assert classify(error, [], synthesised=True) == "environment"

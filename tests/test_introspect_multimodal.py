@@ -20,7 +20,7 @@ pytestmark = requires_vllm
 
 
 def _optional_site_has(package: str) -> bool:
-    from prefixlint.introspect.optional import optional_site
+    from prefixlint.introspect.process.optional import optional_site
 
     site = optional_site()
     return importlib.util.find_spec(package) is not None or (
@@ -122,7 +122,7 @@ def test_optional_package_imports_in_the_worker(package: str) -> None:
         pytest.skip(f"{package} not installed")
     code = (
         "import torch\n"
-        "from prefixlint.introspect.optional import prepare_optional_packages, STATUS\n"
+        "from prefixlint.introspect.process.optional import prepare_optional_packages, STATUS\n"
         "prepare_optional_packages()\n"
         f"import {package}\n"
         "print(STATUS)\n"

@@ -19,7 +19,7 @@ from prefixlint.introspect.configs.relations import (
     make_consistent,
     proposals,
 )
-from prefixlint.introspect.gaps import fix_hint
+from prefixlint.introspect.verdict.gaps import fix_hint
 from tests.conftest import requires_vllm
 
 
@@ -233,7 +233,7 @@ def test_cpu_worker_setup_makes_cuda_events_constructible() -> None:
     code = textwrap.dedent(
         """
         import torch
-        from prefixlint.introspect.env import prepare
+        from prefixlint.introspect.process.env import prepare
         prepare()
         if torch.cuda.is_available():
             print("cuda"); raise SystemExit
@@ -242,7 +242,7 @@ def test_cpu_worker_setup_makes_cuda_events_constructible() -> None:
             print("event before")
         except RuntimeError:
             pass
-        from prefixlint.introspect.cpuworker import prepare_cpu_worker
+        from prefixlint.introspect.process.cpuworker import prepare_cpu_worker
         print(prepare_cpu_worker())
         torch.cuda.Event(); torch.cuda.Stream()
         print(prepare_cpu_worker())

@@ -105,7 +105,7 @@ def test_sizes_keep_their_shape_and_validators_are_met() -> None:
 
 
 def test_checks_read_a_heterogeneous_config_without_raising() -> None:
-    from prefixlint.introspect.checks import config_value
+    from prefixlint.introspect.checks.base import config_value
     from prefixlint.introspect.configs import synth_config
 
     text = synth_config("EmbeddingGemma2Model").text_config
@@ -600,7 +600,7 @@ def test_a_tokenizer_holds_the_models_special_tokens(tmp_path: Path) -> None:
 
 
 def test_no_moe_kernel_on_this_platform_is_an_environment_gap() -> None:
-    from prefixlint.introspect.build import classify
+    from prefixlint.introspect.builds.pipeline import classify
 
     error = NotImplementedError("No Unquantized MoE backend supports the deployment configuration.")
     assert classify(error, [], True) == "environment"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from prefixlint.introspect.crash import crash_site, how_it_ended
+from prefixlint.introspect.process.crash import crash_site, how_it_ended
 from tests.conftest import requires_vllm
 from tests.toy_plugin import (
     ARCHITECTURE,
@@ -52,7 +52,7 @@ def run_prefixlint(*args: str, cwd: Path, site: Path | None = None, timeout: flo
 def test_fixture_is_a_plugin_distribution() -> None:
     """The fixture declares its entry point as a released plugin does, and the worker
     reads it from the source tree too."""
-    from prefixlint.introspect.plugins import _pyproject_entry_points
+    from prefixlint.introspect.targets.plugins import _pyproject_entry_points
 
     entry = _pyproject_entry_points(SOURCE / "pyproject.toml")
     assert entry == {"prefixlint_toy": "prefixlint_toy:register"}
@@ -118,7 +118,7 @@ def site(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def worker(site: Path):
     """One phase-2 worker whose Python finds the installed plugin (as a user's would)."""
-    from prefixlint.introspect.worker import Worker
+    from prefixlint.introspect.process.worker import Worker
 
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(CHECKOUT), str(site)])
@@ -498,7 +498,7 @@ def test_timeout_counts_from_the_build_not_the_worker_start_up() -> None:
     import time
 
     from prefixlint.introspect import introspect
-    from prefixlint.introspect.worker import Worker
+    from prefixlint.introspect.process.worker import Worker
 
     probe = Worker()
     started = time.monotonic()

@@ -184,3 +184,141 @@ def test_known_long_modules_are_still_long() -> None:
         assert path.is_file(), f"{relative} is gone: drop it from KNOWN_LONG"
         lines = len(path.read_text(encoding="utf-8").splitlines())
         assert lines > MAX_LINES, f"{relative} has {lines} lines now: drop it from KNOWN_LONG"
+
+
+MAX_FUNCTION_LINES = 80
+INTROSPECT = PACKAGE / "introspect"
+
+
+def long_functions(tree: ast.AST) -> list[tuple[str, int]]:
+    """Every function (methods and nested ones too) over MAX_FUNCTION_LINES lines."""
+    return [
+        (node.name, node.end_lineno - node.lineno + 1)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+
+
+def test_no_function_over_80_lines() -> None:
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{name} ({lines} lines)"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for name, lines in long_functions(ast.parse(path.read_text(encoding="utf-8")))
+    ]
+    assert not found, "split along its steps: " + "; ".join(found)
+
+
+def test_long_functions_are_found() -> None:
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    assert long_functions(ast.parse(f"def f():\n{body}")) == [("f", MAX_FUNCTION_LINES + 1)]
+    assert long_functions(ast.parse("def f():\n    pass\n")) == []
+
+
+def _sub_package(module: str) -> str:
+    """The sub-package of ``prefixlint.introspect`` a module is in (its own name for a
+    top-level module of it)."""
+    return module.split(".")[2] if module.count(".") >= 2 else ""
+
+
+def private_crossings(modules: dict[str, Path]) -> list[str]:
+    """Private names (``_x``) of one introspect sub-package used by another: imported by
+    name, or read as an attribute of an imported module."""
+    found = []
+    for me, path in modules.items():
+        if not me.startswith("prefixlint.introspect."):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        aliases: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.ImportFrom) and node.module):
+                continue
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                if full in modules:
+                    aliases[alias.asname or alias.name] = full
+                elif _private(alias.name) and _crosses(me, node.module):
+                    found.append(f"{me} imports {node.module}.{alias.name}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                owner = aliases.get(node.value.id)
+                if owner and _private(node.attr) and _crosses(me, owner):
+                    found.append(f"{me} reads {owner}.{node.attr}")
+    return found
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _crosses(me: str, other: str) -> bool:
+    return other.startswith("prefixlint.introspect.") and _sub_package(me) != _sub_package(other)
+
+
+def test_no_private_name_crosses_an_introspect_sub_package() -> None:
+    found = private_crossings(_modules())
+    assert not found, "make it public or move it: " + "; ".join(found)
+
+
+def test_private_crossings_are_found(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("from prefixlint.introspect.dryrun import _note\n")
+    (tmp_path / "b.py").write_text(
+        "from prefixlint.introspect.dryrun import selflayout\nselflayout._mapper\n"
+    )
+    (tmp_path / "c.py").write_text("from prefixlint.introspect.dryrun import _note\n")
+    (tmp_path / "d.py").write_text("")
+    modules = {
+        "prefixlint.introspect.checks.a": tmp_path / "a.py",
+        "prefixlint.introspect.checks.b": tmp_path / "b.py",
+        "prefixlint.introspect.dryrun.c": tmp_path / "c.py",
+        "prefixlint.introspect.dryrun.selflayout": tmp_path / "d.py",
+    }
+    assert private_crossings(modules) == [
+        "prefixlint.introspect.checks.a imports prefixlint.introspect.dryrun._note",
+        "prefixlint.introspect.checks.b reads prefixlint.introspect.dryrun.selflayout._mapper",
+    ]
+
+
+def test_introspect_has_few_top_level_entries() -> None:
+    entries = [p for p in INTROSPECT.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()]
+    assert len(entries) <= 13, sorted(p.name for p in entries)
+
+
+def test_architecture_tree_is_fresh() -> None:
+    import subprocess
+    import sys
+
+    script = PACKAGE.parent / "scripts" / "architecture_tree.py"
+    done = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout
+
+
+# What the command line imports of phase 2 before a worker starts: none may pull in torch,
+# vLLM or transformers (a missing path or an unreadable checkpoint is answered at once,
+# and `check` runs without them).
+LIGHT = (
+    "prefixlint.introspect",
+    "prefixlint.introspect.targets.checkpoint",
+    "prefixlint.introspect.coverage.sites",
+    "prefixlint.introspect.process.worker",
+    "prefixlint.introspect.zoo.run",
+    "prefixlint.introspect.vllm_api",
+    "prefixlint.check_introspect",
+    "prefixlint.config",
+)
+
+
+@pytest.mark.parametrize("module", LIGHT)
+def test_command_line_side_of_phase_2_is_light(module: str) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        f"import sys, {module}; "
+        "print([m for m in ('torch', 'vllm', 'transformers') if m in sys.modules])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", f"{module} imports {done.stdout.strip()}"

@@ -107,7 +107,7 @@ def test_torchvision_of_the_wheel_imports_in_the_worker() -> None:
     registration aborts the process, signal 6)."""
     code = (
         "import torch\n"
-        "from prefixlint.introspect.optional import prepare_optional_packages, STATUS\n"
+        "from prefixlint.introspect.process.optional import prepare_optional_packages, STATUS\n"
         "prepare_optional_packages()\n"
         "import torchvision\n"
         "print(STATUS['torchvision'])\n"
@@ -157,7 +157,7 @@ def test_what_vllm_033_moved_builds(tmp_path: Path) -> None:
 def _groups(python: str) -> dict[str, str]:
     code = (
         "import json\n"
-        "from prefixlint.introspect.env import prepare\n"
+        "from prefixlint.introspect.process.env import prepare\n"
         "prepare()\n"
         "from prefixlint.introspect import vllm_api\n"
         "registry = vllm_api.registry_module()\n"

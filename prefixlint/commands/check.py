@@ -215,7 +215,7 @@ def _phase2(run: LintRun, opts: CheckOptions, changes: Any) -> tuple[list, str]:
     """Phase 2 for the architecture classes of the checked files (with --diff-base: of
     the changed ones), with live progress: (its findings and notes, what it verified)."""
     from prefixlint.check_introspect import polish, run_phase2
-    from prefixlint.introspect.checkpoint import CheckpointError
+    from prefixlint.introspect.targets.checkpoint import CheckpointError
     from prefixlint.progress import Progress
 
     files = run.files

@@ -26,7 +26,7 @@ def refuse_checkpoint_without_dryrun(checkpoint: str | None, no_dryrun: bool) ->
 def checkpoints(explicit: str | None) -> Any:
     """``--checkpoint`` and the pyproject table, resolved here (a hub id's headers
     fetched) before any build."""
-    from prefixlint.introspect.checkpoint import CheckpointError, Checkpoints
+    from prefixlint.introspect.targets.checkpoint import CheckpointError, Checkpoints
 
     try:
         return Checkpoints(explicit, _checkpoint_table)

@@ -66,7 +66,7 @@ def introspect(
     """
     from prefixlint.check_introspect import polish, public_name
     from prefixlint.introspect import introspect as run
-    from prefixlint.introspect.checkpoint import CheckpointError
+    from prefixlint.introspect.targets.checkpoint import CheckpointError
 
     refuse_checkpoint_without_dryrun(checkpoint, no_dryrun)
     table, base = config_table()
@@ -154,7 +154,7 @@ def skipped_notes(report: Any) -> list:
 
 
 def _echo_coverage(result: dict) -> None:
-    from prefixlint.introspect.coverage import describe
+    from prefixlint.introspect.coverage.sites import describe
 
     if result.get("coverage"):
         click.echo(f"  {describe(result['coverage'], _relative)}", err=True)

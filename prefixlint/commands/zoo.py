@@ -77,7 +77,7 @@ def zoo(
     explore_budget: float,
 ) -> None:
     """Build every architecture of the installed vLLM registry and summarise."""
-    from prefixlint.introspect.zoo import JournalError, run_zoo
+    from prefixlint.introspect.zoo.run import JournalError, run_zoo
 
     try:
         index, count = (int(x) for x in shard.split("/"))

@@ -20,8 +20,8 @@ from typing import Any
 
 from prefixlint.codes import url_for
 from prefixlint.diagnostic import Diagnostic, Position, Severity
-from prefixlint.introspect.gaps import GAP_CATEGORIES, note
-from prefixlint.introspect.worker import Worker, WorkerDied, WorkerTimeout
+from prefixlint.introspect.process.worker import Worker, WorkerDied, WorkerTimeout
+from prefixlint.introspect.verdict.gaps import GAP_CATEGORIES, note
 from prefixlint.paths import display_path
 from prefixlint.static.index import find_installed_package
 

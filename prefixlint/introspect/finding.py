@@ -1,18 +1,20 @@
 """What a phase-2 check reports: one finding at a line of the model's own code.
 
-Light (stdlib only): the checks (``checks.py``), the coverage notes (``coverage.py``)
+Light (stdlib only): the checks (``checks/``), the coverage notes (``coverage/sites.py``)
 and the dry-run (``dryrun/``) all make findings, and none of them imports another for it.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
+from typing import Literal
 
 
 @dataclass
 class Finding:
     code: str
-    severity: str
+    severity: Literal["error", "warning", "note"]
     message: str
     file: str
     line: int
@@ -23,3 +25,12 @@ class Finding:
 
     def key(self) -> tuple[str, str, int, str]:
         return (self.code, self.file, self.line, self.group)
+
+
+def class_site(cls: type | None) -> tuple[str, int]:
+    """Where a class is defined: its file and the line of its ``class`` statement (``("",
+    0)`` for None or a class without source)."""
+    try:
+        return inspect.getsourcefile(cls) or "", inspect.getsourcelines(cls)[1]  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return "", 0

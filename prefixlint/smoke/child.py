@@ -242,7 +242,7 @@ def compare(
 
 def resolve(job: dict[str, Any]) -> dict[str, Any]:
     """The class, the architecture name vLLM will know it by, and a config folder."""
-    from prefixlint.introspect import build
+    from prefixlint.introspect.builds import pipeline as build
     from prefixlint.introspect.configs import ConfigGap, resolve_config
 
     target = job["target"]
@@ -341,7 +341,7 @@ def run(job: dict[str, Any]) -> None:
 
 def _prepare_environment(requested: str) -> str:
     """The device, and the environment vLLM reads before it is imported."""
-    from prefixlint.introspect.env import prepare
+    from prefixlint.introspect.process.env import prepare
 
     device = resolve_device(requested)
     os.environ["VLLM_TARGET_DEVICE"] = device
@@ -355,7 +355,7 @@ def _prepare_environment(requested: str) -> str:
 def _announce(job: dict[str, Any], out: Results, work: Path) -> dict[str, Any]:
     """Resolve the target, say which class and config it is, and make it loadable by the
     engine's processes (a plugin)."""
-    from prefixlint.introspect import build
+    from prefixlint.introspect.builds import pipeline as build
     from prefixlint.smoke import plugin
 
     resolved = resolve(job)
@@ -550,8 +550,8 @@ def unloaded_weights(model_dir: Path) -> list[str]:
     import torch
     from safetensors import safe_open
 
-    from prefixlint.introspect.build import build_layout, load_model_config
-    from prefixlint.introspect.parallel import Layout, fake_parallel_state
+    from prefixlint.introspect.builds.parallel import Layout, fake_parallel_state
+    from prefixlint.introspect.builds.pipeline import build_layout, load_model_config
 
     built = build_layout(load_model_config(str(model_dir)), Layout(tp=1))
     if built.model is None or not hasattr(built.model, "load_weights"):

@@ -64,9 +64,10 @@ def validation_cause(error: BaseException) -> BaseException:
     return error
 
 
-def raising_frame(error: BaseException) -> tuple[str, int, Any] | None:
-    # the innermost frame outside transformers' config classes (a missing attribute
-    # raises inside their ``__getattribute__``; the line that read it is the caller's)
+def config_reader_frame(error: BaseException) -> tuple[str, int, Any] | None:
+    """The file, line and frame of the innermost frame outside transformers' config
+    classes: a missing attribute raises inside their ``__getattribute__``; the line that
+    read it is the caller's (``repairs/reading.raising_frame`` is the innermost of all)."""
     frames = [
         (frame, line)
         for frame, line in traceback.walk_tb(error.__traceback__)
@@ -171,7 +172,7 @@ def _test_demands(test: ast.AST) -> dict[str, Any]:
 
 def assertion_demands(error: BaseException) -> dict[str, Any]:
     """The config values the failing ``assert`` statement asks for."""
-    where = raising_frame(error)
+    where = config_reader_frame(error)
     if not isinstance(error, AssertionError) or where is None:
         return {}
     stmt = statement(where[0], where[1], where[2])
@@ -225,7 +226,7 @@ def choice_demands(error: BaseException) -> dict[str, Any]:
     retrieval_attention_contract as 'causal' or 'bidirectional'``: a ``ValueError`` raised
     where the code read ``getattr(config, "name", None)`` and found nothing, whose message
     names that attribute and the values it accepts: the first accepted value."""
-    where = raising_frame(error)
+    where = config_reader_frame(error)
     if not isinstance(error, ValueError) or where is None:
         return {}
     message = str(error)
@@ -263,7 +264,7 @@ def alias_value(error: BaseException, attr: str, config: Any) -> Any:
     (a checkpoint's own name, missing from a synthesised config of another shape) onto
     a name the config has; the two mean the same, so ``attr`` takes that value. None when
     the line is no such copy."""
-    where = raising_frame(error)
+    where = config_reader_frame(error)
     if where is None:
         return None
     stmt = statement(where[0], where[1], where[2])
@@ -279,7 +280,7 @@ def raising_function_source(error: BaseException) -> list[str]:
     """The source of the function that raised ``error`` (outside transformers), as a
     one-element list of texts for ``guess_attribute``: a validator module holds many
     models' checks, and only the raising one says how this config is read."""
-    where = raising_frame(error)
+    where = config_reader_frame(error)
     if where is None:
         return []
     source = function_source(where[0], where[2])
@@ -305,7 +306,7 @@ def asserted_reads(error: BaseException, came_back_none: bool = False) -> list[s
     checkpoint holds a value there; which one is for the caller to guess). With
     ``came_back_none``, only those whose local holds None in the failing frame (an
     ``assert x`` on a False flag is about its value, not a missing one)."""
-    where = raising_frame(error)
+    where = config_reader_frame(error)
     if not isinstance(error, AssertionError) or where is None:
         return []
     filename, line, frame = where
@@ -323,7 +324,7 @@ def none_reads(error: BaseException) -> list[str]:
     """``num_experts = getattr_iter(config, names, None)`` ... ``num_experts + 1``
     (TypeError on None): config attributes read, with a None default, into the locals
     the failing statement uses that hold None."""
-    where = raising_frame(error)
+    where = config_reader_frame(error)
     if not isinstance(error, (TypeError, AttributeError)) or where is None:
         return []
     if "NoneType" not in str(error):

@@ -210,7 +210,7 @@ def guess_from_code(name: str, config: Any, texts: list[str]) -> Any:
         if element is not None and not isinstance(element, list):
             # a value per layer: MTP layers are indexed on from the main stack, and
             # checkpoints pad these lists for them (see backend_drafts.py)
-            from prefixlint.introspect.mtp_layers import mtp_layer_count
+            from prefixlint.introspect.drafts.mtp_layers import mtp_layer_count
 
             return [element] * (n + mtp_layer_count(config))
         if hints.iterated and not hints.per_layer and re.search(r"_(map|list|set)$", name):

@@ -15,13 +15,13 @@ from prefixlint.introspect.configs.model_types import (
     config_class,
 )
 from prefixlint.introspect.configs.relations import fix_overrides
+from prefixlint.introspect.configs.rescale import rescaled
 from prefixlint.introspect.configs.shrink import (
     SHRINK,
     drop_layer_keyed,
     index_list_keys,
     shrink_kwargs,
 )
-from prefixlint.introspect.rescale import rescaled
 
 
 class ConfigGap(LookupError):

@@ -27,7 +27,8 @@ from typing import Any
 
 from torch import nn
 
-from prefixlint.introspect.building import build_layout
+from prefixlint.introspect.builds.layout import build_layout
+from prefixlint.introspect.builds.parallel import Layout
 from prefixlint.introspect.dryrun.divergence import Divergence, reconcile
 from prefixlint.introspect.dryrun.layouts import (
     NotVerified,
@@ -39,8 +40,7 @@ from prefixlint.introspect.dryrun.quant import OUT_OF_TIME, layer_sources, past,
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import stream
 from prefixlint.introspect.dryrun.weights import coverage_findings, layout_refused, merge
-from prefixlint.introspect.finding import Finding
-from prefixlint.introspect.parallel import Layout
+from prefixlint.introspect.finding import Finding, class_site
 
 __all__ = ["DryRun", "NotVerified", "incomplete_experts", "reference_class", "run"]
 
@@ -73,7 +73,7 @@ def _divergence_note(divergence: Divergence, sites: Sites) -> Finding:
 def _stream_context(base: Any, model_config: Any) -> Any:
     from vllm.config import set_current_vllm_config
 
-    from prefixlint.introspect.parallel import fake_parallel_state
+    from prefixlint.introspect.builds.parallel import fake_parallel_state
     from prefixlint.introspect.vllm_api import set_default_torch_dtype as dtype_context
 
     set_default_torch_dtype = dtype_context()
@@ -136,6 +136,19 @@ def _base_build(model_config: Any, builds: list[Any]) -> Any:
     return fresh if fresh.error is None else None
 
 
+def unbuilt(cls: type | None, builds: list[Any]) -> DryRun:
+    """The dry-run's answer when it has no tp=1 build to load into: nothing to say when no
+    layout built (the failure is reported), else a note that the layouts that built were
+    not dry-run, with the tp=1 build's failure (a hidden verdict is never a silent one)."""
+    if not any(b.error is None for b in builds):
+        return DryRun("", "the model did not build")
+    failed = next((b for b in builds if b.layout.tp == 1 and b.layout.pp == 1), None)
+    error = failed.error if failed is not None else None
+    why = f" ({type(error).__name__}: {str(error).strip()[:200]})" if error is not None else ""
+    reason = f"the dry-run loads into the tp=1 build, which failed{why}"
+    return DryRun("not verified", reason, [_note(reason, class_site(cls))])
+
+
 def run(
     cls: type | None,
     model_config: Any,
@@ -152,7 +165,7 @@ def run(
         return DryRun("off")
     base = _base_build(model_config, builds)
     if base is None:
-        return DryRun("", "the model did not build")
+        return unbuilt(cls, builds)
     sites = Sites(cls, base.model, base.recorder)
     sites.embedding = _served_as_embedding(model_config)
     if past(deadline):

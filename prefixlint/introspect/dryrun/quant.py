@@ -9,7 +9,7 @@ from typing import Any
 
 from torch import nn
 
-from prefixlint.introspect.building import build_layout
+from prefixlint.introspect.builds.layout import build_layout
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import Stream, describe_error
 from prefixlint.introspect.dryrun.weights import module_leaf
@@ -83,6 +83,7 @@ def quant_findings(
     from vllm.model_executor.layers.quantization.fp8 import Fp8Config
 
     out: list[Finding] = []
+    seen_unthreaded: set[str] = set()  # one finding per layer over both ignore sets
     for ignored in ignore_sets(sources):
         if past(deadline, need=base.seconds):
             return out, OUT_OF_TIME
@@ -107,12 +108,59 @@ def quant_findings(
             except AttributeError:
                 continue
             method = getattr(module, "quant_method", None)
-            if method is None or getattr(module, "quant_config", None) is None:
-                continue  # built without a quant config: the model opts the layer out
+            if method is None:
+                continue
+            if getattr(module, "quant_config", None) is None:
+                if not skipped and path not in seen_unthreaded:
+                    seen_unthreaded.add(path)
+                    out.append(unthreaded(model_config, path, module, layers, sites))
+                continue
             actual = isinstance(method, UnquantizedLinearMethod)
             if actual != bool(skipped):
                 out.append(_quant_mismatch(cls, path, module, layers, bool(skipped), sites))
     return out, ""
+
+
+def unthreaded(
+    model_config: Any, path: str, module: nn.Module, layers: list[str], sites: Sites
+) -> Finding:
+    """A linear layer built without ``quant_config`` (so vLLM gives it
+    ``UnquantizedLinearMethod`` whatever the checkpoint holds) whose checkpoint layers the
+    quantization config covers. A router (a replicated layer with one output per expert)
+    is left unquantized on purpose by vLLM's own MoE models, and quantized checkpoints
+    list it as ignored: a note; any other layer: an error, the checkpoint's quantized
+    tensors (``weight_scale``, ``qweight``) have no parameter to load into."""
+    names = ", ".join(f"`{n}`" for n in layers)
+    what = (
+        f"`{path}` was built without `quant_config`, so it stays unquantized although the "
+        f"quantization config covers {names}"
+    )
+    if _router(model_config, module):
+        message = (
+            f"{what} (a note: a router, one output per expert, which vLLM's MoE models "
+            "build unquantized on purpose and quantized checkpoints list as ignored)"
+        )
+        return Finding("PFX702", "note", message, *sites.module(path))
+    message = (
+        f"{what}: a quantized checkpoint's tensors for it (`weight_scale`, `qweight`) have "
+        "no parameter to load into, or its unquantized weights are read as quantized ones; "
+        "pass `quant_config=quant_config`"
+    )
+    return Finding("PFX702", "error", message, *sites.module(path))
+
+
+def _router(model_config: Any, module: nn.Module) -> bool:
+    """A replicated linear layer with one output per expert of the model's config."""
+    from vllm.model_executor.layers.linear import ReplicatedLinear
+
+    if not isinstance(module, ReplicatedLinear):
+        return False
+    config = getattr(model_config, "hf_text_config", None) or model_config.hf_config
+    experts = {
+        getattr(config, name, None)
+        for name in ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+    }
+    return getattr(module, "output_size", None) in experts - {None}
 
 
 def _quant_mismatch(

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from prefixlint.introspect.dryrun.layouts import normal, quiet
-from prefixlint.introspect.tagged import Tagged, WriteRecorder, make, recording, tags_of
+from prefixlint.introspect.dryrun.tagged import Tagged, WriteRecorder, make, recording, tags_of
 
 MAX_RETRIES = 8  # load_weights raising on distinct kinds of names
 

@@ -21,7 +21,7 @@ import contextlib
 import textwrap
 from typing import Any
 
-from prefixlint.introspect.configs.demands import function_source, raising_frame
+from prefixlint.introspect.configs.demands import config_reader_frame, function_source
 from prefixlint.introspect.configs.model_types import config_class
 from prefixlint.introspect.configs.repairs.reading import Failure
 from prefixlint.introspect.configs.shrink import shrink_kwargs
@@ -45,7 +45,7 @@ def repair(failure: Failure) -> str | None:
 def compared_model_type(error: BaseException) -> tuple[Any, str] | None:
     """The config object the raising function dispatches on by model type and the first
     model type it compares with, or None."""
-    where = raising_frame(error)
+    where = config_reader_frame(error)
     if not isinstance(error, (ValueError, NotImplementedError)) or where is None:
         return None
     filename, _, frame = where

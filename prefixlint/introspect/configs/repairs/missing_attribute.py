@@ -29,8 +29,8 @@ from typing import Any
 from prefixlint.introspect.configs.demands import (
     callee,
     config_attr,
+    config_reader_frame,
     function_source,
-    raising_frame,
     statement,
 )
 from prefixlint.introspect.configs.hints import LITERAL, guess_attribute
@@ -82,7 +82,7 @@ def annotated_default(error: BaseException, attr: str) -> tuple[bool, Any]:
     ``config.n_window_infer`` from a stand-in sub-config: the code names the config class
     it expects, so the attribute takes that class's default (shrunk like the rest where
     it is a size). ``(False, None)`` when the raising function annotates no such class."""
-    where = raising_frame(error)
+    where = config_reader_frame(error)
     if where is None:
         return False, None
     filename, _, frame = where
@@ -139,7 +139,7 @@ def callee_default(error: BaseException, attr: str) -> tuple[bool, Any]:
     to a parameter with a default (``ls_init_value: float | None = None``) of a callee
     the model's own module defines; a checkpoint that omits it means that default.
     ``(False, None)`` when the line is no such call."""
-    where = raising_frame(error)
+    where = config_reader_frame(error)
     if where is None:
         return False, None
     stmt = statement(where[0], where[1], where[2])

@@ -24,7 +24,7 @@ import inspect
 import re
 from typing import Any
 
-from prefixlint.introspect.configs.demands import callee, raising_frame, statement
+from prefixlint.introspect.configs.demands import callee, config_reader_frame, statement
 from prefixlint.introspect.configs.hints import guess_attribute
 from prefixlint.introspect.configs.repairs.reading import Failure
 from prefixlint.introspect.configs.subconfigs import fit_to_callee, is_stand_in
@@ -35,7 +35,7 @@ _CALLED = re.compile(r"(\w+)\.__init__\(\)")
 
 def repair(failure: Failure) -> str | None:
     error = failure.error
-    where = raising_frame(error)
+    where = config_reader_frame(error)
     if not isinstance(error, TypeError) or where is None or not _BINDING.search(str(error)):
         return None
     frame = where[2]

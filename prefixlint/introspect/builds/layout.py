@@ -1,0 +1,175 @@
+"""One build: a model constructed for one parallel layout on the meta device, every
+construction recorded.
+
+The steps mirror vLLM's own loader (``initialize_model`` under
+``set_default_torch_dtype``), with the parallel groups faked and parameters on meta. A
+draft is built under its target's ``VllmConfig`` (``DRAFT_SPECS``); a model that V1
+refuses under Model Runner V2 (``V2_RUNNER``). Runs inside a worker process."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from prefixlint.introspect.process.env import prepare
+
+prepare()
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+from prefixlint.introspect import vllm_api  # noqa: E402
+from prefixlint.introspect.builds.meta import meta_parameters  # noqa: E402
+from prefixlint.introspect.builds.parallel import Layout, fake_parallel_state  # noqa: E402
+from prefixlint.introspect.builds.recorder import PrefixRecorder  # noqa: E402
+from prefixlint.introspect.process.kernels import install_stand_ins, install_triton_stand_ins  # noqa: E402
+from prefixlint.introspect.verdict.gaps import runner_v2_reason  # noqa: E402
+
+
+@dataclass
+class Build:
+    layout: Layout
+    model: nn.Module | None
+    vllm_config: Any
+    recorder: PrefixRecorder
+    seconds: float
+    error: BaseException | None = None
+    error_tb: Any = None
+    variant: str = ""  # the config variant it was built with ("" for the base config)
+
+
+def build_layout(model_config: Any, layout: Layout, quant_config: Any = None) -> Build:
+    from vllm.model_executor.model_loader.utils import initialize_model
+
+    set_default_torch_dtype = vllm_api.set_default_torch_dtype()
+
+    recorder = PrefixRecorder()
+    install_stand_ins()  # vLLM's compiled ops this build lacks (kernels.py)
+    install_triton_stand_ins()  # what vLLM's Triton placeholder lacks
+    started = time.perf_counter()
+    try:
+        vllm_config = _vllm_config(model_config, layout)
+        if quant_config is not None:  # the quantization dry-run's synthetic config
+            vllm_config.quant_config = quant_config
+    except Exception as e:
+        return Build(layout, None, None, recorder, 0.0, e, e.__traceback__)
+    model = None
+    error: BaseException | None = None
+    tb = None
+    try:
+        with (
+            _fresh_caches(),
+            # vLLM makes the expert group only for MoE configs; a synthesised config may
+            # not say MoE where the model still builds experts, and a spare group is inert.
+            fake_parallel_state(layout, moe=True),
+            set_default_torch_dtype(model_config.dtype),
+            torch.device("cpu"),
+            meta_parameters(),
+            recorder.active(),
+            model_runner_v2(model_config),
+        ):
+            model = initialize_model(vllm_config=vllm_config, model_config=model_config)
+    except (Exception, SystemExit) as e:  # a model's sys.exit is its failure too
+        error, tb = e, e.__traceback__
+    return Build(layout, model, vllm_config, recorder, time.perf_counter() - started, error, tb)
+
+
+@contextlib.contextmanager
+def _fresh_caches() -> Any:
+    """get_rope() memoises rotary modules across models: a second build would reuse the
+    first one's and never construct (or record) its own."""
+    cache = vllm_api.rope_cache()
+    saved = dict(cache) if isinstance(cache, dict) else None
+    if isinstance(cache, dict):
+        cache.clear()
+    try:
+        yield
+    finally:
+        if isinstance(cache, dict) and saved is not None:
+            cache.clear()
+            cache.update(saved)
+
+
+# A draft's ModelConfig (by id) -> the SpeculativeConfig it belongs to (see drafts.py):
+# a draft is built under its target's VllmConfig, as vLLM's proposers build it.
+DRAFT_SPECS: dict[int, Any] = {}
+
+
+# ModelConfigs (by id) built under vLLM's Model Runner V2: see ``model_runner_v2``.
+V2_RUNNER: set[int] = set()
+
+
+V2_SOURCE = (
+    "Model Runner V2 selected (VLLM_USE_V2_MODEL_RUNNER=1, as vLLM selects it where "
+    "Triton has a GPU backend; its Triton check skipped: a meta build runs no kernel)"
+)
+
+
+@contextlib.contextmanager
+def model_runner_v2(model_config: Any) -> Any:
+    """Select vLLM's Model Runner V2 for a model that V1 refuses ("Model Runner V1 does
+    not support: dspark speculative decoding") or that requires V2 at construction.
+    vLLM selects V2 by default wherever Triton finds a backend; here Triton finds none,
+    so its check in VllmConfig's validation (``HAS_TRITON``, read by name there) is
+    skipped for this build: the build constructs the model on the meta device and runs
+    no Triton kernel. Restored afterwards; other models keep V1."""
+    if id(model_config) not in V2_RUNNER:
+        yield
+        return
+    vllm_config_module = vllm_api.vllm_config_module()
+    flag = vllm_api.TRITON_FLAG
+    name = "VLLM_USE_V2_MODEL_RUNNER"
+    old_env = os.environ.get(name)
+    old_triton = getattr(vllm_config_module, flag, None)
+    os.environ[name] = "1"
+    if old_triton is not None:
+        setattr(vllm_config_module, flag, True)
+    try:
+        yield
+    finally:
+        if old_env is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old_env
+        if old_triton is not None:
+            setattr(vllm_config_module, flag, old_triton)
+
+
+def _vllm_config(model_config: Any, layout: Layout) -> Any:
+    with model_runner_v2(model_config):
+        return plain_vllm_config(model_config, layout)
+
+
+def plain_vllm_config(model_config: Any, layout: Layout) -> Any:
+    from vllm.config import ParallelConfig, VllmConfig
+
+    parallel = ParallelConfig(tensor_parallel_size=layout.tp, pipeline_parallel_size=layout.pp)
+    spec = DRAFT_SPECS.get(id(model_config))
+    if spec is not None:
+        return VllmConfig(
+            model_config=spec.target_model_config,
+            parallel_config=parallel,
+            speculative_config=spec,
+        )
+    return VllmConfig(model_config=model_config, parallel_config=parallel)
+
+
+def needs_model_runner_v2(model_config: Any, layout: Layout, error: Any = None) -> bool:
+    """Whether vLLM refuses the model under Model Runner V1 (VllmConfig's validation, or
+    ``error``: the model's own "requires the V2 model runner"): then it is built under
+    V2 (``model_runner_v2``) from here on. Costs a VllmConfig, not a build."""
+    if id(model_config) in V2_RUNNER:
+        return False
+    if error is None:
+        try:
+            plain_vllm_config(model_config, layout)
+            return False
+        except Exception as e:
+            error = e
+    if not runner_v2_reason(str(error)):
+        return False
+    V2_RUNNER.add(id(model_config))
+    return True

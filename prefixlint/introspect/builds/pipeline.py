@@ -1,0 +1,573 @@
+"""Build one architecture for several parallel layouts, on the meta device, and check it.
+
+Runs inside a worker process (see ``worker.py``): it imports torch and vLLM. A target
+(``targets.py``) gets its config (``configs/``: a given file, or synthesis repaired by
+probe builds), its ModelConfig (``modelconfig.py``), one build per layout
+(``building.py``) and config variants that reach unexecuted sites (``explore.py``); the
+checks (``checks.py``), coverage notes (``coverage.py``) and the checkpoint dry-run
+(``dryrun/``) judge the builds, and ``outcome.py`` says what it all came to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from prefixlint.introspect.process.env import prepare
+
+prepare()
+
+from prefixlint.introspect.builds.layout import (  # noqa: E402
+    DRAFT_SPECS,
+    V2_RUNNER,
+    V2_SOURCE,
+    Build,
+    build_layout,
+    needs_model_runner_v2,
+)
+from prefixlint.introspect.builds.modelconfig import (  # noqa: E402
+    load_model_config,
+    model_config_repaired,
+)
+from prefixlint.introspect.builds.parallel import Layout  # noqa: E402
+from prefixlint.introspect.checks import check_build  # noqa: E402
+from prefixlint.introspect.checks import pfx608_engine_start as startup  # noqa: E402
+from prefixlint.introspect.configs import (  # noqa: E402
+    ConfigGap,
+    ConfigSource,
+    repair,
+    resolve_config,
+    seed_from_code,
+    write_tokenizer,
+)
+from prefixlint.introspect.coverage.sites import covered, not_verified  # noqa: E402
+from prefixlint.introspect.coverage.variants import explore  # noqa: E402
+from prefixlint.introspect.drafts.mtp_layers import complete_mtp_layers  # noqa: E402
+from prefixlint.introspect.drafts.plan import (  # noqa: E402
+    force_architecture,
+    is_draft,
+    plan_draft,
+    shared_with_target,
+    soften_for_draft,
+    target_layer_offset,
+)
+from prefixlint.introspect.finding import Finding, class_site  # noqa: E402
+from prefixlint.introspect.process.kernels import stand_ins_used  # noqa: E402
+from prefixlint.introspect.targets.resolve import (  # noqa: E402
+    Target,
+    load_class,
+    vllm_registry,
+)
+
+# (the worker reaches the targets through this module)
+from prefixlint.introspect.targets.resolve import resolve_targets as resolve_targets  # noqa: E402
+from prefixlint.introspect.verdict.gaps import describe, note, split_gaps  # noqa: E402
+from prefixlint.introspect.verdict.outcome import (  # noqa: E402
+    LayoutOutcome,
+    TargetResult,
+    classify,
+    environmental,
+    skipped,
+)
+
+
+def _config_source(
+    target: Target,
+    cls: type | None,
+    config: str | None,
+    config_table: dict[str, str] | None,
+    config_base: str | None,
+) -> ConfigSource:
+    arch_for_config = target.arch.removesuffix("__prefixlint")
+    if not config and not (config_table and arch_for_config in config_table):
+        from prefixlint.introspect.targets.plugins import config_source
+
+        plugin = config_source(target.arch, cls)  # a plugin's own config class
+        if plugin is not None:
+            return plugin
+    try:
+        return resolve_config(
+            arch_for_config,
+            config,
+            config_table,
+            Path(config_base) if config_base else None,
+            architecture_name=target.arch,
+            model_cls=cls,
+        )
+    except ConfigGap:
+        if not target.registered or config:
+            raise
+        # An out-of-tree class with a name transformers does not know: Llama-shaped.
+        source = resolve_config("LlamaForCausalLM", None, None, None, target.arch)
+        source.source = "synthesised (llama-shaped fallback)"
+        return source
+
+
+def run_target(
+    target: Target,
+    layouts: list[Layout],
+    config: str | None = None,
+    config_table: dict[str, str] | None = None,
+    config_base: str | None = None,
+    dryrun: bool = True,
+    explore_budget: float = 0.0,
+    deadline: float | None = None,
+    checkpoint: str | None = None,
+) -> TargetResult:
+    """``checkpoint``: a checkpoint folder whose layout and quantization config the
+    dry-run checks (``checkpoint_run.py``); its config.json is the build config unless
+    ``config`` is given."""
+    started = time.perf_counter()
+    result = TargetResult(target=target.spec, arch=target.arch)
+    registry = vllm_registry()
+    cls = target.cls
+    if cls is None:
+        try:
+            cls = load_class(registry, target.arch)
+        except (Exception, SystemExit) as e:
+            return _refused(skipped(result, e, started), startup.import_failure(e))
+    arch_for_config = target.arch.removesuffix("__prefixlint")
+    try:
+        model_config, source = _target_config(
+            result, target, cls, registry, (config, config_table, config_base, checkpoint)
+        )
+    except Exception as e:
+        return _refused(skipped(result, e, started), startup.interface_refusal(cls, e))
+
+    if layouts:
+        model_config = _prepared(
+            result, model_config, layouts[0], cls, source, (arch_for_config, registry, target)
+        )
+    builds = _build_layouts(result, model_config, layouts)
+    explored = explore(cls, model_config, layouts, builds, build_layout, explore_budget)
+    builds += explored.builds
+    covered(result, cls, builds, explored)
+    complete = not result.coverage["not_executed"]
+    result.findings = _findings(
+        target.arch, cls, model_config, builds, result.config_source, complete
+    )
+    result.findings += not_verified(result.coverage)
+    result.findings += startup.layer_index_refusals(builds, model_config, cls)
+    _dry_run(result, cls, model_config, builds, dryrun, deadline, checkpoint)
+    failed = [b for b in builds if b.error is not None]
+    if len(failed) == len(builds) and builds:
+        result.status = "failed"
+        result.reason = _describe(failed[0].error)
+        result.category = classify(
+            failed[0].error, result.findings, result.config_source.startswith("synthesised")
+        )
+    result.seconds = time.perf_counter() - started
+    V2_RUNNER.clear()  # ids are reused once the configs are freed
+    # Free the meta models now: a zoo worker builds hundreds.
+    for build in builds:
+        build.model = None
+    return result
+
+
+def _target_config(
+    result: TargetResult, target: Target, cls: Any, registry: Any, given: tuple
+) -> tuple[Any, ConfigSource]:
+    """The target's ModelConfig and where its config came from: a checkpoint's, a draft's
+    as vLLM derives it, the one given, or a synthesised one (with the guesses said)."""
+    config, config_table, config_base, checkpoint = given
+    arch_for_config = target.arch.removesuffix("__prefixlint")
+    from_checkpoint = bool(checkpoint and not config)
+    if from_checkpoint:
+        result.config_source = f"checkpoint {checkpoint} (its config.json)"
+        config = _checkpoint_config(str(checkpoint))
+    draft = None
+    if not config and not (config_table and arch_for_config in config_table):
+        draft = _draft_model_config(arch_for_config, cls, registry, target.arch)
+    if draft is not None:
+        model_config, result.config_source = draft
+        return model_config, ConfigSource("", result.config_source)
+    source = _config_source(target, cls, config, config_table, config_base)
+    result.config_source = source.source
+    if from_checkpoint:
+        result.config_source = f"checkpoint {checkpoint} (its config.json)"
+    if source.source.startswith("synthesised"):
+        model_config, early = model_config_repaired(source.folder)
+        if early:
+            result.config_source += f"; guessed {', '.join(early)}"
+    else:
+        model_config = load_model_config(source.folder)
+    return model_config, source
+
+
+def _build_layouts(result: TargetResult, model_config: Any, layouts: list[Layout]) -> list[Build]:
+    """One build per layout, each outcome recorded, the kernel stand-ins used said."""
+    builds: list[Build] = []
+    for layout in layouts:
+        build = build_layout(model_config, layout)
+        builds.append(build)
+        status = "built" if build.error is None else "failed"
+        result.layouts.append(LayoutOutcome(layout, status, build.seconds, _describe(build.error)))
+    stood_in = stand_ins_used([b.model for b in builds])
+    if stood_in:  # said, as every guess is (kernels.py)
+        result.config_source += (
+            f"; stand-ins for vLLM's compiled ops this vLLM lacks: {', '.join(stood_in)}"
+        )
+    return builds
+
+
+def _refused(result: TargetResult, finding: Finding | None) -> TargetResult:
+    """A target that could not be set up because of the model itself (``startup.py``):
+    the finding at its line, and the target counts as the model's failure."""
+    if finding is not None:
+        result.findings.append(finding)
+        result.category = "finding"
+    return result
+
+
+def _prepared(
+    result: TargetResult,
+    model_config: Any,
+    layout: Layout,
+    cls: type | None,
+    source: ConfigSource,
+    draft: tuple[str, Any, Target],
+) -> Any:
+    """The ModelConfig to build: Model Runner V2 where V1 refuses the model, a
+    synthesised config repaired (guessed attributes, a demanded dtype, guesses a draft's
+    target reads too); what was done is added to ``result.config_source``."""
+    arch, registry, target = draft
+    if needs_model_runner_v2(model_config, layout):
+        result.config_source += f"; {V2_SOURCE}"
+    if not result.config_source.startswith("synthesised"):
+        return model_config
+    guessed, last_error = _repair_loop(model_config, layout, cls=cls)
+    if id(model_config) in DRAFT_SPECS:  # a draft's dtype is its target's: plan again
+        other = _draft_in_dtype(model_config, arch, cls, registry, target.arch, last_error)
+    else:
+        other = _demanded_dtype(model_config, source.folder, last_error, guessed)
+    more: list[str] = []
+    if other is not model_config:
+        if id(model_config) in V2_RUNNER:
+            V2_RUNNER.add(id(other))
+        model_config = other
+        more, last_error = _repair_loop(model_config, layout, cls=cls)
+    elif needs_model_runner_v2(model_config, layout, last_error):
+        result.config_source += f"; {V2_SOURCE}"
+        more, last_error = _repair_loop(model_config, layout, cls=cls)
+    elif last_error is not None and _mirror_to_target(model_config, guessed):
+        more, last_error = _repair_loop(model_config, layout, cls=cls)
+    guessed += more
+    if source.folder:  # a draft's config is vLLM's, from its target: no folder of ours
+        other = _with_tokenizer(model_config, source.folder, last_error, guessed, cls)
+        if other is not model_config:
+            if id(model_config) in V2_RUNNER:
+                V2_RUNNER.add(id(other))
+            model_config = other
+            guessed += ["tokenizer", *_repair_loop(model_config, layout, cls=cls)[0]]
+    if guessed:
+        result.config_source += f"; guessed {', '.join(guessed)}"
+    return model_config
+
+
+def _findings(
+    arch: str,
+    cls: type | None,
+    model_config: Any,
+    builds: list[Build],
+    config_source: str,
+    complete: bool,
+) -> list[Finding]:
+    """The checks over the builds that say something about the model; a PFX600 note for
+    the layouts that failed because of the config or this machine (see ``gaps.py``)."""
+    synthesised = config_source.startswith("synthesised")
+    checked, gap_builds = split_gaps(builds, synthesised, classify)
+    findings = check_build(cls, model_config, checked, complete)
+    spec = DRAFT_SPECS.get(id(model_config))
+    if spec is not None:  # a draft's layers are numbered on from its target's
+        offset = getattr(spec.target_model_config.hf_text_config, "num_hidden_layers", 0)
+        findings = [
+            f
+            for f in findings
+            if not (f.code == "PFX601" and target_layer_offset(f.message, offset or 0))
+        ]
+        for f in findings:
+            f.severity, f.message = soften_for_draft(f.code, f.severity, f.message)
+    file, line = class_site(cls)
+    for (category, reason), failed in gap_builds.items():
+        layouts = [b.layout.name for b in failed]
+        findings.append(Finding(**note(arch, layouts, category, reason, synthesised, file, line)))
+    return findings
+
+
+def _dry_run(
+    result: TargetResult,
+    cls: type | None,
+    model_config: Any,
+    builds: list[Build],
+    enabled: bool,
+    deadline: float | None = None,
+    checkpoint: str | None = None,
+) -> None:
+    """PFX701/PFX702 (``dryrun/``; against a real checkpoint ``checkpoint_run.py``) on
+    the tp=1 build; a failure of the dry-run itself is a PFX600 note, never a lost target."""
+    from prefixlint.introspect import dryrun
+    from prefixlint.introspect.checks import packed
+    from prefixlint.introspect.dryrun import checkpoint_run, selflayout
+
+    started = time.perf_counter()
+    try:
+        synthesised = result.config_source.startswith("synthesised")
+        if checkpoint:
+            outcome = checkpoint_run.run(cls, model_config, builds, checkpoint, enabled, deadline)
+        else:
+            outcome = dryrun.run(cls, model_config, builds, enabled, synthesised, deadline)
+            if selflayout.applies(outcome):  # no reference class: the model's own layout
+                why = outcome.reason
+                outcome = selflayout.run(
+                    cls, model_config, builds, result.config_source, why, deadline
+                )
+    except Exception as e:
+        file, line = class_site(cls)
+        note = f"not verified: the checkpoint dry-run failed: {_describe(e)}"
+        finding = Finding("PFX600", "note", note, file, line)
+        outcome = dryrun.DryRun("not verified", _describe(e), [finding])
+    if DRAFT_SPECS.get(id(model_config)) is not None:
+        for f in outcome.findings:
+            shared_with_target(f)
+    # fused layers the packed_modules_mapping lacks (packed.py), with or without a dry-run
+    fused = packed.missing_entries(cls, builds, outcome.mapping)
+    result.findings += packed.without_duplicates(outcome.findings, fused) + fused
+    result.dryrun, result.dryrun_reason = outcome.status, outcome.reason
+    result.dryrun_seconds = time.perf_counter() - started
+
+
+def _checkpoint_config(folder: str) -> str:
+    """The checkpoint's config.json as the build config (``checkpoint.build_config``)."""
+    from prefixlint.introspect.targets.checkpoint import CheckpointError, build_config, read
+
+    try:
+        return build_config(read(folder))
+    except CheckpointError as e:
+        raise ConfigGap(f"checkpoint {folder}: {e}") from None
+
+
+def _config_objects(model_config: Any) -> list[Any]:
+    out = []
+    configs = [model_config.hf_config, getattr(model_config, "hf_text_config", None)]
+    spec = DRAFT_SPECS.get(id(model_config))
+    if spec is not None:  # a draft reads its target's config too
+        target = spec.target_model_config
+        configs += [target.hf_config, getattr(target, "hf_text_config", None)]
+    for config in configs:
+        if config is not None and config not in out:
+            out.append(config)
+            for value in vars(config).values():
+                if hasattr(value, "to_dict") and hasattr(value, "model_type"):
+                    out.append(value)
+    return out
+
+
+def model_files(cls: type | None) -> list[str]:
+    """The source files of the model class and its bases in model code."""
+    out = []
+    for klass in getattr(cls, "__mro__", ()):
+        try:
+            f = inspect.getsourcefile(klass) or ""
+        except (OSError, TypeError):
+            continue
+        if "/models/" in f and f not in out:
+            out.append(f)
+    return out
+
+
+def _repair_loop(
+    model_config: Any, layout: Layout, attempts: int = 40, cls: type | None = None
+) -> tuple[list[str], BaseException | None]:
+    """A synthesised config lacks attributes real checkpoints carry; a probe build names
+    them one at a time (an AttributeError, or a TypeError on an attribute that is None)
+    and each gets a value consistent with how the model's code uses it. A failure that
+    names none (a MoE model that finds no MoE layer) seeds, once, every attribute the
+    model's files read and the config lacks."""
+    guessed: list[str] = []
+    seeded = retried = False
+    files = model_files(cls)
+    error: BaseException | None = None
+    for _ in range(attempts):
+        probe = build_layout(model_config, layout)
+        error = probe.error
+        if error is None:
+            break
+        if probe.vllm_config is None and not retried:
+            # VllmConfig's own validation refused once: vLLM's config hooks update the
+            # model config as they validate (a hybrid model's mamba block size), and the
+            # next VllmConfig, as every layout's build makes it, may pass. Probe again.
+            retried = True
+            continue
+        configs = _config_objects(model_config)
+        attr = repair(probe.error, configs, files)
+        if attr is None:
+            # Seed only for a failure inside the model's code (not, say, VllmConfig's own
+            # validation) that names nothing, and only once.
+            if seeded or environmental(probe.error) or not _frame_files(probe.error):
+                break
+            seeded = True
+            more = seed_from_code(configs, _frame_files(probe.error) + files)
+            if not more:
+                break
+            guessed.extend(more)
+            continue
+        guessed.append(attr)
+        guessed += complete_mtp_layers(configs)  # a guessed per-layer list's MTP part
+    return guessed, error
+
+
+def _frame_files(error: BaseException) -> list[str]:
+    out = []
+    for frame, _ in traceback.walk_tb(error.__traceback__):
+        f = frame.f_code.co_filename
+        if "/models/" in f and f not in out:
+            out.insert(0, f)
+    return out
+
+
+_DTYPE_DEMAND = (("bfloat16 only", "bfloat16"), ("float16 only", "float16"))
+
+
+def _demanded_dtype(
+    model_config: Any, folder: str, error: BaseException | None, guessed: list[str]
+) -> Any:
+    """A model that builds only in one dtype (a kernel cache that supports bfloat16 only)
+    is built in it: the checkpoint's dtype, which a synthesised config does not carry."""
+    if error is None:
+        return model_config
+    for words, dtype in _DTYPE_DEMAND:
+        if words in str(error):
+            try:
+                other = load_model_config(folder, dtype=dtype)
+            except Exception:
+                return model_config
+            # the guesses were made on the first config objects: carry them over
+            for old, new in zip(
+                _config_objects(model_config), _config_objects(other), strict=False
+            ):
+                for name in guessed:
+                    if name in vars(old):
+                        setattr(new, name, getattr(old, name))
+            return other
+    return model_config
+
+
+def _mirror_to_target(model_config: Any, guessed: list[str]) -> bool:
+    """A draft reads its target's config too (``vllm_config.model_config`` is the
+    target's), and vLLM derives an MTP draft's config from the target's: an attribute
+    guessed on the draft's config is given to the target's config object of the same
+    class when it lacks it. Whether anything was given."""
+    spec = DRAFT_SPECS.get(id(model_config))
+    if spec is None:
+        return False
+    target = spec.target_model_config
+    pairs = [
+        (model_config.hf_config, target.hf_config),
+        (getattr(model_config, "hf_text_config", None), getattr(target, "hf_text_config", None)),
+    ]
+    given = False
+    for mine, theirs in pairs:
+        if mine is None or theirs is None or mine is theirs:
+            continue
+        if type(mine).__name__.removesuffix("MTP") != type(theirs).__name__.removesuffix("MTP"):
+            continue
+        for name in guessed:
+            if name in vars(mine) and name not in vars(theirs):
+                with contextlib.suppress(Exception):
+                    setattr(theirs, name, getattr(mine, name))
+                    given = True
+    return given
+
+
+def _draft_model_config(
+    arch: str, cls: type | None, registry: Any, registered_as: str, dtype: str = "float32"
+) -> tuple[Any, str] | None:
+    """The draft's ModelConfig, built by vLLM's SpeculativeConfig against a synthesised
+    target, and where it came from; None for an architecture that is not a draft."""
+    if not is_draft(arch, registry):
+        return None
+
+    def resolve(name: str, model_cls: type | None) -> str:
+        return resolve_config(name, architecture_name=name, model_cls=model_cls).folder
+
+    try:
+        make = functools.partial(load_model_config, dtype=dtype)
+        plan = plan_draft(arch, cls, registry, make, resolve)
+    except Exception as e:
+        raise ConfigGap(
+            f"no speculative config builds {arch} against a synthesised target: "
+            f"{type(e).__name__}: {str(e).strip()[:200]}"
+        ) from e
+    if registered_as != arch:  # an out-of-tree copy of a draft: build the copy
+        force_architecture(plan, registered_as)
+    model_config = plan.spec.draft_model_config
+    DRAFT_SPECS[id(model_config)] = plan.spec
+    return model_config, plan.source
+
+
+def _draft_in_dtype(
+    model_config: Any,
+    arch: str,
+    cls: type | None,
+    registry: Any,
+    registered_as: str,
+    error: BaseException | None,
+) -> Any:
+    """``_demanded_dtype`` for a draft: vLLM gives a draft its target's dtype, so the
+    draft is planned again against a target of the dtype the model demands."""
+    for words, dtype in _DTYPE_DEMAND:
+        if error is not None and words in str(error):
+            try:
+                draft = _draft_model_config(arch, cls, registry, registered_as, dtype=dtype)
+            except Exception:
+                return model_config
+            return draft[0] if draft is not None else model_config
+    return model_config
+
+
+def _with_tokenizer(
+    model_config: Any, folder: str, error: BaseException | None, guessed: list[str], cls: Any
+) -> Any:
+    """A model that looks its special tokens up in the tokenizer at construction
+    (``cached_tokenizer_from_config(...).vocab["<image>"]``) gets a small word-level one
+    written beside the synthesised config, holding the special tokens its files name;
+    the guesses made so far are carried over. Without such a failure: ``model_config``."""
+    if error is None or not _reads_tokenizer(error):
+        return model_config
+    try:
+        write_tokenizer(folder, _frame_files(error) + model_files(cls))
+        dtype = str(model_config.dtype).removeprefix("torch.")
+        overrides = getattr(model_config, "hf_overrides", None) or None
+        other = load_model_config(folder, dtype, overrides, tokenizer=folder)
+    except Exception:
+        return model_config
+    for old, new in zip(_config_objects(model_config), _config_objects(other), strict=False):
+        for name in guessed:
+            if name in vars(old):
+                setattr(new, name, getattr(old, name))
+    return other
+
+
+def _reads_tokenizer(error: BaseException) -> bool:
+    """The innermost model-code function that failed called vLLM's tokenizer getter, and
+    got None (phase 2 does not load one)."""
+    for frame, _ in reversed(list(traceback.walk_tb(error.__traceback__))):
+        if "/models/" not in frame.f_code.co_filename:
+            continue
+        try:
+            source = inspect.getsource(frame.f_code)
+        except (OSError, TypeError):
+            return False
+        return "tokenizer_from_config(" in source and (
+            "NoneType" in str(error) or isinstance(error, AssertionError)
+        )
+    return False
+
+
+def _describe(error: BaseException | None) -> str:
+    return describe(error)

@@ -1,0 +1,260 @@
+"""PFX606, the other direction: a fused layer ``packed_modules_mapping`` does not name.
+
+vLLM's quantization looks a layer up by its prefix; for a fused layer (``qkv_proj``,
+``gate_up_proj``) whose checkpoint holds the parts separately (``q_proj``, ``k_proj``,
+``v_proj``), it reads the class's ``packed_modules_mapping`` to know which checkpoint
+layers to look up instead (``is_layer_skipped(..., fused_mapping=...)``), and LoRA packs
+the adapters of the parts by the same table (``get_packed_modules_mapping``). A fused
+layer the table lacks is matched under its own name, which no checkpoint and no adapter
+uses: its parts' ``ignored_layers`` entries and LoRA weights miss it.
+
+Checked on every fused ``QKVParallelLinear`` and ``MergedColumnParallelLinear`` the
+tp=1 build made. That the checkpoint holds its parts separately is read from the model
+itself: the dry-run's checkpoint-name mapping (which checkpoint layers were written into
+it), else the model's own stacked-params tables (``(".qkv_proj", ".q_proj", "q")``) and
+its mapper's stacked entries. A fused layer whose checkpoint tensor is fused too (Phi-3's
+``gate_up_proj``) needs no entry and is not reported. Fused MoE experts are not checked:
+vLLM matches them by their own prefix and by the expert mapping, never by this table.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+from typing import Any
+
+from torch import nn
+
+from prefixlint.introspect.coverage.sites import passes_quant_config
+from prefixlint.introspect.finding import Finding
+
+
+def _table(model: nn.Module, cls: type | None) -> dict[str, Any]:
+    from prefixlint.introspect.dryrun.selflayout import packed_table
+
+    return packed_table(model, cls)
+
+
+def _table_line(cls: type | None) -> tuple[str, int]:
+    for klass in getattr(cls, "__mro__", ()):
+        if "packed_modules_mapping" in vars(klass):
+            try:
+                lines, start = inspect.getsourcelines(klass)
+                file = inspect.getsourcefile(klass) or ""
+            except (OSError, TypeError):
+                return "", 0
+            for i, text in enumerate(lines):
+                if "packed_modules_mapping" in text:
+                    return file, start + i
+            return file, start
+    return "", 0
+
+
+def _parts_from_tables(model: nn.Module, cls: type | None) -> dict[str, list[str]]:
+    """Fused leaf -> its checkpoint parts, as the model's loader tables say (not the
+    ``packed_modules_mapping`` under check)."""
+    from prefixlint.introspect.dryrun import selflayout
+
+    out: dict[str, list[str]] = {}
+    fused = {
+        path.rsplit(".", 1)[-1]
+        for path, module in model.named_modules()
+        if selflayout.fused_kind(module)
+    }
+    for file in selflayout.model_files(model, cls):
+        for leaf, part, _ in selflayout.file_triples(file):
+            if leaf in fused and part != leaf and part not in out.get(leaf, []):
+                out.setdefault(leaf, []).append(part)
+    stacked = getattr(selflayout.weights_mapper(cls), "orig_to_new_stacked", None) or {}
+    for part, target in stacked.items():
+        if isinstance(target, tuple) and target and isinstance(part, str):
+            leaf = str(target[0]).strip(".")
+            if leaf in fused and part.strip(".") not in out.get(leaf, []):
+                out.setdefault(leaf, []).append(part.strip("."))
+    return out
+
+
+def missing_entries(
+    cls: type | None, builds: list[Any], mapping: dict[str, str] | None = None
+) -> list[Finding]:
+    """A finding per construction site of a fused layer whose checkpoint parts are
+    separate and that ``packed_modules_mapping`` does not name. ``mapping``: the
+    dry-run's checkpoint layer -> module path, when it ran."""
+    from prefixlint.introspect.dryrun import selflayout
+
+    built = [b for b in builds if b.error is None and b.model is not None]
+    # the tp=1 build, else any that built (a layout that fails must not hide the table's
+    # gaps the others show)
+    base = next((b for b in built if b.layout.tp == 1 and b.layout.pp == 1), None)
+    base = base or next(iter(built), None)
+    if base is None:
+        return []
+    model = base.model
+    table = _table(model, cls)
+    fed: dict[str, list[str]] = {}
+    for layer, path in (mapping or {}).items():
+        leaf = layer.rsplit(".", 1)[-1]
+        if leaf not in fed.setdefault(path, []):
+            fed[path].append(leaf)
+    tables = _parts_from_tables(model, cls)
+    lora = bool(getattr(cls, "supports_lora", False))
+    out: dict[tuple[str, int], Finding] = {}
+    for path, module in model.named_modules():
+        if not selflayout.fused_kind(module):
+            continue
+        leaf = path.rsplit(".", 1)[-1]
+        if leaf in table:
+            continue
+        parts = [p for p in fed.get(path, []) if p != leaf] or tables.get(leaf, [])
+        if len(parts) < 2:
+            continue  # its checkpoint tensor is fused too, or nothing says otherwise
+        record = base.recorder.records.get(id(module))
+        if record is None or not record.site_file:
+            continue
+        site = (record.site_file, record.site_line)
+        if site in out:
+            continue
+        quantized = passes_quant_config(*site)
+        users = [u for u, yes in (("quantization", quantized), ("LoRA", lora)) if yes]
+        name = getattr(cls, "__name__", "the model")
+        entry = f"`{leaf!r}: {parts!r}`"
+        message = (
+            f"`{path}` is a fused `{type(module).__name__}` whose checkpoint holds "
+            f"{', '.join(f'`{p}`' for p in parts)} separately, and "
+            f"`{name}.packed_modules_mapping` has no entry for `{leaf}`: "
+        )
+        if users:
+            misses = " or ".join(
+                {"quantization": "an `ignored_layers` entry", "LoRA": "a LoRA adapter"}[u]
+                for u in users
+            )
+            verb = "look" if len(users) > 1 else "looks"
+            message += (
+                f"{' and '.join(users)} {verb} the parts up through it, so {misses} of a "
+                f"part misses this layer; add {entry}"
+            )
+            severity = "error"
+        else:
+            message += (
+                f"add {entry} (a note: no `quant_config` reaches it and `{name}` does not "
+                "support LoRA, so nothing looks the parts up yet)"
+            )
+            severity = "note"  # no consumer today (issue 20's severity)
+        file, line = _table_line(cls)
+        if file:
+            message += f" (the table is at {file.rsplit('/', 1)[-1]}:{line})"
+        out[site] = Finding("PFX606", severity, message, *site, group=f"packed:{leaf}")
+    return list(out.values())
+
+
+@functools.lru_cache(maxsize=256)
+def _built_names(file: str) -> dict[str, int]:
+    """Module names ``file`` builds, each at its first line: ``self.name = ...`` targets
+    and the last part of a ``prefix=`` string. Parsed once per file (one call per
+    unbuilt key would parse it again)."""
+    try:
+        with open(file, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read())
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return {}
+    out: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Attribute):
+                    out.setdefault(target.attr, node.lineno)
+        if isinstance(node, ast.keyword) and node.arg == "prefix":
+            text = "".join(
+                part.value
+                for part in ast.walk(node.value)
+                if isinstance(part, ast.Constant) and isinstance(part.value, str)
+            )
+            if text:
+                out.setdefault(text.rsplit(".", 1)[-1], node.value.lineno)
+    return out
+
+
+def unbuilt_key_reason(key: str, built: list[Any], cls: type | None) -> str:
+    """Why a ``packed_modules_mapping`` key that no build made may still pack modules of
+    this class, "" where nothing says so (the key is stale: a maintainer removes it).
+
+    - the class wraps a model its config chooses (a registered vLLM architecture built by
+      ``init_vllm_registered_model``, or transformers' own modules): one table serves
+      every model it can wrap;
+    - the model's own code builds a module of that name, in a branch none of the
+      explored configs took."""
+    from prefixlint.introspect.dryrun import selflayout
+
+    for build in built:
+        chosen = _chosen_architectures(build)
+        for path, module in build.model.named_modules():
+            kind = type(module)
+            if path and kind.__name__ in chosen:
+                return (
+                    f"`{path}` is a `{kind.__name__}`, the architecture its sub-config "
+                    "names: the table serves every model the class can wrap"
+                )
+            if path and _is_transformers_model(module):
+                return (
+                    f"`{path}` is transformers' `{kind.__name__}`: the table serves every "
+                    "model the class can wrap"
+                )
+    leaf = key.strip(".").rsplit(".", 1)[-1]
+    for file in selflayout.model_files(built[0].model, cls):
+        line = _built_names(file).get(leaf)
+        if line:
+            return (
+                f"{file.rsplit('/', 1)[-1]}:{line} builds a `{leaf}` in a branch no "
+                "explored config took"
+            )
+    return ""
+
+
+def _chosen_architectures(build: Any) -> set[str]:
+    """The architectures the config's sub-configs name (``text_config.architectures``):
+    the classes ``init_vllm_registered_model`` builds for a wrapper, chosen by config."""
+    hf = getattr(getattr(build.vllm_config, "model_config", None), "hf_config", None)
+    own = set(getattr(hf, "architectures", None) or [])
+    out: set[str] = set()
+    for value in vars(hf).values() if hf is not None else ():
+        archs = getattr(value, "architectures", None)
+        if isinstance(archs, (list, tuple)):
+            out.update(a for a in archs if isinstance(a, str))
+    return out - own
+
+
+def _is_transformers_model(module: nn.Module) -> bool:
+    try:
+        from transformers import PreTrainedModel
+    except ImportError:
+        return False
+    return isinstance(module, PreTrainedModel)
+
+
+def without_duplicates(findings: list[Finding], packed: list[Finding]) -> list[Finding]:
+    """The quantization dry-run reports the same missing entry as a PFX702 at the table
+    (a fused layer quantized although its parts are ignored): one defect, reported once,
+    at the line that built the layer, naming the dry-run's confirmation."""
+    leaves = {f.group.removeprefix("packed:"): f for f in packed}
+    out = []
+    for f in findings:
+        hit = next(
+            (
+                leaf
+                for leaf in leaves
+                if f.code == "PFX702" and f"has no entry `'{leaf}':" in f.message
+            ),
+            None,
+        )
+        if hit is None:
+            out.append(f)
+            continue
+        confirmed = leaves[hit]
+        if "quantization dry-run confirms" not in confirmed.message:
+            confirmed.message += (
+                "; the quantization dry-run confirms it: built under `Fp8Config` with the "
+                "parts ignored, the layer is quantized"
+            )
+            confirmed.severity = "error"
+    return out

@@ -1,0 +1,63 @@
+"""PFX603: query or KV heads do not divide for a tensor-parallel size of the grid."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from prefixlint.introspect.checks.base import Case, FailureCheck, Subject
+from prefixlint.introspect.finding import Finding
+
+TP_CANDIDATES = tuple(range(1, 17))
+
+
+class HeadsNotDivisible(FailureCheck):
+    """## What it does
+    A build that failed at a tensor-parallel size its head counts do not divide by is
+    reported once per size, with the sizes that work.
+
+    ## Why is this bad?
+    vLLM refuses to start the model at that `--tensor-parallel-size`.
+
+    ## Example
+    32 query / 8 KV heads at tp=3.
+
+    ## Fix
+    Document the sizes that work; nothing in the model is wrong when the config's counts
+    are the checkpoint's.
+    """
+
+    code = "PFX603"
+    examples: ClassVar[tuple[Case, ...]] = (
+        Case(
+            "LlamaForCausalLM",
+            "",
+            "",
+            "class LlamaForCausalLM(",
+            "warning",
+            tp=(1, 3),
+            config=(("num_attention_heads", 32), ("num_key_value_heads", 8)),
+            clean_config=(("num_attention_heads", 24), ("num_key_value_heads", 3)),
+        ),
+    )
+
+    def judge(self, build: Any, subject: Subject) -> Finding | None:
+        layout, heads, kv_heads = build.layout, subject.heads, subject.kv_heads
+        divisible = "divisible" in str(build.error) or (
+            heads
+            and (heads % layout.tp or (kv_heads and kv_heads % layout.tp and layout.tp % kv_heads))
+        )
+        if not (divisible and layout.tp > 1):
+            return None
+        ok = ", ".join(map(str, working_tp_sizes(heads, kv_heads)))
+        message = (
+            f"{heads} query / {kv_heads} KV heads do not divide for tensor parallel size "
+            f"{layout.tp}; sizes that work: {ok}"
+        )
+        return Finding(self.code, "warning", message, *subject.class_site, group=str(layout.tp))
+
+
+def working_tp_sizes(heads: int | None, kv_heads: int | None) -> list[int]:
+    if not heads:
+        return []
+    kv = kv_heads or heads
+    return [tp for tp in TP_CANDIDATES if heads % tp == 0 and (kv % tp == 0 or tp % kv == 0)]

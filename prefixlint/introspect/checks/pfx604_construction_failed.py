@@ -1,0 +1,81 @@
+"""PFX604: the class raised, hung or crashed while being built for a layout."""
+
+from __future__ import annotations
+
+import linecache
+from typing import Any, ClassVar
+
+from prefixlint.introspect.checks.base import (
+    Case,
+    FailureCheck,
+    Subject,
+    config_value,
+    first_line,
+    model_frame,
+)
+from prefixlint.introspect.finding import Finding
+
+
+class ConstructionFailed(FailureCheck):
+    """## What it does
+    A build that raised in the model's own code, for a reason no earlier check of the table
+    explains, is reported at the innermost frame of the model's file. At pp > 1 with one
+    layer per stage it is a "not verified" note instead (PFX600): a small config's stage
+    may lack a kind of layer every stage of a real checkpoint holds.
+
+    ## Why is this bad?
+    vLLM cannot build the model for that layout.
+
+    ## Example
+    `raise RuntimeError(...)` in `__init__`.
+
+    ## Fix
+    Fix the raising line; with a real checkpoint's config (`--config`) when the synthesised
+    one is at fault.
+    """
+
+    code = "PFX604"
+    examples: ClassVar[tuple[Case, ...]] = (
+        Case(
+            "LlamaForCausalLM",
+            "        self.config = config\n",
+            '        self.config = config\n        raise RuntimeError("planted")\n',
+            'raise RuntimeError("planted")',
+            tp=(1, 2),
+            pp=(2,),
+        ),
+    )
+
+    def judge(self, build: Any, subject: Subject) -> Finding | None:
+        layout = build.layout
+        site, what = failure_key(build, subject.class_site)
+        # one finding per site: the layouts it failed in are said by the merge
+        message = f"building the model failed: {what}"
+        n_layers = config_value(subject.hf, "num_hidden_layers") or 0
+        small_stage = layout.pp > 1 and isinstance(n_layers, int) and n_layers // layout.pp < 2
+        if small_stage and (site, what) not in subject.unstaged_failures:
+            # one layer per stage: a stage of a small config may lack a kind of layer a real
+            # checkpoint's stages all hold (a MoE model whose stage 0 is the dense layer);
+            # a failure the unsplit model has too is not the stage's
+            message = (
+                f"not verified at {layout.name}: the config's {n_layers} layers leave one per "
+                f"stage, and the build failed ({what}); a config with more layers (`--config`) "
+                "would tell"
+            )
+            return Finding("PFX600", "note", message, *site, group=message)
+        return Finding(self.code, "error", message, *site, group=message)
+
+
+def failure_key(build: Any, class_site: tuple[str, int]) -> tuple[tuple[str, int], str]:
+    """Where a failed build failed (the model's frame, else the class) and what it raised,
+    as ``judge`` says them."""
+    file, line = model_frame(build.error_tb, build.recorder.external)
+    what = f"{type(build.error).__name__}: {first_line(build.error) or _source(file, line)}"
+    return ((file, line) if file else class_site), what.rstrip(": ")
+
+
+def _source(file: str, line: int) -> str:
+    """The statement's line in the model's file, for an error that says nothing itself (a
+    bare ``assert``)."""
+    text = linecache.getline(file, line).strip() if file else ""
+    return f"`{text[:200]}`" if text else ""

@@ -1,0 +1,149 @@
+"""PFX606: a declared capability does not hold in the built model.
+
+The fused layers the mapping does not name (the other direction, read with the dry-run's
+checkpoint mapping) are found by ``packed.missing_entries``, which the pipeline calls
+after the dry-run.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from prefixlint.introspect.checks.base import Case, Findings, Subject, TargetCheck
+from prefixlint.introspect.checks.packed import unbuilt_key_reason
+from prefixlint.introspect.finding import Finding
+
+_PACKED = """"qkv_proj": ["q_proj", "k_proj", "v_proj"],
+        "gate_up_proj": ["gate_proj", "up_proj"],"""
+
+
+class PipelineInterface(TargetCheck):
+    """## What it does
+    A class that declares `SupportsPP` must have a callable
+    `make_empty_intermediate_tensors` that works.
+
+    ## Why is this bad?
+    A later pipeline stage receives its inputs in those tensors: the first pipeline-parallel
+    run fails.
+
+    ## Example
+    `class M(nn.Module, SupportsPP)` without `self.make_empty_intermediate_tensors = ...`.
+
+    ## Fix
+    Assign the inner model's `make_empty_intermediate_tensors` (as `llama.py` does).
+    """
+
+    code = "PFX606"
+    examples: ClassVar[tuple[Case, ...]] = (
+        Case(
+            "LlamaForCausalLM",
+            "        self.make_empty_intermediate_tensors = (\n"
+            "            self.model.make_empty_intermediate_tensors\n        )\n",
+            "",
+            "class LlamaForCausalLM(",
+        ),
+    )
+
+    def check(self, built: list[Any], subject: Subject, out: Findings) -> None:
+        cls = subject.cls
+        build = next((b for b in built if b.layout.tp == 1 and b.layout.pp == 1), None)
+        if build is None or not getattr(cls, "supports_pp", False):
+            return
+        make = getattr(build.model, "make_empty_intermediate_tensors", None)
+        problem = None
+        if not callable(make):
+            problem = "has no callable `make_empty_intermediate_tensors`"
+        else:
+            try:
+                import torch
+
+                make(2, torch.float32, torch.device("meta"))
+            except Exception as e:
+                problem = f"`make_empty_intermediate_tensors(...)` raises {type(e).__name__}: {e}"
+        if problem:
+            message = f"`{cls.__name__}` declares `SupportsPP` but {problem}"[:300]
+            out.add(Finding(self.code, "error", message, *subject.class_site, group="pp"), build)
+
+
+class PackedMappingKeys(TargetCheck):
+    """## What it does
+    A `packed_modules_mapping` key that no build (of any layout or explored config variant)
+    made: an error when none of its keys was built, a warning per unbuilt key otherwise, a
+    note where the class builds it in a branch no config took; a dotted key is a warning.
+
+    ## Why is this bad?
+    LoRA and quantization pack weights by these names: a stale table packs nothing, a
+    wrong one misleads both.
+
+    ## Example
+    `packed_modules_mapping = {"fused_xyz": ["x", "y"]}` in a model without `fused_xyz`.
+
+    ## Fix
+    Name the fused layers the model builds, by the last part of their prefix.
+    """
+
+    code = "PFX606"
+    examples: ClassVar[tuple[Case, ...]] = (
+        Case("LlamaForCausalLM", _PACKED, '"fused_xyz": ["x", "y"],', "class LlamaForCausalLM("),
+    )
+
+    def check(self, built: list[Any], subject: Subject, out: Findings) -> None:
+        cls = subject.cls
+        mapping = getattr(cls, "packed_modules_mapping", None)
+        if not built or not isinstance(mapping, dict) or not mapping:
+            return
+        leaf_names: set[str] = set()
+        for build in built:
+            leaf_names.update(n.rsplit(".", 1)[-1] for n, _ in build.model.named_modules())
+        # None built: the mapping does not describe this model (an error, as before). Some
+        # built: another key packs nothing in any config explored, a warning (nothing
+        # breaks, a maintainer removes a stale key) when every construction site ran and
+        # nothing says the class builds it elsewhere, a note when something does, not
+        # verified when some construction site did not run.
+        none = not any(k in leaf_names for k in mapping)
+        for key, parts in mapping.items():
+            if key in leaf_names:
+                continue
+            last = key.strip(".").rsplit(".", 1)[-1]
+            if last in leaf_names and parts == [key]:
+                continue  # an entry that packs a layer as itself (DotsOCR's `.attn.qkv`)
+            if not none and "." in key.strip(".") and last in leaf_names:
+                out.add(_dotted_key(cls, key, last, subject), built[0])
+                continue
+            out.add(self._unbuilt(key, parts, built, subject, none), built[0])
+
+    def _unbuilt(
+        self, key: str, parts: Any, built: list[Any], subject: Subject, none: bool
+    ) -> Finding:
+        cls = subject.cls
+        tried = "; ".join(sorted({getattr(b, "variant", "") or "base config" for b in built}))
+        packs = ", ".join(f"`{p}`" for p in parts) if isinstance(parts, list) else str(parts)
+        what = (
+            f"`{cls.__name__}.packed_modules_mapping` names `{key}` (packing {packs}), but no "
+            f"build made a module of that name (configs: {tried})"
+        )
+        if not (none or subject.complete):
+            message = (
+                f"not verified: {what}, and some construction sites ran in no build: a "
+                "config that builds them may build it"
+            )
+            return Finding("PFX600", "note", message, *subject.class_site, group=key)
+        message = f"{what}; LoRA and quantization pack weights by these names"
+        severity = "error" if none else "warning"
+        why = "" if none else unbuilt_key_reason(key, built, cls)
+        if why:
+            severity = "note"
+            message = f"{what} (a note: {why}; nothing breaks)"
+        return Finding(self.code, severity, message, *subject.class_site, group=key)
+
+
+def _dotted_key(cls: Any, key: str, last: str, subject: Subject) -> Finding:
+    # vLLM looks a fused layer up by its prefix's last part (quantization's
+    # is_layer_skipped, LoRA's model manager): a dotted key never applies
+    message = (
+        f"`{cls.__name__}.packed_modules_mapping` names `{key}`, with a dot: vLLM's "
+        f"quantization and LoRA look a fused layer up by the last part of its prefix "
+        f"(`{last}`), so this entry never applies and an `ignored_layers` entry or "
+        f"LoRA adapter of its parts misses `{last}`; name the key `{last!r}`"
+    )
+    return Finding("PFX606", "warning", message, *subject.class_site, group=key)

@@ -1,0 +1,259 @@
+"""PFX608: what vLLM's engine start-up would refuse, found with vLLM's own validators.
+
+A model can build on the meta device and still never start: vLLM checks a class when its
+module defines it (``@support_torch_compile`` infers the dynamic dimensions of ``forward``
+from its annotations and refuses a ``forward`` without them), when it makes the model
+config (the runner needs a text-generation or pooling model: ``compute_logits``,
+``embed_input_ids``, a ``forward`` taking ``input_ids`` and ``positions``), and when it
+binds the KV cache (``extract_layer_index`` on every attention layer's name: one integer,
+the layer's index). Each is called here as vLLM calls it, on the class or the built model,
+and a refusal is reported at the line of the model that causes it, with vLLM's message.
+
+A failure of the model's own code while its module is imported (``sys.exit``, a raise at
+module level) is PFX604 at that line, as a failure in ``__init__`` is.
+
+Runs inside the worker process (imports vLLM).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+import traceback
+from pathlib import Path
+from typing import Any, ClassVar
+
+from prefixlint.introspect.checks.base import Case, Check, class_site
+from prefixlint.introspect.finding import Finding
+from prefixlint.introspect.process.crash import model_code
+
+CODE = "PFX608"
+
+
+class EngineStart(Check):
+    """## What it does
+    Calls vLLM's own start-up validators as vLLM calls them: `@support_torch_compile`'s
+    inference of `forward`'s dynamic dimensions, the model interface the runner needs
+    (`compute_logits` or a pooler, `embed_input_ids`, `forward(input_ids, positions)`),
+    `extract_layer_index` on every KV-cache layer's name. The pipeline calls
+    `import_failure`, `interface_refusal` and `layer_index_refusals` where vLLM would.
+
+    ## Why is this bad?
+    A model that builds can still never start: vLLM refuses it at start-up.
+
+    ## Example
+    A causal LM whose `compute_logits` is named `project_logits`.
+
+    ## Fix
+    Do what vLLM's message asks, at the reported line.
+    """
+
+    code = CODE
+    examples: ClassVar[tuple[Case, ...]] = (
+        Case(
+            "LlamaForCausalLM",
+            "    def compute_logits(",
+            "    def project_logits(",
+            "class LlamaForCausalLM(",
+        ),
+    )
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0][:240] if text else ''}".rstrip(": ")
+
+
+# -- while the model's module is imported --------------------------------------------------
+
+
+def import_failure(error: BaseException) -> Finding | None:
+    """A finding for an exception raised while the model's module was imported, when the
+    model's own code is at fault: its module-level code raised (or exited), or one of
+    vLLM's class decorators refused a class it defines (PFX608). A missing package, or a
+    failure inside a library that module-level code merely called, is not judged here."""
+    if isinstance(error, ImportError):
+        return None
+    frames = list(traceback.walk_tb(error.__traceback__))
+    model = [(i, f, n) for i, (f, n) in enumerate(frames) if model_code(f.f_code.co_filename)]
+    if not model:
+        return None
+    index, frame, line = model[-1]
+    file = frame.f_code.co_filename
+    if index == len(frames) - 1 or isinstance(error, SystemExit):
+        message = f"importing the model's module failed: {_first_line(error)}"
+        if isinstance(error, SystemExit):
+            message = (
+                f"the model's module exits the interpreter on import (`sys.exit({error.code!r})`)"
+            )
+        return Finding("PFX604", "error", message, file, line)
+    callee = frames[index + 1][0]
+    decorated = [
+        v
+        for v in callee.f_locals.values()
+        if isinstance(v, type) and v.__module__ == frame.f_globals.get("__name__")
+    ]
+    if frame.f_code.co_name != "<module>" or not decorated:
+        return None
+    decorator = callee.f_code.co_qualname if hasattr(callee.f_code, "co_qualname") else ""
+    where = f"`{decorator.split('.<locals>')[0]}`" if decorator else "a vLLM decorator"
+    message = (
+        f"vLLM refuses `{decorated[0].__name__}` when its module defines it: {where} "
+        f"raises {_first_line(error)}"
+    )
+    return Finding(CODE, "error", message, file, line)
+
+
+# -- when the model config is made ----------------------------------------------------------
+
+
+def interface_refusal(cls: type | None, error: BaseException) -> Finding | None:
+    """vLLM's model config refused the class (``error``) and vLLM's own interface
+    predicates say why: it is neither a text-generation nor a pooling model. None when
+    the class passes them (the refusal is about something else)."""
+    if cls is None:
+        return None
+    try:
+        from vllm.model_executor.models import interfaces_base as base
+    except ImportError:
+        return None
+    try:
+        if base.is_text_generation_model(cls) or base.is_pooling_model(cls):
+            return None
+        missing = []
+        if not callable(getattr(cls, "embed_input_ids", None)):
+            missing.append("no callable `embed_input_ids`")
+        forward = getattr(cls, "forward", None)
+        kws = [kw for kw in ("input_ids", "positions") if not _takes(forward, kw)]
+        if kws:
+            missing.append(f"a `forward` without {', '.join(f'`{k}`' for k in kws)}")
+        if not missing and not callable(getattr(cls, "compute_logits", None)):
+            missing.append("no `compute_logits` (a text-generation model) and no pooler")
+    except Exception:
+        return None
+    if not missing:
+        return None
+    message = (
+        f'vLLM\'s engine refuses `{cls.__name__}` at start-up ("{_vllm_says(error)}"): '
+        f"vLLM's model interface finds {'; '.join(missing)}"
+    )
+    return Finding(CODE, "error", message, *class_site(cls))
+
+
+def _vllm_says(error: BaseException) -> str:
+    """vLLM's own sentence in a config validation error (pydantic wraps it as
+    ``Value error, <message>``), else the error's first line."""
+    m = re.search(r"Value error, ([^\n\[]+)", str(error))
+    return m.group(1).strip() if m else _first_line(error)
+
+
+def _takes(fn: Any, name: str) -> bool:
+    try:
+        from vllm.utils.func_utils import supports_kw
+    except ImportError:  # older layouts of vLLM
+        try:
+            return name in inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            return False
+    try:
+        return bool(supports_kw(fn, name))
+    except Exception:
+        return False
+
+
+# -- when the KV cache is bound -------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def _dual_attention_model_types() -> tuple[str, ...]:
+    """The model types vLLM's model runner binds with two attention modules per layer
+    index (``num_attn_module = 2 if ... model_type == "longcat_flash" else 1``), read from
+    the runner's source; none where it says otherwise."""
+    try:
+        import vllm.v1.worker.gpu_model_runner as runner
+
+        text = Path(runner.__file__).read_text(encoding="utf-8")
+    except Exception:
+        return ()
+    return tuple(
+        re.findall(r"num_attn_module\s*=\s*\(?\s*2\s+if[^\n]*model_type\s*==\s*\"(\w+)\"", text)
+    )
+
+
+def kv_cache_layer_names(build: Any) -> dict[str, Any]:
+    """The attention layers vLLM allocates a KV cache for: the ones in the build's forward
+    context whose ``get_kv_cache_spec`` gives one (a layer whose spec cannot be made on
+    this machine is left out, not judged)."""
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+    context = build.vllm_config.compilation_config.static_forward_context
+    out = {}
+    for name, layer in context.items():
+        if not isinstance(layer, AttentionLayerBase):
+            continue
+        try:
+            spec = layer.get_kv_cache_spec(build.vllm_config)
+        except Exception:
+            continue
+        if spec is not None:
+            out[name] = layer
+    return out
+
+
+def layer_index_refusals(
+    builds: list[Any], model_config: Any, cls: type | None = None
+) -> list[Finding]:
+    """``extract_layer_index`` on the name of every attention layer with a KV cache, as
+    vLLM's ``bind_kv_cache`` calls it: a name with more integers than it accepts is an
+    assertion at engine start-up. At the line that built the layer; once per site."""
+    from vllm.model_executor.models.utils import extract_layer_index
+
+    hf = getattr(model_config, "hf_config", None)
+    per_layer = 2 if getattr(hf, "model_type", None) in _dual_attention_model_types() else 1
+    out: dict[tuple[str, int], Finding] = {}
+    for build in builds:
+        if build.error is not None or build.vllm_config is None:
+            continue
+        for name, layer in kv_cache_layer_names(build).items():
+            try:
+                extract_layer_index(name, per_layer)
+                continue
+            except (AssertionError, ValueError, IndexError) as e:
+                said = str(e).strip() or type(e).__name__
+            record = build.recorder.records.get(id(layer))
+            built_here = record is not None and record.site_file
+            site = (record.site_file, record.site_line) if built_here else class_site(cls)
+            if site in out:
+                continue
+            message = (
+                f"vLLM's engine start-up refuses attention layer `{name}`: binding the KV "
+                f'cache, `extract_layer_index` asserts "{said}"; an attention layer\'s name '
+                "holds one integer, its decoder layer's index (several attention layers of "
+                "one decoder layer: each stored under a name, `attn_0`, `attn_1`, not as "
+                "elements of a list, `attns.0`)"
+            )
+            out[site] = Finding(CODE, "error", message, *site)
+    return list(out.values())
+
+
+def unloadable(spec: str, error: BaseException) -> list[dict[str, Any]] | None:
+    """The answer for a file or module target whose import failed because of the model's
+    own code (``import_failure``): one skipped result with the finding at its line, as
+    for a registry architecture. None when the failure is not the model's (a missing
+    package, a bad target): the job's error then says why."""
+    from dataclasses import asdict
+
+    from prefixlint.introspect.verdict.outcome import TargetResult
+
+    finding = import_failure(error)
+    if finding is None:
+        return None
+    arch = spec.rpartition(":")[2] if ":" in spec else Path(spec).stem
+    result = TargetResult(target=spec, arch=arch, status="skipped", category="finding")
+    result.reason = _first_line(error)
+    result.findings.append(finding)
+    data = asdict(result)
+    data["layouts"] = []
+    data["class_file"], data["class_line"] = finding.file, finding.line
+    return [data]

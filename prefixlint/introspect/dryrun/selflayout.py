@@ -1,0 +1,745 @@
+"""The checkpoint dry-run (PFX701/PFX702) for models transformers has no class for.
+
+``dryrun/`` takes the checkpoint layout from the reference ``transformers`` class of the
+architecture. Plugin, remote-code and vLLM-only architectures have none, so here the
+layout comes, in order, from:
+
+1. transformers' class for the config's *model type* (``model_type: llama`` under an
+   architecture named ``MyLlamaForCausalLM``), when the config is not a made-up fallback;
+2. the model itself: every parameter of the built model mapped back to the checkpoint
+   tensors that fill it, through what the model declares about its checkpoint: the
+   ``(fused, checkpoint, shard)`` entries of the stacked-params tables in its files (what
+   its ``load_weights`` consumes), ``packed_modules_mapping``, vLLM's expert mapping for
+   fused MoE (``get_moe_expert_mapping``) and the inverse of ``hf_to_vllm_mapper``
+   (checked by mapping each name forward again).
+
+The layout is then streamed through the model's ``load_weights`` and the model built under
+``Fp8Config`` exactly as for a reference layout. What a self-derived layout cannot see is
+said in every result: a checkpoint that names its tensors otherwise than the model's own
+tables say (a loader that renames in code) is not the layout checked.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import functools
+import re
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from prefixlint.introspect import dryrun
+from prefixlint.introspect.dryrun import renamed
+from prefixlint.introspect.dryrun.divergence import Divergence
+from prefixlint.introspect.dryrun.layouts import NotVerified, incomplete_experts, reference
+from prefixlint.introspect.dryrun.quant import layer_sources, past, quant_findings
+from prefixlint.introspect.dryrun.sites import Sites, source_file
+from prefixlint.introspect.dryrun.streaming import describe_error, stream
+from prefixlint.introspect.dryrun.weights import (
+    SKIPS_ITS_PARAMETER,
+    coverage_findings,
+    layout_refused,
+    merge,
+)
+from prefixlint.introspect.finding import Finding
+
+SELF_DERIVED = (
+    "checkpoint layout derived from the model itself (its parameters through its "
+    "stacked-params tables, `packed_modules_mapping`, expert mapping and "
+    "`hf_to_vllm_mapper`): a checkpoint that names tensors otherwise than these say "
+    "(a loader that renames in code) is not seen"
+)
+_NO_REFERENCE = ("transformers has no reference class", "the reference `")
+_QKV = {"q": 0, "k": 1, "v": 2}
+
+
+def applies(outcome: Any) -> bool:
+    """The dry-run found no reference layout to check against (none, or none that builds
+    on meta): a layout from the model's model type, or from the model itself, may do."""
+    return outcome.status == "not verified" and outcome.reason.startswith(_NO_REFERENCE)
+
+
+# -- 1. transformers' class for the config's model type --------------------------------------
+
+
+def model_type_reference(hf_config: Any, arch: str) -> str | None:
+    """transformers' class for the config's ``model_type`` of the architecture's kind
+    (its suffix: ``ForCausalLM``, ``ForConditionalGeneration``, ``Model``, ...)."""
+    from transformers.models.auto import modeling_auto
+
+    model_type = getattr(hf_config, "model_type", None)
+    if not isinstance(model_type, str) or not model_type:
+        return None
+    suffix = re.search(r"(For[A-Z]\w*|Model)$", arch)
+    found = []
+    for name in dir(modeling_auto):
+        if not name.endswith("_MAPPING_NAMES"):
+            continue
+        value = getattr(modeling_auto, name).get(model_type)
+        for candidate in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(candidate, str) and candidate not in found:
+                found.append(candidate)
+    if suffix is not None:
+        same = [c for c in found if c.endswith(suffix.group(1))]
+        if same:
+            return same[0]
+    return None
+
+
+# -- 2. the model's own tables ----------------------------------------------------------------
+
+
+def model_files(model: nn.Module, cls: type | None) -> list[str]:
+    out = []
+    for klass in {type(m) for m in model.modules()} | ({cls} if cls else set()):
+        for base in getattr(klass, "__mro__", ()):
+            f = source_file(base)
+            if f and f not in out and _is_model_file(f):
+                out.append(f)
+    return out
+
+
+def _is_model_file(file: str) -> bool:
+    from prefixlint.introspect.process.crash import model_code
+
+    return model_code(file)
+
+
+@functools.lru_cache(maxsize=256)
+def file_triples(file: str) -> tuple[tuple[str, str, Any], ...]:
+    """``(str, str, shard)`` tuples in tables (a list or tuple of at least two of them) in
+    ``file``: the stacked-params entries a ``load_weights`` loops over."""
+    try:
+        with open(file, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read())
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return ()
+    out: list[tuple[str, str, Any]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.List, ast.Tuple)) or len(node.elts) < 2:
+            continue
+        rows = []
+        for elt in node.elts:
+            if not (isinstance(elt, ast.Tuple) and len(elt.elts) == 3):
+                break
+            values = [e.value if isinstance(e, ast.Constant) else None for e in elt.elts]
+            fused, part, shard = values
+            if not (isinstance(fused, str) and isinstance(part, str)):
+                break
+            if not isinstance(shard, (str, int)) or isinstance(shard, bool):
+                break
+            rows.append((fused.strip("."), part.strip("."), shard))
+        else:
+            out.extend(rows)
+    return tuple(dict.fromkeys(out))
+
+
+def fused_kind(module: nn.Module) -> str | None:
+    from vllm.model_executor.layers.linear import MergedColumnParallelLinear, QKVParallelLinear
+
+    sizes = getattr(module, "output_sizes", None)
+    if isinstance(module, QKVParallelLinear):
+        return "qkv"
+    if isinstance(module, MergedColumnParallelLinear) and isinstance(sizes, (list, tuple)):
+        return "merged" if len(sizes) >= 2 else None
+    return None
+
+
+def _shard_index(kind: str, shard: Any, count: int) -> int | None:
+    if kind == "qkv":
+        return _QKV.get(shard) if isinstance(shard, str) else None
+    if isinstance(shard, int) and 0 <= shard < count:
+        return shard
+    return None
+
+
+def shard_sources(model: nn.Module, cls: type | None) -> dict[str, list[tuple[str, int]]]:
+    """Fused module leaf -> [(checkpoint leaf, shard index)], from the stacked-params
+    tables of the model's files that fit the modules built (a fused module of that leaf
+    exists, the shard ids are the ones its weight loader takes), else from
+    ``packed_modules_mapping`` (QKV parts are q, k, v; merged parts in order)."""
+    fused = {}
+    for path, module in model.named_modules():
+        kind = fused_kind(module)
+        if kind is not None:
+            fused.setdefault(path.rsplit(".", 1)[-1], (kind, len(module.output_sizes)))
+    out: dict[str, list[tuple[str, int]]] = {}
+    for file in model_files(model, cls):
+        for leaf, part, shard in file_triples(file):
+            if leaf not in fused or part == leaf:
+                continue
+            index = _shard_index(*fused[leaf][:1], shard, fused[leaf][1])
+            if index is not None and (part, index) not in out.get(leaf, []):
+                out.setdefault(leaf, []).append((part, index))
+    for part, target in _stacked_entries(model, cls):  # mappers' (checkpoint -> fused, shard)
+        if not (isinstance(target, tuple) and len(target) == 2 and isinstance(part, str)):
+            continue
+        leaf, shard = str(target[0]).strip("."), target[1]
+        if leaf in fused:
+            index = _shard_index(fused[leaf][0], shard, fused[leaf][1])
+            if index is not None and (part.strip("."), index) not in out.get(leaf, []):
+                out.setdefault(leaf, []).append((part.strip("."), index))
+    packed = packed_table(model, cls)
+    for leaf, (_, count) in fused.items():
+        parts = packed.get(leaf)
+        if leaf in out or not isinstance(parts, (list, tuple)) or len(parts) != count:
+            continue
+        if list(parts) == [leaf]:
+            continue
+        out[leaf] = [(p, i) for i, p in enumerate(parts)]
+    return out
+
+
+def _stacked_entries(model: nn.Module, cls: type | None) -> list[tuple[Any, Any]]:
+    """The ``orig_to_new_stacked`` entries of the class's mapper, then of the mappers of
+    the classes built inside it (a ColBERT wrapper's Lfm2 backbone keeps its ``.w1`` ->
+    ``.w13`` entries on ``Lfm2Model``)."""
+    mappers = [weights_mapper(cls)] + [weights_mapper(type(m)) for m in model.modules()]
+    out: list[tuple[Any, Any]] = []
+    seen: set[int] = set()
+    for mapper in mappers:
+        if mapper is None or id(mapper) in seen:
+            continue
+        seen.add(id(mapper))
+        stacked = getattr(mapper, "orig_to_new_stacked", None) or {}
+        out += [item for item in stacked.items() if item not in out]
+    return out
+
+
+def packed_table(model: nn.Module, cls: type | None) -> dict[str, Any]:
+    """What LoRA reads (vLLM's ``get_packed_modules_mapping``), else the class's own."""
+    try:
+        from vllm.model_executor.utils import get_packed_modules_mapping
+
+        return dict(get_packed_modules_mapping(model))
+    except Exception:
+        mapping = getattr(cls, "packed_modules_mapping", None)
+        return dict(mapping) if isinstance(mapping, dict) else {}
+
+
+def _expert_entries(model: nn.Module) -> list[tuple[str, str, int, str]]:
+    try:
+        from vllm.model_executor.utils import get_moe_expert_mapping
+
+        return list(get_moe_expert_mapping(model))
+    except Exception:
+        return []
+
+
+@dataclass
+class Layout:
+    tensors: dict[str, tuple[tuple[int, ...], Any]] = field(default_factory=dict)
+    unknown: dict[str, str] = field(default_factory=dict)  # module path -> why not derived
+    # a part split from a fused parameter -> (the parameter's checkpoint name, its shape)
+    fused: dict[str, tuple[str, Any]] = field(default_factory=dict)
+
+
+def weights_mapper(cls: type | None) -> Any:
+    mapper = getattr(cls, "hf_to_vllm_mapper", None)
+    forward = getattr(mapper, "map_name", None) or getattr(mapper, "_map_name", None)
+    return mapper if callable(forward) else None
+
+
+def _forward(mapper: Any, name: str) -> str | None:
+    fn = getattr(mapper, "map_name", None) or mapper._map_name
+    try:
+        return fn(name)
+    except Exception:
+        return None
+
+
+def checkpoint_name(mapper: Any, name: str, fused: str | None = None) -> str | None:
+    """The checkpoint name ``hf_to_vllm_mapper`` maps to ``name`` (or, for a shard of a
+    fused parameter, to the fused ``fused``: the mapper's stacked entries): each entry's
+    inverse (and pairs of them), kept when mapping forward gives ``name`` back; ``name``
+    itself when the mapper leaves it alone; None when no name maps to it."""
+    if mapper is None:
+        return name
+    wanted = {name, fused} - {None}
+    candidates = [name]
+    for _ in range(2):
+        more = []
+        for candidate in candidates:
+            more.extend(_inverses(mapper, candidate))
+        candidates += [c for c in more if c not in candidates]
+    for candidate in candidates[1:] + candidates[:1]:
+        if _forward(mapper, candidate) in wanted:
+            return candidate
+    return None
+
+
+def _inverses(mapper: Any, name: str) -> list[str]:
+    out = []
+    for orig, new in (getattr(mapper, "orig_to_new_prefix", None) or {}).items():
+        if isinstance(new, str) and name.startswith(new):
+            out.append(orig + name[len(new) :])
+    for orig, new in (getattr(mapper, "orig_to_new_suffix", None) or {}).items():
+        if isinstance(new, str) and new and name.endswith(new):
+            out.append(name[: -len(new)] + orig)
+    for orig, new in (getattr(mapper, "orig_to_new_substr", None) or {}).items():
+        if isinstance(new, str) and new and new in name:
+            out.append(name.replace(new, orig, 1))
+    return out
+
+
+def _expert_tensors(
+    name: str, shape: tuple[int, ...], entries: list[tuple[str, str, int, str]]
+) -> dict[str, tuple[int, ...]] | None:
+    """The per-expert checkpoint tensors of a fused expert parameter (``...experts.
+    [routed_experts.]w13_weight`` -> ``...experts.0.gate_proj.weight``, ...), by vLLM's
+    expert mapping; None when ``name`` is no expert parameter it covers."""
+    leaf = name.rsplit(".", 1)[-1]
+    mine = []
+    for param, weight, expert, shard in entries:
+        owner, _, stem = param.rstrip(".").rpartition(".")
+        if stem and leaf.startswith(stem) and f".{owner}." in f".{name}":
+            mine.append((owner, stem, weight, expert, shard))
+    if not mine or len(shape) < 2:
+        return None
+    owner = mine[0][0].split(".")
+    parts = name.split(".")
+    starts = [  # the owner as whole components (``experts``, not ``routed_experts``)
+        i for i in range(len(parts) - len(owner)) if parts[i : i + len(owner)] == owner
+    ]
+    if not starts:
+        return None
+    head = ".".join([*parts[: starts[-1]], ""]) if starts[-1] else ""
+    rest = leaf[len(mine[0][1]) :]
+    shards = sorted({shard for *_, shard in mine})
+    experts = {expert for *_, expert, _ in mine}
+    if len(experts) != shape[0]:
+        return None  # not one tensor per expert of this parameter (redundant experts...)
+    per = shape[1] // len(shards) if shape[1] % len(shards) == 0 else None
+    if per is None:
+        return None
+    out = {}
+    for _, _, weight, _, _ in mine:
+        tensor_shape = (per, *shape[2:])
+        out[f"{head}{weight.rstrip('.')}.{rest}"] = tensor_shape
+    return out
+
+
+def derive(cls: type | None, model: nn.Module) -> Layout:
+    """The checkpoint the model's own tables describe, as name -> (shape, dtype)."""
+    out = Layout()
+    mapper = weights_mapper(cls)
+    modules = dict(model.named_modules())
+    sources = shard_sources(model, cls)
+    experts = _expert_entries(model)
+    for name, param in model.named_parameters():
+        path, _, leaf = name.rpartition(".")
+        module = modules.get(path)
+        shape = tuple(param.shape)
+        tensors: dict[str, tuple[int, ...]] = {}
+        fused_name = None
+        expert = _expert_tensors(name, shape, experts) if experts else None
+        kind = fused_kind(module) if module is not None else None
+        dim = getattr(param, "output_dim", None)
+        module_leaf = path.rsplit(".", 1)[-1]
+        if expert is not None:
+            tensors = expert
+        elif kind is not None and module_leaf in sources and isinstance(dim, int):
+            sizes = list(module.output_sizes)  # type: ignore[union-attr]
+            if param.dim() <= dim or sum(sizes) != shape[dim]:
+                out.unknown[path] = f"`{path}.{leaf}` is not split along its output sizes"
+                continue
+            owner = path[: len(path) - len(module_leaf)]
+            fused_name = name
+            for part, index in sources[module_leaf]:
+                part_shape = list(shape)
+                part_shape[dim] = sizes[index]
+                tensors[f"{owner}{part}.{leaf}"] = tuple(part_shape)
+        elif re.search(r"(^|\.)w(13|2|1|3)_\w+$", name) and param.dim() == 3:
+            out.unknown[path] = "fused experts vLLM's expert mapping does not describe"
+            continue
+        else:
+            tensors = {name: shape}
+        whole = checkpoint_name(mapper, fused_name) if fused_name else None
+        for tensor, tensor_shape in tensors.items():
+            ckpt = checkpoint_name(mapper, tensor, fused_name)
+            if ckpt is None:
+                out.unknown[path] = f"no checkpoint name `hf_to_vllm_mapper` maps to `{tensor}`"
+                break
+            out.tensors[ckpt] = (tensor_shape, param.dtype)
+            if whole:
+                out.fused[ckpt] = (whole, (shape, param.dtype))
+    return out
+
+
+# -- the dry-run over such a layout ------------------------------------------------------------
+
+
+def _suffixed(findings: list[Finding], what: str) -> list[Finding]:
+    for f in findings:
+        if f.code in ("PFX701", "PFX702"):
+            f.message += f" ({what})"
+    return findings
+
+
+# a loader that cannot place a name (or shape) raises these; others are its own code failing
+_LOOKUP_ERRORS = (KeyError, IndexError, ValueError, AssertionError)
+# the share of the names derived from the model its loader must take for the layout to
+# be the one it reads: below, it reads names renamed in code (a draft's target names)
+TAKEN_SHARE = 0.9
+
+
+def _broken_loader(s: Any, sites: Any) -> list[Finding]:
+    """Errors for a ``load_weights`` whose own code fails: a ``TypeError`` raised in the
+    model's own frame (a wrong call), not a name it refuses (a lookup error, or an error
+    raised inside vLLM's loader on a name). No checkpoint layout would load through it."""
+    out: dict[tuple[str, int], Finding] = {}
+    for name, error in s.raised:
+        if isinstance(error, _LOOKUP_ERRORS) or not isinstance(error, TypeError):
+            continue
+        frames = list(traceback.walk_tb(error.__traceback__))
+        if not frames or not sites.model_file(frames[-1][0].f_code.co_filename):
+            continue  # raised inside a library, on what the model handed it
+        site = (frames[-1][0].f_code.co_filename, frames[-1][1])
+        what = (
+            "before it reads any checkpoint tensor"
+            if name == "?"
+            else f"on checkpoint tensor `{name}`"
+        )
+        message = (
+            f"`load_weights` raises {what}: {describe_error(error)}; its own code fails, "
+            "so no checkpoint loads through it"
+        )
+        if site in out:  # one line, several tensors: one finding
+            if "more tensors" not in out[site].message:
+                out[site].message += " (more tensors raise there)"
+            continue
+        out[site] = Finding("PFX701", "error", message, *site)
+    return list(out.values())
+
+
+def _reference_layouts(model_config: Any, cls: type | None, base: Any) -> tuple[Any, str] | None:
+    """transformers' reference for the config's model type: (layouts, reference model)
+    and where it came from; None without one (or when it does not build on meta)."""
+    from vllm.config import set_current_vllm_config
+
+    hf = model_config.hf_config
+    arch = (getattr(hf, "architectures", None) or [getattr(cls, "__name__", "")])[0]
+    name = model_type_reference(hf, arch.removesuffix("__prefixlint"))
+    if name is None:
+        return None
+    config = copy.copy(hf)
+    config.architectures = [name]
+    try:
+        with set_current_vllm_config(base.vllm_config):
+            return reference(config, None), name
+    except NotVerified:
+        return None
+
+
+def run(
+    cls: type | None,
+    model_config: Any,
+    builds: list[Any],
+    config_source: str,
+    why: str,
+    deadline: float | None = None,
+) -> Any:
+    """The dry-run against transformers' class of the config's model type (for a config
+    that was given: a synthesised one's model type may be prefixlint's choice), else
+    against the model's own layout; ``why``: why the architecture's reference did not do."""
+    base = dryrun._base_build(model_config, builds)
+    if base is None:
+        return dryrun.unbuilt(cls, builds)
+    sites = Sites(cls, base.model, base.recorder)
+    sites.embedding = dryrun._served_as_embedding(model_config)
+    if not callable(getattr(base.model, "load_weights", None)):
+        note = dryrun._note("checkpoint dry-run: the model has no `load_weights`", sites.class_site)
+        return dryrun.DryRun("not verified", "the model has no `load_weights`", [note])
+    given = not config_source.startswith("synthesised")
+    found = _reference_layouts(model_config, cls, base) if given else None
+    if found is not None:
+        (layouts, _), name = found
+        what = f"checkpoint layout of transformers' `{name}`, the class of the config's model type"
+        return _judge_reference(cls, model_config, base, sites, layouts, what, deadline)
+    derived = derive(cls, base.model)
+    if not derived.tensors:
+        said = f"checkpoint dry-run: {why}; no layout derives from the model"
+        return dryrun.DryRun("not verified", why, [dryrun._note(said, sites.class_site)])
+    return _judge_self(cls, model_config, base, sites, derived, deadline)
+
+
+def _stream(base: Any, model_config: Any, layout: dict[str, Any]) -> Any:
+    with dryrun._as_served(base.model, model_config):
+        return stream(base.model, layout, dryrun._stream_context(base, model_config))
+
+
+def _judge_reference(
+    cls: type | None,
+    model_config: Any,
+    base: Any,
+    sites: Any,
+    layouts: list[dict[str, Any]],
+    what: str,
+    deadline: float | None,
+) -> Any:
+    """``dryrun.run`` from its layouts on, for a reference of the config's model type."""
+    tried = []
+    for layout in layouts:
+        incomplete, partial_why = incomplete_experts(layout)
+        streamed = {k: v for k, v in layout.items() if k not in incomplete}
+        s = _stream(base, model_config, streamed)
+        found = coverage_findings(s, streamed, sites)
+        tried.append((s, found, partial_why))
+        if not found and not s.limit:
+            break
+    s, findings, partial_why = min(tried, key=lambda t: (not t[0].complete, len(t[1])))
+    if partial_why:
+        said = f"checkpoint dry-run, in part: {partial_why}"
+        findings.append(dryrun._note(said, sites.class_site))
+    if s.limit:
+        return _limited(s, sites, findings, what)
+    if not s.complete:
+        reason = "`load_weights` raised on too many kinds of names to check the rest"
+        merged = merge(layout_refused(findings))
+        return dryrun.DryRun("not verified", reason, _suffixed(merged, what))
+    partial = [what] + ([partial_why] if partial_why else [])
+    return _quantized(cls, model_config, base, sites, s, findings, partial, what, deadline)
+
+
+def _limited(s: Any, sites: Any, findings: list[Finding], what: str) -> Any:
+    reason = f"a weight loader needs real data on meta tensors ({s.limit})"
+    site = (s.limit_error and sites.frame(s.limit_error)) or sites.loader("")
+    findings.append(dryrun._note(f"checkpoint dry-run: {reason}", site))
+    return dryrun.DryRun("not verified", reason, _suffixed(merge(findings), what))
+
+
+def _quantized(
+    cls: type | None,
+    model_config: Any,
+    base: Any,
+    sites: Any,
+    s: Any,
+    findings: list[Finding],
+    partial: list[str],
+    what: str,
+    deadline: float | None,
+    keep: Any = None,
+    back: dict[str, str] | None = None,
+) -> Any:
+    """The quantization dry-run on the stream's checkpoint-name mapping; ``keep``: which
+    of its findings the layout can back; ``back``: checkpoint layers the loader took under
+    a name it renames in code -> the layer as the model names it, which the quantization
+    dry-run uses (what the loader renames is its own affair, not the ignore list's)."""
+    sources = layer_sources(s, base.model)
+    if back:
+        sources = {
+            path: [back.get(layer, layer) for layer in layers] for path, layers in sources.items()
+        }
+    mapping = {layer: path for path, layers in sources.items() for layer in layers}
+    quant, skipped = quant_findings(cls, model_config, base, sources, sites, deadline)
+    findings += [f for f in quant if keep is None or keep(f)]
+    if skipped:
+        findings.append(dryrun._note(f"quantization dry-run: {skipped}", sites.class_site))
+        partial.append(f"the quantization dry-run did not run ({skipped})")
+    findings = _suffixed(merge(findings), what)
+    return dryrun.DryRun("verified", f"in part: {'; '.join(partial)}", findings, mapping)
+
+
+def _judged_unwritten(f: Finding) -> Finding | None:
+    """What a finding of the stream is worth on the model's own layout.
+
+    A name it refused or dropped with nothing left random: nothing (it may read the
+    tensor under another name). The head, named as its parameter, that the loader skips
+    while it stays random: a warning, the loader's own gap unless its checkpoint renames
+    it (an unconditional ``lm_head`` skip on an untied head, a bug vLLM has fixed more
+    than once). Any other parameter or shard left unwritten: not verified (a PFX600
+    note). On vLLM's registry every such finding was a tensor the loader renames, splits
+    or loads from another file in code (SPLADE's ``cls.predictions``, Qwen3.5's
+    ``in_proj_qkvz``, Gemma 4's ``k_eq_v``, DFlash's ``mask_embedding.pt``:
+    docs/precision.md); the names rest on prefixlint's reading of the model's tables."""
+    if f.message.startswith(("`load_weights` raises", "checkpoint tensor")) and (
+        "stays random" not in f.message
+    ):
+        return None
+    if SKIPS_ITS_PARAMETER in f.message and f.message.startswith("checkpoint tensor `lm_head."):
+        f.severity = "warning"
+        f.message += (
+            "; the loader takes every other name the model's parameters give, so this is "
+            "most likely its own gap, unless its checkpoint names the tensor otherwise"
+        )
+        return f
+    said = f.message.replace(": no checkpoint tensor reaches it, so it stays random", "")
+    said = said.replace(": it stays random", "")
+    return Finding(
+        "PFX600",
+        "note",
+        f"not verified: {said}, with the checkpoint names the model's own tables give "
+        "(its loader may read that tensor under another name, renamed, split or loaded "
+        "apart in code, which a layout derived from the model cannot see: `--checkpoint` "
+        "with a real checkpoint, or the smoke phase, decides)",
+        f.file,
+        f.line,
+    )
+
+
+def _judge_self(
+    cls: type | None,
+    model_config: Any,
+    base: Any,
+    sites: Any,
+    derived: Layout,
+    deadline: float | None,
+) -> Any:
+    """The model's own layout, judged for what it can back. The names come from the
+    model, so a loader that refuses or drops one may read it under another name (renamed
+    in code): raises on names and dropped names are not findings, and the layout is only
+    taken as the one the loader reads when it takes ``TAKEN_SHARE`` of the names. Then
+    what is left unwritten is judged by ``_judged_unwritten``, a ``load_weights`` whose
+    own code fails is an error, and of the quantization dry-run only what ``packed_modules_mapping``
+    decides (a prefix that is not its path is PFX601's, judged there)."""
+    layout = derived.tensors
+    s = _stream(base, model_config, layout)
+    broken = _broken_loader(s, sites)
+    if broken:
+        return dryrun.DryRun("not verified", "`load_weights` itself fails", broken)
+    if s.limit:
+        return _limited(s, sites, [], SELF_DERIVED)
+    derived_count = len(layout)
+    layout, s, taken, probed, probed_names, left_out = _taken_layout(
+        cls, model_config, base, derived, s, deadline
+    )
+    share = taken / max(derived_count, 1)
+    refused = sorted({n for n, _ in s.raised} | (set(layout) - s.recorder.consumed) | set(left_out))
+    shown = ", ".join(f"`{n}`" for n in refused[:3]) + (
+        f" and {len(refused) - 3} more" if len(refused) > 3 else ""
+    )
+    if not s.complete or share < TAKEN_SHARE:
+        reason = (
+            f"the model's loader takes {taken} of the {derived_count} checkpoint names its "
+            f"own parameters give (not {shown}): it reads names renamed in code, which a "
+            "layout derived from the model cannot see"
+        )
+        note = dryrun._note(f"checkpoint dry-run: {reason}", sites.loader(""))
+        return dryrun.DryRun("not verified", reason, [note])
+    divergence = None
+    if derived.unknown:
+        divergence = Divergence(paths=set(derived.unknown))
+    kept = [
+        judged
+        for f in coverage_findings(s, layout, sites, divergence)
+        if (judged := _judged_unwritten(f)) is not None
+    ]
+    partial = [SELF_DERIVED]
+    kept += _partial_notes(partial, probed, refused, shown, derived, sites)
+
+    def packed(f: Finding) -> bool:
+        # the table's entry for a fused layer, whatever the names around it; a fused layer
+        # mixing ignored and quantized parts follows from the names it was fed (here the
+        # model's own, which its loader may not all take)
+        return "`packed_modules_mapping` has no entry" in f.message or (
+            "`packed_modules_mapping[" in f.message
+        )
+
+    # 1:1 renamings only: a fused tensor read whole is its own checkpoint layer
+    counts = Counter(probed_names.values())
+    whole = {short for short, n in counts.items() if n > 1}
+    back = {
+        short.rpartition(".")[0]: name.rpartition(".")[0]
+        for name, short in probed_names.items()
+        if short not in whole
+    }
+    outcome = _quantized(
+        cls, model_config, base, sites, s, kept, partial, SELF_DERIVED, deadline, packed, back
+    )
+    outcome.findings = [_judged_entry(f) for f in outcome.findings]
+    return outcome
+
+
+def _taken_layout(
+    cls: type | None, model_config: Any, base: Any, derived: Layout, s: Any, deadline: Any
+) -> tuple[dict[str, Any], Any, int, list[str], dict[str, str], list[str]]:
+    """The layout the loader takes: the derived one, or, when the loader renames in code,
+    the names it takes asked of it (renamed.py); the names it takes in no form are left
+    out, so that one refused name does not stop the load of the others (they are said as
+    not taken). Returns the layout, its stream, how many derived names it takes, what the
+    probe said, the renamings and the names left out."""
+    layout = derived.tensors
+    derived_count = len(layout)
+    first = renamed.taken(s, layout)
+    taken, probed, left_out = len(first), [], []
+    probed_names: dict[str, str] = {}
+    if s.complete and taken / max(derived_count, 1) >= TAKEN_SHARE:
+        return layout, s, taken, probed, probed_names, left_out
+    other, names, said = renamed.probe(
+        layout,
+        first,
+        lambda part: _stream(base, model_config, part),
+        lambda: past(deadline),
+        cls,
+        derived.fused,
+    )
+    wanted = first | set(names.values())
+    other = {k: v for k, v in other.items() if k in wanted}
+    again = _stream(base, model_config, other) if names else None
+    took = renamed.taken(again, other) if again is not None and not again.limit else set()
+    # counted in derived names: a fused tensor read whole stands for its parts
+    count = sum(1 for n in layout if names.get(n, n) in took)
+    if again is not None and count > taken:
+        left_out = sorted(set(layout) - first - set(names))
+        layout, s, taken, probed = other, again, count, said
+        probed_names = names
+    return layout, s, taken, probed, probed_names, left_out
+
+
+def _partial_notes(
+    partial: list[str],
+    probed: list[str],
+    refused: list[str],
+    shown: str,
+    derived: Layout,
+    sites: Any,
+) -> list[Finding]:
+    """The notes of a self-derived dry-run that checked part of the layout; ``partial``
+    gets what each covers."""
+    kept: list[Finding] = []
+    if probed:
+        said = "; ".join(probed)
+        partial.append(f"names its loader renames in code, asked of the loader: {said}")
+        kept.append(
+            dryrun._note(
+                "checkpoint dry-run, in part: the model's loader takes some of the names its "
+                f"own parameters give only in another form ({said}), as a loader that "
+                "renames them in code does: the layout checked holds the names it took",
+                sites.loader(""),
+            )
+        )
+    if refused:
+        partial.append(f"{len(refused)} name(s) not taken ({shown})")
+        kept.append(
+            dryrun._note(f"checkpoint dry-run, in part: not taken: {shown}", sites.loader(""))
+        )
+    if derived.unknown:
+        said = "; ".join(list(dict.fromkeys(derived.unknown.values()))[:3])
+        partial.append(f"{len(derived.unknown)} module(s) not derived")
+        kept.append(
+            dryrun._note(f"checkpoint dry-run, in part: not derived: {said}", sites.class_site)
+        )
+
+    return kept
+
+
+def _judged_entry(f: Finding) -> Finding:
+    """A ``packed_modules_mapping`` entry whose parts differ from the ones the layout
+    derived: the derived parts are prefixlint's reading of the model's tables (a class
+    whose entry says the checkpoint holds the layer fused, ``'qkv': ['qkv']``, may be
+    right), so not verified, a PFX600 note. An entry the table lacks stays a finding: the
+    layer is fused either way, and looked up under its own name."""
+    if f.code != "PFX702" or "`packed_modules_mapping[" not in f.message:
+        return f
+    return Finding(
+        "PFX600",
+        "note",
+        f"not verified: {f.message}; the parts are the ones the model's own tables give, "
+        "which a real checkpoint (`--checkpoint`) confirms or not",
+        f.file,
+        f.line,
+    )

