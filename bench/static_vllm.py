@@ -2,16 +2,23 @@
 
     .venv/bin/python bench/static_vllm.py [--models-dir DIR]
 
-Prints files, lines, bare libcst parse time (one process, and split over the cores as
-prefixlint does), prefixlint cold (empty cache) and warm (same cache, nothing changed) wall
-time as subprocesses, their ratios, and the wall time of checking one file. Targets from
-the issue: cold <= 1.5x bare parse, warm <= 0.5 s, one file <= 0.4 s.
+Prints files, lines, the bare parse times of the same files (libcst in one process and
+split over the cores as prefixlint does; ``ast.parse`` in one process), prefixlint cold
+(empty cache) and warm (same cache, nothing changed) as subprocesses, with their wall and
+CPU seconds, the ratios, and the wall time of checking one file (a copy of llama.py) with no
+cache. The machine is shared (other engineers run tests on its 2 cores): wall seconds move
+from run to run, so compare ratios of one run, and CPU seconds, which load does not move.
+Targets (issue 27): cold <= 1.5x the 1-process bare libcst parse (stretch: <= 3x the
+1-process ``ast.parse``), warm <= 0.3 s, one file <= 0.25 s. ``bench/static_profile.md``
+says where the time goes; ``bench/verdicts.py`` checks that a speed-up changed no verdict.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -21,8 +28,9 @@ from pathlib import Path
 
 import libcst as cst
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from prefixlint.static.discovery import installed_vllm_model_dirs
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from prefixlint.static.discovery import installed_vllm_model_dirs  # noqa: E402
 
 
 def parse_all(paths: list[str]) -> int:
@@ -31,13 +39,41 @@ def parse_all(paths: list[str]) -> int:
     return len(paths)
 
 
-def timed(cmd: list[str], cwd: str) -> tuple[float, int]:
-    t = time.perf_counter()
+def ast_parse_all(paths: list[str]) -> int:
+    for p in paths:
+        ast.parse(Path(p).read_text(encoding="utf-8"))
+    return len(paths)
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(cmd: list[str], cwd: str) -> tuple[float, int, float]:
+    """Wall seconds, exit status, CPU seconds (the command and its worker processes)."""
+    t, cpu = time.perf_counter(), _children_cpu()
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     elapsed = time.perf_counter() - t
     if proc.returncode not in (0, 1):
         sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    return elapsed, proc.returncode
+    return elapsed, proc.returncode, _children_cpu() - cpu
+
+
+def _bare(files: list[str], cores: int) -> tuple[float, float, float]:
+    """Seconds to parse ``files``: libcst in one process, libcst over ``cores``
+    processes, ``ast`` in one process."""
+    t = time.perf_counter()
+    parse_all(files)
+    bare_one = time.perf_counter() - t
+    chunks = [files[i::cores] for i in range(cores)]
+    t = time.perf_counter()
+    with ProcessPoolExecutor(cores) as pool:
+        list(pool.map(parse_all, chunks))
+    bare_all = time.perf_counter() - t
+    t = time.perf_counter()
+    ast_parse_all(files)
+    return bare_one, bare_all, time.perf_counter() - t
 
 
 def main() -> None:
@@ -48,48 +84,34 @@ def main() -> None:
     files = sorted(str(p) for p in folder.glob("*.py"))
     lines = sum(Path(p).read_text(encoding="utf-8").count("\n") for p in files)
     cores = os.cpu_count() or 1
+    bare_one, bare_all, ast_one = _bare(files, cores)
 
-    t = time.perf_counter()
-    parse_all(files)
-    bare_one = time.perf_counter() - t
-    chunks = [files[i::cores] for i in range(cores)]
-    t = time.perf_counter()
-    with ProcessPoolExecutor(cores) as pool:
-        list(pool.map(parse_all, chunks))
-    bare_all = time.perf_counter() - t
-
-    exe = str(Path(sys.executable).with_name("prefixlint"))
+    # This checkout's prefixlint, not whichever one the environment has installed.
+    os.environ["PYTHONPATH"] = str(REPO)
+    exe = [sys.executable, "-m", "prefixlint"]
     with tempfile.TemporaryDirectory() as tmp:
         cache = str(Path(tmp) / "cache")
-        base = [exe, "check", "--cache-dir", cache, "--no-source", str(folder)]
-        cold, rc = timed(base, tmp)
-        warm, _ = timed(base, tmp)
-        one_cold, _ = timed([exe, "check", "--no-cache", str(folder / "llama.py")], tmp)
-        # The pre-commit case: one file just edited, the cache warm from an earlier run. The
-        # edited copy sits in a mirror of vLLM's package path so its imports still resolve.
-        mirror = Path(tmp) / "mirror" / "vllm" / "model_executor" / "models"
-        mirror.mkdir(parents=True)
-        for pkg in (mirror.parents[1], mirror.parent, mirror):
-            (pkg / "__init__.py").write_text("")
-        edited = mirror / "llama.py"
-        edited.write_text((folder / "llama.py").read_text() + "\n# edited\n")
-        timed([exe, "check", "--cache-dir", cache, str(edited)], tmp)  # mirror's first sight
-        edited.write_text(edited.read_text() + "# edited again\n")
-        one, _ = timed([exe, "check", "--cache-dir", cache, str(edited)], tmp)
+        base = [*exe, "check", "--cache-dir", cache, "--no-source", str(folder)]
+        cold, rc, cold_cpu = timed(base, tmp)
+        warm, _, warm_cpu = timed(base, tmp)
+        copy = Path(tmp) / "llama.py"
+        copy.write_text((folder / "llama.py").read_text())
+        one_cold, _, one_cpu = timed([*exe, "check", "--no-cache", str(copy)], tmp)
 
-    print(f"files                       {len(files)}")
-    print(f"lines                       {lines}")
-    print(f"cores                       {cores}")
-    print(f"bare libcst parse, 1 proc   {bare_one:6.2f} s")
-    print(f"bare libcst parse, {cores} procs  {bare_all:6.2f} s")
-    print(f"prefixlint cold             {cold:6.2f} s   (exit {rc})")
-    print(f"prefixlint warm             {warm:6.2f} s")
-    print(f"one file, no cache (llama)  {one_cold:6.2f} s")
-    print(f"one file, edited, warm      {one:6.2f} s")
-    print(f"cold / bare parse (1 proc)  {cold / bare_one:6.2f}x")
-    print(f"cold / bare parse ({cores} procs) {cold / bare_all:6.2f}x   target <= 1.5x")
-    print(f"warm                        {'ok' if warm <= 0.5 else 'OVER'} (target <= 0.5 s)")
-    print(f"one file                    {'ok' if one <= 0.4 else 'OVER'} (target <= 0.4 s)")
+    print(f"files                        {len(files)}")
+    print(f"lines                        {lines}")
+    print(f"cores                        {cores}")
+    print(f"bare libcst parse, 1 proc    {bare_one:6.2f} s")
+    print(f"bare libcst parse, {cores} procs   {bare_all:6.2f} s")
+    print(f"bare ast.parse, 1 proc       {ast_one:6.2f} s")
+    print(f"prefixlint cold              {cold:6.2f} s   ({cold_cpu:.2f} s CPU, exit {rc})")
+    print(f"prefixlint warm              {warm:6.2f} s   ({warm_cpu:.2f} s CPU)")
+    print(f"one file, no cache (llama)   {one_cold:6.2f} s   ({one_cpu:.2f} s CPU)")
+    print(f"cold / bare libcst, {cores} procs  {cold / bare_all:6.2f}x")
+    print(f"cold / bare libcst, 1 proc   {cold / bare_one:6.2f}x   target <= 1.5x")
+    print(f"cold / ast.parse, 1 proc     {cold / ast_one:6.2f}x   stretch <= 3x")
+    print(f"warm                         {'ok' if warm <= 0.3 else 'OVER'} (target <= 0.3 s)")
+    print(f"one file                     {'ok' if one_cold <= 0.25 else 'OVER'} (target <= 0.25 s)")
 
 
 if __name__ == "__main__":

@@ -133,11 +133,19 @@ def _targets(opts: CheckOptions) -> list[Path]:
 
 def _config_at(explicit: Path | None, path: Path, seen: dict[Any, Any]) -> Any:
     """The configuration for ``path``: --config, else the closest pyproject above it
-    (``seen``: the configurations this run has read, by source)."""
+    (``seen``: the configurations this run has read, by source, and the source found for
+    each folder)."""
     from prefixlint.config import Config, find_config_file, load_config
 
     start = path if path.is_dir() else path.parent
-    source = explicit or find_config_file(start if start.exists() else Path.cwd())
+    if explicit:
+        source = explicit
+    else:
+        # Files of one folder share their pyproject: looked up (and read) once per folder.
+        key = ("folder", start)
+        if key not in seen:
+            seen[key] = find_config_file(start if start.exists() else Path.cwd())
+        source = seen[key]
     if source not in seen:
         seen[source] = load_config(source) if source else Config()
     return seen[source]

@@ -203,13 +203,16 @@ def run_static(
 
 def _package_dirs(files: list[Path]) -> list[str]:
     """The top package folder of each file that sits in a package."""
-    return sorted(
-        {
-            str(root / p.resolve().relative_to(root).parts[0])
-            for p in files
-            if (root := package_root_for(p))
-        }
-    )
+    roots: dict[Path, Path | None] = {}  # a folder's package root, looked up once
+    out: set[str] = set()
+    for p in files:
+        resolved = p.resolve()
+        if resolved.parent not in roots:
+            roots[resolved.parent] = package_root_for(resolved)
+        root = roots[resolved.parent]
+        if root is not None:
+            out.add(str(root / resolved.relative_to(root).parts[0]))
+    return sorted(out)
 
 
 def _result_cache(

@@ -123,24 +123,18 @@ class InstalledVllm(VllmSource):
         return _old_style_arguments(self.package_dir)
 
     def modules(self, package: str) -> list[str]:
-        folder = self.package_dir.parent / Path(*package.split("."))
-        out = []
-        for path in sorted(folder.rglob("*.py")) if folder.is_dir() else []:
-            if "__pycache__" in path.parts:
-                continue
-            rel = path.relative_to(self.package_dir.parent).with_suffix("")
-            parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
-            out.append(".".join(parts))
-        return [m for m in out if in_scope(m)]
+        return list(_installed_modules(self.package_dir, package))
 
     def defining(self, package: str, name: str) -> list[str]:
-        pattern = re.compile(rb"^(?:class|def)\s+" + re.escape(name.encode()) + rb"\b", re.M)
-        out = []
-        for module in self.modules(package):
-            path = _module_file(self.package_dir.parent, module)
-            if path is not None and pattern.search(_read(path)):
-                out.append(module)
-        return out
+        if not _WORD.fullmatch(name):  # not one ASCII word: the index's pattern differs
+            pattern = re.compile(rb"^(?:class|def)\s+" + re.escape(name.encode()) + rb"\b", re.M)
+            return [
+                module
+                for module in self.modules(package)
+                if (path := _module_file(self.package_dir.parent, module)) is not None
+                and pattern.search(_read(path))
+            ]
+        return list(_installed_definitions(self.package_dir, package).get(name, ()))
 
     @property
     def identity(self) -> str:
@@ -243,10 +237,46 @@ def load_shipped(path: Path) -> ShippedVllm:
         return ShippedVllm(json.load(f))
 
 
+@functools.lru_cache(maxsize=16)
+def _installed_modules(package_dir: Path, package: str) -> tuple[str, ...]:
+    """The in-scope modules under ``package`` of the vLLM at ``package_dir``, sorted by path
+    (listed once per process: a run asks for them once per unresolved name)."""
+    folder = package_dir.parent / Path(*package.split("."))
+    out = []
+    for path in sorted(folder.rglob("*.py")) if folder.is_dir() else []:
+        if "__pycache__" in path.parts:
+            continue
+        rel = path.relative_to(package_dir.parent).with_suffix("")
+        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+        out.append(".".join(parts))
+    return tuple(m for m in out if in_scope(m))
+
+
+_WORD = re.compile(r"\w+", re.ASCII)
+# Zero-width, so a statement split over lines never hides the one after it: each line
+# start is tried, as ``re.search`` of one name's pattern would.
+_DEFINED = re.compile(rb"^(?=(?:class|def)\s+(\w+))", re.M)
+
+
+@functools.lru_cache(maxsize=16)
+def _installed_definitions(package_dir: Path, package: str) -> dict[str, tuple[str, ...]]:
+    """Name -> the modules under ``package`` with a line ``class NAME`` or ``def NAME``, in
+    ``modules`` order: every file read once, not once per name asked."""
+    found: dict[str, list[str]] = {}
+    for module in _installed_modules(package_dir, package):
+        path = _module_file(package_dir.parent, module)
+        if path is None:
+            continue
+        for name in dict.fromkeys(m.group(1).decode() for m in _DEFINED.finditer(_read(path))):
+            found.setdefault(name, []).append(module)
+    return {k: tuple(v) for k, v in found.items()}
+
+
 def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version))
 
 
+@functools.lru_cache(maxsize=4096)
 def _module_file(root: Path, module: str) -> Path | None:
     rel = Path(*module.split("."))
     for candidate in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
@@ -324,11 +354,7 @@ def definitions(root: Path, module: str, name: str, depth: int = 0) -> tuple[tup
     path = _module_file(root, module)
     if path is None or depth >= 6:
         return ()
-    try:
-        text = path.read_bytes()
-    except OSError:
-        return ()
-    if re.search(rb"^class\s+" + re.escape(name.encode()) + rb"\b", text, re.M):
+    if _defines_class(path, name):
         return ((module, name),)  # defined here (a top-level class statement)
     tree = _parse(path)
     if tree is None:
@@ -344,6 +370,23 @@ def definitions(root: Path, module: str, name: str, depth: int = 0) -> tuple[tup
                     source = absolute_module(module, is_package, node.level, node.module)
                     out += definitions(root, source, alias.name, depth + 1)
     return tuple(dict.fromkeys(out))
+
+
+_CLASS_LINE = re.compile(rb"^(?=class\s+(\w+))", re.M)  # zero-width: see ``_DEFINED``
+
+
+@functools.lru_cache(maxsize=1024)
+def _class_lines(path: Path) -> frozenset[str]:
+    """The names of the lines ``class NAME`` of a file, read once."""
+    return frozenset(m.group(1).decode() for m in _CLASS_LINE.finditer(_read(path)))
+
+
+def _defines_class(path: Path, name: str) -> bool:
+    """A line of the file starts ``class NAME``."""
+    if _WORD.fullmatch(name):
+        return name in _class_lines(path)
+    pattern = re.compile(rb"^class\s+" + re.escape(name.encode()) + rb"\b", re.M)
+    return pattern.search(_read(path)) is not None
 
 
 def absolute_module(module: str, is_package: bool, level: int, target: str | None) -> str:
