@@ -10,6 +10,7 @@ from prefixlint.static.layer_configs import (
     QUANT_CONFIG,
     Reach,
     builds_layer,
+    callee_symbols,
     config_fix,
     is_router,
     omitted,
@@ -95,7 +96,9 @@ class Head(nn.Module):
 class Attn(nn.Module):
     def __init__(self, hidden, quant_config=None, prefix: str = ""):
         super().__init__()
-        self.o_proj = RowParallelLinear(hidden, hidden, prefix=f"{prefix}.o_proj")
+        self.o_proj = RowParallelLinear(
+            hidden, hidden, bias=False, prefix=f"{prefix}.o_proj"
+        )
 """
             ),
             line=5,
@@ -104,7 +107,9 @@ class Attn(nn.Module):
 class Attn(nn.Module):
     def __init__(self, hidden, quant_config=None, prefix: str = ""):
         super().__init__()
-        self.o_proj = RowParallelLinear(hidden, hidden, prefix=f"{prefix}.o_proj", quant_config=quant_config)
+        self.o_proj = RowParallelLinear(
+            hidden, hidden, bias=False, prefix=f"{prefix}.o_proj", quant_config=quant_config
+        )
 """,
         ),
         Invalid(
@@ -180,24 +185,22 @@ class Model(nn.Module):
     def _judge(self, site: Site, decoder: set[str]) -> tuple[Severity, str]:
         """The severity, by what the callee is and where it is built, and why."""
         resolver, summary = self.ctx.resolver, self.ctx.summary
-        symbol = resolver.resolve(summary, site.callee) or resolver.vllm_layer(
-            summary, site.callee
-        )
-        if symbol is None:
+        symbols = callee_symbols(resolver, summary, site)
+        if not symbols:
             return Severity.WARNING, " (a warning: what it builds cannot be read)"
-        if owns_engine_cache(resolver, symbol):
+        if any(owns_engine_cache(resolver, s) for s in symbols):
             return Severity.WARNING, (
                 " (a warning: its KV-cache quantization method is never resolved, so a "
                 "checkpoint's KV-cache scales are not loaded and its KV-cache scheme is ignored)"
             )
-        if vocabulary_layer(resolver, symbol):
+        if any(vocabulary_layer(resolver, s) for s in symbols):
             return Severity.WARNING, (
                 " (a warning: vocabulary layers are quantized only by the configs that opt "
                 "in, such as GPTQ's `lm_head` quantization)"
             )
-        direct = quantized_layer(resolver, symbol)
-        if not direct and not builds_layer(
-            resolver, symbol, lambda s: quantized_layer(resolver, s)
+        direct = any(quantized_layer(resolver, s) for s in symbols)
+        if not direct and not any(
+            builds_layer(resolver, s, lambda s: quantized_layer(resolver, s)) for s in symbols
         ):
             return Severity.WARNING, (
                 " (a warning: it builds no layer a quantized checkpoint is known to quantize)"
@@ -207,14 +210,14 @@ class Model(nn.Module):
             f": {what} unquantized, so a quantized checkpoint's tensors for it "
             "(`weight_scale`, `qweight`) have no parameter, or are read into a BF16 layer"
         )
-        convention = self._by_convention(site, symbol, decoder)
+        convention = self._by_convention(site, symbols, decoder)
         if convention is not None:
             return Severity.NOTE, f"{broken} (a note: {convention})"
         return Severity.ERROR, broken
 
-    def _by_convention(self, site: Site, symbol: Symbol, decoder: set[str]) -> str | None:
+    def _by_convention(self, site: Site, symbols: list[Symbol], decoder: set[str]) -> str | None:
         """Why vLLM's own convention leaves this layer unquantized on purpose, or None."""
-        if is_router(symbol):
+        if all(is_router(s) for s in symbols):
             return (
                 "an MoE router gate; vLLM builds its routers unquantized and quantized "
                 "checkpoints keep them in full precision"

@@ -7,6 +7,7 @@ from prefixlint.static.layer_configs import (
     CACHE_CONFIG,
     Reach,
     builds_layer,
+    callee_symbols,
     config_fix,
     omitted,
 )
@@ -78,7 +79,9 @@ class Attn(nn.Module):
 class Attn(nn.Module):
     def __init__(self, heads, head_dim, cache_config=None, prefix: str = ""):
         super().__init__()
-        self.attn = Attention(heads, head_dim, 1.0, prefix=f"{prefix}.attn")
+        self.attn = Attention(
+            heads, head_dim, 1.0, prefix=f"{prefix}.attn"
+        )
 """
             ),
             line=5,
@@ -87,7 +90,9 @@ class Attn(nn.Module):
 class Attn(nn.Module):
     def __init__(self, heads, head_dim, cache_config=None, prefix: str = ""):
         super().__init__()
-        self.attn = Attention(heads, head_dim, 1.0, prefix=f"{prefix}.attn", cache_config=cache_config)
+        self.attn = Attention(
+            heads, head_dim, 1.0, prefix=f"{prefix}.attn", cache_config=cache_config
+        )
 """,
         ),
         Invalid(
@@ -145,17 +150,15 @@ class Layer(nn.Module):
     def _judge(self, site: Site) -> tuple[Severity, str]:
         """An error where the callee owns an engine cache or builds one, else a warning."""
         resolver, summary = self.ctx.resolver, self.ctx.summary
-        symbol = resolver.resolve(summary, site.callee) or resolver.vllm_layer(
-            summary, site.callee
-        )
+        symbols = callee_symbols(resolver, summary, site)
         effect = (
             "the KV-cache dtype the user chose (`--kv-cache-dtype`) and the config's sliding "
             "window are ignored, so the cache is kept in the model's dtype"
         )
-        if symbol is not None and owns_engine_cache(resolver, symbol):
+        if any(owns_engine_cache(resolver, s) for s in symbols):
             return Severity.ERROR, f": {effect}"
-        if symbol is not None and builds_layer(
-            resolver, symbol, lambda s: owns_engine_cache(resolver, s)
+        if any(
+            builds_layer(resolver, s, lambda s: owns_engine_cache(resolver, s)) for s in symbols
         ):
             return Severity.ERROR, f": in the attention layers it builds, {effect}"
         return Severity.WARNING, (

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from prefixlint.static.prefix_fixes import NoFix, PlannedFix, append_arg, keyword_arg
+from prefixlint.static.index import ModuleSummary
+from prefixlint.static.prefix_fixes import PlannedFix, append_arg, keyword_arg
 from prefixlint.static.prefix_sites import Site, dotted_name, target_names
 from prefixlint.static.resolve import Resolver, Symbol
 from prefixlint.static.vllm_source import is_vllm
@@ -66,7 +67,9 @@ def _walk_bindings(node: cst.CSTNode, order: list[str], calls: dict[int, int]) -
     if isinstance(node, (cst.Assign, cst.AnnAssign)):
         if node.value is not None:  # the value runs before the target is bound
             _walk_bindings(node.value, order, calls)
-        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+        targets = (
+            [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+        )
         for target in targets:
             order.extend(_bound(target))
         return
@@ -151,6 +154,17 @@ ROUTER_PACKAGE = "vllm.model_executor.layers.fused_moe.router"
 # vLLM's vocabulary layers: quantized only by configs that opt in (GPTQ/AWQ
 # ``lm_head_quantized``, compressed-tensors schemes that name them).
 VOCAB_BASE = "VocabParallelEmbedding"
+
+
+def callee_symbols(resolver: Resolver, module: ModuleSummary, site: Site) -> list[Symbol]:
+    """What the site may build: its callee, or the classes a local name is bound to
+    (``attn_cls = EncoderOnlyAttention if ... else Attention``)."""
+    out = []
+    for name in [site.callee, *site.scope.aliases.get(site.callee, ())]:
+        symbol = resolver.resolve(module, name) or resolver.vllm_layer(module, name)
+        if symbol is not None:
+            out.append(symbol)
+    return out
 
 
 def _mro_names(resolver: Resolver, symbol: Symbol) -> set[str]:
