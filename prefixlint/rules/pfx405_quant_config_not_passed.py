@@ -17,7 +17,7 @@ from prefixlint.static.layer_configs import (
     quantized_layer,
     vocabulary_layer,
 )
-from prefixlint.static.prefix_sites import Site, is_layer_site
+from prefixlint.static.prefix_sites import Site, dotted_name, is_layer_site
 from prefixlint.static.resolve import Symbol
 from prefixlint.static.rule import (
     CONTRACT,
@@ -28,6 +28,9 @@ from prefixlint.static.rule import (
     example,
 )
 from prefixlint.static.vllm_facts import owns_engine_cache
+
+# The context manager vLLM's multimodal models build their towers under.
+TOWER_MARK = "_mark_tower_model"
 
 
 class QuantConfigNotPassed(LintRule):
@@ -43,13 +46,15 @@ class QuantConfigNotPassed(LintRule):
     GPTQ checkpoint then fails to load (`weight_scale` or `qweight` tensors with no
     parameter) or, worse, its quantized tensors are read into a BF16 layer. The model
     runs fine on an unquantized checkpoint, so the bug ships. It is an error for a linear
-    or MoE layer, or a block that builds them, in the text decoder; a note where vLLM's
-    own convention keeps the layer unquantized on purpose (an MoE router such as
-    `GateLinear`, a layer whose `params_dtype` the model fixes, a vision or audio tower
-    or its projector); a warning for `Attention` (a checkpoint's KV-cache scales are not
-    loaded), the vocabulary layers (quantized only by the configs that opt in) and other
-    layers. Passing `quant_config=None` says the layer stays unquantized on purpose and
-    is never reported.
+    or MoE layer, or a block that builds them, on the text decoder's path. It is a note
+    where vLLM's own convention keeps the layer unquantized on purpose: an MoE router
+    (`GateLinear`), a layer whose `params_dtype` the model fixes, a vision or audio tower
+    or its projector (by its name, or built under vLLM's `_mark_tower_model`). It is a
+    warning for `Attention` (a checkpoint's KV-cache scales are not loaded), the
+    vocabulary layers (quantized only by the configs that opt in), a layer that gets no
+    `prefix` either (built as a plain, unnamed layer), a class off the decoder's path,
+    and other layers. Passing `quant_config=None` says the layer stays unquantized on
+    purpose and is never reported.
 
     ## Example
     ```python
@@ -213,6 +218,17 @@ class Model(nn.Module):
         convention = self._by_convention(site, symbols, decoder)
         if convention is not None:
             return Severity.NOTE, f"{broken} (a note: {convention})"
+        if site.prefix_arg is None:
+            return Severity.WARNING, (
+                f"{broken} (a warning: it gets no `prefix` either, so the model builds it as "
+                "a plain layer no quantization config can name, as vLLM builds some auxiliary "
+                "projections such as MTP's `eh_proj`)"
+            )
+        top = next((a for a in site.anchors if isinstance(a, cst.ClassDef)), None)
+        if top is not None and top.name.value not in decoder:
+            return Severity.WARNING, (
+                f"{broken} (a warning: `{top.name.value}` is not on the text decoder's path)"
+            )
         return Severity.ERROR, broken
 
     def _by_convention(self, site: Site, symbols: list[Symbol], decoder: set[str]) -> str | None:
@@ -225,9 +241,28 @@ class Model(nn.Module):
         if any(a.keyword is not None and a.keyword.value == "params_dtype" for a in site.call.args):
             return "its `params_dtype` is chosen by the model, which keeps its weights as they are"
         top = next((a for a in site.anchors if isinstance(a, cst.ClassDef)), None)
-        if top is not None and top.name.value not in decoder and is_tower(top.name.value):
+        tower = (
+            top.name.value
+            if top is not None and top.name.value not in decoder and is_tower(top.name.value)
+            else next((s.name for s in symbols if is_tower(s.name)), None)
+        )
+        if tower is not None or any(_marks_tower(a) for a in site.anchors):
+            shown = (
+                f"`{tower}` is" if tower is not None else "it is built under `_mark_tower_model`:"
+            )
             return (
-                f"`{top.name.value}` is a vision or audio tower or its projector, which vLLM "
-                "leaves unquantized in many models"
+                f"{shown} a vision or audio tower or its projector, which vLLM leaves "
+                "unquantized in many models"
             )
         return None
+
+
+def _marks_tower(node: cst.CSTNode) -> bool:
+    """``with self._mark_tower_model(vllm_config, ...):``, vLLM's own mark of the
+    multimodal towers a model builds."""
+    if not isinstance(node, cst.With):
+        return False
+    return any(
+        isinstance(item.item, cst.Call) and (dotted_name(item.item.func) or "").endswith(TOWER_MARK)
+        for item in node.items
+    )
