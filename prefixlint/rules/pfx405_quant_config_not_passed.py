@@ -49,9 +49,10 @@ class QuantConfigNotPassed(LintRule):
     or MoE layer, or a block that builds them, on the text decoder's path. It is a note
     where vLLM's own convention keeps the layer unquantized on purpose: an MoE router
     (`GateLinear`), a layer whose `params_dtype` the model fixes, a vision or audio tower
-    or its projector (by its name, or built under vLLM's `_mark_tower_model`). It is a
+    or its projector (by its name, or built under vLLM's `_mark_tower_model`), an
+    embedding (only compressed-tensors schemes that name one quantize it). It is a
     warning for `Attention` (a checkpoint's KV-cache scales are not loaded), the
-    vocabulary layers (quantized only by the configs that opt in), a layer that gets no
+    LM head (quantized only by the configs that opt in), a layer that gets no
     `prefix` either (built as a plain, unnamed layer), a class off the decoder's path,
     and other layers. Passing `quant_config=None` says the layer stays unquantized on
     purpose and is never reported.
@@ -198,10 +199,16 @@ class Model(nn.Module):
                 " (a warning: its KV-cache quantization method is never resolved, so a "
                 "checkpoint's KV-cache scales are not loaded and its KV-cache scheme is ignored)"
             )
-        if any(vocabulary_layer(resolver, s) for s in symbols):
+        vocabulary = {vocabulary_layer(resolver, s) for s in symbols}
+        if "head" in vocabulary:
             return Severity.WARNING, (
-                " (a warning: vocabulary layers are quantized only by the configs that opt "
-                "in, such as GPTQ's `lm_head` quantization)"
+                " (a warning: an LM head is quantized only by the configs that opt in, such "
+                "as GPTQ's and AWQ's `lm_head` quantization)"
+            )
+        if "embedding" in vocabulary:
+            return Severity.NOTE, (
+                " (a note: an embedding is quantized only by compressed-tensors schemes that "
+                "name it, and vLLM builds most embeddings without `quant_config`)"
             )
         direct = any(quantized_layer(resolver, s) for s in symbols)
         if not direct and not any(

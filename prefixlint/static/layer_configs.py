@@ -154,6 +154,7 @@ ROUTER_PACKAGE = "vllm.model_executor.layers.fused_moe.router"
 # vLLM's vocabulary layers: quantized only by configs that opt in (GPTQ/AWQ
 # ``lm_head_quantized``, compressed-tensors schemes that name them).
 VOCAB_BASE = "VocabParallelEmbedding"
+LM_HEAD = "ParallelLMHead"
 
 
 def callee_symbols(resolver: Resolver, module: ModuleSummary, site: Site) -> list[Symbol]:
@@ -190,8 +191,16 @@ def is_router(symbol: Symbol) -> bool:
     return module == ROUTER_PACKAGE or module.startswith(ROUTER_PACKAGE + ".")
 
 
-def vocabulary_layer(resolver: Resolver, symbol: Symbol) -> bool:
-    return symbol.cls is not None and VOCAB_BASE in _mro_names(resolver, symbol)
+def vocabulary_layer(resolver: Resolver, symbol: Symbol) -> str | None:
+    """``"head"`` for vLLM's ``ParallelLMHead`` (GPTQ, AWQ, compressed-tensors and
+    ModelOpt configs may quantize it), ``"embedding"`` for its other vocabulary layers
+    (only compressed-tensors schemes that name them do), None otherwise."""
+    if symbol.cls is None:
+        return None
+    names = _mro_names(resolver, symbol)
+    if LM_HEAD in names:
+        return "head"
+    return "embedding" if VOCAB_BASE in names else None
 
 
 def builds_layer(
