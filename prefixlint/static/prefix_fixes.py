@@ -274,6 +274,11 @@ _NO_SPACE = cst.SimpleWhitespace("")
 
 
 def _prefix_arg(call: cst.Call, value: cst.BaseExpression) -> cst.Arg:
+    return keyword_arg(call, "prefix", value)
+
+
+def keyword_arg(call: cst.Call, keyword: str, value: cst.BaseExpression) -> cst.Arg:
+    """``keyword=value``, spaced around ``=`` as the call's other keywords are."""
     equal = next(
         (
             a.equal
@@ -282,7 +287,7 @@ def _prefix_arg(call: cst.Call, value: cst.BaseExpression) -> cst.Arg:
         ),
         cst.AssignEqual(whitespace_before=_NO_SPACE, whitespace_after=_NO_SPACE),
     )
-    return cst.Arg(value=value, keyword=cst.Name("prefix"), equal=equal)
+    return cst.Arg(value=value, keyword=cst.Name(keyword), equal=equal)
 
 
 def _has_comment(node: cst.CSTNode) -> bool:
