@@ -341,6 +341,9 @@ SAME_DEFECT: dict[str, tuple[str, ...]] = {
 # PFX606 of this group is the method's check (other groups: packed_modules_mapping keys);
 # PFX501 names the method when that is what it misses (else: forward's parameter).
 _PP_METHOD = "make_empty_intermediate_tensors"
+# The quantization dry-run's words for a layer that never received `quant_config`
+# (introspect/dryrun/quant.py `unthreaded`), the run-time side of PFX405.
+UNTHREADED = "was built without `quant_config`"
 
 
 def _same_defect(static: Diagnostic, runtime: Diagnostic) -> bool:
@@ -360,6 +363,9 @@ def _same_place(a: Diagnostic, b: Diagnostic) -> bool:
 
 
 def _folds_into(runtime: Diagnostic, site: Diagnostic, evidence: list[Diagnostic]) -> bool:
+    if runtime.code == "PFX702" and UNTHREADED in runtime.message:
+        # a layer built without `quant_config`: PFX405 says so at the same statement
+        return site.code == "PFX405" and _same_place(site, runtime)
     if runtime.code == "PFX702":
         # The dry-run reports a quantization mismatch at the construction site only when
         # the module's prefix is not its path: where phase 2 found that prefix wrong

@@ -6,9 +6,11 @@ build: ``tests/test_action.py::test_action_runs_phase_2_on_a_model_pull_request`
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from prefixlint.check_introspect import (
+    UNTHREADED,
     architectures_in,
     innermost,
     one_per_site,
@@ -185,3 +187,19 @@ def test_one_check_writes_every_format_and_review_posts_its_payload(tmp_path: Pa
     ):
         code, out = invoke(bad, repo)
         assert code == 2 and "Traceback" not in out, (bad, out)
+
+
+def test_a_layer_never_given_quant_config_is_one_finding_across_phases(tmp_path: Path) -> None:
+    """Issue 28: the quantization dry-run's "built without `quant_config`" at a statement
+    where PFX405 reports the same is folded into the static finding (its severity raised
+    to the run-time one); at a statement PFX405 does not report, it stands alone."""
+    model = tmp_path / "m.py"
+    model.write_text(MODEL)
+    [pfx702] = polish([finding("PFX702", model, 7)])
+    pfx702 = replace(pfx702, message=f"`mlp.down_proj` {UNTHREADED}, so it stays unquantized")
+    pfx405 = replace(finding("PFX405", model, 7, 11, phase="static"), severity=Severity.WARNING)
+    [merged] = one_per_site([pfx405], [pfx702])
+    assert merged.code == "PFX405" and merged.severity == Severity.ERROR
+    assert merged.data["runtime"][0]["code"] == "PFX702"
+    other = finding("PFX302", model, 10, phase="static")
+    assert len(one_per_site([other], [pfx702])) == 2
