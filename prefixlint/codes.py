@@ -373,7 +373,9 @@ CODES: dict[str, Code] = {
             INTROSPECT,
             ("A declared capability does not hold in the built model"),
             doc=(
-                "`SupportsPP` without a working `make_empty_intermediate_tensors` (an error);"
+                "`SupportsPP` without a working `make_empty_intermediate_tensors`, or whose "
+                "buffers lack a key a stage's `forward` reads from `intermediate_tensors` or "
+                "hold one its `IntermediateTensors({...})` never sends (errors);"
                 " a `packed_modules_mapping` key that no build of any layout or explored "
                 "config variant made: an error when none of its keys was built (the mapping "
                 "does not describe the model), a warning per unbuilt key otherwise (nothing "

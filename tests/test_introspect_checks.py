@@ -100,3 +100,36 @@ def test_example_gives_its_finding_and_the_clean_copy_none(worker, tmp_path, nam
     )
     others = [d for d in report.diagnostics if d.code == check.code and not known_defect(d)]
     assert not others, [d.message for d in others]
+
+
+SENDS_NO_RESIDUAL = """
+from torch import nn
+from vllm.model_executor.models.utils import make_empty_intermediate_tensors_factory
+from vllm.sequence import IntermediateTensors
+
+
+class Stage(nn.Module):
+    def __init__(self, keys):
+        super().__init__()
+        self.make_empty_intermediate_tensors = make_empty_intermediate_tensors_factory(keys, 8)
+
+    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
+        if intermediate_tensors is not None:
+            hidden_states = intermediate_tensors["hidden_states"]
+        return IntermediateTensors({"hidden_states": hidden_states})
+"""
+
+
+def test_buffers_compared_with_what_a_stage_sends_and_reads(tmp_path) -> None:
+    """Issue 29: a buffer no stage sends, and a key read that no buffer holds, each at
+    their line; the buffers a stage sends and reads give nothing."""
+    from prefixlint.introspect.checks.pfx606_interface import buffer_mismatches
+    from tests.conftest import model_module
+
+    module = model_module(tmp_path, SENDS_NO_RESIDUAL)
+    [unsent] = buffer_mismatches(module.Stage(["hidden_states", "residual"]))
+    assert unsent.line == SENDS_NO_RESIDUAL.count("\n", 0, SENDS_NO_RESIDUAL.index("return")) + 1
+    assert "never sends `residual`" in unsent.message
+    found = [f.message for f in buffer_mismatches(module.Stage(["residual"]))]
+    assert any("reads `intermediate_tensors['hidden_states']`" in m for m in found), found
+    assert not buffer_mismatches(module.Stage(["hidden_states"]))

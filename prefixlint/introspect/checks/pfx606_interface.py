@@ -7,6 +7,9 @@ after the dry-run.
 
 from __future__ import annotations
 
+import ast
+import inspect
+import textwrap
 from typing import Any, ClassVar
 
 from prefixlint.introspect.checks.base import Case, Findings, Subject, TargetCheck
@@ -20,11 +23,13 @@ _PACKED = """"qkv_proj": ["q_proj", "k_proj", "v_proj"],
 class PipelineInterface(TargetCheck):
     """## What it does
     A class that declares `SupportsPP` must have a callable
-    `make_empty_intermediate_tensors` that works.
+    `make_empty_intermediate_tensors` that works, and its buffers must be the tensors a
+    stage's `forward` sends (`IntermediateTensors({...})`) and reads
+    (`intermediate_tensors["..."]`).
 
     ## Why is this bad?
     A later pipeline stage receives its inputs in those tensors: the first pipeline-parallel
-    run fails.
+    run fails (a `KeyError` on a key the buffers lack).
 
     ## Example
     `class M(nn.Module, SupportsPP)` without `self.make_empty_intermediate_tensors = ...`.
@@ -63,6 +68,11 @@ class PipelineInterface(TargetCheck):
         if problem:
             message = f"`{cls.__name__}` declares `SupportsPP` but {problem}"[:300]
             out.add(Finding(self.code, "error", message, *subject.class_site, group="pp"), build)
+            return
+        for module in build.model.modules():
+            if "make_empty_intermediate_tensors" in vars(module):
+                for finding in buffer_mismatches(module):
+                    out.add(finding, build)
 
 
 class PackedMappingKeys(TargetCheck):
@@ -147,3 +157,67 @@ def _dotted_key(cls: Any, key: str, last: str, subject: Subject) -> Finding:
         f"LoRA adapter of its parts misses `{last}`; name the key `{last!r}`"
     )
     return Finding("PFX606", "warning", message, *subject.class_site, group=key)
+
+
+def buffer_mismatches(module: Any) -> list[Finding]:
+    """The keys ``module``'s ``forward`` reads from ``intermediate_tensors`` that its
+    ``make_empty_intermediate_tensors`` buffers lack, and the buffers its
+    ``IntermediateTensors({...})`` never sends (only where every send is a literal dict)."""
+    import torch
+
+    try:
+        buffers = set(
+            module.make_empty_intermediate_tensors(2, torch.float32, torch.device("meta")).tensors
+        )
+        file, reads, sends = _forward_keys(type(module).forward)
+    except Exception:
+        return []  # no readable forward, or buffers made some other way: nothing to compare
+    out = []
+    name = type(module).__name__
+    for key, line in reads.items():
+        if key not in buffers:
+            message = (
+                f"`{name}.forward` reads `intermediate_tensors[{key!r}]`, but "
+                f"`make_empty_intermediate_tensors` makes only {sorted(buffers)}: a later "
+                "pipeline stage raises `KeyError` at its first run"
+            )
+            out.append(Finding("PFX606", "error", message, file, line, group=f"pp:{key}"))
+    if sends and all(keys is not None for keys, _ in sends):
+        sent = set().union(*(keys for keys, _ in sends))
+        for key in sorted(buffers - sent):
+            message = (
+                f"`{name}.forward` never sends `{key}` (its `IntermediateTensors` hold "
+                f"{sorted(sent)}), which `make_empty_intermediate_tensors` makes a buffer for: "
+                "the next stage waits for a tensor no stage sends"
+            )
+            out.append(Finding("PFX606", "error", message, file, sends[0][1], group=f"pp:{key}"))
+    return out
+
+
+def _forward_keys(forward: Any) -> tuple[str, dict[str, int], list[tuple[set[str] | None, int]]]:
+    """The file of ``forward``, the literal keys it reads from its ``intermediate_tensors``
+    parameter (first line of each), and each ``IntermediateTensors(...)`` it builds with the
+    keys of its literal dict (None when not a literal dict) and its line."""
+    lines, start = inspect.getsourcelines(forward)
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    reads: dict[str, int] = {}
+    sends: list[tuple[set[str] | None, int]] = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "intermediate_tensors"
+            and isinstance(node.slice, ast.Constant)
+            and isinstance(node.slice.value, str)
+            and isinstance(node.ctx, ast.Load)
+        ):
+            reads.setdefault(node.slice.value, start + node.lineno - 1)
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "IntermediateTensors":
+            arg = node.args[0] if node.args else None
+            keys = None
+            if isinstance(arg, ast.Dict) and all(
+                isinstance(k, ast.Constant) and isinstance(k.value, str) for k in arg.keys
+            ):
+                keys = {k.value for k in arg.keys}  # type: ignore[union-attr]
+            sends.append((keys, start + node.lineno - 1))
+    return inspect.getsourcefile(forward) or "", reads, sends
