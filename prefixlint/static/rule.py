@@ -8,6 +8,8 @@ analyses (prefix sites, class facts) are computed once per file, on first use.
 
 from __future__ import annotations
 
+import ast
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
@@ -257,16 +259,21 @@ class FileContext:
             return None
         return f"`{name}` is a sub-module of a model its package registers, which vLLM calls"
 
+    @functools.cached_property
+    def tree(self) -> ast.Module | None:
+        """The whole file as ``ast`` (the sketch stubs most method bodies), for rules that
+        read a body the sketch dropped; None when it does not parse."""
+        try:
+            return ast.parse(self.source_text)
+        except (SyntaxError, ValueError):
+            return None
+
     def off_vllm(self, node: cst.CSTNode) -> bool:
         """``node`` sits in a branch that never runs under vLLM (the fallback of a module
         that works without it: ``vllm_branches``); the flag may come from another module."""
         if self._flags is None:
-            import ast
-
-            try:
-                self._flags = availability_flags(ast.parse(self.source_text))
-            except (SyntaxError, ValueError):
-                self._flags = frozenset()
+            tree = self.tree
+            self._flags = availability_flags(tree) if tree is not None else frozenset()
         return off_vllm(self.prefixes.anchors, node, self._is_flag)
 
     def _is_flag(self, name: str) -> bool:
