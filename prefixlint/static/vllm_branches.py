@@ -9,13 +9,13 @@ succeeds and the ``else:`` never runs: what it builds is not the model vLLM serv
 from __future__ import annotations
 
 import ast
-import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import libcst as cst
 
 from prefixlint.static.prefix_sites import dotted_name
+from prefixlint.static.trees import module_tree
 from prefixlint.static.walk import walk
 
 _IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
@@ -86,21 +86,10 @@ def availability_flags(tree: ast.Module) -> frozenset[str]:
     return frozenset(out)
 
 
-@functools.lru_cache(maxsize=512)
-def _flags_of(path: str, stamp: tuple[int, int]) -> frozenset[str]:
-    try:
-        return availability_flags(ast.parse(Path(path).read_text(encoding="utf-8")))
-    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
-        return frozenset()
-
-
 def file_flags(path: Path) -> frozenset[str]:
-    """``availability_flags`` of a module file (cached by mtime and size)."""
-    try:
-        st = path.stat()
-    except OSError:
-        return frozenset()
-    return _flags_of(str(path), (st.st_mtime_ns, st.st_size))
+    """``availability_flags`` of a module file."""
+    tree = module_tree(path)
+    return availability_flags(tree) if tree is not None else frozenset()
 
 
 def _absent_when(test: cst.BaseExpression, is_flag: Callable[[str], bool]) -> set[bool]:
