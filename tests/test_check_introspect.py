@@ -126,7 +126,7 @@ def test_options_that_would_do_nothing_are_refused(tmp_path: Path) -> None:
     from prefixlint.cli import main
 
     (tmp_path / "m.py").write_text("x = 1\n")
-    for args in (["--tp", "3"], ["--pp", "2"], ["--timeout", "5"], ["--fix", "--diff"]):
+    for args in (["--tp", "3"], ["--pp", "2"], ["--timeout", "5"]):
         result = CliRunner().invoke(main, ["check", "--no-cache", str(tmp_path), *args])
         assert result.exit_code == 2, (args, result.output)
         assert "Traceback" not in result.output

@@ -253,3 +253,54 @@ def test_summary_wording(project: Path) -> None:
     assert code == 1 and "in 1 file (2 files checked)" in out, out
     code, out = run(["check", "--no-cache", "clean.py"], project)
     assert code == 0 and "All checks passed (1 file)." in out, out
+
+
+def test_fix_with_diff_is_rufs_diff(project: Path) -> None:
+    """``--fix --diff`` together, as ruff takes them: the diff, nothing written."""
+    before = (project / "model.py").read_text()
+    code, out = run(["check", "--fix", "--diff", "--no-cache", "model.py"], project)
+    assert code == 1 and 'prefix=f"{prefix}.lm_head"' in out and "--- a/model.py" in out, out
+    assert (project / "model.py").read_text() == before
+
+
+def test_introspect_judges_a_file_before_any_build(project: Path, monkeypatch) -> None:
+    """A missing file or a file that does not parse gets check's verdict at once: the
+    worker (torch and vLLM imported) never starts."""
+    import prefixlint.introspect as phase2
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("the worker was started")
+
+    monkeypatch.setattr(phase2, "introspect", no_build)
+    (project / "broken.py").write_text("x = 1\nclass M(nn.Module:\n    pass\n")
+    for target in ("missing.py", "missing.py:Model"):
+        code, out = run(["introspect", target], project)
+        assert code == 2 and "path does not exist" in out and "Traceback" not in out, out
+    for command in (["introspect", "broken.py:M"], ["check", "--no-cache", "broken.py"]):
+        code, out = run([*command, "--format", "json"], project)
+        found = json.loads(out)
+        assert code == 1 and [(f["code"], f["location"]["row"]) for f in found] == [
+            ("PFX001", 2)
+        ], (command, out)
+
+
+def test_introspect_takes_no_cache_and_no_source(project: Path, monkeypatch) -> None:
+    """``--no-cache`` gives the worker an empty vLLM cache folder (vLLM's model-info
+    cache), removed afterwards; ``--no-source`` drops the source frame, as in ``check``."""
+    import prefixlint.introspect as phase2
+    from prefixlint.diagnostic import Diagnostic
+
+    seen: list[str | None] = []
+
+    def fake(target: str, **kwargs) -> phase2.IntrospectReport:
+        seen.append(os.environ.get("VLLM_CACHE_ROOT"))
+        found = Diagnostic.at_line("PFX601", "duplicate", str(project / "model.py"), 10)
+        return phase2.IntrospectReport(target, diagnostics=[found])
+
+    monkeypatch.setattr(phase2, "introspect", fake)
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    code, out = run(["introspect", "--no-cache", "--no-source", "model.py:Model"], project)
+    assert code == 1 and "PFX601" in out and "|" not in out, out
+    assert seen[0] and not Path(seen[0]).exists() and "VLLM_CACHE_ROOT" not in os.environ
+    code, out = run(["introspect", "model.py:Model"], project)
+    assert code == 1 and "|" in out and seen[1] is None, out

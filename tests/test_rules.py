@@ -100,8 +100,11 @@ class Block(nn.Module):
 
 def test_sampling_in_a_class_with_its_own_sampler_is_a_note() -> None:
     """PFX404: ``torch.multinomial`` in a model is a leftover (a warning), unless the class
-    defines ``sample(logits, sampling_metadata)``, the model-side sampler a runner calls in
-    place of vLLM's (vllm-omni's TTS talkers resample their codebooks there)."""
+    has taken sampling over on purpose, on evidence: it sets ``prefer_model_sampler``
+    (vllm-omni's runner calls ``model.sample`` only then), or its ``sample(logits,
+    sampling_metadata)`` uses vLLM's sampler API (as vLLM's own ``hy_v3_mtp.py``) or hands
+    the step to an inner model's hook. A ``sample`` over a sampler of its own, left over
+    from generation code, is no such evidence."""
     from prefixlint.rules.pfx404_generation_leftover import GenerationLeftover
     from prefixlint.static.rule import example
 
@@ -112,10 +115,25 @@ class TalkerForConditionalGeneration(nn.Module):
         return torch.multinomial(hidden_states.softmax(-1), 1)
 """
     )
-    own = leftover.replace(
-        "    def compute_logits",
-        "    def sample(self, logits, sampling_metadata):\n        return None\n\n"
-        "    def compute_logits",
+
+    def with_hook(hook: str, head: str = "") -> str:
+        return head + leftover.replace("    def compute_logits", hook + "\n    def compute_logits")
+
+    generation = with_hook(
+        "    def sample(self, logits, sampling_metadata=None, top_k=50):\n"
+        "        return self.sampler(logits, top_k)\n",
+        "class Sampler(nn.Module):\n    def forward(self, logits, top_k):\n"
+        "        return logits.topk(top_k)\n",
+    )
+    vllm_hook = with_hook(
+        "    def sample(self, logits, sampling_metadata: SamplingMetadata):\n"
+        "        return self.sampler(logits, sampling_metadata)\n",
+        "from vllm.v1.sample.metadata import SamplingMetadata\n",
+    )
+    flagged = with_hook("    prefer_model_sampler = True\n")
+    inner = with_hook(
+        "    def sample(self, logits, sampling_metadata):\n"
+        "        return self.language_model.sample(logits, sampling_metadata)\n"
     )
 
     def found(code: str) -> list[tuple[str, bool]]:
@@ -126,4 +144,6 @@ class TalkerForConditionalGeneration(nn.Module):
         ]
 
     assert found(leftover) == [("warning", False)]
-    assert found(own) == [("note", True)]
+    assert found(generation) == [("warning", False)]
+    for deliberate in (vllm_hook, flagged, inner):
+        assert found(deliberate) == [("note", True)], deliberate

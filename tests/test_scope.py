@@ -497,3 +497,51 @@ def test_a_model_built_from_vllms_decoder_keeps_its_own_caches_besides(tmp_path:
     assert pfx404("talker.py") == ["note"]
     assert pfx404("stage.py") == ["note"]  # vLLM's Qwen2ForCausalLM, built by name
     assert pfx404("plain.py") == ["warning"]
+
+
+def test_layers_in_a_branch_vllm_never_runs_are_not_its_model(tmp_path: Path) -> None:
+    """A module that works without vLLM builds plain layers in the ``else:`` of an
+    availability flag: no PFX402 there, whether the flag is the module's own or imported
+    from a sibling (relative or absolute); a flag that is not vLLM's availability keeps it."""
+    layer = """
+        from torch import nn
+        {flag_import}
+        from vllm.model_executor.layers.linear import RowParallelLinear
+
+        class MyDecoderLayer(nn.Module):
+            def __init__(self, prefix: str = ""):
+                super().__init__()
+                if {test}:
+                    self.o_proj = RowParallelLinear(8, 8, prefix=f"{{prefix}}.o_proj")
+                else:
+                    self.o_proj = nn.Linear(8, 8)
+    """
+    compat = """
+        try:
+            import vllm  # noqa: F401
+            VLLM_AVAILABLE = True
+        except ImportError:
+            VLLM_AVAILABLE = False
+        USE_FAST = True
+    """
+    variants = {
+        "own.py": ("", "VLLM_AVAILABLE"),
+        "relative.py": ("from .compat import VLLM_AVAILABLE", "VLLM_AVAILABLE"),
+        "absolute.py": ("from plug.compat import VLLM_AVAILABLE as ok", "ok"),
+        "module.py": ("from plug import compat", "compat.VLLM_AVAILABLE"),
+        "other.py": ("from .compat import USE_FAST", "USE_FAST"),
+    }
+    files = {"plug/__init__.py": "", "plug/compat.py": compat}
+    for name, (flag_import, test) in variants.items():
+        text = layer.format(flag_import=flag_import, test=test)
+        if name == "own.py":
+            text = compat + text
+        files[f"plug/{name}"] = text
+    write(tmp_path, files)
+    linter = Linter(ALL_RULES, Resolver(ModuleLoader(roots=[tmp_path / "plug"])))
+    flagged = {
+        name
+        for name in variants
+        if any(d.code == "PFX402" for d in linter.lint_path(tmp_path / "plug" / name, name))
+    }
+    assert flagged == {"other.py"}, flagged

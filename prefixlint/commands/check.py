@@ -21,13 +21,16 @@ from prefixlint.commands.common import (
     EXIT_FINDINGS,
     EXIT_OK,
     FORMATS,
+    NO_CACHE_HELP,
     NO_DRYRUN,
+    NO_SOURCE_HELP,
     REVIEW,
     SHOW_NOTES_HELP,
     STRICT_HELP,
     changed_lines,
     config_table,
     exit_for,
+    fresh_vllm_cache,
     int_list,
     report,
     report_internal_errors,
@@ -55,7 +58,7 @@ from prefixlint.commands.lint import CheckOptions, LintRun, lint
     show_default=True,
     help="Exit 1 when a finding of at least this severity remains.",
 )
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the results cache.")
+@click.option("--no-cache", is_flag=True, help=NO_CACHE_HELP)
 @click.option("--cache-dir", type=click.Path(path_type=Path), help="Results cache folder.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Worker processes (default: cores).")
 @click.option(
@@ -66,7 +69,7 @@ from prefixlint.commands.lint import CheckOptions, LintRun, lint
     is_flag=True,
     help="Also check the installed vLLM's model files (found on disk, never imported).",
 )
-@click.option("--no-source", is_flag=True, help="Text format: no source frame under findings.")
+@click.option("--no-source", is_flag=True, help=NO_SOURCE_HELP)
 @click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the report here.")
 @click.option(
     "--also",
@@ -108,7 +111,8 @@ from prefixlint.commands.lint import CheckOptions, LintRun, lint
     "--diff",
     "show_diff",
     is_flag=True,
-    help="Print the fixes as a unified diff without writing; exit 1 when there is one.",
+    help="Print the fixes as a unified diff without writing; exit 1 when there is one. "
+    "With --fix too, the same (as ruff: --diff never writes).",
 )
 @click.option(
     "--diff-base",
@@ -139,7 +143,8 @@ def check(paths: tuple[Path, ...], **options: Any) -> None:
             err=True,
         )
     if opts.fix or opts.show_diff:
-        changed = _apply_fixes(run.result.diagnostics, write=opts.fix)
+        # --fix --diff is ruff's --diff: the diff, nothing written
+        changed = _apply_fixes(run.result.diagnostics, write=not opts.show_diff)
         if opts.show_diff:
             sys.exit(EXIT_FINDINGS if changed else EXIT_OK)
         if changed:  # report what the fixes left
@@ -205,10 +210,6 @@ def _refuse_conflicts(opts: CheckOptions) -> None:
         if given:
             raise click.UsageError(f"{', '.join(given)} only apply with --introspect")
     refuse_checkpoint_without_dryrun(opts.checkpoint, opts.no_dryrun)
-    if opts.fix and opts.show_diff:
-        raise click.UsageError(
-            "--fix writes the fixes and --diff prints them without writing: choose one"
-        )
 
 
 def _phase2(run: LintRun, opts: CheckOptions, changes: Any) -> tuple[list, str]:
@@ -223,7 +224,11 @@ def _phase2(run: LintRun, opts: CheckOptions, changes: Any) -> tuple[list, str]:
         files = [f for f in files if changes.file_changed(changes.repo_path(str(f)) or "")]
     found = checkpoints(opts.checkpoint)
     # stderr: stdout stays parseable in every format
-    with Progress() as progress, usage_error(CheckpointError):
+    with (
+        Progress() as progress,
+        usage_error(CheckpointError),
+        fresh_vllm_cache(opts.no_cache),
+    ):
         out = run_phase2(
             files,
             int_list(opts.tp or "1,2,4,8", "--tp"),

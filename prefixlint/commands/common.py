@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +27,35 @@ NO_DRYRUN = click.option(
     is_flag=True,
     help="Phase 2 without the checkpoint and quantization dry-run (PFX701, PFX702).",
 )
+
+
+NO_CACHE_HELP = "Neither read nor write the results cache."
+PHASE2_NO_CACHE_HELP = (
+    "Neither read nor write a cache: phase 2's worker gets an empty vLLM cache folder "
+    "(vLLM's model-info cache of the registry), removed afterwards."
+)
+NO_SOURCE_HELP = "Text format: no source frame under findings."
+
+
+@contextlib.contextmanager
+def fresh_vllm_cache(enabled: bool) -> Iterator[None]:
+    """``--no-cache`` for phase 2: prefixlint keeps no cache of its own there, but vLLM's
+    registry reads and writes model-info files under ``VLLM_CACHE_ROOT``; a worker started
+    inside gets an empty folder (it copies this process's environment when it starts)."""
+    if not enabled:
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix="prefixlint-vllm-cache-")
+    old = os.environ.get("VLLM_CACHE_ROOT")
+    os.environ["VLLM_CACHE_ROOT"] = folder
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("VLLM_CACHE_ROOT", None)
+        else:
+            os.environ["VLLM_CACHE_ROOT"] = old
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def split_codes(values: tuple[str, ...]) -> list[str]:

@@ -18,9 +18,12 @@ from prefixlint.commands.checkpoints import (
 from prefixlint.commands.common import (
     FORMATS,
     NO_DRYRUN,
+    NO_SOURCE_HELP,
+    PHASE2_NO_CACHE_HELP,
     STRICT_HELP,
     config_table,
     exit_for,
+    fresh_vllm_cache,
     int_list,
     report,
 )
@@ -46,6 +49,8 @@ from prefixlint.commands.common import (
     show_default=True,
     help="Seconds for config variants that build unexecuted construction sites (0: none).",
 )
+@click.option("--no-cache", is_flag=True, help=PHASE2_NO_CACHE_HELP)
+@click.option("--no-source", is_flag=True, help=NO_SOURCE_HELP)
 def introspect(
     target: str,
     config_path: str | None,
@@ -58,6 +63,8 @@ def introspect(
     no_dryrun: bool,
     checkpoint: str | None,
     explore_budget: float,
+    no_cache: bool,
+    no_source: bool,
 ) -> None:
     """Build TARGET on the meta device for several TP/PP layouts and check what it built.
 
@@ -69,6 +76,10 @@ def introspect(
     from prefixlint.introspect.targets.checkpoint import CheckpointError
 
     refuse_checkpoint_without_dryrun(checkpoint, no_dryrun)
+    unreadable = _unreadable(target, no_cache)
+    if unreadable:  # check's verdict, before the worker imports torch and vLLM
+        report(unreadable, output_format, 1, show_source=not no_source)
+        exit_for(unreadable, fail_on, strict)
     table, base = config_table()
     found = checkpoints(checkpoint)
     with usage_error(CheckpointError):
@@ -78,27 +89,49 @@ def introspect(
             for name in target_classes(target)
             if (one := found.for_class(None, name)) is not None
         }
-    result = run(
-        target,
-        tp=int_list(tp),
-        pp=int_list(pp),
-        config=config_path,
-        configs=table,
-        config_base=base,
-        timeout=timeout,
-        dryrun=not no_dryrun,
-        explore_budget=explore_budget,
-        checkpoint=found.explicit.folder if found.explicit else None,
-        checkpoints=by_class,
-    )
+    with fresh_vllm_cache(no_cache):
+        result = run(
+            target,
+            tp=int_list(tp),
+            pp=int_list(pp),
+            config=config_path,
+            configs=table,
+            config_base=base,
+            timeout=timeout,
+            dryrun=not no_dryrun,
+            explore_budget=explore_budget,
+            checkpoint=found.explicit.folder if found.explicit else None,
+            checkpoints=by_class,
+        )
     if result.error:
         raise click.UsageError(f"cannot introspect {target}: {public_name(result.error)}")
     result.diagnostics = polish(result.diagnostics + skipped_notes(result))
     # The layout table goes to stderr in every format: JSON on stdout stays parseable.
     for one in result.results:
         _echo_result(one)
-    report(result.diagnostics, output_format, len(result.results))
+    report(result.diagnostics, output_format, len(result.results), show_source=not no_source)
     exit_for(result.diagnostics, fail_on, strict)
+
+
+def _unreadable(target: str, no_cache: bool) -> list:
+    """A file TARGET as ``check`` judges it, before any build: a path that does not exist
+    is a usage error (exit 2), a file that cannot be read or parsed its PFX001 errors
+    (nothing to build). Empty for a registry name, ``module:Class`` and a parsed file."""
+    from prefixlint.commands.lint import CheckOptions, lint
+    from prefixlint.diagnostic import Severity
+    from prefixlint.introspect import target_file
+
+    if not (target.endswith(".py") or ".py:" in target):
+        return []
+    path = Path(target_file(target))
+    if not path.exists():
+        raise click.UsageError(f"path does not exist: {path}")
+    if not path.is_file():
+        raise click.UsageError(f"not a file: {path}")
+    found = lint(CheckOptions(paths=(path,), select=("PFX001",), no_cache=no_cache))
+    return [
+        d for d in found.result.diagnostics if d.code == "PFX001" and d.severity is Severity.ERROR
+    ]
 
 
 def _echo_result(result: dict[str, Any]) -> None:

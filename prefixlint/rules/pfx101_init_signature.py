@@ -8,7 +8,6 @@ import libcst as cst
 
 from prefixlint.diagnostic import Severity
 from prefixlint.static.model_classes import (
-    KWONLY,
     POSONLY,
     VARKW,
     anchors_to,
@@ -29,7 +28,10 @@ class InitSignature(LintRule):
     registry, or named and shaped like one), or any `nn.Module` whose `__init__` takes
     `vllm_config`. Such an `__init__` must accept `vllm_config` and `prefix` as keywords
     (keyword-only, after `*`, is the documented form; positional-or-keyword works too and
-    is not reported), and an architecture's `prefix` must have a default (`""`, a warning)
+    is not reported: vLLM's loader, `initialize_model` in `model_loader/utils.py`, calls
+    `model_class(vllm_config=vllm_config, prefix=prefix)` by keyword, and its own
+    `VllmModel` protocol declares `__init__(self, vllm_config, prefix="")`; positional-only
+    is an error), and an architecture's `prefix` must have a default (`""`, a warning)
     and every other parameter of an architecture must have a default.
 
     A `prefix` default other than `""` is not reported: the loader always passes `prefix`
@@ -98,6 +100,18 @@ class MyForCausalLM(LlamaForCausalLM):
         super().__init__(vllm_config=vllm_config, prefix=prefix, **kwargs)
 """
         ),
+        # positional-or-keyword: the loader passes both by keyword
+        example(
+            """
+class MyForCausalLM(nn.Module):
+    def __init__(self, vllm_config: VllmConfig, prefix: str = ""):
+        super().__init__()
+        self.lm_head = ParallelLMHead(8, 8, prefix=maybe_prefix(prefix, "lm_head"))
+
+    def load_weights(self, weights):
+        return set()
+"""
+        ),
         example(
             """
 class Pooler(nn.Module):  # not a model: takes no vllm_config, builds no prefixed layer
@@ -108,6 +122,21 @@ class Pooler(nn.Module):  # not a model: takes no vllm_config, builds no prefixe
         ),
     ]
     INVALID = [
+        # positional-only: the loader's keywords cannot reach it
+        Invalid(
+            example(
+                """
+class MyForCausalLM(nn.Module):
+    def __init__(self, vllm_config: VllmConfig, /, prefix: str = ""):
+        super().__init__()
+
+    def load_weights(self, weights):
+        return set()
+"""
+            ),
+            line=3,
+            contains="positional-only",
+        ),
         Invalid(
             example(
                 """
@@ -234,7 +263,7 @@ class MyForCausalLM(LlamaForCausalLM):
             )
             return  # the whole signature is to be rewritten: no detail on the rest
         for name in ("vllm_config", "prefix"):
-            if self._check_keyword(by_name[name], cls, at, architecture=True):
+            if self._check_keyword(by_name[name], cls, at):
                 break  # one finding per signature: `*,` before the first fixes both
         param, kind = by_name["prefix"]
         if kind != POSONLY and param.default is None:
@@ -274,10 +303,11 @@ class MyForCausalLM(LlamaForCausalLM):
         shown = sorted(set(required) | ({"prefix"} & supplied))
         return ", ".join(f"`{n}`" for n in shown) if shown else "no argument"
 
-    def _check_keyword(
-        self, entry: tuple[cst.Param, str], cls: str, at: Where, architecture: bool = False
-    ) -> bool:
-        """Report a parameter vLLM cannot pass by keyword; True when one was reported."""
+    def _check_keyword(self, entry: tuple[cst.Param, str], cls: str, at: Where) -> bool:
+        """Report a parameter vLLM cannot pass by keyword (positional-only); True when one
+        was reported. Positional-or-keyword is not: the loader passes both by keyword
+        (``model_class(vllm_config=vllm_config, prefix=prefix)``) and vLLM's own
+        ``VllmModel.__init__(self, vllm_config, prefix="")`` declares them so."""
         param, kind = entry
         name = param.name.value
         if kind == POSONLY:
@@ -285,17 +315,6 @@ class MyForCausalLM(LlamaForCausalLM):
                 param,
                 f"`{name}` of `{cls}.__init__` is positional-only, but vLLM passes it by "
                 f"keyword; move it after `/` and `*` (`*, {name}`)",
-                site=at,
-            )
-            return True
-        if kind != KWONLY and architecture:
-            # Works today (the loader passes keywords), but the contract of the classes the
-            # loader builds is keyword-only; inner layers are free to take them positionally.
-            self.report(
-                param,
-                f"`{name}` of `{cls}.__init__` may be passed positionally; the contract is "
-                f"keyword-only: put `*,` before it",
-                severity=Severity.WARNING,
                 site=at,
             )
             return True

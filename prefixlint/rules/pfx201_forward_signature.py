@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from prefixlint.diagnostic import Severity
@@ -45,6 +47,15 @@ class ForwardSignature(LintRule):
     `forward` without `intermediate_tensors` but with `**kwargs` has opted out of pipeline
     parallelism (encoder-decoder and audio models): the runner's keyword lands in
     `**kwargs`, and the order of its other parameters is not checked.
+
+    A `forward` without `inputs_embeds` whose `**kwargs` swallows it (the body neither
+    reads that key nor passes the mapping on) is judged by what vLLM's runner passes
+    (`gpu_model_runner._preprocess`): a multimodal decoder (`SupportsMultiModal`) always
+    gets `input_ids=None` and every token's embedding as `inputs_embeds` (an error: it
+    sees no input); a text-only decoder gets `inputs_embeds=None` except for prompt
+    embeddings under `--enable-prompt-embeds` (a warning); an encoder-decoder model (a
+    `forward` taking `encoder_outputs`) is given token ids only, and vLLM refuses prompt
+    embeddings for it (not reported; vLLM's own Whisper does this).
 
     A missing default of `intermediate_tensors` or `inputs_embeds` is a warning: today's
     runners always pass both, but the `VllmModel` protocol requires only `input_ids` and
@@ -116,6 +127,18 @@ class MyForConditionalGeneration(LlamaForCausalLM):  # encoder-decoder, no pipel
         return input_ids
 """
         ),
+        # ``**kwargs`` passes the runner's ``inputs_embeds`` on, or reads it
+        example(
+            """
+class MyForCausalLM(LlamaForCausalLM, SupportsMultiModal):
+    def forward(self, input_ids, positions, intermediate_tensors=None, **kwargs):
+        return self.language_model(input_ids, positions, intermediate_tensors, **kwargs)
+
+class MyOtherForCausalLM(LlamaForCausalLM):
+    def forward(self, input_ids, positions, intermediate_tensors=None, **kw):
+        return self.model(input_ids, positions, intermediate_tensors, kw.get("inputs_embeds"))
+"""
+        ),
         example(
             """
 class MyMTPForCausalLM(LlamaForCausalLM):  # a draft model: the proposer's convention
@@ -178,6 +201,31 @@ class MyForCausalLM(LlamaForCausalLM):
             line=3,
             contains="takes no `intermediate_tensors`",
         ),
+        # a multimodal decoder: the runner gives input_ids=None and everything as embeddings
+        Invalid(
+            example(
+                """
+class MyForConditionalGeneration(LlamaForCausalLM, SupportsMultiModal):
+    def forward(self, input_ids, positions, intermediate_tensors=None, **kwargs):
+        pixels = kwargs.get("pixel_values")
+        return self.model(input_ids, positions, intermediate_tensors, pixels)
+"""
+            ),
+            line=3,
+            contains="sees no input",
+        ),
+        # a text-only decoder: only prompt embeddings reach inputs_embeds (a warning)
+        Invalid(
+            example(
+                """
+class MyForCausalLM(LlamaForCausalLM):
+    def forward(self, input_ids, positions, intermediate_tensors=None, **kwargs):
+        return self.model(input_ids, positions, intermediate_tensors)
+"""
+            ),
+            line=3,
+            contains="--enable-prompt-embeds",
+        ),
     ]
 
     def visit_FunctionDef(self, node: cst.FunctionDef, class_node: cst.ClassDef | None) -> None:
@@ -190,6 +238,8 @@ class MyForCausalLM(LlamaForCausalLM):
         if any(p.name.value == "hidden_states" for p, _ in params[:5]):
             return  # a draft model: EAGLE/MTP/Medusa take the target's hidden states
         sig = _Forward(node, params, f"`{class_node.name.value}.forward`", self.here(node))
+        sig.multimodal = self.ctx.declares(class_node, "SupportsMultiModal")
+        sig.cls = class_node.name.value
         if not self._check_head(sig):
             return
         self._check_runner_keywords(sig)
@@ -229,6 +279,9 @@ class MyForCausalLM(LlamaForCausalLM):
     def _check_runner_keywords(self, sig: _Forward) -> None:
         """intermediate_tensors, inputs_embeds: the runner always passes both, by keyword."""
         for want in _FORWARD_HEAD[2:]:
+            if want == "inputs_embeds" and want not in sig.by_name and sig.varkw:
+                self._check_swallowed(sig)
+                continue
             if want not in sig.by_name:
                 if not sig.varkw:
                     self.report(
@@ -248,6 +301,39 @@ class MyForCausalLM(LlamaForCausalLM):
                     severity=Severity.WARNING,
                     site=sig.at,
                 )
+
+    def _check_swallowed(self, sig: _Forward) -> None:
+        """``**kwargs`` takes the runner's ``inputs_embeds`` and the body never reads it
+        nor passes ``kwargs`` on. The runner (``gpu_model_runner._preprocess``) passes
+        ``input_ids=None`` with every token's embedding in ``inputs_embeds`` for a
+        multimodal decoder (``_prepare_mm_inputs``), and for any decoder a request with
+        prompt embeddings under ``--enable-prompt-embeds``; an encoder-decoder model
+        (``encoder_outputs``) is given token ids only."""
+        if "encoder_outputs" in sig.by_name or not _drops_keyword(
+            self.ctx.tree, sig.cls, "inputs_embeds"
+        ):
+            return
+        kwargs = sig.varkw_name
+        if sig.multimodal:
+            self.report(
+                sig.node.name,
+                f"{sig.where} takes no `inputs_embeds` and `**{kwargs}` drops it: vLLM's "
+                "runner gives a multimodal model `input_ids=None` and every token's "
+                "embedding (text and media) as `inputs_embeds`, so this forward sees no "
+                f"input; add `inputs_embeds=None`: `{_FORWARD_SHAPE}`",
+                site=sig.at,
+            )
+            return
+        self.report(
+            sig.node.name,
+            f"{sig.where} takes no `inputs_embeds` and `**{kwargs}` drops it (a warning: "
+            "text-only requests pass `inputs_embeds=None`, but with `--enable-prompt-embeds` "
+            "vLLM's runner gives `input_ids=None` and the prompt embeddings as "
+            f"`inputs_embeds`, which this forward never sees); add `inputs_embeds=None`: "
+            f"`{_FORWARD_SHAPE}`",
+            severity=Severity.WARNING,
+            site=sig.at,
+        )
 
     def _check_positional_order(self, sig: _Forward) -> None:
         """Positional callers (a multimodal model's language model, pooling adapters) pass
@@ -284,8 +370,59 @@ class MyForCausalLM(LlamaForCausalLM):
             )
 
 
+def _drops_keyword(tree: ast.Module | None, cls: str, keyword: str) -> bool:
+    """Every ``forward`` of class ``cls`` in ``tree`` drops ``keyword`` in its ``**``
+    parameter: the body names it nowhere (``kwargs.get("inputs_embeds")``) and passes
+    the mapping on to no call (``self.model(..., **kwargs)``, ``f(kwargs)``). False
+    when the body cannot be read."""
+    found = False
+    parents = {
+        id(child): node
+        for node in (ast.walk(tree) if tree is not None else ())
+        for child in ast.iter_child_nodes(node)
+    }
+    for node in ast.walk(tree) if tree is not None else ():
+        if not isinstance(node, ast.ClassDef) or node.name != cls:
+            continue
+        for method in node.body:
+            if not isinstance(method, ast.FunctionDef) or method.name != "forward":
+                continue
+            if method.args.kwarg is None:
+                return False
+            name = method.args.kwarg.arg
+            if any(
+                isinstance(sub, ast.Constant) and sub.value == keyword for sub in ast.walk(method)
+            ):
+                return False  # ``kwargs.get("inputs_embeds")``, ``kwargs["inputs_embeds"]``
+            if any(_escapes(sub, name, parents) for sub in ast.walk(method)):
+                return False
+            found = True
+    return found
+
+
+def _escapes(node: ast.AST, name: str, parents: dict[int, ast.AST]) -> bool:
+    """``node`` is the ``**`` mapping ``name`` (or ``locals()``) used other than to read
+    one named key: passed on (``**kwargs``, ``f(kwargs)``), iterated, stored."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return node.func.id in ("locals", "vars")
+    if not isinstance(node, ast.Name) or node.id != name:
+        return False
+    parent = parents.get(id(node))
+    if isinstance(parent, ast.Subscript) and isinstance(parent.slice, ast.Constant):
+        return False
+    if isinstance(parent, ast.Attribute) and parent.attr in ("get", "pop", "setdefault"):
+        call = parents.get(id(parent))
+        return not (
+            isinstance(call, ast.Call) and call.args and isinstance(call.args[0], ast.Constant)
+        )
+    return True
+
+
 class _Forward:
     """A ``forward``'s parameters, sorted the ways the checks read them."""
+
+    multimodal = False  # the class declares SupportsMultiModal
+    cls = ""
 
     def __init__(
         self, node: cst.FunctionDef, params: list[tuple[cst.Param, str]], where: str, at: Where
@@ -297,4 +434,5 @@ class _Forward:
         self.positional = [p for p, k in self.named if k != KWONLY]
         self.by_name = {p.name.value: (p, k) for p, k in self.named}
         self.varkw = any(k == VARKW for _, k in params)
+        self.varkw_name = next((p.name.value for p, k in params if k == VARKW), "kwargs")
         self.splat = self.varkw or any(k == VARARGS for _, k in params)

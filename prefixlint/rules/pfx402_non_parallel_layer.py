@@ -81,6 +81,13 @@ class NonParallelLayer(LintRule):
     codebook table or head), and in a transformer of its own (no vLLM attention anywhere in
     it) built under a model whose decoder uses vLLM's `Attention`.
 
+    A layer built in a branch that never runs under vLLM is not reported: the `else:` of
+    `if _vllm_available:` (or the body of `if not _vllm_available:`, the `else` of
+    `a if _vllm_available else b`), where the flag is set `True` in a `try:` that imports
+    vLLM and `False` in its `except ImportError:`, or is `find_spec("vllm") is not None`,
+    in the same module or imported from another. Under vLLM that import succeeds, so the
+    fallback is not the model vLLM serves.
+
     ## Why is this bad?
     A plain layer holds the whole weight on every GPU and computes the whole output: it
     is not sharded under tensor parallelism (and its neighbours, which are, receive a full
@@ -130,8 +137,82 @@ class ForCausalLM(nn.Module):
         self.vision = VisionAttention(prefix=f"{prefix}.vision")
 """
         ),
+        # a fallback for use without vLLM: never built under it
+        example(
+            """
+try:
+    from vllm.model_executor.layers.linear import RowParallelLinear
+    _vllm_available = True
+except ImportError:
+    _vllm_available = False
+
+class MyDecoderLayer(nn.Module):
+    def __init__(self, prefix: str = ""):
+        super().__init__()
+        if _vllm_available:
+            self.o_proj = RowParallelLinear(8, 8, prefix=f"{prefix}.o_proj")
+        else:
+            self.o_proj = nn.Linear(8, 8)
+        self.down_proj = (
+            RowParallelLinear(8, 8, prefix=f"{prefix}.down_proj")
+            if _vllm_available
+            else nn.Linear(8, 8)
+        )
+"""
+        ),
+        example(
+            """
+import importlib.util
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+
+class MyDecoderLayer(nn.Module):
+    def __init__(self, prefix: str = ""):
+        super().__init__()
+        self.o_proj = RowParallelLinear(8, 8, prefix=f"{prefix}.o_proj")
+        if not HAS_VLLM:
+            self.o_proj = nn.Linear(8, 8)
+"""
+        ),
     ]
     INVALID = [
+        # a flag that is not vLLM's availability: both branches may run under vLLM
+        Invalid(
+            example(
+                """
+USE_FAST = True
+
+class MyDecoderLayer(nn.Module):
+    def __init__(self, prefix: str = ""):
+        super().__init__()
+        if USE_FAST:
+            self.o_proj = RowParallelLinear(8, 8, prefix=f"{prefix}.o_proj")
+        else:
+            self.o_proj = nn.Linear(8, 8)
+"""
+            ),
+            line=10,
+        ),
+        # the vLLM branch itself
+        Invalid(
+            example(
+                """
+try:
+    import vllm
+    _vllm_available = True
+except ImportError:
+    _vllm_available = False
+
+class MyDecoderLayer(nn.Module):
+    def __init__(self, prefix: str = ""):
+        super().__init__()
+        self.down_proj = RowParallelLinear(8, 8, prefix=f"{prefix}.down_proj")
+        if _vllm_available:
+            self.o_proj = nn.Linear(8, 8)
+"""
+            ),
+            line=13,
+        ),
         Invalid(
             example(
                 """
@@ -251,6 +332,8 @@ class MyForCausalLM(nn.Module):
             return
         if plain == "nn.Embedding" and _is_position_table(node):
             return  # a table of positions, not of the vocabulary: replicated by design
+        if self.ctx.off_vllm(node):
+            return  # the fallback of a module that works without vLLM: never built under it
         if plain == "nn.Linear":
             self._routers.append((top, node, attr, self.here()))
         self._found.append((top, node, plain, attr, self.here()))

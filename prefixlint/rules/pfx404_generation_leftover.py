@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from prefixlint.diagnostic import Severity
@@ -10,6 +12,7 @@ from prefixlint.static.decoder_classes import qualified_callee
 from prefixlint.static.prefix_sites import dotted_name
 from prefixlint.static.resolve import Symbol
 from prefixlint.static.rule import CONTRACT, FileContext, Invalid, LintRule, Where, example
+from prefixlint.static.trees import module_tree
 
 # -- PFX404 ---------------------------------------------------------------------------------
 
@@ -23,6 +26,42 @@ _SAMPLING = frozenset(
     }
 )
 _SAMPLING_SHORT = frozenset({"top_k_top_p_filtering", "sample_top_p"})
+
+
+_SAMPLER_API = ("Sampler", "SamplingMetadata", "SamplerOutput")
+
+
+def _vllm_sampler_api(symbol: Symbol, tree: ast.Module | None) -> str | None:
+    """What of vLLM's sampler API the ``sample`` method of ``symbol``'s class uses
+    (``Sampler``, ``SamplingMetadata``, ``SamplerOutput`` imported from vLLM), or "an
+    inner model's `sample` hook" when it hands the step on; None when it uses neither."""
+    if tree is None:
+        tree = module_tree(symbol.module.path)
+    method = next(
+        (
+            f
+            for c in (tree.body if tree is not None else ())
+            if isinstance(c, ast.ClassDef) and c.name == symbol.name
+            for f in c.body
+            if isinstance(f, ast.FunctionDef) and f.name == "sample"
+        ),
+        None,
+    )
+    if method is None:
+        return None
+    for sub in ast.walk(method):
+        if isinstance(sub, ast.Name) and sub.id in _SAMPLER_API:
+            origin = symbol.module.imports.get(sub.id, ("", None))[0]
+            if origin == "vllm" or origin.startswith("vllm."):
+                return f"`{sub.id}`"
+        if (
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr == "sample"
+            and any(isinstance(a, ast.Name) and a.id == "sampling_metadata" for a in sub.args)
+        ):
+            return "an inner model's `sample` hook (it hands the step on)"
+    return None
 
 
 class GenerationLeftover(LintRule):
@@ -40,10 +79,14 @@ class GenerationLeftover(LintRule):
     is never called; a model that samples returns tokens where logits are expected;
     `past_key_values` is always `None` (the cache lives inside `Attention`), so code that
     depends on it silently recomputes or drops the context. Such leftovers mark a port
-    that was not finished. Sampling is a note in a class that defines
-    `sample(logits, sampling_metadata)` (the model's own sampler, which a runner such as
-    vllm-omni's calls in place of vLLM's) and in a sub-module that samples what the model
-    consumes itself (residual audio codes).
+    that was not finished. Sampling is a note in a sub-module that samples what the model
+    consumes itself (residual audio codes), and in a class that has taken sampling over on
+    purpose, on evidence: it sets `prefer_model_sampler` (vllm-omni's runner calls
+    `model.sample` only then), or its `sample(logits, sampling_metadata)` uses vLLM's
+    sampler API (vLLM's `Sampler`, `SamplingMetadata` or `SamplerOutput`, as vLLM's own
+    `hy_v3_mtp.py` does) or hands the step to an inner model's `sample`. A `sample` over a
+    sampler of its own (its own `Sampler`, top-k and temperature from the reference) is
+    generation code like the rest: a warning.
 
     ## Example
     ```python
@@ -220,11 +263,11 @@ class MyForCausalLM(nn.Module):
                     if inner
                     else ""
                 )
-                if not why and self._own_sampler(top):
+                hook = None if why else self._own_sampler(top)
+                if hook:
                     why = (
-                        f" (a note: `{top}` defines `sample(logits, sampling_metadata)`, the "
-                        "model's own sampler that a runner calls in place of vLLM's: the "
-                        "class has taken sampling over on purpose)"
+                        f" (a note: {hook}: the model's own sampler, which a runner calls in "
+                        "place of vLLM's; the class has taken sampling over on purpose)"
                     )
                 self.report(
                     node,
@@ -279,18 +322,28 @@ class MyForCausalLM(nn.Module):
             site=where,
         )
 
-    def _own_sampler(self, top: str) -> bool:
-        """Class ``top`` (or a base it inherits from) defines ``sample`` over
-        ``sampling_metadata``: the model-side sampler hook, whose body samples by design."""
+    def _own_sampler(self, top: str) -> str | None:
+        """Whether class ``top`` (or a base) has taken sampling over on purpose, and the
+        evidence: it sets ``prefer_model_sampler`` (the flag vllm-omni's runner reads before
+        it calls ``model.sample``), or its ``sample(logits, sampling_metadata)`` speaks
+        vLLM's sampler API, as vLLM's own hook does (``hy_v3_mtp.py``: vLLM's
+        ``Sampler``, ``SamplingMetadata``, ``SamplerOutput``) or hands the step to an inner
+        model's hook. A ``sample`` over a sampler of its own is generation code: None."""
         cls = self.ctx.summary.classes.get(top)
         if cls is None:
-            return False
+            return None
         mro, _ = self.ctx.resolver.class_mro(Symbol(self.ctx.summary, top, cls=cls))
-        return any(
-            (sig := e.cls.methods.get("sample")) is not None  # type: ignore[union-attr]
-            and sig.param("sampling_metadata") is not None
-            for e in mro
-        )
+        for e in mro:
+            if "prefer_model_sampler" in e.cls.attributes:  # type: ignore[union-attr]
+                return f"`{e.name}` sets `prefer_model_sampler`, so a runner calls its `sample`"
+        for e in mro:
+            sig = e.cls.methods.get("sample")  # type: ignore[union-attr]
+            if sig is None or sig.param("sampling_metadata") is None:
+                continue
+            used = _vllm_sampler_api(e, self.ctx.tree if e.module is self.ctx.summary else None)
+            if used:
+                return f"`{e.name}.sample(logits, sampling_metadata)` uses vLLM's {used}"
+        return None
 
     def _own_cache(self, top: str) -> bool:
         """A registered model whose decoder uses vLLM's cache layers, or a part of one, that

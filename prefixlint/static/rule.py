@@ -8,6 +8,8 @@ analyses (prefix sites, class facts) are computed once per file, on first use.
 
 from __future__ import annotations
 
+import ast
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
@@ -22,6 +24,7 @@ from prefixlint.static.prefix_fixes import NoFix, PlannedFix
 from prefixlint.static.prefix_sites import Hooks, PrefixAnalysis, Site, quant_reaches
 from prefixlint.static.resolve import DECODER_ATTENTION_LAYERS, Resolver, Symbol
 from prefixlint.static.scope import PackageScope, Role
+from prefixlint.static.vllm_branches import availability_flags, file_flags, off_vllm
 from prefixlint.static.vllm_facts import owns_engine_cache
 from prefixlint.static.vllm_source import is_vllm
 
@@ -118,6 +121,7 @@ class FileContext:
         self.scope = scope  # how vLLM builds the classes of this file's package
         self._sig_cache: dict[str, FunctionSig | None] = {}
         self._cache_layers: dict[str, bool] = {}
+        self._flags: frozenset[str] | None = None  # vllm_branches.availability_flags
 
     def prefix_signature(self, callee: str) -> FunctionSig | None:
         short = callee.rsplit(".", 1)[-1].lower()
@@ -254,6 +258,37 @@ class FileContext:
         if self.role(name) is not Role.BUILT:
             return None
         return f"`{name}` is a sub-module of a model its package registers, which vLLM calls"
+
+    @functools.cached_property
+    def tree(self) -> ast.Module | None:
+        """The whole file as ``ast`` (the sketch stubs most method bodies), for rules that
+        read a body the sketch dropped; None when it does not parse."""
+        try:
+            return ast.parse(self.source_text)
+        except (SyntaxError, ValueError):
+            return None
+
+    def off_vllm(self, node: cst.CSTNode) -> bool:
+        """``node`` sits in a branch that never runs under vLLM (the fallback of a module
+        that works without it: ``vllm_branches``); the flag may come from another module."""
+        if self._flags is None:
+            tree = self.tree
+            self._flags = availability_flags(tree) if tree is not None else frozenset()
+        return off_vllm(self.prefixes.anchors, node, self._is_flag)
+
+    def _is_flag(self, name: str) -> bool:
+        head, _, attr = name.partition(".")
+        if not attr and head in (self._flags or ()):
+            return True
+        module, imported = self.summary.imports.get(head, ("", None))
+        if attr and imported is not None:  # ``from pkg import compat``: ``compat.FLAG``
+            module, imported = f"{module}.{imported}", None
+        path = self.resolver.loader.path_for(module) if module else None
+        flag = attr or imported
+        if path is None or flag is None or "." in flag:
+            return False
+        self.resolver.loader.touched.add(path)  # the results cache depends on it now
+        return flag in file_flags(path)
 
     def beside_paged_attention(self, name: str) -> bool:
         """``name`` is built under a root whose decoder keeps its attention in vLLM's
