@@ -138,7 +138,7 @@ def test_cache_round_trip(project: Path) -> None:
     assert first == second
     # An edit invalidates the entry of that file.
     (project / "model.py").write_text(
-        BAD_MODEL.replace("quant_config=quant_config)", "prefix=prefix)")
+        BAD_MODEL.replace("quant_config=quant_config)", "quant_config=quant_config, prefix=prefix)")
     )
     assert run(["check", "--cache-dir", str(cache), "."], project)[0] == 0
 
