@@ -298,6 +298,7 @@ class Judge:
     sites: Sites
     found: Match
     mapping: dict[str, str]  # checkpoint layer -> vLLM module path (the dry-run's)
+    model_config: Any = None
     issues: dict[tuple[str, int, str], dict[str, Any]] = field(default_factory=dict)
 
     @property
@@ -310,7 +311,8 @@ class Judge:
             issue["names"].append(name)
 
     def expected(self) -> str:
-        names = sorted(self.found.expected)
+        # per-expert names (``experts.0.w1``) left out: a list of hundreds says nothing
+        names = sorted(n for n in self.found.expected if "." not in n)
         more = len(names) - _SHOWN
         return ", ".join(f"`{n}`" for n in names[:_SHOWN]) + (
             f" and {more} more" if more > 0 else ""
@@ -439,7 +441,8 @@ class Judge:
             f"`load_weights` renames it), but vLLM's LoRA loader names the adapter's module "
             f"`{name}` (through `hf_to_vllm_mapper`'s renames only)"
         )
-        return "error", f"{head}: {self.consequence(issue)}; rename it in `hf_to_vllm_mapper`"
+        message = f"{head}: {self.consequence(issue)}; rename it in `hf_to_vllm_mapper`"
+        return self.severity(self.mapping[peft], message)
 
     def _unmapped(self, issue: dict[str, Any]) -> tuple[str, str]:
         head = f"the adapter trains `{issue['names'][0]}`, which no module of `{self.name}` is"
@@ -448,13 +451,25 @@ class Judge:
     def _unwrapped(self, issue: dict[str, Any]) -> tuple[str, str]:
         path = issue["path"]
         module = self.module(path)
-        parts = self.found.packed.get(path.rsplit(".", 1)[-1], [])
-        return "error", (
-            f"`{path}` (a `{type(module).__name__}`) takes the adapter's "
-            f"{_quoted(issue['names'])}, and none of vLLM's LoRA layers replaces it "
-            f"with the packed parts {list(parts)}: vLLM's manager leaves it unwrapped and "
-            "drops its adapter weights (a warning at start-up, nothing else)"
+        leaf = path.rsplit(".", 1)[-1]
+        parts = self.found.packed.get(leaf)
+        table = (
+            f"`packed_modules_mapping` has no entry for `{leaf}`"
+            if parts is None
+            else f"its `packed_modules_mapping` entry is {list(parts)}"
         )
+        message = (
+            f"`{path}` (a `{type(module).__name__}`) takes the adapter's "
+            f"{_quoted(issue['names'])}, and none of vLLM's LoRA layers replaces it ({table}"
+            "): vLLM's manager leaves it unwrapped and drops its adapter weights (a warning at "
+            "start-up, nothing else)"
+        )
+        if parts is None and len(issue["names"]) == 1:
+            message += (
+                f"; a fused layer the adapter trains whole needs `{leaf!r}: {[leaf]!r}`, as "
+                "its checkpoint holds it fused"
+            )
+        return self.severity(path, message)
 
     def _tower(self, issue: dict[str, Any]) -> tuple[str, str]:
         return "note", (
@@ -462,6 +477,19 @@ class Judge:
             f"`{issue['language']}` (`{issue['names'][0]}`, ...), which vLLM applies only "
             "with `enable_tower_connector_lora` on a model that supports it (a note: a "
             "deployment choice)"
+        )
+
+    def severity(self, path: str, message: str) -> tuple[str, str]:
+        """An error, but a warning for a router (one output per expert): adapters train
+        one only with PEFT's ``all-linear`` (docs/precision.md)."""
+        from prefixlint.introspect.dryrun.quant import _router
+
+        module = self.module(path)
+        if module is None or self.model_config is None or not _router(self.model_config, module):
+            return "error", message
+        return "warning", (
+            f"{message} (a warning: a router, one output per expert, which adapters train "
+            "only when they target every linear layer)"
         )
 
     def consequence(self, issue: dict[str, Any]) -> str:
@@ -599,7 +627,7 @@ def _judged(
 ) -> list[Finding]:
     sites = Sites(cls, base.model, base.recorder)
     found = match(base.model, adapter, api)
-    judge = Judge(cls, base.model, sites, found, mapping)
+    judge = Judge(cls, base.model, sites, found, mapping, base.vllm_config.model_config)
     for peft, name in found.unexpected:
         judge.refused(peft, name)
     wrapped = wrapped_modules(base.model, found, api)
