@@ -154,3 +154,17 @@ def test_targets_heads_and_features_the_model_cannot_take(worker, tmp_path) -> N
     assert ("PFX703", head, "error") in found
     notes = [d.message for d in lora_findings(report) if d.code == "PFX600"]
     assert any("DoRA" in n for n in notes), notes
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_a_router_renamed_in_code_is_a_warning_at_the_loader(worker) -> None:
+    """GraniteMoe renames the checkpoint's `router.layer` to `gate` in `load_weights`, not
+    in `hf_to_vllm_mapper`: vLLM's LoRA loader refuses an all-linear adapter, but only
+    one that trains the router (docs/precision.md), so a warning at that loader."""
+    report = introspect("GraniteMoeForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    found = [d for d in lora_findings(report) if d.code == "PFX703"]
+    assert [(Path(d.filename).name, d.severity.value) for d in found] == [
+        ("granitemoe.py", "warning")
+    ], [d.message for d in found]
+    assert "router.layer" in found[0].message and "hf_to_vllm_mapper" in found[0].message
