@@ -497,6 +497,35 @@ CODES: dict[str, Code] = {
             check="prefixlint.introspect.checks.pfx702_quantization:Quantization",
         ),
         Code(
+            "PFX703",
+            "lora-target-unmapped",
+            Severity.ERROR,
+            INTROSPECT,
+            "vLLM's LoRA loader refuses or drops an adapter module the model should take",
+            doc=(
+                "For a model that declares `SupportsLoRA`, an adapter (`--lora`: a PEFT "
+                "folder or hub id, `adapter_config.json` and the safetensors header only; "
+                "without it, a synthetic adapter training every linear layer of the "
+                "checkpoint the dry-run streamed) is matched on the tp=1 meta build with "
+                "vLLM's own functions, as its LoRA loader and manager match it: the expected "
+                "names (`get_supported_lora_modules` with fused layers replaced by their "
+                "`packed_modules_mapping` parts), each adapter tensor's module "
+                "(`parse_fine_tuned_lora_name` under `hf_to_vllm_mapper.get_rename_mapper()`,"
+                " `lora_skip_prefixes`), and the module the manager gives it to "
+                "(`is_supported_lora_module`, the LoRA layers' `can_replace_layer`). "
+                "Reported at the model's line: a fused layer whose `packed_modules_mapping` "
+                "lacks a part the adapter trains (at the line that built it; a missing entry "
+                "PFX606 reports is confirmed there instead), a module the loader renames in "
+                "code but LoRA's renames do not reach, a target no module of the model is, a "
+                "module no LoRA layer can replace (its adapter weights are dropped "
+                "silently), an embedding `embedding_modules` does not list, a "
+                "`modules_to_save` classification head the model does not expose. What vLLM "
+                "refuses in the adapter itself (DoRA, a bias, other `modules_to_save`) is a "
+                "PFX600 note, as is a vLLM without these functions."
+            ),
+            check="prefixlint.introspect.checks.pfx703_lora:LoraTargets",
+        ),
+        Code(
             "PFX801",
             "greedy-mismatch",
             Severity.ERROR,

@@ -17,7 +17,7 @@ from tests.test_introspect import known_defect, line_in_class, llama_copy, repla
 
 pytestmark = requires_vllm
 
-DRYRUN_CODES = ("PFX701", "PFX702")
+DRYRUN_CODES = ("PFX701", "PFX702", "PFX703")
 
 
 def _checks():

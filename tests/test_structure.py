@@ -299,6 +299,8 @@ def test_architecture_tree_is_fresh() -> None:
 LIGHT = (
     "prefixlint.introspect",
     "prefixlint.introspect.targets.checkpoint",
+    "prefixlint.introspect.targets.adapter",
+    "prefixlint.commands.introspect",
     "prefixlint.introspect.coverage.sites",
     "prefixlint.introspect.process.worker",
     "prefixlint.introspect.zoo.run",

@@ -208,3 +208,54 @@ def test_building_internals_of_the_installed_vllm() -> None:
 
     names = {c.__name__ for c in vllm_api.custom_op_classes(lambda base: [])}
     assert "QuickGELU" in names
+
+
+# -- LoRA ------------------------------------------------------------------------------------
+
+
+@requires_vllm
+def test_lora_matching_of_the_installed_vllm() -> None:
+    found, missing = vllm_api.lora_matching()
+    assert missing == "", missing
+    assert all(callable(found[name]) for name in vllm_api.LORA_FUNCTIONS)
+    assert found["lora_classes"] and found["LoRAConfig"]().max_lora_rank > 0
+    # the name parser the dry-run calls, on a PEFT name
+    parse = found["parse_fine_tuned_lora_name"]
+    assert parse("base_model.model.model.layers.0.mlp.up_proj.lora_B.weight") == (
+        "model.layers.0.mlp.up_proj",
+        False,
+    )
+
+
+def test_lora_matching_layouts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """0.32/0.33's layout; a vLLM without ``vllm.lora.utils``; one that lacks a function."""
+    utils = SimpleNamespace(
+        **{name: (lambda *a: None) for name in vllm_api.LORA_FUNCTIONS},
+        _all_lora_classes=(object,),
+    )
+    layout_032 = {
+        "vllm.lora.utils": utils,
+        "vllm.config.lora": SimpleNamespace(LoRAConfig=dict),
+        "vllm.lora.peft_helper": SimpleNamespace(PEFTHelper=dict),
+        "vllm.lora.lora_model": SimpleNamespace(
+            LoRAModel=SimpleNamespace(_should_skip_module=lambda name, prefixes: False)
+        ),
+    }
+    layout(monkeypatch, layout_032)
+    assert vllm_api.lora_matching()[1] == ""
+    layout(monkeypatch, {})
+    assert "vllm.lora.utils" in vllm_api.lora_matching()[1]
+    del utils.is_supported_lora_module
+    layout(monkeypatch, layout_032)
+    assert "`is_supported_lora_module`" in vllm_api.lora_matching()[1]
+
+
+def test_lora_rename_mapper_layouts() -> None:
+    renames = SimpleNamespace()
+    current = SimpleNamespace(hf_to_vllm_mapper=SimpleNamespace(get_rename_mapper=lambda: renames))
+    assert vllm_api.lora_rename_mapper(current) is renames
+    older = SimpleNamespace(
+        hf_to_vllm_mapper=SimpleNamespace()
+    )  # a vLLM before get_rename_mapper: passed whole
+    assert vllm_api.lora_rename_mapper(older) is older.hf_to_vllm_mapper
+    assert vllm_api.lora_rename_mapper(SimpleNamespace()) is None

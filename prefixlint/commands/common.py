@@ -25,7 +25,8 @@ SHOW_NOTES_HELP = (
 NO_DRYRUN = click.option(
     "--no-dryrun",
     is_flag=True,
-    help="Phase 2 without the checkpoint and quantization dry-run (PFX701, PFX702).",
+    help="Phase 2 without the checkpoint and quantization dry-run (PFX701, PFX702) and the "
+    "synthetic LoRA dry-run (PFX703; `--lora` still runs).",
 )
 
 

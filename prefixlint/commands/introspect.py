@@ -43,6 +43,14 @@ from prefixlint.commands.common import (
 @NO_DRYRUN
 @CHECKPOINT
 @click.option(
+    "--lora",
+    metavar="PATH|ORG/NAME",
+    help="A PEFT LoRA adapter folder or hub id: the LoRA dry-run matches its names as "
+    "vLLM's LoRA loader does (adapter_config.json and the safetensors header only, no "
+    "weights). Without it, a SupportsLoRA model is matched against a synthetic adapter "
+    "of its checkpoint's linear layers.",
+)
+@click.option(
     "--explore-budget",
     type=float,
     default=10.0,
@@ -62,6 +70,7 @@ def introspect(
     strict: bool,
     no_dryrun: bool,
     checkpoint: str | None,
+    lora: str | None,
     explore_budget: float,
     no_cache: bool,
     no_source: bool,
@@ -73,6 +82,7 @@ def introspect(
     """
     from prefixlint.check_introspect import polish, public_name
     from prefixlint.introspect import introspect as run
+    from prefixlint.introspect.targets.adapter import resolve_adapter
     from prefixlint.introspect.targets.checkpoint import CheckpointError
 
     refuse_checkpoint_without_dryrun(checkpoint, no_dryrun)
@@ -80,6 +90,8 @@ def introspect(
     if unreadable:  # check's verdict, before the worker imports torch and vLLM
         report(unreadable, output_format, 1, show_source=not no_source)
         exit_for(unreadable, fail_on, strict)
+    with usage_error(CheckpointError):
+        adapter = resolve_adapter(lora).folder if lora else None
     table, base = config_table()
     found = checkpoints(checkpoint)
     with usage_error(CheckpointError):
@@ -102,6 +114,7 @@ def introspect(
             explore_budget=explore_budget,
             checkpoint=found.explicit.folder if found.explicit else None,
             checkpoints=by_class,
+            lora=adapter,
         )
     if result.error:
         raise click.UsageError(f"cannot introspect {target}: {public_name(result.error)}")
@@ -150,6 +163,9 @@ def _echo_result(result: dict[str, Any]) -> None:
             f"({result.get('dryrun_seconds', 0):.2f}s)",
             err=True,
         )
+    if result.get("lora"):
+        why = f": {result['lora_reason']}" if result.get("lora_reason") else ""
+        click.echo(f"  LoRA dry-run: {result['lora']}{why}", err=True)
     for layout in result["layouts"]:
         extra = f" {layout['reason']}" if layout["reason"] else ""
         click.echo(

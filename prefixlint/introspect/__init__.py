@@ -150,12 +150,14 @@ def introspect(
     explore_budget: float = DEFAULT_EXPLORE_BUDGET,
     checkpoint: str | None = None,
     checkpoints: dict[str, str] | None = None,
+    lora: str | None = None,
 ) -> IntrospectReport:
     """Build ``target`` (an architecture of the installed registry, ``module:Class`` or
     ``path/to/file.py[:Class]``) for each layout in a worker process and check it.
     ``checkpoint``: a local checkpoint folder (``checkpoint.resolve`` makes one of a hub
     id) the dry-run checks against, for every class of the target; ``checkpoints``: one
-    per architecture name."""
+    per architecture name. ``lora``: a local PEFT adapter folder (``lora.resolve_adapter``
+    makes one of a hub id) the LoRA dry-run matches instead of its synthetic adapter."""
     own = worker is None
     worker = worker or Worker()
     report = IntrospectReport(target)
@@ -172,6 +174,7 @@ def introspect(
         "explore_budget": explore_budget,
         "checkpoint": checkpoint,
         "checkpoints": checkpoints or {},
+        "lora": lora,
     }
     try:
         answer = worker.run(job, timeout)

@@ -359,6 +359,51 @@ def triton_placeholder() -> Any:
     return placeholder if type(placeholder).__name__ == "TritonPlaceholder" else None
 
 
+# -- LoRA ------------------------------------------------------------------------------------
+
+# vLLM's LoRA name matching (``vllm.lora.utils``: the same names in 0.32 and 0.33)
+LORA_FUNCTIONS = (
+    "get_supported_lora_modules",
+    "process_packed_modules_mapping",
+    "parse_fine_tuned_lora_name",
+    "is_base_embedding_weights",
+    "is_supported_lora_module",
+)
+
+
+def lora_matching() -> tuple[dict[str, Any], str]:
+    """What vLLM's LoRA loader matches an adapter with, by name: the functions of
+    ``vllm.lora.utils`` (``LORA_FUNCTIONS``), the LoRA layer classes its manager tries in
+    order (``_all_lora_classes``), ``LoRAConfig`` (``vllm.config.lora``, else
+    ``vllm.config``), ``PEFTHelper`` and ``LoRAModel._should_skip_module`` (0.32, 0.33).
+    Returns them and "" or, when this vLLM lacks one, what it lacks."""
+    utils = _module("vllm.lora.utils")
+    if utils is None:
+        return {}, "this vLLM has no `vllm.lora.utils`"
+    found: dict[str, Any] = {name: getattr(utils, name, None) for name in LORA_FUNCTIONS}
+    found["lora_classes"] = tuple(getattr(utils, "_all_lora_classes", ()) or ())
+    config = _module("vllm.config.lora") or _module("vllm.config")
+    found["LoRAConfig"] = getattr(config, "LoRAConfig", None)
+    found["PEFTHelper"] = getattr(_module("vllm.lora.peft_helper"), "PEFTHelper", None)
+    lora_model = getattr(_module("vllm.lora.lora_model"), "LoRAModel", None)
+    found["should_skip"] = getattr(lora_model, "_should_skip_module", None)
+    missing = [name for name, value in found.items() if not value]
+    if missing:
+        return found, f"this vLLM's LoRA loader lacks {', '.join(f'`{m}`' for m in missing)}"
+    return found, ""
+
+
+def lora_rename_mapper(model: Any) -> Any:
+    """The mapper vLLM's LoRA loader parses adapter names with: the model's
+    ``hf_to_vllm_mapper`` with its renames only (``get_rename_mapper``: 0.32, 0.33),
+    else the whole mapper (the releases before it passed it as it was); None without one."""
+    mapper = getattr(model, "hf_to_vllm_mapper", None)
+    if mapper is None:
+        return None
+    rename = getattr(mapper, "get_rename_mapper", None)
+    return rename() if callable(rename) else mapper
+
+
 # -- transformers -------------------------------------------------------------------------
 
 

@@ -118,10 +118,12 @@ def run_target(
     explore_budget: float = 0.0,
     deadline: float | None = None,
     checkpoint: str | None = None,
+    lora: str | None = None,
 ) -> TargetResult:
     """``checkpoint``: a checkpoint folder whose layout and quantization config the
     dry-run checks (``checkpoint_run.py``); its config.json is the build config unless
-    ``config`` is given."""
+    ``config`` is given. ``lora``: a PEFT adapter folder the LoRA dry-run matches
+    (``dryrun/lora.py``; without one, a synthetic adapter)."""
     started = time.perf_counter()
     result = TargetResult(target=target.spec, arch=target.arch)
     registry = vllm_registry()
@@ -153,7 +155,7 @@ def run_target(
     )
     result.findings += not_verified(result.coverage)
     result.findings += startup.layer_index_refusals(builds, model_config, cls)
-    _dry_run(result, cls, model_config, builds, dryrun, deadline, checkpoint)
+    _dry_run(result, cls, model_config, builds, dryrun, deadline, (checkpoint, lora))
     failed = [b for b in builds if b.error is not None]
     if len(failed) == len(builds) and builds:
         result.status = "failed"
@@ -306,14 +308,16 @@ def _dry_run(
     builds: list[Build],
     enabled: bool,
     deadline: float | None = None,
-    checkpoint: str | None = None,
+    given: tuple[str | None, str | None] = (None, None),
 ) -> None:
-    """PFX701/PFX702 (``dryrun/``; against a real checkpoint ``checkpoint_run.py``) on
-    the tp=1 build; a failure of the dry-run itself is a PFX600 note, never a lost target."""
+    """PFX701/PFX702 (``dryrun/``; against a real checkpoint ``checkpoint_run.py``) and
+    PFX703 (``dryrun/lora.py``, with the LoRA adapter given or a synthetic one) on the
+    tp=1 build; a failure of the dry-run itself is a PFX600 note, never a lost target."""
     from prefixlint.introspect import dryrun
     from prefixlint.introspect.checks import packed
-    from prefixlint.introspect.dryrun import checkpoint_run, selflayout
+    from prefixlint.introspect.dryrun import checkpoint_run, lora, selflayout
 
+    checkpoint, adapter = given
     started = time.perf_counter()
     try:
         synthesised = result.config_source.startswith("synthesised")
@@ -336,8 +340,11 @@ def _dry_run(
             shared_with_target(f)
     # fused layers the packed_modules_mapping lacks (packed.py), with or without a dry-run
     fused = packed.missing_entries(cls, builds, outcome.mapping)
-    result.findings += packed.without_duplicates(outcome.findings, fused) + fused
+    adapted = lora.run(cls, model_config, builds, outcome.mapping, enabled, adapter)
+    result.findings += packed.without_duplicates(outcome.findings, fused)
+    result.findings += lora.folded(adapted.findings, fused) + fused
     result.dryrun, result.dryrun_reason = outcome.status, outcome.reason
+    result.lora, result.lora_reason = adapted.status, adapted.reason
     result.dryrun_seconds = time.perf_counter() - started
 
 

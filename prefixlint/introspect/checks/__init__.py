@@ -35,6 +35,7 @@ from prefixlint.introspect.checks.pfx607_per_rank_heads import PerRankHeads
 from prefixlint.introspect.checks.pfx608_engine_start import EngineStart
 from prefixlint.introspect.checks.pfx701_weight_loading import WeightLoading
 from prefixlint.introspect.checks.pfx702_quantization import Quantization
+from prefixlint.introspect.checks.pfx703_lora import LoraTargets
 from prefixlint.introspect.finding import Finding
 
 # The order matters for failures only: the first failure check that answers judges the
@@ -53,6 +54,7 @@ CHECKS: tuple[Check, ...] = (
     EngineStart(),
     WeightLoading(),
     Quantization(),
+    LoraTargets(),
     NotVerified(),
 )
 

@@ -1,4 +1,5 @@
-"""PFX701/PFX702: a checkpoint and a quantization config dry-run on the meta device.
+"""PFX701/PFX702/PFX703: a checkpoint, a quantization config and a LoRA dry-run on the meta
+device.
 
 PFX701: the reference ``transformers`` class of the same config, built on meta, says which
 tensors a checkpoint holds (its ``state_dict`` as ``save_pretrained`` writes it: tied
@@ -17,6 +18,7 @@ Where the dry-run cannot run, a PFX600 note says why; it never guesses a finding
 Parts: ``layouts.py`` (the checkpoint layouts), ``divergence.py`` (a synthesised config
 read differently), ``streaming.py`` (through ``load_weights``), ``weights.py`` (PFX701),
 ``quant.py`` (PFX702), ``sites.py`` (where findings point); ``run`` here ties them.
+``lora.py`` (PFX703) matches a LoRA adapter on the same build, after ``run``.
 """
 
 from __future__ import annotations

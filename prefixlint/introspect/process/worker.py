@@ -233,6 +233,7 @@ def handle(job: dict[str, Any]) -> Any:
             deadline=deadline,
             checkpoint=job.get("checkpoint")
             or (job.get("checkpoints") or {}).get(target.arch.removesuffix("__prefixlint")),
+            lora=job.get("lora"),
         )
         data = asdict(result)
         data["layouts"] = [

@@ -277,14 +277,10 @@ def _unreachable(endpoint: str, timeout: float = 5.0) -> str:
     return ""
 
 
-def fetch_hub(source: str, cache: str | None = None) -> str:
-    """config.json and the safetensors headers of a hub repository (``org/name`` or
-    ``org/name@revision``), written to a manifest folder; no weight is downloaded."""
-    repo, _, revision = source.partition("@")
-    refused = f"checkpoint {source!r}: no such folder, and as a hub id it cannot be read"
-    local = "pass a local folder holding config.json and the safetensors files (headers are enough)"
+def hub_reachable(refused: str, local: str) -> None:
+    """Raise, with ``refused`` and what to do instead (``local``), when the hub cannot
+    be asked: ``huggingface_hub`` missing, switched off, or its host unreachable."""
     try:
-        import huggingface_hub
         from huggingface_hub import constants
     except ImportError:
         raise CheckpointError(f"{refused}: `huggingface_hub` is not installed; {local}") from None
@@ -296,6 +292,17 @@ def fetch_hub(source: str, cache: str | None = None) -> str:
     unreachable = _unreachable(constants.ENDPOINT)
     if unreachable:
         raise CheckpointError(f"{refused}: {unreachable}; {local}")
+
+
+def fetch_hub(source: str, cache: str | None = None) -> str:
+    """config.json and the safetensors headers of a hub repository (``org/name`` or
+    ``org/name@revision``), written to a manifest folder; no weight is downloaded."""
+    repo, _, revision = source.partition("@")
+    refused = f"checkpoint {source!r}: no such folder, and as a hub id it cannot be read"
+    local = "pass a local folder holding config.json and the safetensors files (headers are enough)"
+    hub_reachable(refused, local)
+    import huggingface_hub
+
     try:
         config = huggingface_hub.hf_hub_download(repo, "config.json", revision=revision or None)
         meta = huggingface_hub.get_safetensors_metadata(repo, revision=revision or None)

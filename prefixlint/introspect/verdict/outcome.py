@@ -38,6 +38,8 @@ class TargetResult:
     dryrun: str = ""  # PFX701/702: verified | not verified | off | "" (nothing built)
     dryrun_reason: str = ""
     dryrun_seconds: float = 0.0
+    lora: str = ""  # PFX703: verified | not verified | off | "" (nothing built)
+    lora_reason: str = ""
     coverage: dict[str, Any] = field(default_factory=dict)  # see coverage.py
     variants: list[dict[str, Any]] = field(default_factory=list)  # see explore.py
 

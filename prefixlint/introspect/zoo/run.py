@@ -40,6 +40,8 @@ class Row:
     dryrun: str = ""  # PFX701/702: verified | not verified | off | "" (not built)
     dryrun_reason: str = ""
     dryrun_seconds: float = 0.0
+    lora: str = ""  # PFX703: verified | not verified | off | "" (not built)
+    lora_reason: str = ""
     notes: list[dict[str, Any]] = field(default_factory=list)  # PFX600: not verified
     coverage: dict[str, Any] = field(default_factory=dict)  # construction sites (coverage.py)
     variants: list[dict[str, Any]] = field(default_factory=list)
@@ -273,6 +275,8 @@ def _row(arch: str, group: str, answer: Any, seconds: float) -> Row:
         dryrun=result.get("dryrun", ""),
         dryrun_reason=result.get("dryrun_reason", ""),
         dryrun_seconds=result.get("dryrun_seconds", 0.0),
+        lora=result.get("lora", ""),
+        lora_reason=result.get("lora_reason", ""),
         coverage=result.get("coverage", {}),
         variants=result.get("variants", []),
     )

@@ -1,0 +1,562 @@
+"""PFX703: the LoRA dry-run: an adapter's names matched on the meta build as vLLM's LoRA
+loader and manager match them.
+
+vLLM finds an adapter's targets by name. ``WorkerLoRAManager._load_adapter`` expects the
+last name of every linear and MoE layer and every ``embedding_modules`` name
+(``get_supported_lora_modules``), a fused layer replaced by its parts
+(``process_packed_modules_mapping``); ``LoRAModel.from_local_checkpoint`` raises for an
+adapter tensor whose module (``parse_fine_tuned_lora_name`` under the model's
+``hf_to_vllm_mapper.get_rename_mapper()``) ends otherwise. An adapter that loads is then
+applied by module path (``LoRAModelManager._create_lora_modules``): the weights of a path
+no wrapped module takes (no such module, a layer no LoRA layer replaces) are dropped
+without a word.
+
+The adapter is ``--lora`` (a PEFT folder or hub id: ``adapter_config.json`` and the
+safetensors header, never a weight), else a synthetic one training every linear layer of
+the checkpoint the dry-run streamed (``DryRun.mapping``: PEFT's ``all-linear``). Every
+decision is vLLM's own function, run on the tp=1 build; the loops around them are closures
+or inline code that needs a device (the expected list, ``check_unexpected_modules``, the
+manager's choice of modules), so those loops alone are repeated here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from prefixlint.introspect.dryrun import _base_build
+from prefixlint.introspect.dryrun.sites import Sites
+from prefixlint.introspect.finding import Finding, class_site
+from prefixlint.introspect.targets.adapter import Adapter, read_adapter
+from prefixlint.introspect.targets.checkpoint import CheckpointError
+
+_SHOWN = 8  # expected names quoted in a message
+# vLLM's manager gives a classification head's full weights (``modules_to_save``) to a
+# top-level module of one of these names only (``supported_modules_to_save``)
+CLASSIFIER_HEADS = ("score", "classifier")
+
+
+@dataclass
+class LoraRun:
+    status: str = "off"  # verified | not verified | off
+    reason: str = ""
+    findings: list[Finding] = field(default_factory=list)
+
+
+def synthetic_adapter(mapping: dict[str, str], language: str | None) -> tuple[Adapter, int]:
+    """PEFT's ``all-linear`` adapter of the streamed checkpoint: lora_A/lora_B of every
+    checkpoint layer the dry-run saw reach a linear layer, named as PEFT names them.
+    Layers outside ``language`` (a multimodal model's towers, which vLLM's manager wraps
+    only with ``enable_tower_connector_lora``) are left out; how many is returned."""
+    layers = sorted(
+        k for k, path in mapping.items() if language is None or path.startswith(language)
+    )
+    keys = [f"base_model.model.{layer}.lora_{ab}.weight" for layer in layers for ab in "AB"]
+    targets = sorted({layer.rsplit(".", 1)[-1] for layer in layers})
+    config = {"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": targets}
+    return Adapter("synthetic", "", config, keys, synthetic=True), len(mapping) - len(layers)
+
+
+# -- vLLM's matching -------------------------------------------------------------------------
+
+
+@dataclass
+class Match:
+    """An adapter matched against one model: the names vLLM expects, and each adapter
+    module as (its PEFT name, the name vLLM parses it to)."""
+
+    expected: set[str]
+    packed: dict[str, list[str]]
+    supported: list[str]
+    unexpected: list[tuple[str, str]] = field(default_factory=list)
+    accepted: list[tuple[str, str]] = field(default_factory=list)
+    unparsed: list[str] = field(default_factory=list)
+    embeddings: set[str] = field(default_factory=set)  # modules trained as embeddings
+
+
+def expected_modules(supported: list[str], packed: dict[str, list[str]]) -> set[str]:
+    """``WorkerLoRAManager._load_adapter``'s expected list (inline code there, repeated)."""
+    out: list[str] = []
+    for module in supported:
+        out.extend(packed.get(module, [module]))
+        if module == "experts":
+            out.append(module)
+    return set(out)
+
+
+def match(model: nn.Module, adapter: Adapter, api: dict[str, Any]) -> Match:
+    """``check_unexpected_modules`` (a closure in ``from_local_checkpoint``), key by key,
+    every decision by vLLM's functions; a module's lora_A and lora_B count once."""
+    from prefixlint.introspect.vllm_api import lora_rename_mapper
+
+    supported = list(api["get_supported_lora_modules"](model))
+    packed = dict(api["process_packed_modules_mapping"](model))
+    result = Match(expected_modules(supported, packed), packed, supported)
+    mapper = lora_rename_mapper(model)
+    skip = getattr(model, "lora_skip_prefixes", None)
+    parse = api["parse_fine_tuned_lora_name"]
+    seen: set[str] = set()
+    for key in adapter.keys or []:
+        if api["is_base_embedding_weights"](key) or "base_layer" in key:
+            continue
+        if skip and api["should_skip"](key, skip):
+            continue
+        try:
+            name, _ = parse(key, mapper)
+            peft, _ = parse(key)  # the checkpoint's own name, before any mapping
+        except ValueError:
+            result.unparsed.append(key)
+            continue
+        if name in seen:
+            continue
+        seen.add(name)
+        if "lora_embedding_" in key:
+            result.embeddings.add(name)
+        if ".experts" in name:
+            ok = name[name.find(".experts") + 1 :] in result.expected
+        else:
+            base = name.rsplit(".", 1)[-1]
+            ok = base in result.expected or base in adapter.modules_to_save
+        (result.accepted if ok else result.unexpected).append((peft, name))
+    return result
+
+
+def language_prefix(model: nn.Module) -> str | None:
+    """The prefix of the only part vLLM's manager wraps by default: a multimodal model's
+    language model (``get_mm_mapping``; towers need ``enable_tower_connector_lora``).
+    None: every module (``_init_punica_wrapper``)."""
+    from vllm.model_executor.models import supports_multimodal
+
+    if not (supports_multimodal(model) and hasattr(model, "get_mm_mapping")):
+        return None
+    try:
+        return str(model.get_mm_mapping().language_model[0])
+    except Exception:
+        return None
+
+
+def wrapped_modules(model: nn.Module, found: Match, api: dict[str, Any]) -> dict[str, bool]:
+    """Module path -> whether one of vLLM's LoRA layers replaces it, for every module the
+    manager considers (``_create_lora_modules`` with no deployment ``target_modules``:
+    ``is_supported_lora_module``, then ``from_layer``'s ``can_replace_layer`` in order).
+    A language-model-only multimodal model's towers are left out; MoE runners and the LM
+    head (wrapped through its logits processor) count as wrapped."""
+    from vllm.model_executor.layers.fused_moe import MoERunner
+
+    language = language_prefix(model)
+    config = api["LoRAConfig"]()
+    out: dict[str, bool] = {}
+    for name, module in model.named_modules(remove_duplicate=False):
+        if not api["is_supported_lora_module"](name, module, found.supported):
+            continue
+        if language is not None and not name.startswith(language):
+            continue
+        if isinstance(module, MoERunner) or "lm_head" in name:
+            out[name] = True
+            continue
+        parts = list(found.packed.get(name.rsplit(".", 1)[-1], []))
+        out[name] = any(
+            _replaces(c, module, config, parts, getattr(model, "config", None))
+            for c in api["lora_classes"]
+        )
+    return out
+
+
+def _replaces(lora_cls: Any, module: nn.Module, config: Any, parts: list[str], hf: Any) -> bool:
+    try:
+        return bool(
+            lora_cls.can_replace_layer(
+                source_layer=module, lora_config=config, packed_modules_list=parts, model_config=hf
+            )
+        )
+    except Exception:  # a layer class that cannot judge this module does not replace it
+        return False
+
+
+def taker(name: str, wrapped: dict[str, bool], packed: dict[str, list[str]]) -> str | None:
+    """The module the manager gives the adapter module ``name`` to: the module of that
+    path, or the fused module beside it whose packed parts name it
+    (``_register_packed_modules``)."""
+    if name in wrapped:
+        return name
+    parent, _, leaf = name.rpartition(".")
+    for fused, parts in packed.items():
+        path = f"{parent}.{fused}" if parent else fused
+        if len(parts) > 1 and leaf in parts and path in wrapped:
+            return path
+    return None
+
+
+# -- what it means, at the model's line ------------------------------------------------------
+
+
+@dataclass
+class Judge:
+    """Turns a ``Match`` into findings at the model's lines, one per site: the names an
+    issue covers are gathered (``gather``) before its message is written (``finish``)."""
+
+    cls: type | None
+    model: nn.Module
+    sites: Sites
+    found: Match
+    mapping: dict[str, str]  # checkpoint layer -> vLLM module path (the dry-run's)
+    model_config: Any = None
+    issues: dict[tuple[str, int, str], dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return getattr(self.cls, "__name__", "the model")
+
+    def gather(self, site: tuple[str, int], group: str, name: str, **what: Any) -> None:
+        issue = self.issues.setdefault((*site, group), {"names": [], **what})
+        if name not in issue["names"]:
+            issue["names"].append(name)
+
+    def expected(self) -> str:
+        # per-expert names (``experts.0.w1``) left out: a list of hundreds says nothing
+        names = sorted(n for n in self.found.expected if "." not in n)
+        more = len(names) - _SHOWN
+        return ", ".join(f"`{n}`" for n in names[:_SHOWN]) + (
+            f" and {more} more" if more > 0 else ""
+        )
+
+    def refused(self, peft: str, name: str) -> None:
+        """An adapter module vLLM's loader refuses: its name is no expected one."""
+        base = name.rsplit(".", 1)[-1]
+        fused = self.fused_home(peft, name)
+        if fused is not None:
+            leaf = fused.rsplit(".", 1)[-1]
+            self.gather(self.sites.module(fused), f"lora:fused:{leaf}", base, path=fused)
+        elif name in self.found.embeddings:
+            self.gather(self.sites.class_site, "lora:embedding", base)
+        elif self.renamed(peft, name):
+            site = self.sites.loader(f"{peft}.weight")
+            self.gather(site, "lora:renamed:refused", name, peft=peft, refused=True)
+        else:
+            self.gather(self.near(name), "lora:unmapped:refused", name, refused=True)
+
+    def dropped(self, peft: str, name: str, wrapped: dict[str, bool]) -> None:
+        """An adapter module vLLM loads: which module takes it, and whether LoRA wraps it."""
+        language = language_prefix(self.model)
+        path = taker(name, wrapped, self.found.packed)
+        if path is not None and wrapped[path]:
+            return
+        if path is not None:
+            leaf = path.rsplit(".", 1)[-1]
+            site = self.sites.module(path)
+            self.gather(
+                site, f"lora:unwrapped:{leaf}", name.rsplit(".", 1)[-1], path=path, refused=False
+            )
+        elif language is not None and not name.startswith(language):
+            site = self.sites.class_site
+            self.gather(site, "lora:tower", name, language=language, refused=False)
+        elif self.renamed(peft, name):
+            site = self.sites.loader(f"{peft}.weight")
+            self.gather(site, "lora:renamed:dropped", name, peft=peft, refused=False)
+        else:
+            self.gather(self.near(name), "lora:unmapped:dropped", name, refused=False)
+
+    def fused_home(self, peft: str, name: str) -> str | None:
+        """The fused module the adapter module's part is loaded into: where the dry-run saw
+        its checkpoint layer go, else the model's stacked-params tables for a module beside
+        it."""
+        from prefixlint.introspect.dryrun.selflayout import fused_kind, shard_sources
+
+        base = name.rsplit(".", 1)[-1]
+        path = self.mapping.get(peft)
+        if path is None:
+            parent = name.rpartition(".")[0]
+            for leaf, parts in shard_sources(self.model, self.cls).items():
+                if base in [p for p, _ in parts]:
+                    path = f"{parent}.{leaf}" if parent else leaf
+                    break
+        module = self.module(path) if path else None
+        if module is None or fused_kind(module) is None or path.rsplit(".", 1)[-1] == base:
+            return None
+        return path
+
+    def renamed(self, peft: str, name: str) -> bool:
+        """The checkpoint layer loads into a module of another path (the loader renames in
+        code) than the one LoRA's renames give."""
+        path = self.mapping.get(peft)
+        return path is not None and path != name and self.module(path) is not None
+
+    def module(self, path: str) -> nn.Module | None:
+        try:
+            return self.model.get_submodule(path)
+        except AttributeError:
+            return None
+
+    def near(self, name: str) -> tuple[str, int]:
+        """Where the model built the deepest existing module on ``name``'s path."""
+        parts = name.split(".")
+        for i in range(len(parts) - 1, 0, -1):
+            path = ".".join(parts[:i])
+            if self.module(path) is not None:
+                return self.sites.module(path)
+        return self.sites.class_site
+
+    def finish(self) -> list[Finding]:
+        # vLLM refuses the whole adapter first: what else a refused site's layer would do
+        # with it is moot (one finding per site)
+        refusing = {(f, n) for (f, n, g), i in self.issues.items() if i.get("refused", True)}
+        out = []
+        for (file, line, group), issue in self.issues.items():
+            kind = group.split(":")[1]
+            if not issue.get("refused", True) and (file, line) in refusing:
+                continue
+            severity, message = getattr(self, f"_{kind}")(issue)
+            more = len(issue["names"]) - 1
+            if more and kind in ("renamed", "unmapped"):
+                message += f" (the same for {more} more module{'s' if more > 1 else ''})"
+            out.append(Finding("PFX703", severity, message, file, line, group=group))
+        return out
+
+    # one message per kind of issue -----------------------------------------------------------
+
+    def _fused(self, issue: dict[str, Any]) -> tuple[str, str]:
+        path, parts = issue["path"], issue["names"]
+        leaf = path.rsplit(".", 1)[-1]
+        entry = self.found.packed.get(leaf)
+        table = f"`{self.name}.packed_modules_mapping`"
+        has = f"maps `{leaf}` to {list(entry)}" if entry else f"has no entry for `{leaf}`"
+        fix = self.fed(path) or parts
+        module = self.module(path)
+        return "error", (
+            f"`{path}` is a fused `{type(module).__name__}` that loads the adapter's "
+            f"{_quoted(parts)}, and {table} {has}: vLLM's LoRA loader expects only "
+            f'{self.expected()} and refuses the adapter ("expected target modules in ... '
+            f'but received [...]"); make the entry `{leaf!r}: {fix!r}`'
+        )
+
+    def _embedding(self, issue: dict[str, Any]) -> tuple[str, str]:
+        return "error", (
+            f"the adapter trains the embedding {_quoted(issue['names'])}, which "
+            f"`{self.name}.embedding_modules` does not list: vLLM's LoRA loader refuses the "
+            "adapter; list the embedding there, as vLLM's models do"
+        )
+
+    def _renamed(self, issue: dict[str, Any]) -> tuple[str, str]:
+        name, peft = issue["names"][0], issue["peft"]
+        head = (
+            f"the checkpoint's `{peft}` loads into `{self.mapping[peft]}` (this "
+            f"`load_weights` renames it), but vLLM's LoRA loader names the adapter's module "
+            f"`{name}` (through `hf_to_vllm_mapper`'s renames only)"
+        )
+        message = f"{head}: {self.consequence(issue)}; rename it in `hf_to_vllm_mapper`"
+        return self.severity(self.mapping[peft], message)
+
+    def _unmapped(self, issue: dict[str, Any]) -> tuple[str, str]:
+        head = f"the adapter trains `{issue['names'][0]}`, which no module of `{self.name}` is"
+        return "error", f"{head}: {self.consequence(issue)}"
+
+    def _unwrapped(self, issue: dict[str, Any]) -> tuple[str, str]:
+        path = issue["path"]
+        module = self.module(path)
+        leaf = path.rsplit(".", 1)[-1]
+        parts = self.found.packed.get(leaf)
+        table = (
+            f"`packed_modules_mapping` has no entry for `{leaf}`"
+            if parts is None
+            else f"its `packed_modules_mapping` entry is {list(parts)}"
+        )
+        message = (
+            f"`{path}` (a `{type(module).__name__}`) takes the adapter's "
+            f"{_quoted(issue['names'])}, and none of vLLM's LoRA layers replaces it ({table}"
+            "): vLLM's manager leaves it unwrapped and drops its adapter weights (a warning at "
+            "start-up, nothing else)"
+        )
+        if parts is None and len(issue["names"]) == 1:
+            message += (
+                f"; a fused layer the adapter trains whole needs `{leaf!r}: {[leaf]!r}`, as "
+                "its checkpoint holds it fused"
+            )
+        return self.severity(path, message)
+
+    def _tower(self, issue: dict[str, Any]) -> tuple[str, str]:
+        return "note", (
+            f"the adapter trains {len(issue['names'])} module(s) outside the language model "
+            f"`{issue['language']}` (`{issue['names'][0]}`, ...), which vLLM applies only "
+            "with `enable_tower_connector_lora` on a model that supports it (a note: a "
+            "deployment choice)"
+        )
+
+    def severity(self, path: str, message: str) -> tuple[str, str]:
+        """An error, but a warning for a router (one output per expert): adapters train
+        one only with PEFT's ``all-linear`` (docs/precision.md)."""
+        from prefixlint.introspect.dryrun.quant import _router
+
+        module = self.module(path)
+        if module is None or self.model_config is None or not _router(self.model_config, module):
+            return "error", message
+        return "warning", (
+            f"{message} (a warning: a router, one output per expert, which adapters train "
+            "only when they target every linear layer)"
+        )
+
+    def consequence(self, issue: dict[str, Any]) -> str:
+        base = issue["names"][0].rsplit(".", 1)[-1]
+        if issue["refused"]:
+            return (
+                f"`{base}` is none of the names LoRA expects ({self.expected()}), so vLLM "
+                "refuses the adapter"
+            )
+        return "no module has that path, so vLLM drops the adapter's weights for it unsaid"
+
+    def fed(self, path: str) -> list[str]:
+        """The checkpoint parts the dry-run saw written into ``path``, in their order."""
+        return list(
+            dict.fromkeys(k.rsplit(".", 1)[-1] for k, p in self.mapping.items() if p == path)
+        )
+
+
+def _quoted(names: list[str]) -> str:
+    return ", ".join(f"`{n}`" for n in names)
+
+
+def classifier_heads(model: nn.Module, adapter: Adapter, sites: Sites) -> list[Finding]:
+    """A ``modules_to_save`` classification head the model does not expose: vLLM gives
+    full weights only to a top-level ``score``/``classifier`` of a pooling model
+    (``_validate_modules_to_save`` raises otherwise)."""
+    from vllm.model_executor.models import is_pooling_model
+
+    out = []
+    for head in adapter.modules_to_save:
+        if head not in CLASSIFIER_HEADS:
+            continue  # vLLM refuses it whatever the model (``peft_notes``)
+        if is_pooling_model(model) and head in dict(model.named_children()):
+            continue
+        name = type(model).__name__
+        message = (
+            f"the adapter saves the classification head `{head}` (`modules_to_save`), and "
+            f"`{name}` exposes none: vLLM's LoRA manager gives full weights only to a "
+            f'top-level `{head}` of a pooling model, and refuses the adapter ("the model '
+            'does not expose a unique ClassificationHeadWithLoRA")'
+        )
+        out.append(Finding("PFX703", "error", message, *sites.class_site, group="lora:head"))
+    return out
+
+
+def adapter_notes(
+    adapter: Adapter, found: Match, api: dict[str, Any], site: tuple
+) -> list[Finding]:
+    """What vLLM refuses in the adapter itself, whatever the model (its own
+    ``PEFTHelper.validate_legal``; names it cannot parse): a PFX600 note each."""
+    out = []
+    try:
+        helper = api["PEFTHelper"].from_dict(dict(adapter.config))
+        helper.validate_legal(api["LoRAConfig"](max_lora_rank=512))
+    except (ValueError, TypeError) as e:
+        out.append(_note(f"vLLM refuses the adapter itself, whatever the model: {e}", site))
+    if found.unparsed:
+        shown = _quoted(found.unparsed[:3])
+        out.append(
+            _note(f"vLLM cannot parse the adapter's tensor names {shown}: it refuses it", site)
+        )
+    return out
+
+
+def _note(message: str, site: tuple[str, int]) -> Finding:
+    return Finding("PFX600", "note", f"not verified: LoRA dry-run: {message}", *site)
+
+
+# -- entry point --------------------------------------------------------------------------------
+
+
+def run(
+    cls: type | None,
+    model_config: Any,
+    builds: list[Any],
+    mapping: dict[str, str],
+    enabled: bool = True,
+    adapter: str | None = None,
+) -> LoraRun:
+    """PFX703 for one target: ``adapter`` (a local PEFT folder, ``resolve_adapter``'s)
+    or, without one, the synthetic adapter of the dry-run's ``mapping``, matched on the
+    tp=1 build. A model without ``SupportsLoRA`` is not run (a note when an adapter was
+    given); what cannot run is a PFX600 note."""
+    site = class_site(cls)
+    if not enabled and adapter is None:
+        return LoraRun("off")
+    if not getattr(cls, "supports_lora", False):
+        why = f"`{getattr(cls, '__name__', cls)}` does not declare `SupportsLoRA`"
+        notes = [_note(f"{why}: vLLM refuses `--enable-lora` for it", site)] if adapter else []
+        return LoraRun("off", why, notes)
+    from prefixlint.introspect.vllm_api import lora_matching
+
+    api, missing = lora_matching()
+    if missing:
+        return LoraRun("not verified", missing, [_note(missing, site)])
+    base = _base_build(model_config, builds)
+    if base is None:
+        return LoraRun("not verified", "the model did not build at tp=1 (its own note says why)")
+    try:
+        chosen, why = _adapter_for(base.model, mapping, adapter)
+    except CheckpointError as e:
+        return LoraRun("not verified", str(e), [_note(str(e), site)])
+    if chosen is None:
+        return LoraRun("not verified", why)
+    if chosen.keys is None:
+        why = "the adapter's tensors are not in a safetensors file (headers only are read)"
+        return LoraRun("not verified", why, [_note(why, site)])
+    from vllm.config import set_current_vllm_config
+
+    try:
+        with set_current_vllm_config(base.vllm_config):
+            findings = _judged(cls, base, chosen, mapping, api)
+    except Exception as e:  # vLLM's matching on meta: a gap, never a lost target
+        failed = f"vLLM's matching failed on the meta build: {type(e).__name__}: {str(e)[:200]}"
+        return LoraRun("not verified", failed, [_note(failed, site)])
+    return LoraRun("verified", why, findings)
+
+
+def _adapter_for(
+    model: nn.Module, mapping: dict[str, str], adapter: str | None
+) -> tuple[Adapter | None, str]:
+    """The adapter to match and what of it is left out ("" for nothing); None with the
+    reason when there is none (the synthetic one needs the dry-run's streamed layers)."""
+    if adapter is not None:
+        return read_adapter(adapter), ""
+    if not mapping:
+        return None, "the synthetic adapter trains the layers the checkpoint dry-run streamed"
+    chosen, towers = synthetic_adapter(mapping, language_prefix(model))
+    why = f"in part: {towers} tower layer(s) left out (vLLM's default)" if towers else ""
+    return chosen, why
+
+
+def _judged(
+    cls: type | None, base: Any, adapter: Adapter, mapping: dict[str, str], api: dict[str, Any]
+) -> list[Finding]:
+    sites = Sites(cls, base.model, base.recorder)
+    found = match(base.model, adapter, api)
+    judge = Judge(cls, base.model, sites, found, mapping, base.vllm_config.model_config)
+    for peft, name in found.unexpected:
+        judge.refused(peft, name)
+    wrapped = wrapped_modules(base.model, found, api)
+    for peft, name in found.accepted:
+        if ".experts" in name or name.rsplit(".", 1)[-1] in adapter.modules_to_save:
+            continue  # experts: matched by their own expert mapping; heads: below
+        judge.dropped(peft, name, wrapped)
+    out = judge.finish() + classifier_heads(base.model, adapter, sites)
+    return out + adapter_notes(adapter, found, api, sites.class_site)
+
+
+def folded(findings: list[Finding], packed: list[Finding]) -> list[Finding]:
+    """A fused layer ``packed_modules_mapping`` lacks is PFX606 already, at the same line
+    (``checks/packed.py``): one defect, reported once; the PFX606 finding says that vLLM's
+    LoRA loader refused the adapter."""
+    by_site = {(f.file, f.line): f for f in packed}
+    out = []
+    for f in findings:
+        known = by_site.get((f.file, f.line)) if f.group.startswith("lora:fused:") else None
+        if known is None:
+            out.append(f)
+            continue
+        known.severity = "error"
+        known.message += (
+            "; the LoRA dry-run confirms it: vLLM's LoRA loader refuses an adapter that "
+            "trains the parts (PFX703)"
+        )
+    return out

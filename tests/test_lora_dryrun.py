@@ -1,0 +1,170 @@
+"""PFX703, the LoRA dry-run, against the real installed vLLM: a tiny PEFT adapter written
+here (adapter_config.json and a safetensors file of lora_A/lora_B tensors) matched on
+vLLM's LlamaForCausalLM and on copies of llama.py with one planted LoRA defect, and the
+synthetic adapter (every linear checkpoint layer) on Llama. One worker serves the module."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from prefixlint.introspect import introspect
+from prefixlint.introspect.targets.checkpoint import CheckpointError
+from tests.conftest import requires_vllm
+from tests.test_introspect import line_in_class, llama_copy, replace_in_class
+
+PARTS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+PACKED = '        "qkv_proj": ["q_proj", "k_proj", "v_proj"],\n'
+
+
+def write_adapter(folder: Path, modules: list[str], **config: object) -> Path:
+    """A PEFT LoRA folder training ``modules`` (paths in the HF model), tiny tensors."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    targets = sorted({m.rsplit(".", 1)[-1] for m in modules})
+    base = {"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": targets}
+    (folder / "adapter_config.json").write_text(json.dumps({**base, **config}))
+    tensors = {
+        f"base_model.model.{m}.lora_{ab}.weight": torch.zeros(2, 2) for m in modules for ab in "AB"
+    }
+    save_file(tensors, str(folder / "adapter_model.safetensors"))
+    return folder
+
+
+def llama_modules(layers: int = 2) -> list[str]:
+    out = []
+    for i in range(layers):
+        out += [f"model.layers.{i}.self_attn.{p}" for p in PARTS[:4]]
+        out += [f"model.layers.{i}.mlp.{p}" for p in PARTS[4:]]
+    return out
+
+
+def lora_findings(report) -> list:
+    return [
+        d
+        for d in report.diagnostics
+        if d.code == "PFX703" or (d.code == "PFX600" and "LoRA" in d.message)
+    ]
+
+
+# -- without a build ---------------------------------------------------------------------------
+
+
+def test_an_adapter_is_read_from_its_header_only(tmp_path) -> None:
+    from prefixlint.introspect.targets.adapter import read_adapter, resolve_adapter
+
+    folder = write_adapter(tmp_path / "a", ["model.layers.0.self_attn.q_proj"])
+    adapter = resolve_adapter(str(folder))
+    assert adapter.folder == str(folder.resolve())
+    assert adapter.keys == [
+        "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight",
+        "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight",
+    ]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match=r"adapter_config\.json"):
+        read_adapter(str(tmp_path / "empty"))
+    (tmp_path / "empty" / "adapter_config.json").write_text("{}")
+    with pytest.raises(CheckpointError, match=r"adapter_model\.safetensors"):
+        read_adapter(str(tmp_path / "empty"))
+
+
+def test_an_unreachable_hub_adapter_is_refused_with_the_reason(monkeypatch) -> None:
+    from huggingface_hub import constants
+
+    from prefixlint.cli import main
+    from prefixlint.introspect.targets.adapter import resolve_adapter
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(CheckpointError, match=r"HF_HUB_OFFLINE.*local PEFT folder"):
+        resolve_adapter("some-org/some-adapter")
+    result = CliRunner().invoke(main, ["introspect", "LlamaForCausalLM", "--lora", "no/such"])
+    assert result.exit_code == 2 and "HF_HUB_OFFLINE" in result.output, result.output
+
+
+# -- on vLLM's builds --------------------------------------------------------------------------
+
+
+@requires_vllm
+def test_a_llama_adapter_is_verified_with_nothing_to_report(worker, tmp_path) -> None:
+    folder = write_adapter(tmp_path / "adapter", llama_modules())
+    report = introspect("LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker, lora=str(folder))
+    [result] = report.results
+    assert result["lora"] == "verified", result["lora_reason"]
+    assert lora_findings(report) == [], [d.message for d in lora_findings(report)]
+
+
+@requires_vllm
+def test_the_synthetic_adapter_runs_on_llama_with_nothing_to_report(worker) -> None:
+    report = introspect("LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    [result] = report.results
+    assert result["lora"] == "verified", result["lora_reason"]
+    assert lora_findings(report) == [], [d.message for d in lora_findings(report)]
+
+
+@requires_vllm
+@pytest.mark.parametrize(
+    ("entry", "code"),
+    [
+        ("", "PFX606"),  # no qkv_proj entry: PFX606's finding, confirmed by the LoRA dry-run
+        ('        "qkv_proj": ["q_proj", "k_proj"],\n', "PFX703"),  # an entry without v_proj
+    ],
+    ids=["no-entry", "entry-without-v"],
+)
+def test_a_fused_layer_the_mapping_lacks_is_found_at_its_line(worker, tmp_path, entry, code):
+    folder = write_adapter(tmp_path / "adapter", llama_modules())
+    path, text = llama_copy(
+        tmp_path, "lora_llama", replace_in_class("LlamaForCausalLM", PACKED, entry)
+    )
+    report = introspect(
+        f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker, lora=str(folder)
+    )
+    assert report.results[0]["lora"] == "verified", report.results[0]["lora_reason"]
+    line = line_in_class(text, "LlamaAttention", "self.qkv_proj = QKVParallelLinear(")
+    at = [d for d in report.diagnostics if d.location.row == line and Path(d.filename) == path]
+    assert [d.code for d in at] == [code], [(d.code, d.message) for d in at]
+    assert "LoRA" in at[0].message and at[0].severity.value == "error"
+    if code == "PFX606":
+        assert "LoRA dry-run confirms" in at[0].message
+    else:
+        assert "`v_proj`" in at[0].message and "refuses the adapter" in at[0].message
+    # one finding per site: nothing else of the LoRA dry-run anywhere
+    assert [d for d in lora_findings(report) if d not in at] == []
+
+
+@requires_vllm
+def test_targets_heads_and_features_the_model_cannot_take(worker, tmp_path) -> None:
+    """A target no module of Llama is (refused, at the attention that would hold it), a
+    `modules_to_save` head a generative Llama does not expose (at the class), and a
+    feature vLLM refuses in any adapter (a PFX600 note)."""
+    modules = [*llama_modules(1), "model.layers.0.self_attn.rotary"]
+    folder = write_adapter(tmp_path / "adapter", modules, modules_to_save=["score"], use_dora=True)
+    path, text = llama_copy(tmp_path, "plain_llama", lambda t: t)
+    report = introspect(
+        f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker, lora=str(folder)
+    )
+    found = {(d.code, d.location.row, d.severity.value) for d in lora_findings(report)}
+    attention = line_in_class(text, "LlamaDecoderLayer", "self.self_attn = ")
+    head = line_in_class(text, "LlamaForCausalLM", "class LlamaForCausalLM")
+    assert ("PFX703", attention, "error") in found, [d.message for d in lora_findings(report)]
+    assert ("PFX703", head, "error") in found
+    notes = [d.message for d in lora_findings(report) if d.code == "PFX600"]
+    assert any("DoRA" in n for n in notes), notes
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_a_router_renamed_in_code_is_a_warning_at_the_loader(worker) -> None:
+    """GraniteMoe renames the checkpoint's `router.layer` to `gate` in `load_weights`, not
+    in `hf_to_vllm_mapper`: vLLM's LoRA loader refuses an all-linear adapter, but only
+    one that trains the router (docs/precision.md), so a warning at that loader."""
+    report = introspect("GraniteMoeForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    found = [d for d in lora_findings(report) if d.code == "PFX703"]
+    assert [(Path(d.filename).name, d.severity.value) for d in found] == [
+        ("granitemoe.py", "warning")
+    ], [d.message for d in found]
+    assert "router.layer" in found[0].message and "hf_to_vllm_mapper" in found[0].message
