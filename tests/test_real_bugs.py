@@ -104,9 +104,15 @@ def _after(marker: str, old: str, new: str):
     ("code", "edit", "at"),
     [
         (
+            # positional-only: vLLM's loader passes it by keyword and the call fails (a
+            # positional-or-keyword one works, as in vLLM's own aria.py: not reported)
             "PFX101",
-            _after("class LlamaForCausalLM(", "        *,\n", ""),
-            'vllm_config: VllmConfig,\n        prefix: str = "",\n        layer_type',
+            lambda text: _after(
+                "class LlamaForCausalLM(",
+                '        vllm_config: VllmConfig,\n        prefix: str = "",',
+                '        vllm_config: VllmConfig,\n        /,\n        prefix: str = "",',
+            )(_after("class LlamaForCausalLM(", "        *,\n", "")(text)),
+            "vllm_config: VllmConfig,\n        /,",
         ),
         (
             "PFX202",
@@ -119,7 +125,7 @@ def _after(marker: str, old: str, new: str):
             "attention_mask: torch.Tensor | None = None",
         ),
     ],
-    ids=["positional-vllm-config", "attention-mask-in-forward"],
+    ids=["positional-only-vllm-config", "attention-mask-in-forward"],
 )
 def test_recreated_contract_bug(vllm_copy, code: str, edit, at: str) -> None:
     clean = vllm_copy("llama.py")
@@ -320,7 +326,7 @@ def test_silent_pattern_is_reported_at_the_edit(
 def test_positions_ignore_an_earlier_identical_call(vllm_copy) -> None:
     """The same call text stands earlier in the file, correct there: the finding points at
     the later, wrong copy, not at the first occurrence of its text."""
-    call = 'RowParallelLinear(8, 8, prefix=f"{prefix}.probe")'
+    call = 'RowParallelLinear(8, 8, quant_config=quant_config, prefix=f"{prefix}.probe")'
     anchor = "        self.hidden_size = config.hidden_size\n"
 
     def edit(text: str) -> str:
