@@ -14,9 +14,9 @@ class Quantization(Check):
     checkpoint's unquantized layers (or under `--checkpoint`'s own quantization config),
     and reports each layer whose quant method disagrees with what its checkpoint name
     asks, each fused layer whose parts `packed_modules_mapping` lacks, and each layer built
-    without `quant_config` whose checkpoint layers the quantization config covers (a
-    router, one output per expert, is a note: vLLM's MoE models leave it unquantized on
-    purpose). In `dryrun/`
+    without `quant_config` whose checkpoint layers the quantization config covers (a note
+    under the synthetic config, which cannot tell whether a real checkpoint quantizes the
+    layer; `check --introspect` folds it into the static PFX405 at the same line). In `dryrun/`
     (`quant.py`, `realquant.py`), reported at the line that built the layer.
 
     ## Why is this bad?
@@ -39,5 +39,6 @@ class Quantization(Check):
             "            quant_config=quant_config,\n            reduce_results=reduce_results,",
             "            reduce_results=reduce_results,",
             "self.down_proj = RowParallelLinear(",
+            "note",
         ),
     )
