@@ -300,7 +300,7 @@ LIGHT = (
     "prefixlint.introspect",
     "prefixlint.introspect.targets.checkpoint",
     "prefixlint.introspect.coverage.sites",
-    "prefixlint.introspect.process.worker",
+    "prefixlint.introspect.process.client",
     "prefixlint.introspect.zoo.run",
     "prefixlint.introspect.vllm_api",
     "prefixlint.check_introspect",

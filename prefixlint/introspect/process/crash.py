@@ -179,7 +179,7 @@ def crash_site(text: str, prefer: list[str] | str = ()) -> tuple[str, int] | Non
     stacks = _threads(text)
     if not stacks:
         return None
-    job = [s for s in stacks if any(f.endswith("introspect/process/worker.py") for f, _, _ in s)]
+    job = [s for s in stacks if any(f.endswith("introspect/process/server.py") for f, _, _ in s)]
     stack = (job or stacks)[0]
     roots = _library_roots()
     model = [(f, n) for f, n, _ in stack if model_code(f, roots)]

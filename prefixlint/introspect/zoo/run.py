@@ -21,7 +21,7 @@ from prefixlint.introspect import (
     to_diagnostics,
 )
 from prefixlint.introspect.coverage.sites import UNEXECUTED_SITE, registry_share
-from prefixlint.introspect.process.worker import Worker, WorkerDied, WorkerTimeout
+from prefixlint.introspect.process.client import Worker, WorkerDied, WorkerTimeout
 from prefixlint.introspect.verdict.gaps import GAP_CATEGORIES
 from prefixlint.introspect.vllm_api import installed_release
 
