@@ -215,6 +215,7 @@ def _phase2(run: LintRun, opts: CheckOptions, changes: Any) -> tuple[list, str]:
     """Phase 2 for the architecture classes of the checked files (with --diff-base: of
     the changed ones), with live progress: (its findings and notes, what it verified)."""
     from prefixlint.check_introspect import polish, run_phase2
+    from prefixlint.introspect.process.stopping import stop_on_signals
     from prefixlint.introspect.targets.checkpoint import CheckpointError
     from prefixlint.progress import Progress
 
@@ -223,7 +224,7 @@ def _phase2(run: LintRun, opts: CheckOptions, changes: Any) -> tuple[list, str]:
         files = [f for f in files if changes.file_changed(changes.repo_path(str(f)) or "")]
     found = checkpoints(opts.checkpoint)
     # stderr: stdout stays parseable in every format
-    with Progress() as progress, usage_error(CheckpointError):
+    with stop_on_signals(), Progress() as progress, usage_error(CheckpointError):
         out = run_phase2(
             files,
             int_list(opts.tp or "1,2,4,8", "--tp"),

@@ -66,6 +66,7 @@ def introspect(
     """
     from prefixlint.check_introspect import polish, public_name
     from prefixlint.introspect import introspect as run
+    from prefixlint.introspect.process.stopping import stop_on_signals
     from prefixlint.introspect.targets.checkpoint import CheckpointError
 
     refuse_checkpoint_without_dryrun(checkpoint, no_dryrun)
@@ -78,19 +79,20 @@ def introspect(
             for name in target_classes(target)
             if (one := found.for_class(None, name)) is not None
         }
-    result = run(
-        target,
-        tp=int_list(tp),
-        pp=int_list(pp),
-        config=config_path,
-        configs=table,
-        config_base=base,
-        timeout=timeout,
-        dryrun=not no_dryrun,
-        explore_budget=explore_budget,
-        checkpoint=found.explicit.folder if found.explicit else None,
-        checkpoints=by_class,
-    )
+    with stop_on_signals():
+        result = run(
+            target,
+            tp=int_list(tp),
+            pp=int_list(pp),
+            config=config_path,
+            configs=table,
+            config_base=base,
+            timeout=timeout,
+            dryrun=not no_dryrun,
+            explore_budget=explore_budget,
+            checkpoint=found.explicit.folder if found.explicit else None,
+            checkpoints=by_class,
+        )
     if result.error:
         raise click.UsageError(f"cannot introspect {target}: {public_name(result.error)}")
     result.diagnostics = polish(result.diagnostics + skipped_notes(result))

@@ -9,10 +9,12 @@ This side imports neither torch nor vLLM.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -20,6 +22,7 @@ import threading
 import time
 from typing import Any
 
+from prefixlint.introspect.process import watchdog
 from prefixlint.introspect.process.crash import (
     EVENT_MARK,
     TRACE_ENV,
@@ -58,6 +61,8 @@ class Worker:
         self.log = log
         self.tmp: str | None = None
         self.trace: TraceFile | None = None
+        self.lifeline: int | None = None  # the write end of the watchdog's pipe
+        self.watchdog: subprocess.Popen[bytes] | None = None
         self.building: dict[str, Any] = {}  # the worker's last "building" event
         self.target_file = ""  # the job's target, when it is a file
 
@@ -68,7 +73,7 @@ class Worker:
         # config folders) goes even when the worker is killed on a timeout.
         self.tmp = tempfile.mkdtemp(prefix="prefixlint-worker-")
         env["TMPDIR"] = self.tmp
-        self.trace = self.trace or TraceFile()
+        self.trace = TraceFile()
         env[TRACE_ENV] = self.trace.path
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "prefixlint.introspect.process.server"],
@@ -78,12 +83,29 @@ class Worker:
             text=True,
             env=env,
             # Ctrl-C reaches the parent only, which closes its workers: a build killed by
-            # the interrupt is never reported as a crash of the model. A worker whose
-            # parent is gone exits at the end of its stdin.
+            # the interrupt is never reported as a crash of the model. Its own group: the
+            # worker goes with whatever the model started.
             start_new_session=True,
         )
+        self._guard(self.proc.pid)
         self.results = queue.Queue()
         threading.Thread(target=self._read, args=(self.proc, self.results), daemon=True).start()
+
+    def _guard(self, pgid: int) -> None:
+        """The worker's watchdog: it ends the worker and removes its files when this
+        process ends, however (see ``watchdog.py``)."""
+        trace = self.trace.path if self.trace is not None else ""
+        read, self.lifeline = os.pipe()  # the write end stays here only (not inherited)
+        try:
+            self.watchdog = subprocess.Popen(
+                [sys.executable, "-I", "-S", watchdog.__file__, str(pgid), self.tmp or "", trace],
+                stdin=read,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            os.close(read)
 
     @staticmethod
     def _read(proc: subprocess.Popen[str], out: queue.Queue[tuple[str, str] | None]) -> None:
@@ -148,13 +170,27 @@ class Worker:
 
     def close(self) -> None:
         if self.proc is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(self.proc.pid, signal.SIGKILL)  # what the model started too
             self.proc.kill()
             self.proc.wait()
             self.proc = None
+        if self.lifeline is not None:
+            with contextlib.suppress(OSError):
+                os.write(self.lifeline, watchdog.DISARM)  # stopped here: nothing to kill
+            os.close(self.lifeline)
+            self.lifeline = None
+        if self.watchdog is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.watchdog.wait(timeout=5)
+            self.watchdog = None
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
+        if self.trace is not None:
+            self.trace.remove()
+            self.trace = None
 
     def __del__(self) -> None:
-        if getattr(self, "trace", None) is not None and getattr(self, "proc", None) is None:
-            self.trace.remove()  # type: ignore[union-attr]
+        with contextlib.suppress(Exception):
+            self.close()
