@@ -1,5 +1,7 @@
-"""A command that ends, however it ends (Ctrl-C, SIGTERM, SIGKILL), ends its workers and
-leaves none of their temp files (issue 30): real processes, a model that hangs."""
+"""A worker's lifetime and memory (issue 30), with real processes: a command that ends,
+however it ends (Ctrl-C, SIGTERM, SIGKILL), ends its workers and leaves none of their temp
+files; a build past the memory bound is stopped at its line; the zoo reports each
+worker's peak memory."""
 
 from __future__ import annotations
 
@@ -150,3 +152,53 @@ def test_a_zoo_stopped_by_sigterm_writes_its_report_and_ends_its_workers(tmp_pat
     assert [a["arch"] for a in report["architectures"]] == [r["arch"] for r in rows]
     assert 1 <= len(rows) < len(archs)
     assert_nothing_left(pids, tmp_path / "tmp")
+
+
+HOG = """
+import time
+
+from vllm.model_executor.models.llama import LlamaForCausalLM
+
+
+class HogForCausalLM(LlamaForCausalLM):
+    def __init__(self, *, vllm_config, prefix: str = ""):
+        kept = []
+        for _ in range(200):
+            kept.append(b"x" * (50 * 2**20))  # resident: 50 MB more each time
+            time.sleep(0.02)
+        super().__init__(vllm_config=vllm_config, prefix=prefix)
+"""
+
+
+@requires_vllm
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="reads /proc/self/statm")
+def test_a_build_past_the_memory_bound_is_stopped_at_its_line(tmp_path, monkeypatch) -> None:
+    from prefixlint.introspect import introspect
+    from prefixlint.introspect.process.memory import LIMIT_ENV
+
+    monkeypatch.setenv(LIMIT_ENV, "1600")
+    model = tmp_path / "hog.py"
+    model.write_text(HOG)
+    line = next(i for i, t in enumerate(HOG.splitlines(), 1) if "kept.append" in t)
+    report = introspect(
+        f"{model}:HogForCausalLM", tp=(1,), pp=(), dryrun=False, explore_budget=0, timeout=300
+    )
+    [found] = report.diagnostics
+    assert found.code == "PFX604", found.message
+    assert "worker memory over its bound of 1600 MB" in found.message
+    assert (Path(found.filename).name, found.location.row) == ("hog.py", line)
+
+
+@requires_vllm
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc/PID/status")
+def test_the_zoo_reports_each_workers_peak_memory() -> None:
+    from prefixlint.introspect.zoo.run import run_zoo
+
+    summary = run_zoo(
+        only=["GPT2LMHeadModel", "OPTForCausalLM"], progress=False, dryrun=False, explore_budget=0
+    )
+    assert [r.status for r in summary.rows] == ["built", "built"]
+    [peak] = json.loads(summary.to_json_text())["summary"]["worker_peak_rss_mb"]  # one worker
+    assert 100 < peak < 4096, peak

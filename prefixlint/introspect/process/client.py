@@ -30,6 +30,7 @@ from prefixlint.introspect.process.crash import (
     crash_site,
     how_it_ended,
 )
+from prefixlint.introspect.process.memory import peak_rss_mb
 
 MARK = "@@prefixlint-result@@ "
 # Seconds a fresh worker may take to import torch and vLLM before a job's clock starts
@@ -65,6 +66,7 @@ class Worker:
         self.watchdog: subprocess.Popen[bytes] | None = None
         self.building: dict[str, Any] = {}  # the worker's last "building" event
         self.target_file = ""  # the job's target, when it is a file
+        self.peak_rss_mb = 0.0  # the highest resident memory of its processes so far
 
     def _start(self) -> None:
         env = dict(os.environ)
@@ -161,6 +163,7 @@ class Worker:
                 raise WorkerDied(f"the worker process died ({how})", site)
             kind, payload = item
             if kind == "result":
+                self._measure()
                 return json.loads(payload)
             event = json.loads(payload)
             if event.get("event") == "started":
@@ -168,8 +171,14 @@ class Worker:
             elif event.get("event") == "building":
                 self.building = event
 
+    def _measure(self) -> None:
+        if self.proc is not None:
+            peak = peak_rss_mb(self.proc.pid)
+            self.peak_rss_mb = max(self.peak_rss_mb, peak or 0.0)
+
     def close(self) -> None:
         if self.proc is not None:
+            self._measure()
             with contextlib.suppress(OSError):
                 os.killpg(self.proc.pid, signal.SIGKILL)  # what the model started too
             self.proc.kill()

@@ -72,6 +72,20 @@ def new_job() -> None:
             _TRACE.flush()
 
 
+def fatal(message: str) -> None:
+    """Why this process is about to be killed, and every thread's stack, into the trace
+    (read as ``how_it_ended`` and ``crash_site``)."""
+    if _TRACE is None:
+        return
+    import faulthandler
+
+    with contextlib.suppress(Exception):
+        _TRACE.write(f"Fatal Python error: {message}\n")
+        _TRACE.flush()
+        faulthandler.dump_traceback(file=_TRACE, all_threads=True)
+        _TRACE.flush()
+
+
 def event(kind: str, **data: Any) -> None:
     """A progress line for the parent (``started``: the job's clock starts; ``building``:
     the class being built, its file and line)."""

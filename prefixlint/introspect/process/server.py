@@ -136,6 +136,9 @@ def main() -> None:
     from prefixlint.introspect.process.crash import arm
 
     arm()  # stacks into the trace file on a crash, a hang or os._exit (see crash.py)
+    from prefixlint.introspect.process.memory import watch_memory
+
+    watch_memory()  # a build past the memory bound is killed, and says where it was
     # Only here, in phase 2's own process: torchvision & co. from set-up's folder, with
     # the schemas their extensions would define. Another process that imports build.py
     # (the smoke phase's child) must not see them: its vLLM engine would import them
