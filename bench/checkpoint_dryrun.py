@@ -116,7 +116,7 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", default=DEFAULT)
     args = ap.parse_args()
 
-    from prefixlint.introspect.process.worker import Worker
+    from prefixlint.introspect.process.client import Worker
     from prefixlint.introspect.targets import checkpoint as ck
 
     started = time.perf_counter()

@@ -193,7 +193,7 @@ def run_phase2(
     ``checkpoints`` (``checkpoint.Checkpoints``): the checkpoint each class's dry-run
     checks against; its errors (``CheckpointError``) are raised before any build."""
     from prefixlint.introspect import introspect as build
-    from prefixlint.introspect.process.worker import Worker
+    from prefixlint.introspect.process.client import Worker
     from prefixlint.static.index import find_installed_package
     from prefixlint.static.model_classes import registry_architectures
 

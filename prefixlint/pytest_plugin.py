@@ -150,7 +150,7 @@ def _targets(config: pytest.Config) -> list[str]:
 
 def _worker(config: pytest.Config) -> Any:
     """One phase-2 worker process for the session: vLLM is imported once, not per test."""
-    from prefixlint.introspect.process.worker import Worker
+    from prefixlint.introspect.process.client import Worker
 
     if _WORKER not in config.stash:
         config.stash[_WORKER] = Worker()

@@ -47,7 +47,7 @@ def vllm_copy(tmp_path: Path):
 @pytest.fixture(scope="module")
 def worker():
     """One phase-2 worker process per test module (it imports vLLM once)."""
-    from prefixlint.introspect.process.worker import Worker
+    from prefixlint.introspect.process.client import Worker
 
     w = Worker()
     yield w

@@ -118,7 +118,7 @@ def site(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def worker(site: Path):
     """One phase-2 worker whose Python finds the installed plugin (as a user's would)."""
-    from prefixlint.introspect.process.worker import Worker
+    from prefixlint.introspect.process.client import Worker
 
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(CHECKOUT), str(site)])
@@ -498,7 +498,7 @@ def test_timeout_counts_from_the_build_not_the_worker_start_up() -> None:
     import time
 
     from prefixlint.introspect import introspect
-    from prefixlint.introspect.process.worker import Worker
+    from prefixlint.introspect.process.client import Worker
 
     probe = Worker()
     started = time.monotonic()

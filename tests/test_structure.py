@@ -302,7 +302,7 @@ LIGHT = (
     "prefixlint.introspect.targets.adapter",
     "prefixlint.commands.introspect",
     "prefixlint.introspect.coverage.sites",
-    "prefixlint.introspect.process.worker",
+    "prefixlint.introspect.process.client",
     "prefixlint.introspect.zoo.run",
     "prefixlint.introspect.vllm_api",
     "prefixlint.check_introspect",

@@ -216,6 +216,7 @@ def _phase2(run: LintRun, opts: CheckOptions, changes: Any) -> tuple[list, str]:
     """Phase 2 for the architecture classes of the checked files (with --diff-base: of
     the changed ones), with live progress: (its findings and notes, what it verified)."""
     from prefixlint.check_introspect import polish, run_phase2
+    from prefixlint.introspect.process.stopping import stop_on_signals
     from prefixlint.introspect.targets.checkpoint import CheckpointError
     from prefixlint.progress import Progress
 
@@ -225,6 +226,7 @@ def _phase2(run: LintRun, opts: CheckOptions, changes: Any) -> tuple[list, str]:
     found = checkpoints(opts.checkpoint)
     # stderr: stdout stays parseable in every format
     with (
+        stop_on_signals(),
         Progress() as progress,
         usage_error(CheckpointError),
         fresh_vllm_cache(opts.no_cache),

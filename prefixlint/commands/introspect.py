@@ -82,6 +82,7 @@ def introspect(
     """
     from prefixlint.check_introspect import polish, public_name
     from prefixlint.introspect import introspect as run
+    from prefixlint.introspect.process.stopping import stop_on_signals
     from prefixlint.introspect.targets.adapter import resolve_adapter
     from prefixlint.introspect.targets.checkpoint import CheckpointError
 
@@ -101,7 +102,7 @@ def introspect(
             for name in target_classes(target)
             if (one := found.for_class(None, name)) is not None
         }
-    with fresh_vllm_cache(no_cache):
+    with stop_on_signals(), fresh_vllm_cache(no_cache):
         result = run(
             target,
             tp=int_list(tp),

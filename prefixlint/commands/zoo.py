@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -77,6 +78,7 @@ def zoo(
     explore_budget: float,
 ) -> None:
     """Build every architecture of the installed vLLM registry and summarise."""
+    from prefixlint.introspect.process.stopping import stop_on_signals
     from prefixlint.introspect.zoo.run import JournalError, run_zoo
 
     try:
@@ -90,36 +92,25 @@ def zoo(
     journal = resume or journal or _default_journal(output)
     writable(output)
     writable(journal, "--journal")
-    try:
-        summary = run_zoo(
-            jobs=jobs,
-            shard=(index, count),
-            tp=int_list(tp),
-            pp=int_list(pp),
-            timeout=timeout,
-            only=list(only),
-            progress=output_format == "text" or output is not None,
-            dryrun=not no_dryrun,
-            explore_budget=explore_budget,
-            journal=journal,
-            resume=resume,
-        )
-    except JournalError as e:
-        raise click.UsageError(f"--resume: {e}") from None
-    if output_format in ("text", "json"):
-        text = summary.to_json_text() if output_format == "json" else summary.to_text()
-        if output is not None:
-            output.write_text(text, encoding="utf-8")
-        else:
-            click.echo(text)
-    else:
-        from prefixlint.diagnostic import Diagnostic
-
-        findings = [
-            Diagnostic.from_json(f) for row in summary.rows for f in row.findings + row.notes
-        ]
-        findings.sort(key=lambda d: d.sort_key())
-        report(findings, output_format, len(summary.rows), output)
+    with stop_on_signals() as signals:  # a second signal must not lose the report
+        try:
+            summary = run_zoo(
+                jobs=jobs,
+                shard=(index, count),
+                tp=int_list(tp),
+                pp=int_list(pp),
+                timeout=timeout,
+                only=list(only),
+                progress=output_format == "text" or output is not None,
+                dryrun=not no_dryrun,
+                explore_budget=explore_budget,
+                journal=journal,
+                resume=resume,
+            )
+        except JournalError as e:
+            raise click.UsageError(f"--resume: {e}") from None
+        signals.shield()  # the builds are over: only the report is left to write
+        _write(summary, output_format, output)
     if summary.interrupted:
         click.echo(
             f"prefixlint zoo: interrupted after {len(summary.rows)} of {summary.planned} "
@@ -130,6 +121,21 @@ def zoo(
         sys.exit(EXIT_ERROR)
     unverified = strict and any(r.status != "built" for r in summary.rows)
     sys.exit(EXIT_FINDINGS if summary.findings or unverified else EXIT_OK)
+
+
+def _write(summary: Any, output_format: str, output: Path | None) -> None:
+    if output_format in ("text", "json"):
+        text = summary.to_json_text() if output_format == "json" else summary.to_text()
+        if output is not None:
+            output.write_text(text, encoding="utf-8")
+        else:
+            click.echo(text)
+        return
+    from prefixlint.diagnostic import Diagnostic
+
+    findings = [Diagnostic.from_json(f) for row in summary.rows for f in row.findings + row.notes]
+    findings.sort(key=lambda d: d.sort_key())
+    report(findings, output_format, len(summary.rows), output)
 
 
 def _default_journal(output: Path | None) -> Path:

@@ -1,7 +1,7 @@
 """Phase 2: build each model on the meta device under fake TP/PP groups, and check it.
 
 This package is the only one that imports torch and vLLM, and only inside a worker
-process (``worker.py``). The functions here run in the caller's process and stay light.
+process (``process/server.py``). The functions here run in the caller's process and stay light.
 
 Python API::
 
@@ -20,7 +20,7 @@ from typing import Any
 
 from prefixlint.codes import url_for
 from prefixlint.diagnostic import Diagnostic, Position, Severity
-from prefixlint.introspect.process.worker import Worker, WorkerDied, WorkerTimeout
+from prefixlint.introspect.process.client import Worker, WorkerDied, WorkerTimeout
 from prefixlint.introspect.verdict.gaps import GAP_CATEGORIES, note
 from prefixlint.paths import display_path
 from prefixlint.static.index import find_installed_package

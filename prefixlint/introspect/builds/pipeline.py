@@ -1,6 +1,6 @@
 """Build one architecture for several parallel layouts, on the meta device, and check it.
 
-Runs inside a worker process (see ``worker.py``): it imports torch and vLLM. A target
+Runs inside a worker process (see ``process/server.py``): it imports torch and vLLM. A target
 (``targets.py``) gets its config (``configs/``: a given file, or synthesis repaired by
 probe builds), its ModelConfig (``modelconfig.py``), one build per layout
 (``building.py``) and config variants that reach unexecuted sites (``explore.py``); the

@@ -1,3 +1,3 @@
-"""The worker process and what it sets up before vLLM loads: the parent's client and the
-child's job loop (worker), where a hang or crash was (crash), the environment (env, cpuworker),
-optional packages (optional) and stand-ins for compiled kernels (kernels)."""
+"""The worker process and what it sets up before vLLM loads: the parent's side (client) and
+the child's job loop (server), where a hang or crash was (crash), the environment (env,
+cpuworker), optional packages (optional) and stand-ins for compiled kernels (kernels)."""

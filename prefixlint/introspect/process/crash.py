@@ -72,6 +72,20 @@ def new_job() -> None:
             _TRACE.flush()
 
 
+def fatal(message: str) -> None:
+    """Why this process is about to be killed, and every thread's stack, into the trace
+    (read as ``how_it_ended`` and ``crash_site``)."""
+    if _TRACE is None:
+        return
+    import faulthandler
+
+    with contextlib.suppress(Exception):
+        _TRACE.write(f"Fatal Python error: {message}\n")
+        _TRACE.flush()
+        faulthandler.dump_traceback(file=_TRACE, all_threads=True)
+        _TRACE.flush()
+
+
 def event(kind: str, **data: Any) -> None:
     """A progress line for the parent (``started``: the job's clock starts; ``building``:
     the class being built, its file and line)."""
@@ -179,7 +193,7 @@ def crash_site(text: str, prefer: list[str] | str = ()) -> tuple[str, int] | Non
     stacks = _threads(text)
     if not stacks:
         return None
-    job = [s for s in stacks if any(f.endswith("introspect/process/worker.py") for f, _, _ in s)]
+    job = [s for s in stacks if any(f.endswith("introspect/process/server.py") for f, _, _ in s)]
     stack = (job or stacks)[0]
     roots = _library_roots()
     model = [(f, n) for f, n, _ in stack if model_code(f, roots)]

@@ -21,7 +21,7 @@ from prefixlint.introspect import (
     to_diagnostics,
 )
 from prefixlint.introspect.coverage.sites import UNEXECUTED_SITE, registry_share
-from prefixlint.introspect.process.worker import Worker, WorkerDied, WorkerTimeout
+from prefixlint.introspect.process.client import Worker, WorkerDied, WorkerTimeout
 from prefixlint.introspect.verdict.gaps import GAP_CATEGORIES
 from prefixlint.introspect.vllm_api import installed_release
 
@@ -54,6 +54,8 @@ class ZooSummary:
     planned: int = 0  # the architectures selected; more than ``rows`` when interrupted
     interrupted: bool = False
     vllm: str = field(default_factory=installed_release)  # the release the zoo ran on
+    # the highest resident memory of each build worker (MB; its restarts included)
+    worker_peak_rss_mb: list[float] = field(default_factory=list)
 
     @property
     def findings(self) -> int:
@@ -99,6 +101,7 @@ class ZooSummary:
             else None,
             "wall_seconds": round(self.wall_seconds, 1),
             "vllm": self.vllm,
+            "worker_peak_rss_mb": self.worker_peak_rss_mb,
             "coverage": registry_share(self.rows),
             "text_generation_coverage": registry_share(self.rows, ("text_generation_models",)),
         }
@@ -227,6 +230,8 @@ class ZooSummary:
         )
         for key, n in c["by_category"].items():
             lines.append(f"  {key}: {n}")
+        if self.worker_peak_rss_mb:
+            lines.append(f"worker peak memory: {max(self.worker_peak_rss_mb):.0f} MB resident")
         for label, key in (
             ("all built", "coverage"),
             ("text generation", "text_generation_coverage"),
@@ -442,5 +447,9 @@ def run_zoo(
             sys.stderr.write("\n")
     rows = [finished[a] for a in archs if a in finished]
     return ZooSummary(
-        rows, time.perf_counter() - started, planned=len(archs), interrupted=interrupted
+        rows,
+        time.perf_counter() - started,
+        planned=len(archs),
+        interrupted=interrupted,
+        worker_peak_rss_mb=[round(w.peak_rss_mb, 1) for w in workers],
     )

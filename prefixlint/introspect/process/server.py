@@ -1,168 +1,24 @@
-"""Builds run in a worker process: a hang, a crash or a segfault costs one target, not the run.
+"""The worker's side: the job loop ``python -m prefixlint.introspect.process.server`` runs.
 
-The worker imports torch and vLLM once and serves jobs, one JSON line each on stdin; it
-answers one marked JSON line on stdout (vLLM and torch may print there too). The parent
-side (``Worker``) waits with a timeout, kills the worker when it hangs, and starts a
-fresh one for the next job.
+It sets the process up (environment, crash trace, optional packages, vLLM's CPU-worker
+set-up), imports what every build needs, then serves jobs, one JSON line each on stdin,
+answering each with one line marked ``MARK`` on stdout (see ``client.py``).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import queue
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import asdict
 from typing import Any
 
-from prefixlint.introspect.process.crash import (
-    EVENT_MARK,
-    TRACE_ENV,
-    TraceFile,
-    crash_site,
-    how_it_ended,
-)
+from prefixlint.introspect.process.client import MARK
 
-MARK = "@@prefixlint-result@@ "
 # The share of a job's time budget after which optional verification steps are skipped.
 DEADLINE_SHARE = 0.6
-# Seconds a fresh worker may take to import torch and vLLM before a job's clock starts
-# (the job's timeout counts from then: ``crash.event("started")``).
-STARTUP_ALLOWANCE = 600.0
-
-
-class WorkerFailed(Exception):
-    """The job's build hung or killed the worker; ``site`` is the model's line it was at
-    (None when the worker said nothing of it)."""
-
-    def __init__(self, message: str, site: tuple[str, int] | None = None) -> None:
-        super().__init__(message)
-        self.site = site
-
-
-class WorkerDied(WorkerFailed):
-    pass
-
-
-class WorkerTimeout(WorkerFailed):
-    pass
-
-
-class Worker:
-    def __init__(self, log: Any = None) -> None:
-        self.proc: subprocess.Popen[str] | None = None
-        self.results: queue.Queue[tuple[str, str] | None] = queue.Queue()
-        self.log = log
-        self.tmp: str | None = None
-        self.trace: TraceFile | None = None
-        self.building: dict[str, Any] = {}  # the worker's last "building" event
-        self.target_file = ""  # the job's target, when it is a file
-
-    def _start(self) -> None:
-        env = dict(os.environ)
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        # Its own temp root, removed by ``close``: what a build writes there (synthesised
-        # config folders) goes even when the worker is killed on a timeout.
-        self.tmp = tempfile.mkdtemp(prefix="prefixlint-worker-")
-        env["TMPDIR"] = self.tmp
-        self.trace = self.trace or TraceFile()
-        env[TRACE_ENV] = self.trace.path
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "prefixlint.introspect.process.worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.log if self.log is not None else subprocess.DEVNULL,
-            text=True,
-            env=env,
-            # Ctrl-C reaches the parent only, which closes its workers: a build killed by
-            # the interrupt is never reported as a crash of the model. A worker whose
-            # parent is gone exits at the end of its stdin.
-            start_new_session=True,
-        )
-        self.results = queue.Queue()
-        threading.Thread(target=self._read, args=(self.proc, self.results), daemon=True).start()
-
-    @staticmethod
-    def _read(proc: subprocess.Popen[str], out: queue.Queue[tuple[str, str] | None]) -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith(MARK):
-                out.put(("result", line[len(MARK) :]))
-            elif line.startswith(EVENT_MARK):
-                out.put(("event", line[len(EVENT_MARK) :]))
-        out.put(None)  # end of output: the worker exited
-
-    def _site(self) -> tuple[tuple[str, int] | None, str]:
-        """Where the job's build was (the model's line in the worker's trace, else the
-        class being built) and how the worker ended, when it said."""
-        text = self.trace.read() if self.trace is not None else ""
-        prefer = str(self.building.get("file") or "")
-        site = crash_site(text, [prefer, self.target_file])
-        if site is None and prefer:
-            site = (prefer, int(self.building.get("line") or 0))
-        return site, how_it_ended(text)
-
-    def run(self, job: dict[str, Any], timeout: float) -> Any:
-        if self.proc is None or self.proc.poll() is not None:
-            self._start()
-        assert self.proc is not None and self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(json.dumps(job) + "\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            self.close()
-            raise WorkerDied("the worker process exited before taking the job") from None
-        self.building = {}
-        target = str(job.get("target") or "")
-        self.target_file = target.split(".py:")[0] + ".py" if ".py" in target else ""
-        # the job's own clock starts when the worker says it has started (a fresh worker
-        # imports torch and vLLM first); until then, with room for that
-        deadline = time.monotonic() + timeout + STARTUP_ALLOWANCE
-        while True:
-            try:
-                item = self.results.get(timeout=max(deadline - time.monotonic(), 0.0))
-            except queue.Empty:
-                assert self.proc is not None
-                if self.trace is not None:
-                    self.trace.request_dump(self.proc.pid)
-                site, _ = self._site()
-                self.close()
-                raise WorkerTimeout(f"no answer within {timeout:.0f} s", site) from None
-            if item is None:
-                code = self.proc.wait()
-                site, how = self._site()
-                self.close()
-                how = how or (f"signal {-code}" if code < 0 else f"exit code {code}")
-                raise WorkerDied(f"the worker process died ({how})", site)
-            kind, payload = item
-            if kind == "result":
-                return json.loads(payload)
-            event = json.loads(payload)
-            if event.get("event") == "started":
-                deadline = time.monotonic() + timeout
-            elif event.get("event") == "building":
-                self.building = event
-
-    def close(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
-        if self.tmp is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            self.tmp = None
-
-    def __del__(self) -> None:
-        if getattr(self, "trace", None) is not None and getattr(self, "proc", None) is None:
-            self.trace.remove()  # type: ignore[union-attr]
-
-
-# -- worker side ------------------------------------------------------------------------
 
 
 def _layouts(cls: Any, tps: list[int], pps: list[int]) -> list[Any]:
@@ -281,6 +137,9 @@ def main() -> None:
     from prefixlint.introspect.process.crash import arm
 
     arm()  # stacks into the trace file on a crash, a hang or os._exit (see crash.py)
+    from prefixlint.introspect.process.memory import watch_memory
+
+    watch_memory()  # a build past the memory bound is killed, and says where it was
     # Only here, in phase 2's own process: torchvision & co. from set-up's folder, with
     # the schemas their extensions would define. Another process that imports build.py
     # (the smoke phase's child) must not see them: its vLLM engine would import them

@@ -1,0 +1,205 @@
+"""The parent's side of a worker process: start it, hand it jobs, wait, stop it.
+
+Builds run in a worker process (``server.py``): a hang, a crash or a segfault costs one
+target, not the run. ``Worker`` writes a job as one JSON line on the worker's stdin and
+waits, with a timeout, for its one marked JSON line on stdout (vLLM and torch may print
+there too); it kills the worker when it hangs and starts a fresh one for the next job.
+This side imports neither torch nor vLLM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+from prefixlint.introspect.process import watchdog
+from prefixlint.introspect.process.crash import (
+    EVENT_MARK,
+    TRACE_ENV,
+    TraceFile,
+    crash_site,
+    how_it_ended,
+)
+from prefixlint.introspect.process.memory import peak_rss_mb
+
+MARK = "@@prefixlint-result@@ "
+# Seconds a fresh worker may take to import torch and vLLM before a job's clock starts
+# (the job's timeout counts from then: ``crash.event("started")``).
+STARTUP_ALLOWANCE = 600.0
+
+
+class WorkerFailed(Exception):
+    """The job's build hung or killed the worker; ``site`` is the model's line it was at
+    (None when the worker said nothing of it)."""
+
+    def __init__(self, message: str, site: tuple[str, int] | None = None) -> None:
+        super().__init__(message)
+        self.site = site
+
+
+class WorkerDied(WorkerFailed):
+    pass
+
+
+class WorkerTimeout(WorkerFailed):
+    pass
+
+
+class Worker:
+    def __init__(self, log: Any = None) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+        self.results: queue.Queue[tuple[str, str] | None] = queue.Queue()
+        self.log = log
+        self.tmp: str | None = None
+        self.trace: TraceFile | None = None
+        self.lifeline: int | None = None  # the write end of the watchdog's pipe
+        self.watchdog: subprocess.Popen[bytes] | None = None
+        self.building: dict[str, Any] = {}  # the worker's last "building" event
+        self.target_file = ""  # the job's target, when it is a file
+        self.peak_rss_mb = 0.0  # the highest resident memory of its processes so far
+
+    def _start(self) -> None:
+        env = dict(os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        # Its own temp root, removed by ``close``: what a build writes there (synthesised
+        # config folders) goes even when the worker is killed on a timeout.
+        self.tmp = tempfile.mkdtemp(prefix="prefixlint-worker-")
+        env["TMPDIR"] = self.tmp
+        self.trace = TraceFile()
+        env[TRACE_ENV] = self.trace.path
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "prefixlint.introspect.process.server"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log if self.log is not None else subprocess.DEVNULL,
+            text=True,
+            env=env,
+            # Ctrl-C reaches the parent only, which closes its workers: a build killed by
+            # the interrupt is never reported as a crash of the model. Its own group: the
+            # worker goes with whatever the model started.
+            start_new_session=True,
+        )
+        self._guard(self.proc.pid)
+        self.results = queue.Queue()
+        threading.Thread(target=self._read, args=(self.proc, self.results), daemon=True).start()
+
+    def _guard(self, pgid: int) -> None:
+        """The worker's watchdog: it ends the worker and removes its files when this
+        process ends, however (see ``watchdog.py``)."""
+        trace = self.trace.path if self.trace is not None else ""
+        read, self.lifeline = os.pipe()  # the write end stays here only (not inherited)
+        try:
+            self.watchdog = subprocess.Popen(
+                [sys.executable, "-I", "-S", watchdog.__file__, str(pgid), self.tmp or "", trace],
+                stdin=read,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            os.close(read)
+
+    @staticmethod
+    def _read(proc: subprocess.Popen[str], out: queue.Queue[tuple[str, str] | None]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith(MARK):
+                out.put(("result", line[len(MARK) :]))
+            elif line.startswith(EVENT_MARK):
+                out.put(("event", line[len(EVENT_MARK) :]))
+        out.put(None)  # end of output: the worker exited
+
+    def _site(self) -> tuple[tuple[str, int] | None, str]:
+        """Where the job's build was (the model's line in the worker's trace, else the
+        class being built) and how the worker ended, when it said."""
+        text = self.trace.read() if self.trace is not None else ""
+        prefer = str(self.building.get("file") or "")
+        site = crash_site(text, [prefer, self.target_file])
+        if site is None and prefer:
+            site = (prefer, int(self.building.get("line") or 0))
+        return site, how_it_ended(text)
+
+    def run(self, job: dict[str, Any], timeout: float) -> Any:
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(job) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self.close()
+            raise WorkerDied("the worker process exited before taking the job") from None
+        self.building = {}
+        target = str(job.get("target") or "")
+        self.target_file = target.split(".py:")[0] + ".py" if ".py" in target else ""
+        # the job's own clock starts when the worker says it has started (a fresh worker
+        # imports torch and vLLM first); until then, with room for that
+        deadline = time.monotonic() + timeout + STARTUP_ALLOWANCE
+        while True:
+            try:
+                item = self.results.get(timeout=max(deadline - time.monotonic(), 0.0))
+            except queue.Empty:
+                assert self.proc is not None
+                if self.trace is not None:
+                    self.trace.request_dump(self.proc.pid)
+                site, _ = self._site()
+                self.close()
+                raise WorkerTimeout(f"no answer within {timeout:.0f} s", site) from None
+            if item is None:
+                code = self.proc.wait()
+                site, how = self._site()
+                self.close()
+                how = how or (f"signal {-code}" if code < 0 else f"exit code {code}")
+                raise WorkerDied(f"the worker process died ({how})", site)
+            kind, payload = item
+            if kind == "result":
+                self._measure()
+                return json.loads(payload)
+            event = json.loads(payload)
+            if event.get("event") == "started":
+                deadline = time.monotonic() + timeout
+            elif event.get("event") == "building":
+                self.building = event
+
+    def _measure(self) -> None:
+        if self.proc is not None:
+            peak = peak_rss_mb(self.proc.pid)
+            self.peak_rss_mb = max(self.peak_rss_mb, peak or 0.0)
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self._measure()
+            with contextlib.suppress(OSError):
+                os.killpg(self.proc.pid, signal.SIGKILL)  # what the model started too
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+        if self.lifeline is not None:
+            with contextlib.suppress(OSError):
+                os.write(self.lifeline, watchdog.DISARM)  # stopped here: nothing to kill
+            os.close(self.lifeline)
+            self.lifeline = None
+        if self.watchdog is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.watchdog.wait(timeout=5)
+            self.watchdog = None
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+        if self.trace is not None:
+            self.trace.remove()
+            self.trace = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()

@@ -1,0 +1,68 @@
+"""A worker's memory: bounded while it builds, and its peak read by the parent.
+
+A meta-device build holds no weights, yet a worker once reached 14 GB resident (issue 30).
+``watch_memory`` (in the worker) reads the resident size from ``/proc/self/statm`` twice a
+second and, past the bound (``PREFIXLINT_WORKER_MAX_RSS_MB``, default 8192; 0: none),
+writes why and every thread's stack into the crash trace and kills its own process: the
+parent reports the build as dead at the line it was at. Resident size, not ``RLIMIT_AS``:
+torch reserves far more address space than it uses. ``peak_rss_mb`` (in the parent) reads
+a live worker's high-water mark (``VmHWM``). Linux only; elsewhere neither does anything.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+LIMIT_ENV = "PREFIXLINT_WORKER_MAX_RSS_MB"
+DEFAULT_LIMIT_MB = 8192
+INTERVAL = 0.5  # seconds between two reads
+
+
+def resident_mb() -> float | None:
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    """The high-water mark of ``pid``'s resident memory, in MB (None: not readable)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _limit() -> float:
+    try:
+        return float(os.environ.get(LIMIT_ENV) or DEFAULT_LIMIT_MB)
+    except ValueError:
+        return float(DEFAULT_LIMIT_MB)
+
+
+def _watch(limit: float) -> None:
+    from prefixlint.introspect.process import crash
+
+    while True:
+        time.sleep(INTERVAL)
+        rss = resident_mb()
+        if rss is not None and rss > limit:
+            crash.fatal(
+                f"worker memory over its bound of {limit:.0f} MB ({rss:.0f} MB resident; "
+                f"{LIMIT_ENV} sets the bound)"
+            )
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def watch_memory() -> None:
+    limit = _limit()
+    if limit > 0 and resident_mb() is not None:
+        threading.Thread(target=_watch, args=(limit,), daemon=True, name="memory").start()
