@@ -71,6 +71,11 @@ class Worker:
     def _start(self) -> None:
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        # `python -m` puts the working folder first on sys.path: run from a plugin's project
+        # folder, its source folder would be found as a namespace package before the
+        # installed (editable) plugin, whose entry point then has no `register` (issue 30).
+        # File targets put their own root on the path (targets/resolve.py).
+        env["PYTHONSAFEPATH"] = "1"
         # Its own temp root, removed by ``close``: what a build writes there (synthesised
         # config folders) goes even when the worker is killed on a timeout.
         self.tmp = tempfile.mkdtemp(prefix="prefixlint-worker-")
