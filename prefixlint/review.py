@@ -87,14 +87,17 @@ def build_review(
     comments = []
     kept: list[Diagnostic] = []
     off_diff: list[tuple[str, Diagnostic]] = []
+    unposted = 0  # "not verified" notes: what prefixlint could not check, not the change's
     for d in default_view(diagnostics):  # a divergence note costs a reviewer's minute
         path = changes.repo_path(d.filename, cwd)
         if path is None:
             continue
+        if d.severity is Severity.NOTE:
+            unposted += changes.file_changed(path)
+            continue
         line = changes.first_changed(path, d.location.row, d.end_location.row)
         if line is None:
-            # "Not verified" notes off the diff are not about the change: SARIF has them.
-            runtime = d.phase != "static" and d.severity is not Severity.NOTE
+            runtime = d.phase != "static"
             if runtime and changes.file_changed(path):
                 off_diff.append((path, d))
             continue
@@ -110,6 +113,11 @@ def build_review(
     body = summary(kept + [d for _, d in off_diff], changes)
     if off_diff:
         body += "\n\n" + _off_diff_list(off_diff)
+    if unposted:
+        body += (
+            f'\n\n{unposted} "not verified" note{"s" if unposted != 1 else ""} on the files '
+            "changed (what prefixlint could not check) not posted: JSON and SARIF have them."
+        )
     return {
         "commit_id": changes.head,
         "event": "COMMENT",

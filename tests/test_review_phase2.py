@@ -72,6 +72,13 @@ def test_review_comments_on_the_span_and_lists_what_is_off_the_diff(tmp_path: Pa
     only_off = build_review([off], changes, cwd=tmp_path)
     assert only_off["comments"] == [] and worth_posting(only_off)
     assert not worth_posting(build_review([note], changes, cwd=tmp_path))
+    # A "not verified" note on a changed line is no comment either (issue 30): the body
+    # says it was not posted, and its counts add up to the comments.
+    on_line = finding("PFX600", model, 12)
+    payload = build_review([on_line, on_span], changes, cwd=tmp_path)
+    assert [c["line"] for c in payload["comments"]] == [12]
+    assert "PFX600" not in str(payload["comments"]) and "1 finding in" in payload["body"]
+    assert '1 "not verified" note on the files changed' in payload["body"]
 
 
 MODEL = '''\
