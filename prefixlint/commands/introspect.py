@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -205,16 +204,11 @@ def skipped_notes(report: Any) -> list:
 
 def _echo_coverage(result: dict) -> None:
     from prefixlint.introspect.coverage.sites import describe
+    from prefixlint.paths import display_path
 
+    # files named as the findings name them (one helper for it)
     if result.get("coverage"):
-        click.echo(f"  {describe(result['coverage'], _relative)}", err=True)
+        click.echo(f"  {describe(result['coverage'], display_path)}", err=True)
     for variant in result.get("variants", []):
         what = ", ".join(f"{k}={v}" for k, v in variant["overrides"].items())
         click.echo(f"  variant {what}: {variant['status']}", err=True)
-
-
-def _relative(path: str) -> str:
-    try:
-        return os.path.relpath(path)
-    except ValueError:
-        return path
