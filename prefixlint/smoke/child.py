@@ -355,11 +355,11 @@ def _prepare_environment(requested: str) -> str:
 def _announce(job: dict[str, Any], out: Results, work: Path) -> dict[str, Any]:
     """Resolve the target, say which class and config it is, and make it loadable by the
     engine's processes (a plugin)."""
-    from prefixlint.introspect.builds import pipeline as build
+    from prefixlint.introspect.finding import class_site
     from prefixlint.smoke import plugin
 
     resolved = resolve(job)
-    file, line = build.class_location(resolved["cls"])
+    file, line = class_site(resolved["cls"])
     out.emit(
         event="target",
         arch=resolved["arch"],
