@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from prefixlint.commands.checkpoints import (
 from prefixlint.commands.common import (
     FORMATS,
     NO_DRYRUN,
+    NO_WARM_WORKER,
     STRICT_HELP,
     config_table,
     exit_for,
@@ -38,6 +40,7 @@ from prefixlint.commands.common import (
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds per build.")
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
 @NO_DRYRUN
+@NO_WARM_WORKER
 @CHECKPOINT
 @click.option(
     "--explore-budget",
@@ -56,6 +59,7 @@ def introspect(
     timeout: float,
     strict: bool,
     no_dryrun: bool,
+    no_warm_worker: bool,
     checkpoint: str | None,
     explore_budget: float,
 ) -> None:
@@ -66,7 +70,9 @@ def introspect(
     """
     from prefixlint.check_introspect import polish, public_name
     from prefixlint.introspect import introspect as run
+    from prefixlint.introspect.process.client import Worker
     from prefixlint.introspect.process.stopping import stop_on_signals
+    from prefixlint.introspect.process.warm import warm_folder
     from prefixlint.introspect.targets.checkpoint import CheckpointError
 
     refuse_checkpoint_without_dryrun(checkpoint, no_dryrun)
@@ -79,7 +85,8 @@ def introspect(
             for name in target_classes(target)
             if (one := found.for_class(None, name)) is not None
         }
-    with stop_on_signals():
+    worker = Worker(warm=warm_folder(no_warm_worker))
+    with stop_on_signals(), contextlib.closing(worker):
         result = run(
             target,
             tp=int_list(tp),
@@ -92,6 +99,7 @@ def introspect(
             explore_budget=explore_budget,
             checkpoint=found.explicit.folder if found.explicit else None,
             checkpoints=by_class,
+            worker=worker,
         )
     if result.error:
         raise click.UsageError(f"cannot introspect {target}: {public_name(result.error)}")
