@@ -188,10 +188,12 @@ def run_phase2(
     dryrun: bool = True,
     explore_budget: float = 10.0,
     checkpoints: Any = None,
+    warm: Path | None = None,
 ) -> Phase2Result:
     """Phase 2 for every architecture class of ``files``; see ``architectures_in``.
     ``checkpoints`` (``checkpoint.Checkpoints``): the checkpoint each class's dry-run
-    checks against; its errors (``CheckpointError``) are raised before any build."""
+    checks against; its errors (``CheckpointError``) are raised before any build.
+    ``warm``: the cache folder of the zygote workers are forked from (None: cold)."""
     from prefixlint.introspect import introspect as build
     from prefixlint.introspect.process.client import Worker
     from prefixlint.static.index import find_installed_package
@@ -205,7 +207,7 @@ def run_phase2(
         checkpoint_of = {i: checkpoints.for_class(c.path, c.name) for i, c in enumerate(candidates)}
     out = Phase2Result()
     executed: set[tuple[str, int]] = set()
-    worker = Worker()
+    worker = Worker(warm=warm)
     try:
         for i, cand in enumerate(candidates, 1):
             progress(

@@ -151,9 +151,11 @@ def _targets(config: pytest.Config) -> list[str]:
 def _worker(config: pytest.Config) -> Any:
     """One phase-2 worker process for the session: vLLM is imported once, not per test."""
     from prefixlint.introspect.process.client import Worker
+    from prefixlint.introspect.process.warm import warm_folder
 
     if _WORKER not in config.stash:
-        config.stash[_WORKER] = Worker()
+        # forked from the warm zygote (PREFIXLINT_WARM_WORKER=0: a fresh one)
+        config.stash[_WORKER] = Worker(warm=warm_folder(False))
     return config.stash[_WORKER]
 
 

@@ -6,6 +6,9 @@ import os
 # distutils shim assert at its import ("'_distutils' in core.__file__") later in the same
 # test process; the engine and worker subprocesses are unaffected. Keep stdlib's.
 os.environ.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
+# Commands the tests run start cold workers (as before the warm worker): no zygote outlives
+# the tests. tests/test_warm_worker.py turns it on, and stops its zygotes.
+os.environ.setdefault("PREFIXLINT_WARM_WORKER", "0")
 
 import importlib.util
 import itertools

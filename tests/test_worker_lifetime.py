@@ -180,14 +180,15 @@ def test_a_build_past_the_memory_bound_is_stopped_at_its_line(tmp_path, monkeypa
     monkeypatch.setenv(LIMIT_ENV, "1600")
     model = tmp_path / "hog.py"
     model.write_text(HOG)
-    line = next(i for i, t in enumerate(HOG.splitlines(), 1) if "kept.append" in t)
+    # the loop that grows: the stack is read while it appends or while it sleeps
+    loop = {i for i, t in enumerate(HOG.splitlines(), 1) if "kept.append" in t or "sleep" in t}
     report = introspect(
         f"{model}:HogForCausalLM", tp=(1,), pp=(), dryrun=False, explore_budget=0, timeout=300
     )
     [found] = report.diagnostics
     assert found.code == "PFX604", found.message
     assert "worker memory over its bound of 1600 MB" in found.message
-    assert (Path(found.filename).name, found.location.row) == ("hog.py", line)
+    assert Path(found.filename).name == "hog.py" and found.location.row in loop, found
 
 
 @requires_vllm

@@ -24,6 +24,7 @@ from prefixlint.commands.common import (
     NO_CACHE_HELP,
     NO_DRYRUN,
     NO_SOURCE_HELP,
+    NO_WARM_WORKER,
     REVIEW,
     SHOW_NOTES_HELP,
     STRICT_HELP,
@@ -100,6 +101,7 @@ from prefixlint.commands.lint import CheckOptions, LintRun, lint
 @click.option("--show-notes", is_flag=True, help=SHOW_NOTES_HELP)
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
 @NO_DRYRUN
+@NO_WARM_WORKER
 @CHECKPOINT
 @click.option(
     "--fix",
@@ -206,6 +208,7 @@ def _refuse_conflicts(opts: CheckOptions) -> None:
             if getattr(opts, n) is not None
         ]
         given += ["--no-dryrun"] if opts.no_dryrun else []
+        given += ["--no-warm-worker"] if opts.no_warm_worker else []
         given += ["--checkpoint"] if opts.checkpoint else []
         if given:
             raise click.UsageError(f"{', '.join(given)} only apply with --introspect")
@@ -217,6 +220,7 @@ def _phase2(run: LintRun, opts: CheckOptions, changes: Any) -> tuple[list, str]:
     the changed ones), with live progress: (its findings and notes, what it verified)."""
     from prefixlint.check_introspect import polish, run_phase2
     from prefixlint.introspect.process.stopping import stop_on_signals
+    from prefixlint.introspect.process.warm import warm_folder
     from prefixlint.introspect.targets.checkpoint import CheckpointError
     from prefixlint.progress import Progress
 
@@ -241,6 +245,8 @@ def _phase2(run: LintRun, opts: CheckOptions, changes: Any) -> tuple[list, str]:
             dryrun=not opts.no_dryrun,
             explore_budget=10.0 if opts.explore_budget is None else opts.explore_budget,
             checkpoints=found,
+            # --no-cache: an empty vLLM cache folder, which a zygote started elsewhere lacks
+            warm=warm_folder(opts.no_warm_worker or opts.no_cache, opts.cache_dir),
         )
     verified = (
         f"phase 2 built {out.built} architecture class{'es' if out.built != 1 else ''}"

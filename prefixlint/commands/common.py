@@ -22,6 +22,12 @@ SHOW_NOTES_HELP = (
     "deliberate ones); JSON and SARIF always carry them."
 )
 
+NO_WARM_WORKER = click.option(
+    "--no-warm-worker",
+    is_flag=True,
+    help="Phase 2 in a fresh worker process (imports torch and vLLM, ~8 s) instead of one "
+    "forked from the warm zygote kept in the cache folder (PREFIXLINT_WARM_WORKER=0 too).",
+)
 NO_DRYRUN = click.option(
     "--no-dryrun",
     is_flag=True,

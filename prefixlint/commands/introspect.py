@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from prefixlint.commands.common import (
     FORMATS,
     NO_DRYRUN,
     NO_SOURCE_HELP,
+    NO_WARM_WORKER,
     PHASE2_NO_CACHE_HELP,
     STRICT_HELP,
     config_table,
@@ -40,6 +42,7 @@ from prefixlint.commands.common import (
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds per build.")
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
 @NO_DRYRUN
+@NO_WARM_WORKER
 @CHECKPOINT
 @click.option(
     "--lora",
@@ -68,6 +71,7 @@ def introspect(
     timeout: float,
     strict: bool,
     no_dryrun: bool,
+    no_warm_worker: bool,
     checkpoint: str | None,
     lora: str | None,
     explore_budget: float,
@@ -81,7 +85,9 @@ def introspect(
     """
     from prefixlint.check_introspect import polish, public_name
     from prefixlint.introspect import introspect as run
+    from prefixlint.introspect.process.client import Worker
     from prefixlint.introspect.process.stopping import stop_on_signals
+    from prefixlint.introspect.process.warm import warm_folder
     from prefixlint.introspect.targets.adapter import resolve_adapter
     from prefixlint.introspect.targets.checkpoint import CheckpointError
 
@@ -101,7 +107,13 @@ def introspect(
             for name in target_classes(target)
             if (one := found.for_class(None, name)) is not None
         }
-    with stop_on_signals(), fresh_vllm_cache(no_cache):
+    # the worker starts inside the fresh vLLM cache folder, so it is the one it sees (with
+    # --no-cache never a warm one: a zygote started elsewhere has another folder)
+    with (
+        stop_on_signals(),
+        fresh_vllm_cache(no_cache),
+        contextlib.closing(Worker(warm=warm_folder(no_warm_worker or no_cache))) as worker,
+    ):
         result = run(
             target,
             tp=int_list(tp),
@@ -115,6 +127,7 @@ def introspect(
             checkpoint=found.explicit.folder if found.explicit else None,
             checkpoints=by_class,
             lora=adapter,
+            worker=worker,
         )
     if result.error:
         raise click.UsageError(f"cannot introspect {target}: {public_name(result.error)}")

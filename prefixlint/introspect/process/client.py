@@ -20,9 +20,10 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
-from prefixlint.introspect.process import watchdog
+from prefixlint.introspect.process import warm, watchdog
 from prefixlint.introspect.process.crash import (
     EVENT_MARK,
     TRACE_ENV,
@@ -31,11 +32,14 @@ from prefixlint.introspect.process.crash import (
     how_it_ended,
 )
 from prefixlint.introspect.process.memory import peak_rss_mb
+from prefixlint.introspect.process.warm import WarmProcess
 
 MARK = "@@prefixlint-result@@ "
 # Seconds a fresh worker may take to import torch and vLLM before a job's clock starts
 # (the job's timeout counts from then: ``crash.event("started")``).
 STARTUP_ALLOWANCE = 600.0
+# A forked worker has imported them already: it starts its job at once.
+WARM_STARTUP_ALLOWANCE = 60.0
 
 
 class WorkerFailed(Exception):
@@ -55,9 +59,18 @@ class WorkerTimeout(WorkerFailed):
     pass
 
 
+class _WarmFailed(Exception):
+    """A warm worker failed before its job started: the zygote's fault, not the model's."""
+
+
 class Worker:
-    def __init__(self, log: Any = None) -> None:
-        self.proc: subprocess.Popen[str] | None = None
+    """``warm``: the cache folder of the zygote to fork workers from (``warm.py``); None,
+    or a zygote that fails, starts a cold worker (``python -m ...server``)."""
+
+    def __init__(self, log: Any = None, warm: Path | None = None) -> None:
+        self.proc: subprocess.Popen[str] | WarmProcess | None = None
+        self.warm = warm
+        self.warm_info: dict[str, Any] = {}  # the zygote's answer: its pid, children served
         self.results: queue.Queue[tuple[str, str] | None] = queue.Queue()
         self.log = log
         self.tmp: str | None = None
@@ -67,6 +80,7 @@ class Worker:
         self.building: dict[str, Any] = {}  # the worker's last "building" event
         self.target_file = ""  # the job's target, when it is a file
         self.peak_rss_mb = 0.0  # the highest resident memory of its processes so far
+        self._closing = threading.RLock()
 
     def _start(self) -> None:
         env = dict(os.environ)
@@ -82,7 +96,25 @@ class Worker:
         env["TMPDIR"] = self.tmp
         self.trace = TraceFile()
         env[TRACE_ENV] = self.trace.path
-        self.proc = subprocess.Popen(
+        self.proc = self._spawn(env)
+        self._guard(self.proc.pid)
+        self.results = queue.Queue()
+        threading.Thread(target=self._read, args=(self.proc, self.results), daemon=True).start()
+
+    def _spawn(self, env: dict[str, str]) -> subprocess.Popen[str] | WarmProcess:
+        if self.warm is not None:
+            stderr = self.log.fileno() if self.log is not None else os.open(os.devnull, os.O_WRONLY)
+            try:
+                proc = warm.spawn(self.warm, env, stderr)
+                self.warm_info = proc.info
+                return proc
+            except warm.WarmUnavailable as e:
+                self.warm = None  # this worker's next processes are cold too
+                warm.note_fallback(str(e))
+            finally:
+                if self.log is None:
+                    os.close(stderr)
+        return subprocess.Popen(
             [sys.executable, "-m", "prefixlint.introspect.process.server"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -94,9 +126,6 @@ class Worker:
             # worker goes with whatever the model started.
             start_new_session=True,
         )
-        self._guard(self.proc.pid)
-        self.results = queue.Queue()
-        threading.Thread(target=self._read, args=(self.proc, self.results), daemon=True).start()
 
     def _guard(self, pgid: int) -> None:
         """The worker's watchdog: it ends the worker and removes its files when this
@@ -142,26 +171,54 @@ class Worker:
             self.proc.stdin.write(json.dumps(job) + "\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
+            if self._fall_back("its worker exited before taking the job"):
+                return self.run(job, timeout)
             self.close()
             raise WorkerDied("the worker process exited before taking the job") from None
         self.building = {}
         target = str(job.get("target") or "")
         self.target_file = target.split(".py:")[0] + ".py" if ".py" in target else ""
+        try:
+            return self._wait(timeout)
+        except _WarmFailed as e:
+            self._fall_back(str(e))
+            return self.run(job, timeout)
+
+    def _fall_back(self, reason: str) -> bool:
+        """A warm worker that failed before its job started says nothing of the model:
+        the job goes to a cold worker. False when this worker was not warm."""
+        if not isinstance(self.proc, WarmProcess):
+            return False
+        self.close()
+        self.warm = None
+        warm.note_fallback(reason)
+        return True
+
+    def _wait(self, timeout: float) -> Any:
+        """The job's answer; WorkerTimeout or WorkerDied when the worker fails it."""
+        proc = self.proc  # another thread may close this worker meanwhile
+        assert proc is not None
         # the job's own clock starts when the worker says it has started (a fresh worker
         # imports torch and vLLM first); until then, with room for that
-        deadline = time.monotonic() + timeout + STARTUP_ALLOWANCE
+        forked = isinstance(proc, WarmProcess)
+        allowance = WARM_STARTUP_ALLOWANCE if forked else STARTUP_ALLOWANCE
+        deadline = time.monotonic() + timeout + allowance
+        started = False
         while True:
             try:
                 item = self.results.get(timeout=max(deadline - time.monotonic(), 0.0))
             except queue.Empty:
-                assert self.proc is not None
+                if forked and not started:
+                    raise _WarmFailed("its worker did not start the job") from None
                 if self.trace is not None:
-                    self.trace.request_dump(self.proc.pid)
+                    self.trace.request_dump(proc.pid)
                 site, _ = self._site()
                 self.close()
                 raise WorkerTimeout(f"no answer within {timeout:.0f} s", site) from None
             if item is None:
-                code = self.proc.wait()
+                code = proc.wait()
+                if forked and not started:
+                    raise _WarmFailed(f"its worker ended before the job started ({code})")
                 site, how = self._site()
                 self.close()
                 how = how or (f"signal {-code}" if code < 0 else f"exit code {code}")
@@ -172,6 +229,7 @@ class Worker:
                 return json.loads(payload)
             event = json.loads(payload)
             if event.get("event") == "started":
+                started = True
                 deadline = time.monotonic() + timeout
             elif event.get("event") == "building":
                 self.building = event
@@ -182,28 +240,34 @@ class Worker:
             self.peak_rss_mb = max(self.peak_rss_mb, peak or 0.0)
 
     def close(self) -> None:
-        if self.proc is not None:
-            self._measure()
-            with contextlib.suppress(OSError):
-                os.killpg(self.proc.pid, signal.SIGKILL)  # what the model started too
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
-        if self.lifeline is not None:
-            with contextlib.suppress(OSError):
-                os.write(self.lifeline, watchdog.DISARM)  # stopped here: nothing to kill
-            os.close(self.lifeline)
-            self.lifeline = None
-        if self.watchdog is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.watchdog.wait(timeout=5)
-            self.watchdog = None
-        if self.tmp is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            self.tmp = None
-        if self.trace is not None:
-            self.trace.remove()
-            self.trace = None
+        # the zoo closes its workers from the main thread on Ctrl-C while a build
+        # thread closes the one whose build the kill ended: once, not twice
+        with self._closing:
+            if self.proc is not None:
+                self._measure()
+                if isinstance(self.proc, subprocess.Popen):
+                    with contextlib.suppress(OSError):
+                        os.killpg(self.proc.pid, signal.SIGKILL)  # what the model started too
+                self.proc.kill()
+                self.proc.wait()
+                if isinstance(self.proc, WarmProcess):
+                    self.proc.close()
+                self.proc = None
+            if self.lifeline is not None:
+                with contextlib.suppress(OSError):
+                    os.write(self.lifeline, watchdog.DISARM)  # stopped here: nothing to kill
+                os.close(self.lifeline)
+                self.lifeline = None
+            if self.watchdog is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.watchdog.wait(timeout=5)
+                self.watchdog = None
+            if self.tmp is not None:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+                self.tmp = None
+            if self.trace is not None:
+                self.trace.remove()
+                self.trace = None
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):

@@ -118,6 +118,18 @@ _EVERY_BUILD = (
     "vllm.model_executor.layers.linear",
     "vllm.model_executor.layers.attention",
     "vllm.plugins",
+    # what a build's checks and dry-run import (~1 s under load): before the clock, and
+    # once per zygote rather than once per forked child
+    "vllm.v1.worker.gpu_model_runner",
+    "vllm.v1.attention.backends.zentorch_sdpa",
+    "vllm.v1.executor.multiproc_executor",
+    "vllm.model_executor.models.utils",
+    "vllm.model_executor.layers.pooler",
+    "vllm.model_executor.layers.rotary_embedding",
+    "prefixlint.introspect.checks.pfx608_engine_start",
+    "prefixlint.introspect.dryrun.checkpoint_run",
+    "prefixlint.introspect.dryrun.selflayout",
+    "prefixlint.introspect.targets.plugins",
 )
 
 
@@ -130,16 +142,16 @@ def _warm_up() -> None:
             importlib.import_module(name)
 
 
-def main() -> None:
+def set_up() -> None:
+    """What a worker does before its first job, whatever the job: the environment, the
+    crash trace, optional packages, vLLM's CPU-worker set-up, the common imports. A
+    zygote (``zygote.py``) does it once for the children it forks."""
     from prefixlint.introspect.process.env import prepare
 
     prepare()
     from prefixlint.introspect.process.crash import arm
 
     arm()  # stacks into the trace file on a crash, a hang or os._exit (see crash.py)
-    from prefixlint.introspect.process.memory import watch_memory
-
-    watch_memory()  # a build past the memory bound is killed, and says where it was
     # Only here, in phase 2's own process: torchvision & co. from set-up's folder, with
     # the schemas their extensions would define. Another process that imports build.py
     # (the smoke phase's child) must not see them: its vLLM engine would import them
@@ -153,6 +165,15 @@ def main() -> None:
 
     prepare_cpu_worker()
     _warm_up()
+
+
+def serve() -> None:
+    """Answer jobs until the end of stdin."""
+    from prefixlint.introspect.process.crash import arm
+    from prefixlint.introspect.process.memory import watch_memory
+
+    arm()  # a zygote's child: its own trace file (a cold worker armed in ``set_up``)
+    watch_memory()
     real_stdout = sys.stdout
     for line in sys.stdin:
         if not line.strip():
@@ -169,6 +190,11 @@ def main() -> None:
             tempfile.tempdir = None
         real_stdout.write(MARK + json.dumps(answer, default=str) + "\n")
         real_stdout.flush()
+
+
+def main() -> None:
+    set_up()
+    serve()
 
 
 if __name__ == "__main__":
