@@ -41,6 +41,7 @@ class LoraTargets(Check):
             _PACKED,
             '        "qkv_proj": ["q_proj", "k_proj"],',
             "self.qkv_proj = QKVParallelLinear(",
+            "warning",  # the synthetic adapter's: a warning; with `--lora`, an error
             at_cls="LlamaAttention",
         ),
     )
