@@ -91,8 +91,10 @@ def test_review_comments_leave_divergence_notes_out(tmp_path: Path) -> None:
     ]
     payload = build_review(diagnostics, changes)
     lines = [c["line"] for c in payload["comments"]]
-    assert lines == [9, 11]
+    # the "not verified" note (line 9) is no comment either (issue 30): the body says so
+    assert lines == [11]
     assert "1 error" in payload["body"] and "0 warnings" in payload["body"]
+    assert '1 "not verified" note on the files changed' in payload["body"]
 
 
 def test_check_shows_notes_on_request_and_strict_counts_only_unverified(tmp_path: Path) -> None:
