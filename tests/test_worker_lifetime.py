@@ -186,7 +186,8 @@ def test_a_build_past_the_memory_bound_is_stopped_at_its_line(tmp_path, monkeypa
         f"{model}:HogForCausalLM", tp=(1,), pp=(), dryrun=False, explore_budget=0, timeout=300
     )
     [found] = report.diagnostics
-    assert found.code == "PFX604", found.message
+    # a tool limit, not the model's defect: "not verified", at the line it was at
+    assert found.code == "PFX600" and found.severity.value == "note", found.message
     assert "worker memory over its bound of 1600 MB" in found.message
     assert Path(found.filename).name == "hog.py" and found.location.row in loop, found
 

@@ -14,13 +14,14 @@ Python API::
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from prefixlint.codes import url_for
 from prefixlint.diagnostic import Diagnostic, Position, Severity
 from prefixlint.introspect.process.client import Worker, WorkerDied, WorkerTimeout
+from prefixlint.introspect.process.memory import over_bound
 from prefixlint.introspect.verdict.gaps import GAP_CATEGORIES, note
 from prefixlint.paths import display_path
 from prefixlint.static.index import find_installed_package
@@ -137,6 +138,23 @@ def failure(spec: str, message: str, site: tuple[str, int] | None = None) -> Dia
     )
 
 
+def died(spec: str, error: WorkerDied) -> Diagnostic:
+    """A worker that died building ``spec``: PFX604 at the model's line it was at, or, when
+    it was stopped at its memory bound, a "not verified" PFX600 note there (a meta build
+    holds no weights: what filled the memory is a limit of this way of building, and
+    ``PREFIXLINT_WORKER_MAX_RSS_MB`` raises it)."""
+    finding = failure(spec, f"building `{spec}` crashed: {error}", error.site)
+    if not over_bound(str(error)):
+        return finding
+    return replace(
+        finding,
+        code="PFX600",
+        severity=Severity.NOTE,
+        message=f"not verified: building `{spec}` was stopped: {error}",
+        url=url_for("PFX600"),
+    )
+
+
 def introspect(
     target: str,
     tp: tuple[int, ...] | list[int] = DEFAULT_TP,
@@ -182,7 +200,7 @@ def introspect(
         report.diagnostics.append(failure(target, f"building `{target}` hung: {e}", e.site))
         return report
     except WorkerDied as e:
-        report.diagnostics.append(failure(target, f"building `{target}` crashed: {e}", e.site))
+        report.diagnostics.append(died(target, e))
         return report
     finally:
         if own:

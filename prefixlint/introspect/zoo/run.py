@@ -16,12 +16,14 @@ from typing import Any
 from prefixlint.diagnostic import Severity
 from prefixlint.introspect import (
     DEFAULT_TIMEOUT,
+    died,
     failure,
     list_architectures,
     to_diagnostics,
 )
 from prefixlint.introspect.coverage.sites import UNEXECUTED_SITE, registry_share
 from prefixlint.introspect.process.client import Worker, WorkerDied, WorkerTimeout
+from prefixlint.introspect.process.memory import over_bound
 from prefixlint.introspect.verdict.gaps import GAP_CATEGORIES
 from prefixlint.introspect.vllm_api import installed_release
 
@@ -365,12 +367,17 @@ def _built_row(worker: Worker, arch: str, group: str, params: dict, timeout: flo
         answer = worker.run({"kind": "build", "target": arch, **params}, timeout)
         return _row(arch, group, answer, time.perf_counter() - t)
     except (WorkerTimeout, WorkerDied) as e:
-        diag = failure(arch, f"building `{arch}` failed in its worker: {e}", e.site)
+        stopped = isinstance(e, WorkerDied) and over_bound(str(e))
+        diag = (
+            died(arch, e)
+            if stopped
+            else failure(arch, f"building `{arch}` failed in its worker: {e}", e.site)
+        )
         return Row(
             arch,
             group,
             "failed",
-            "finding",
+            "environment" if stopped else "finding",
             str(e),
             time.perf_counter() - t,
             findings=[diag.to_json()],
