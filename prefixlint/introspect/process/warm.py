@@ -173,14 +173,16 @@ def _connect(sock: Path) -> socket.socket | None:
         return None
 
 
-def _reply(conn: socket.socket) -> str:
-    """One line, read unbuffered: the child's exit may follow at once, for ``_watch``."""
+def read_line(conn: socket.socket, chunk: int = 1) -> str:
+    """One line from ``conn``, ``chunk`` bytes at a time. The client reads a reply one byte
+    at a time: the child's exit may follow at once, for ``_watch``; the zygote reads a
+    request, the only thing its caller sends, in large chunks."""
     data = b""
     while not data.endswith(b"\n"):
-        byte = conn.recv(1)
-        if not byte:
+        part = conn.recv(chunk)
+        if not part:
             break
-        data += byte
+        data += part
     return data.decode()
 
 
@@ -234,7 +236,7 @@ def spawn(folder: Path, env: dict[str, str], stderr: int) -> WarmProcess:
         request = {"op": "fork", "env": env, "cwd": cwd}
         conn.sendall(json.dumps(request).encode() + b"\n")
         conn.settimeout(STARTUP_ALLOWANCE)
-        reply = _reply(conn)
+        reply = read_line(conn)
         conn.settimeout(None)
         info = json.loads(reply) if reply else {}
     except (OSError, ValueError) as e:

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from prefixlint.introspect.process.warm import DEFAULT_IDLE, IDLE_ENV, address
+from prefixlint.introspect.process.warm import DEFAULT_IDLE, IDLE_ENV, address, read_line
 
 
 class Zygote:
@@ -95,7 +95,7 @@ class Zygote:
                 conn.close()
                 return ""
             head, fds, _, _ = socket.recv_fds(conn, 1, 3)
-            request = json.loads(_line(conn))
+            request = json.loads(read_line(conn, 65536))
         except (OSError, ValueError):
             conn.close()
             return ""
@@ -159,16 +159,6 @@ def _same_user(conn: socket.socket) -> bool:
     creds = conn.getsockopt(socket.SOL_SOCKET, opt, struct.calcsize("3i"))
     _, uid, _ = struct.unpack("3i", creds)
     return uid == os.getuid()
-
-
-def _line(conn: socket.socket) -> str:
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = conn.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    return data.decode()
 
 
 def child(fds: list[int], env: dict[str, str], start_env: dict[str, str]) -> None:
