@@ -168,3 +168,38 @@ def test_a_router_renamed_in_code_is_a_warning_at_the_loader(worker) -> None:
         ("granitemoe.py", "warning")
     ], [d.message for d in found]
     assert "router.layer" in found[0].message and "hf_to_vllm_mapper" in found[0].message
+
+
+# the checkpoint dry-run streams nothing through a loader that raises on every name
+LOADER = "        loader = AutoWeightsLoader(self)\n        return loader.load_weights(weights)\n"
+BROKEN = '        raise ValueError("this loader reads no name")\n'
+
+
+@requires_vllm
+@pytest.mark.parametrize(
+    "entry",
+    [PACKED, '        "qkv_proj": ["q_proj", "k_proj"],\n'],
+    ids=["plain", "entry-without-v"],
+)
+def test_the_synthetic_adapter_runs_on_the_own_layout_when_nothing_streamed(
+    worker, tmp_path, entry
+) -> None:
+    """A loader the checkpoint dry-run cannot stream (it raises on every name): the
+    synthetic adapter trains the model's own layout's linear layers instead of not
+    running, and still finds a fused layer the mapping lacks a part of."""
+    edits = [
+        replace_in_class("LlamaForCausalLM", LOADER, BROKEN),
+        replace_in_class("LlamaForCausalLM", PACKED, entry),
+    ]
+    path, text = llama_copy(tmp_path, "unstreamed_llama", lambda t: edits[1](edits[0](t)))
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    [result] = report.results
+    assert result["dryrun"] == "not verified", result["dryrun_reason"]
+    assert result["lora"] == "verified", result["lora_reason"]
+    assert "own layout" in result["lora_reason"]
+    found = [(d.code, d.location.row) for d in lora_findings(report)]
+    if entry == PACKED:
+        assert found == [], [d.message for d in lora_findings(report)]
+    else:
+        line = line_in_class(text, "LlamaAttention", "self.qkv_proj = QKVParallelLinear(")
+        assert found == [("PFX703", line)], [d.message for d in lora_findings(report)]

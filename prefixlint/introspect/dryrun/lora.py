@@ -36,6 +36,10 @@ _SHOWN = 8  # expected names quoted in a message
 # vLLM's manager gives a classification head's full weights (``modules_to_save``) to a
 # top-level module of one of these names only (``supported_modules_to_save``)
 CLASSIFIER_HEADS = ("score", "classifier")
+OWN_LAYOUT = (
+    "the synthetic adapter's layers come from the model's own layout (the checkpoint "
+    "dry-run streamed none): a layer its loader renames in code is not seen"
+)
 
 
 @dataclass
@@ -489,15 +493,17 @@ def run(
     api, missing = lora_matching()
     if missing:
         return LoraRun("not verified", missing, [_note(missing, site)])
-    base = _base_build(model_config, builds)
+    base, why = _build_for_lora(model_config, builds)
     if base is None:
-        return LoraRun("not verified", "the model did not build at tp=1 (its own note says why)")
+        return LoraRun("not verified", why)
     try:
-        chosen, why = _adapter_for(base.model, mapping, adapter)
+        chosen, more, mapping = _adapter_for(cls, base.model, mapping, adapter)
     except CheckpointError as e:
         return LoraRun("not verified", str(e), [_note(str(e), site)])
     if chosen is None:
-        return LoraRun("not verified", why)
+        return LoraRun("not verified", more[0])
+    partial = [w for w in (why, *more) if w]
+    why = f"in part: {'; '.join(partial)}" if partial else ""
     if chosen.keys is None:
         why = "the adapter's tensors are not in a safetensors file (headers only are read)"
         return LoraRun("not verified", why, [_note(why, site)])
@@ -512,18 +518,71 @@ def run(
     return LoraRun("verified", why, findings)
 
 
+def _build_for_lora(model_config: Any, builds: list[Any]) -> tuple[Any, str]:
+    """The build to match on and what to say of it: the tp=1 build, else one of another
+    layout without pipeline stages (vLLM's LoRA layers replace the sharded linear layers
+    as they replace whole ones, under the fake TP group; the names are the same), else
+    None with why."""
+    base = _base_build(model_config, builds)
+    if base is not None:
+        return base, ""
+    other = next((b for b in builds if b.error is None and b.layout.pp == 1), None)
+    if other is not None:
+        return other, f"matched on the {other.layout.name} build (tp=1 did not build)"
+    if any(b.error is None for b in builds):
+        return None, "no layout without pipeline stages built (its own note says why)"
+    return None, "the model did not build (its own note says why)"
+
+
 def _adapter_for(
-    model: nn.Module, mapping: dict[str, str], adapter: str | None
-) -> tuple[Adapter | None, str]:
-    """The adapter to match and what of it is left out ("" for nothing); None with the
-    reason when there is none (the synthetic one needs the dry-run's streamed layers)."""
+    cls: type | None, model: nn.Module, mapping: dict[str, str], adapter: str | None
+) -> tuple[Adapter | None, list[str], dict[str, str]]:
+    """The adapter to match, what of the check it leaves out, and the checkpoint layer ->
+    module path table it is judged with; None with the reason when there is none. The
+    synthetic one trains the layers the checkpoint dry-run streamed, else (that dry-run did
+    not finish) those of the model's own layout."""
     if adapter is not None:
-        return read_adapter(adapter), ""
+        return read_adapter(adapter), [], mapping
+    partial = []
     if not mapping:
-        return None, "the synthetic adapter trains the layers the checkpoint dry-run streamed"
+        mapping = own_layers(cls, model)
+        partial.append(OWN_LAYOUT)
+    if not mapping:
+        return None, ["no linear layer of the model derives a checkpoint name"], mapping
     chosen, towers = synthetic_adapter(mapping, language_prefix(model))
-    why = f"in part: {towers} tower layer(s) left out (vLLM's default)" if towers else ""
-    return chosen, why
+    if towers:
+        partial.append(f"{towers} tower layer(s) left out (vLLM's default)")
+    return chosen, partial, mapping
+
+
+def own_layers(cls: type | None, model: nn.Module) -> dict[str, str]:
+    """Checkpoint layer -> linear module path as the model's own tables name them
+    (``selflayout``'s derivation: a fused layer's parts from its stacked-params tables and
+    ``packed_modules_mapping``, names through the inverse of ``hf_to_vllm_mapper``), for
+    a model whose checkpoint dry-run streamed no layer (a loader that raised or needs
+    real data): the synthetic adapter still covers every linear layer."""
+    from vllm.model_executor.layers.linear import LinearBase
+
+    from prefixlint.introspect.dryrun.selflayout import (
+        checkpoint_name,
+        fused_kind,
+        shard_sources,
+        weights_mapper,
+    )
+
+    mapper, sources = weights_mapper(cls), shard_sources(model, cls)
+    out: dict[str, str] = {}
+    for path, module in model.named_modules():
+        if not isinstance(module, LinearBase) or getattr(module, "weight", None) is None:
+            continue
+        owner, _, leaf = path.rpartition(".")
+        fused = f"{path}.weight" if fused_kind(module) and leaf in sources else None
+        parts = [f"{owner}.{p}".lstrip(".") for p, _ in sources[leaf]] if fused else [path]
+        for part in parts:
+            name = checkpoint_name(mapper, f"{part}.weight", fused)
+            if name is not None:
+                out[name.removesuffix(".weight")] = path
+    return out
 
 
 def _judged(
