@@ -203,3 +203,21 @@ def test_the_synthetic_adapter_runs_on_the_own_layout_when_nothing_streamed(
     else:
         line = line_in_class(text, "LlamaAttention", "self.qkv_proj = QKVParallelLinear(")
         assert found == [("PFX703", line)], [d.message for d in lora_findings(report)]
+
+
+@requires_vllm
+def test_a_model_that_does_not_build_at_tp1_is_matched_on_another_layout(worker, tmp_path):
+    """vLLM's LoRA layers replace sharded linear layers as whole ones (the names are the
+    same): when tp=1 does not build and tp=2 does, the adapter is matched there."""
+    fails = (
+        "        super().__init__()\n"
+        "        if get_tensor_model_parallel_world_size() == 1:\n"
+        '            raise ValueError("this model needs tp > 1")\n'
+    )
+    edit = replace_in_class("LlamaForCausalLM", "        super().__init__()\n", fails)
+    path, _ = llama_copy(tmp_path, "tp2_llama", edit)
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1, 2), pp=(1,), worker=worker)
+    [result] = report.results
+    assert result["lora"] == "verified", result["lora_reason"]
+    assert "tp=2 build" in result["lora_reason"], result["lora_reason"]
+    assert lora_findings(report) == [], [d.message for d in lora_findings(report)]
