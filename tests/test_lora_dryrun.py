@@ -221,3 +221,32 @@ def test_a_model_that_does_not_build_at_tp1_is_matched_on_another_layout(worker,
     assert result["lora"] == "verified", result["lora_reason"]
     assert "tp=2 build" in result["lora_reason"], result["lora_reason"]
     assert lora_findings(report) == [], [d.message for d in lora_findings(report)]
+
+
+@requires_vllm
+def test_a_pooling_models_adapter_is_taken_without_model_prefix(worker) -> None:
+    """An embedding model's checkpoint (and adapter) names its layers without `model.`;
+    vLLM's manager retries a pooling model's `model.X` as `X`, so nothing is dropped."""
+    report = introspect("Qwen2Model", tp=(1,), pp=(1,), worker=worker)
+    [result] = report.results
+    assert result["lora"] == "verified", result["lora_reason"]
+    assert lora_findings(report) == [], [d.message for d in lora_findings(report)]
+
+
+@requires_vllm
+def test_a_model_that_builds_otherwise_under_a_lora_config_is_matched_so(worker, tmp_path):
+    """vLLM builds the model with its `LoRAConfig` under `--enable-lora`; a model that
+    maps `qkv_proj` to all three parts only then (as Qwen4Exp does) is no finding."""
+    only_with_lora = (
+        "        super().__init__()\n"
+        "        if vllm_config.lora_config is None:\n"
+        "            self.packed_modules_mapping = {\n"
+        '                **self.packed_modules_mapping, "qkv_proj": ["q_proj", "k_proj"]\n'
+        "            }\n"
+    )
+    edit = replace_in_class("LlamaForCausalLM", "        super().__init__()\n", only_with_lora)
+    path, _ = llama_copy(tmp_path, "lora_config_llama", edit)
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    [result] = report.results
+    assert result["lora"] == "verified", result["lora_reason"]
+    assert lora_findings(report) == [], [d.message for d in lora_findings(report)]
