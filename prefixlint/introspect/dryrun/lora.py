@@ -509,8 +509,9 @@ def run(
     adapter: str | None = None,
 ) -> LoraRun:
     """PFX703 for one target: ``adapter`` (a local PEFT folder, ``resolve_adapter``'s)
-    or, without one, the synthetic adapter of the dry-run's ``mapping``, matched on the
-    tp=1 build. A model without ``SupportsLoRA`` is not run (a note when an adapter was
+    or, without one, the synthetic adapter of the dry-run's ``mapping`` (else of the
+    model's own layout), matched on the tp=1 build (``_build_for_lora``, ``_under_lora``
+    say which otherwise). A model without ``SupportsLoRA`` is not run (a note when an adapter was
     given); what cannot run is a PFX600 note."""
     site = class_site(cls)
     if not enabled and adapter is None:
