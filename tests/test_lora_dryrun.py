@@ -250,3 +250,17 @@ def test_a_model_that_builds_otherwise_under_a_lora_config_is_matched_so(worker,
     [result] = report.results
     assert result["lora"] == "verified", result["lora_reason"]
     assert lora_findings(report) == [], [d.message for d in lora_findings(report)]
+
+
+@requires_vllm
+def test_a_fused_layer_trained_whole_that_the_mapping_splits_says_so(worker) -> None:
+    """GLM-4's checkpoint holds `mlp.gate_up_proj` fused, so an adapter trains it whole;
+    Glm4's `packed_modules_mapping` splits it into `gate_proj`/`up_proj`, the only names
+    vLLM's loader expects: refused, and the module exists (it is no missing module)."""
+    report = introspect("Glm4ForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    found = [d for d in lora_findings(report) if d.code == "PFX703"]
+    assert len(found) == 1, [d.message for d in found]
+    message = found[0].message
+    assert "`model.layers.0.mlp.gate_up_proj`" in message and "whole" in message, message
+    assert "maps `gate_up_proj` to ['gate_proj', 'up_proj']" in message, message
+    assert "no module" not in message, message

@@ -568,7 +568,9 @@ def _build_for_lora(model_config: Any, builds: list[Any]) -> tuple[Any, str]:
     return None, "the model did not build (its own note says why)"
 
 
-def _under_lora(cls: type | None, model_config: Any, base: Any, api: dict[str, Any]) -> Any:
+def _under_lora(
+    cls: type | None, model_config: Any, base: Any, api: dict[str, Any]
+) -> tuple[Any, str]:
     """The build as ``--enable-lora`` makes it (a ``LoRAConfig`` in the ``VllmConfig``)
     for a model whose files read ``lora_config``: such a model may build otherwise under
     it (Qwen4Exp keeps its indexer projection out of ``qkv_proj`` and maps `qkv_proj` to
