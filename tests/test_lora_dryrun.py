@@ -168,3 +168,99 @@ def test_a_router_renamed_in_code_is_a_warning_at_the_loader(worker) -> None:
         ("granitemoe.py", "warning")
     ], [d.message for d in found]
     assert "router.layer" in found[0].message and "hf_to_vllm_mapper" in found[0].message
+
+
+# the checkpoint dry-run streams nothing through a loader that raises on every name
+LOADER = "        loader = AutoWeightsLoader(self)\n        return loader.load_weights(weights)\n"
+BROKEN = '        raise ValueError("this loader reads no name")\n'
+
+
+@requires_vllm
+@pytest.mark.parametrize(
+    "entry",
+    [PACKED, '        "qkv_proj": ["q_proj", "k_proj"],\n'],
+    ids=["plain", "entry-without-v"],
+)
+def test_the_synthetic_adapter_runs_on_the_own_layout_when_nothing_streamed(
+    worker, tmp_path, entry
+) -> None:
+    """A loader the checkpoint dry-run cannot stream (it raises on every name): the
+    synthetic adapter trains the model's own layout's linear layers instead of not
+    running, and still finds a fused layer the mapping lacks a part of."""
+    edits = [
+        replace_in_class("LlamaForCausalLM", LOADER, BROKEN),
+        replace_in_class("LlamaForCausalLM", PACKED, entry),
+    ]
+    path, text = llama_copy(tmp_path, "unstreamed_llama", lambda t: edits[1](edits[0](t)))
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    [result] = report.results
+    assert result["dryrun"] == "not verified", result["dryrun_reason"]
+    assert result["lora"] == "verified", result["lora_reason"]
+    assert "own layout" in result["lora_reason"]
+    found = [(d.code, d.location.row) for d in lora_findings(report)]
+    if entry == PACKED:
+        assert found == [], [d.message for d in lora_findings(report)]
+    else:
+        line = line_in_class(text, "LlamaAttention", "self.qkv_proj = QKVParallelLinear(")
+        assert found == [("PFX703", line)], [d.message for d in lora_findings(report)]
+
+
+@requires_vllm
+def test_a_model_that_does_not_build_at_tp1_is_matched_on_another_layout(worker, tmp_path):
+    """vLLM's LoRA layers replace sharded linear layers as whole ones (the names are the
+    same): when tp=1 does not build and tp=2 does, the adapter is matched there."""
+    fails = (
+        "        super().__init__()\n"
+        "        if get_tensor_model_parallel_world_size() == 1:\n"
+        '            raise ValueError("this model needs tp > 1")\n'
+    )
+    edit = replace_in_class("LlamaForCausalLM", "        super().__init__()\n", fails)
+    path, _ = llama_copy(tmp_path, "tp2_llama", edit)
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1, 2), pp=(1,), worker=worker)
+    [result] = report.results
+    assert result["lora"] == "verified", result["lora_reason"]
+    assert "tp=2 build" in result["lora_reason"], result["lora_reason"]
+    assert lora_findings(report) == [], [d.message for d in lora_findings(report)]
+
+
+@requires_vllm
+def test_a_pooling_models_adapter_is_taken_without_model_prefix(worker) -> None:
+    """An embedding model's checkpoint (and adapter) names its layers without `model.`;
+    vLLM's manager retries a pooling model's `model.X` as `X`, so nothing is dropped."""
+    report = introspect("Qwen2Model", tp=(1,), pp=(1,), worker=worker)
+    [result] = report.results
+    assert result["lora"] == "verified", result["lora_reason"]
+    assert lora_findings(report) == [], [d.message for d in lora_findings(report)]
+
+
+@requires_vllm
+def test_a_model_that_builds_otherwise_under_a_lora_config_is_matched_so(worker, tmp_path):
+    """vLLM builds the model with its `LoRAConfig` under `--enable-lora`; a model that
+    maps `qkv_proj` to all three parts only then (as Qwen4Exp does) is no finding."""
+    only_with_lora = (
+        "        super().__init__()\n"
+        "        if vllm_config.lora_config is None:\n"
+        "            self.packed_modules_mapping = {\n"
+        '                **self.packed_modules_mapping, "qkv_proj": ["q_proj", "k_proj"]\n'
+        "            }\n"
+    )
+    edit = replace_in_class("LlamaForCausalLM", "        super().__init__()\n", only_with_lora)
+    path, _ = llama_copy(tmp_path, "lora_config_llama", edit)
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    [result] = report.results
+    assert result["lora"] == "verified", result["lora_reason"]
+    assert lora_findings(report) == [], [d.message for d in lora_findings(report)]
+
+
+@requires_vllm
+def test_a_fused_layer_trained_whole_that_the_mapping_splits_says_so(worker) -> None:
+    """GLM-4's checkpoint holds `mlp.gate_up_proj` fused, so an adapter trains it whole;
+    Glm4's `packed_modules_mapping` splits it into `gate_proj`/`up_proj`, the only names
+    vLLM's loader expects: refused, and the module exists (it is no missing module)."""
+    report = introspect("Glm4ForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    found = [d for d in lora_findings(report) if d.code == "PFX703"]
+    assert len(found) == 1, [d.message for d in found]
+    message = found[0].message
+    assert "`model.layers.0.mlp.gate_up_proj`" in message and "whole" in message, message
+    assert "maps `gate_up_proj` to ['gate_proj', 'up_proj']" in message, message
+    assert "no module" not in message, message

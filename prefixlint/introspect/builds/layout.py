@@ -41,7 +41,9 @@ class Build:
     variant: str = ""  # the config variant it was built with ("" for the base config)
 
 
-def build_layout(model_config: Any, layout: Layout, quant_config: Any = None) -> Build:
+def build_layout(
+    model_config: Any, layout: Layout, quant_config: Any = None, lora_config: Any = None
+) -> Build:
     from vllm.model_executor.model_loader.utils import initialize_model
 
     set_default_torch_dtype = vllm_api.set_default_torch_dtype()
@@ -54,6 +56,8 @@ def build_layout(model_config: Any, layout: Layout, quant_config: Any = None) ->
         vllm_config = _vllm_config(model_config, layout)
         if quant_config is not None:  # the quantization dry-run's synthetic config
             vllm_config.quant_config = quant_config
+        if lora_config is not None:  # the LoRA dry-run's: as `--enable-lora` builds it
+            vllm_config.lora_config = lora_config
     except Exception as e:
         return Build(layout, None, None, recorder, 0.0, e, e.__traceback__)
     model = None

@@ -21,12 +21,14 @@ manager's choice of modules), so those loops alone are repeated here.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from torch import nn
 
-from prefixlint.introspect.dryrun import _base_build
+from prefixlint.introspect.dryrun import _base_build, _served_as_embedding
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.finding import Finding, class_site
 from prefixlint.introspect.targets.adapter import Adapter, read_adapter
@@ -36,6 +38,10 @@ _SHOWN = 8  # expected names quoted in a message
 # vLLM's manager gives a classification head's full weights (``modules_to_save``) to a
 # top-level module of one of these names only (``supported_modules_to_save``)
 CLASSIFIER_HEADS = ("score", "classifier")
+OWN_LAYOUT = (
+    "the synthetic adapter's layers come from the model's own layout (the checkpoint "
+    "dry-run streamed none): a layer its loader renames in code is not seen"
+)
 
 
 @dataclass
@@ -175,10 +181,14 @@ def _replaces(lora_cls: Any, module: nn.Module, config: Any, parts: list[str], h
         return False
 
 
-def taker(name: str, wrapped: dict[str, bool], packed: dict[str, list[str]]) -> str | None:
+def taker(
+    name: str, wrapped: dict[str, bool], packed: dict[str, list[str]], pooling: bool = False
+) -> str | None:
     """The module the manager gives the adapter module ``name`` to: the module of that
     path, or the fused module beside it whose packed parts name it
-    (``_register_packed_modules``)."""
+    (``_register_packed_modules``); a pooling model's ``model.X`` takes ``X`` too (the
+    manager's retry without ``model.``, ``_get_lora_layer_weights``: an embedding
+    model's adapter names its base model's layers without it)."""
     if name in wrapped:
         return name
     parent, _, leaf = name.rpartition(".")
@@ -186,7 +196,7 @@ def taker(name: str, wrapped: dict[str, bool], packed: dict[str, list[str]]) -> 
         path = f"{parent}.{fused}" if parent else fused
         if len(parts) > 1 and leaf in parts and path in wrapped:
             return path
-    return None
+    return taker(f"model.{name}", wrapped, packed) if pooling else None
 
 
 # -- what it means, at the model's line ------------------------------------------------------
@@ -231,6 +241,9 @@ class Judge:
             self.gather(self.sites.module(fused), f"lora:fused:{leaf}", base, path=fused)
         elif name in self.found.embeddings:
             self.gather(self.sites.class_site, "lora:embedding", base)
+        elif self.module(name) is not None and self.found.packed.get(base, [base]) != [base]:
+            # the module exists under that name: the mapping splits it into other names
+            self.gather(self.sites.module(name), f"lora:whole:{base}", base, path=name)
         elif self.renamed(peft, name):
             site = self.sites.loader(f"{peft}.weight")
             self.gather(site, "lora:renamed:refused", name, peft=peft, refused=True)
@@ -240,7 +253,10 @@ class Judge:
     def dropped(self, peft: str, name: str, wrapped: dict[str, bool]) -> None:
         """An adapter module vLLM loads: which module takes it, and whether LoRA wraps it."""
         language = language_prefix(self.model)
-        path = taker(name, wrapped, self.found.packed)
+        path = taker(name, wrapped, self.found.packed, self.pooling())
+        fused = self.fused_home(peft, name) if path is None else None
+        if fused is not None and wrapped.get(fused) is False:
+            path = fused  # its loader fills a fused layer no LoRA layer replaces: not a rename
         if path is not None and wrapped[path]:
             return
         if path is not None:
@@ -257,6 +273,14 @@ class Judge:
             self.gather(site, "lora:renamed:dropped", name, peft=peft, refused=False)
         else:
             self.gather(self.near(name), "lora:unmapped:dropped", name, refused=False)
+
+    def pooling(self) -> bool:
+        """vLLM's manager sees a pooling model: the class is one, or vLLM serves this
+        architecture as an embedding model (``as_embedding_model``, as the dry-run does)."""
+        from vllm.model_executor.models import is_pooling_model
+
+        served = self.model_config is not None and _served_as_embedding(self.model_config)
+        return served or is_pooling_model(self.model)
 
     def fused_home(self, peft: str, name: str) -> str | None:
         """The fused module the adapter module's part is loaded into: where the dry-run saw
@@ -329,6 +353,17 @@ class Judge:
             f"{_quoted(parts)}, and {table} {has}: vLLM's LoRA loader expects only "
             f'{self.expected()} and refuses the adapter ("expected target modules in ... '
             f'but received [...]"); make the entry `{leaf!r}: {fix!r}`'
+        )
+
+    def _whole(self, issue: dict[str, Any]) -> tuple[str, str]:
+        path = issue["path"]
+        leaf = path.rsplit(".", 1)[-1]
+        return "error", (
+            f"the adapter trains `{path}` (a `{type(self.module(path)).__name__}`) whole, "
+            f"as `{leaf}`, and `{self.name}.packed_modules_mapping` maps `{leaf}` to "
+            f"{list(self.found.packed[leaf])}: vLLM's LoRA loader expects only "
+            f'{self.expected()} and refuses the adapter ("expected target modules in ... '
+            'but received [...]")'
         )
 
     def _embedding(self, issue: dict[str, Any]) -> tuple[str, str]:
@@ -474,8 +509,9 @@ def run(
     adapter: str | None = None,
 ) -> LoraRun:
     """PFX703 for one target: ``adapter`` (a local PEFT folder, ``resolve_adapter``'s)
-    or, without one, the synthetic adapter of the dry-run's ``mapping``, matched on the
-    tp=1 build. A model without ``SupportsLoRA`` is not run (a note when an adapter was
+    or, without one, the synthetic adapter of the dry-run's ``mapping`` (else of the
+    model's own layout), matched on the tp=1 build (``_build_for_lora``, ``_under_lora``
+    say which otherwise). A model without ``SupportsLoRA`` is not run (a note when an adapter was
     given); what cannot run is a PFX600 note."""
     site = class_site(cls)
     if not enabled and adapter is None:
@@ -489,15 +525,19 @@ def run(
     api, missing = lora_matching()
     if missing:
         return LoraRun("not verified", missing, [_note(missing, site)])
-    base = _base_build(model_config, builds)
+    base, why = _build_for_lora(model_config, builds)
     if base is None:
-        return LoraRun("not verified", "the model did not build at tp=1 (its own note says why)")
+        return LoraRun("not verified", why)
+    base, lora_build = _under_lora(cls, model_config, base, api)
+    why = "; ".join(w for w in (why, lora_build) if w)
     try:
-        chosen, why = _adapter_for(base.model, mapping, adapter)
+        chosen, more, mapping = _adapter_for(cls, base.model, mapping, adapter)
     except CheckpointError as e:
         return LoraRun("not verified", str(e), [_note(str(e), site)])
     if chosen is None:
-        return LoraRun("not verified", why)
+        return LoraRun("not verified", more[0])
+    partial = [w for w in (why, *more) if w]
+    why = f"in part: {'; '.join(partial)}" if partial else ""
     if chosen.keys is None:
         why = "the adapter's tensors are not in a safetensors file (headers only are read)"
         return LoraRun("not verified", why, [_note(why, site)])
@@ -512,18 +552,99 @@ def run(
     return LoraRun("verified", why, findings)
 
 
+def _build_for_lora(model_config: Any, builds: list[Any]) -> tuple[Any, str]:
+    """The build to match on and what to say of it: the tp=1 build, else one of another
+    layout without pipeline stages (vLLM's LoRA layers replace the sharded linear layers
+    as they replace whole ones, under the fake TP group; the names are the same), else
+    None with why."""
+    base = _base_build(model_config, builds)
+    if base is not None:
+        return base, ""
+    other = next((b for b in builds if b.error is None and b.layout.pp == 1), None)
+    if other is not None:
+        return other, f"matched on the {other.layout.name} build (tp=1 did not build)"
+    if any(b.error is None for b in builds):
+        return None, "no layout without pipeline stages built (its own note says why)"
+    return None, "the model did not build (its own note says why)"
+
+
+def _under_lora(
+    cls: type | None, model_config: Any, base: Any, api: dict[str, Any]
+) -> tuple[Any, str]:
+    """The build as ``--enable-lora`` makes it (a ``LoRAConfig`` in the ``VllmConfig``)
+    for a model whose files read ``lora_config``: such a model may build otherwise under
+    it (Qwen4Exp keeps its indexer projection out of ``qkv_proj`` and maps `qkv_proj` to
+    three parts only then), and the adapter meets that build. Else ``base``; returns the
+    build and what to say of it."""
+    from prefixlint.introspect.builds.layout import build_layout
+    from prefixlint.introspect.dryrun.selflayout import model_files
+
+    if not any("lora_config" in _text(f) for f in model_files(base.model, cls)):
+        return base, ""
+    rebuilt = build_layout(model_config, base.layout, lora_config=api["LoRAConfig"]())
+    if rebuilt.error is not None:
+        error = f"{type(rebuilt.error).__name__}: {str(rebuilt.error)[:200]}"
+        return base, f"matched on the build without a LoRA config (with one: {error})"
+    return rebuilt, ""
+
+
+@functools.lru_cache(maxsize=64)
+def _text(file: str) -> str:
+    try:
+        return Path(file).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
 def _adapter_for(
-    model: nn.Module, mapping: dict[str, str], adapter: str | None
-) -> tuple[Adapter | None, str]:
-    """The adapter to match and what of it is left out ("" for nothing); None with the
-    reason when there is none (the synthetic one needs the dry-run's streamed layers)."""
+    cls: type | None, model: nn.Module, mapping: dict[str, str], adapter: str | None
+) -> tuple[Adapter | None, list[str], dict[str, str]]:
+    """The adapter to match, what of the check it leaves out, and the checkpoint layer ->
+    module path table it is judged with; None with the reason when there is none. The
+    synthetic one trains the layers the checkpoint dry-run streamed, else (that dry-run did
+    not finish) those of the model's own layout."""
     if adapter is not None:
-        return read_adapter(adapter), ""
+        return read_adapter(adapter), [], mapping
+    partial = []
     if not mapping:
-        return None, "the synthetic adapter trains the layers the checkpoint dry-run streamed"
+        mapping = own_layers(cls, model)
+        partial.append(OWN_LAYOUT)
+    if not mapping:
+        return None, ["no linear layer of the model derives a checkpoint name"], mapping
     chosen, towers = synthetic_adapter(mapping, language_prefix(model))
-    why = f"in part: {towers} tower layer(s) left out (vLLM's default)" if towers else ""
-    return chosen, why
+    if towers:
+        partial.append(f"{towers} tower layer(s) left out (vLLM's default)")
+    return chosen, partial, mapping
+
+
+def own_layers(cls: type | None, model: nn.Module) -> dict[str, str]:
+    """Checkpoint layer -> linear module path as the model's own tables name them
+    (``selflayout``'s derivation: a fused layer's parts from its stacked-params tables and
+    ``packed_modules_mapping``, names through the inverse of ``hf_to_vllm_mapper``), for
+    a model whose checkpoint dry-run streamed no layer (a loader that raised or needs
+    real data): the synthetic adapter still covers every linear layer."""
+    from vllm.model_executor.layers.linear import LinearBase
+
+    from prefixlint.introspect.dryrun.selflayout import (
+        checkpoint_name,
+        fused_kind,
+        shard_sources,
+        weights_mapper,
+    )
+
+    mapper, sources = weights_mapper(cls), shard_sources(model, cls)
+    out: dict[str, str] = {}
+    for path, module in model.named_modules():
+        if not isinstance(module, LinearBase) or getattr(module, "weight", None) is None:
+            continue
+        owner, _, leaf = path.rpartition(".")
+        fused = f"{path}.weight" if fused_kind(module) and leaf in sources else None
+        parts = [f"{owner}.{p}".lstrip(".") for p, _ in sources[leaf]] if fused else [path]
+        for part in parts:
+            name = checkpoint_name(mapper, f"{part}.weight", fused)
+            if name is not None:
+                out[name.removesuffix(".weight")] = path
+    return out
 
 
 def _judged(
@@ -560,18 +681,26 @@ def _as_synthetic(f: Finding) -> Finding:
 
 def folded(findings: list[Finding], packed: list[Finding]) -> list[Finding]:
     """A fused layer ``packed_modules_mapping`` lacks is PFX606 already, at the same line
-    (``checks/packed.py``): one defect, reported once; the PFX606 finding says that vLLM's
-    LoRA loader refused the adapter."""
+    (``checks/packed.py``): one defect, reported once; the PFX606 finding says what vLLM's
+    LoRA loader did with the adapter (refused it; or, the layer unwrapped, dropped its
+    weights)."""
     by_site = {(f.file, f.line): f for f in packed}
     out = []
     for f in findings:
-        known = by_site.get((f.file, f.line)) if f.group.startswith("lora:fused:") else None
+        grouped = f.group.startswith(("lora:fused:", "lora:unwrapped:"))
+        known = by_site.get((f.file, f.line)) if grouped else None
         if known is None:
             out.append(f)
             continue
-        known.severity = "error"
-        known.message += (
-            "; the LoRA dry-run confirms it: vLLM's LoRA loader refuses an adapter that "
-            "trains the parts (PFX703)"
-        )
+        if f.group.startswith("lora:fused:"):
+            known.severity = "error"
+            known.message += (
+                "; the LoRA dry-run confirms it: vLLM's LoRA loader refuses an adapter that "
+                "trains the parts (PFX703)"
+            )
+        else:
+            known.message += (
+                "; the LoRA dry-run confirms it: no LoRA layer replaces it, and vLLM drops "
+                "the adapter's weights for the parts (PFX703)"
+            )
     return out
