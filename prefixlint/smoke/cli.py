@@ -144,12 +144,12 @@ def gate_lines(gate: list[Any]) -> list[str]:
 
 def _verdict(report: Any, output_format: str) -> None:
     """Findings on stdout, then the one-line verdict: "passed" only for checks that ran."""
+    from prefixlint.commands.common import code_names
     from prefixlint.diagnostic import Severity
     from prefixlint.reporters import REPORTERS
-    from prefixlint.smoke import CHECKS
 
     diagnostics = report.gate + report.diagnostics if report.blocked else report.diagnostics
-    names = {c: n for c, (n, _) in CHECKS.items()}
+    names = code_names()  # every code's: phase 2's (a blocked run's gate) and PFX604 too
     if output_format == "json" or diagnostics:
         REPORTERS[output_format](
             diagnostics, sys.stdout, {"files": 1, "names": names, "show_source": True}
