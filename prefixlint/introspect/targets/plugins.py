@@ -16,6 +16,7 @@ Runs inside the worker process (imports vLLM and transformers lazily).
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.metadata
 import json
@@ -623,7 +624,9 @@ def _config_reads(cls: type) -> _ConfigReads:
     return reads
 
 
+@functools.lru_cache(maxsize=256)
 def _default(config_cls: type) -> Any:
+    """The class's default instance, once (read only: compared, never given to a build)."""
     try:
         return config_cls()
     except Exception:
