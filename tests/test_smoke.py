@@ -231,6 +231,33 @@ def test_summary_table_names_every_code(capsys):
     assert name and f"1  PFX601  {name}" in out, out
 
 
+def test_no_reference_for_a_plugin_config_is_said_in_one_line(tmp_path: Path):
+    """A plugin's own config class has no transformers model to write the random-weight
+    checkpoint: every check is skipped with a reason that names the class, not
+    transformers' list of every config class it knows (cut off mid-word at 300)."""
+    pytest.importorskip("torch")
+    from transformers import AutoConfig, PretrainedConfig
+
+    from prefixlint.smoke.child import Results, _checkpoint
+
+    class SmokePluginConfig(PretrainedConfig):
+        model_type = "prefixlint_smoke_plugin_cfg"
+
+    AutoConfig.register(SmokePluginConfig.model_type, SmokePluginConfig, exist_ok=True)
+    folder = tmp_path / "config"
+    SmokePluginConfig(vocab_size=64).save_pretrained(folder)
+    out = tmp_path / "results.jsonl"
+    resolved = {"config_folder": folder, "arch": "SmokePluginForCausalLM"}
+    job = {"target": "SmokePluginForCausalLM"}
+    checks = {"PFX801", "PFX802"}
+    assert _checkpoint(job, resolved, tmp_path / "work", Results(str(out)), checks) is None
+    events = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(e["code"], e["status"]) for e in events] == [("PFX801", "skip"), ("PFX802", "skip")]
+    reason = events[0]["reason"]
+    assert "SmokePluginConfig" in reason and "prefixlint_smoke_plugin_cfg" in reason, reason
+    assert "should be one of" not in reason, reason
+
+
 def _smoke_resolve(target: str, site: Path, cwd: Path) -> dict:
     """The smoke child's target and config resolution, in a Python that finds the
     installed plugin (as a user's would), without starting an engine."""

@@ -381,7 +381,7 @@ def _checkpoint(
         try:
             hf_model = write_checkpoint(cfg, model_dir, resolved["arch"])
         except Exception as e:
-            reason = f"transformers cannot build a reference: {type(e).__name__}: {e}"
+            reason = _no_reference(cfg, e)
             for code in sorted(checks):
                 out.emit(event="check", code=code, status="skip", reason=reason[:300])
             return None
@@ -401,6 +401,20 @@ def _checkpoint(
             )
             checks.discard("PFX801")
     return Path(model_dir), cfg, hf_model
+
+
+def _no_reference(cfg: Any, error: BaseException) -> str:
+    """Why no random-weight checkpoint was written: transformers has no causal-LM class
+    for the config's class (a plugin's own config class), said in one line, not
+    transformers' list of every class it knows."""
+    if isinstance(error, ValueError) and str(error).startswith("Unrecognized configuration"):
+        return (
+            f"transformers cannot build a reference: it has no causal-LM class for "
+            f"`{type(cfg).__module__}.{type(cfg).__qualname__}` (model type "
+            f"{getattr(cfg, 'model_type', '?')!r}), and the random-weight checkpoint is "
+            f"written by that class; give a model folder with weights as TARGET"
+        )
+    return f"transformers cannot build a reference: {type(error).__name__}: {error}"
 
 
 def _refuse_unloaded(model_dir: Path, out: Results, checks: set[str]) -> bool:
