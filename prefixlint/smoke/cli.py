@@ -56,11 +56,12 @@ def smoke(
 ) -> None:
     """Run TARGET in vLLM on random weights and compare greedy tokens (phase 3).
 
-    TARGET is an architecture of the installed vLLM registry (LlamaForCausalLM),
-    module:Class, path/to/file.py[:Class], or a model folder (its config.json, and its
-    weights when it has them, are used as they are). Checks: PFX801 greedy-mismatch
-    (vs transformers), PFX802 batch-dependence, PFX803 chunked-prefill-mismatch, PFX804
-    prefix-cache-mismatch, PFX805 tp-mismatch, PFX806 compile-mismatch.
+    TARGET is an architecture of the installed vLLM registry (LlamaForCausalLM, or one a
+    vLLM plugin registers), module:Class, path/to/file.py[:Class], or a model folder (its
+    config.json, and its weights when it has them, are used as they are). Checks: PFX801
+    greedy-mismatch (vs transformers), PFX802 batch-dependence, PFX803
+    chunked-prefill-mismatch, PFX804 prefix-cache-mismatch, PFX805 tp-mismatch, PFX806
+    compile-mismatch.
     """
     from prefixlint.progress import Progress
     from prefixlint.smoke import parse_checks
