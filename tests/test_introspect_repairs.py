@@ -427,6 +427,56 @@ def test_stand_in_replaced_by_the_class_an_isinstance_check_names(tmp_path: Path
     assert isinstance(cfg.vision_config, PixtralVisionConfig)
 
 
+SUB_MODEL = (
+    "from torch import nn\n"
+    "def build(config):\n"
+    "    encoder = config.encoder\n"
+    "    width = config.encoder.hidden_size\n"
+    "    return nn.Linear(width * encoder.num_hidden_layers, config.hidden_size)\n"
+)
+
+
+def test_a_sub_model_config_read_under_any_name_is_synthesised(tmp_path: Path) -> None:
+    """Issue 29: ``'LlamaConfig' object has no attribute 'encoder'`` where the model reads
+    ``config.encoder.hidden_size``: a nested sub-config (an encoder's shrunk sizes), not a
+    guessed scalar and not an unrepaired failure."""
+    module = _module(tmp_path, SUB_MODEL)
+    cfg = _llama()
+    assert _repair_until_built(module.build, [cfg]) == ["encoder"]
+    assert cfg.encoder.hidden_size == 128 and cfg.encoder.num_hidden_layers == 2
+    # a scalar read is no sub-config: a method called on it, or nothing read from it
+    from prefixlint.introspect.configs.subconfigs import read_as_sub_config
+
+    assert not read_as_sub_config("encoder", ["x = config.encoder.lower()\n"])
+    assert not read_as_sub_config("encoder", ["x = config.encoder\nself.encoder.layers\n"])
+    assert read_as_sub_config("encoder", ["e = self.config.encoder\nn = e.num_layers\n"])
+
+
+@pytest.mark.slow
+def test_a_model_reading_a_sub_model_config_builds(worker, tmp_path: Path) -> None:
+    """The same model built through the worker on its synthesised (Llama-shaped) config:
+    built, the sub-config said in the config's source, no note."""
+    from prefixlint.introspect import introspect
+
+    model = tmp_path / "models" / "sub_model_encoder.py"
+    model.parent.mkdir()
+    model.write_text(
+        SUB_MODEL + "\n\nclass SubModelEncoderForCausalLM(nn.Module):\n"
+        "    def __init__(self, *, vllm_config, prefix: str = ''):\n"
+        "        super().__init__()\n"
+        "        self.part = build(vllm_config.model_config.hf_config)\n\n"
+        "    def embed_input_ids(self, input_ids):\n        return input_ids\n\n"
+        "    def forward(self, input_ids, positions):\n        return input_ids\n\n"
+        "    def compute_logits(self, hidden_states):\n        return hidden_states\n"
+    )
+    report = introspect(str(model), tp=(1,), pp=(), worker=worker, dryrun=False, explore_budget=0)
+    assert report.error is None, report.error
+    [result] = report.results
+    assert result["status"] == "built", result["reason"]
+    assert "encoder" in result["config_source"], result["config_source"]
+    assert not [d for d in report.diagnostics if d.code == "PFX600"], report.diagnostics
+
+
 def test_asserted_values_are_given(tmp_path: Path) -> None:
     module = _module(
         tmp_path,

@@ -383,6 +383,81 @@ def test_planted_defect_is_caught_at_its_line(tag: str, worker, tmp_path: Path) 
     assert not elsewhere, elsewhere
 
 
+AUDIO_CONFIG = """
+
+class ToyAudioConfig(PretrainedConfig):
+    \"\"\"The audio tower's config: registered by the plugin, not the model's.\"\"\"
+
+    model_type = "{package}_audio"
+
+    def __init__(self, hidden_size: int = 512, num_mel_bins: int = 80, **kwargs) -> None:
+        self.hidden_size = hidden_size
+        self.num_mel_bins = num_mel_bins
+        super().__init__(**kwargs)
+"""
+
+
+def _with_audio_tower(model: Path, tower_first: bool) -> None:
+    """The copy's package also registers its audio tower's config class (before or after
+    the model's own), its model config carries ``audio_model_id``, and its model names
+    only the tower's class (it builds the tower's config from it)."""
+    package = model.parent
+    config = package / "configuration.py"
+    text = config.read_text().replace(
+        "        tie_word_embeddings: bool = False,\n",
+        '        tie_word_embeddings: bool = False,\n        audio_model_id: str = "org/audio",\n',
+    )
+    text = text.replace(
+        "        self.rope_theta = rope_theta\n",
+        "        self.rope_theta = rope_theta\n        self.audio_model_id = audio_model_id\n",
+    )
+    config.write_text(text + AUDIO_CONFIG.format(package=package.name))
+    init = package / "__init__.py"
+    own = "    AutoConfig.register(ToyLMConfig.model_type, ToyLMConfig, exist_ok=True)\n"
+    tower = "    AutoConfig.register(ToyAudioConfig.model_type, ToyAudioConfig, exist_ok=True)\n"
+    text = init.read_text().replace(own, tower + own if tower_first else own + tower)
+    init.write_text(text.replace("import ToyLMConfig", "import ToyAudioConfig, ToyLMConfig"))
+
+
+@requires_vllm
+@requires_install
+@pytest.mark.slow
+@pytest.mark.parametrize("tower_first", [True, False])
+def test_a_plugin_s_tower_config_is_not_the_model_s(tower_first, worker, tmp_path: Path) -> None:
+    """Issue 30: a plugin registering its audio tower's config class beside the model's
+    own: the model's class (the one with the ``audio_model_id`` its code reads) is
+    synthesised, whichever registers first, and the model builds clean."""
+    from prefixlint.introspect import introspect
+
+    tag = "tower_first" if tower_first else "tower_last"
+    model = source_copy(
+        tmp_path,
+        tag,
+        _before_model(
+            "        self.audio_model_id = config.audio_model_id\n"
+            "        self.audio_tower_config = ToyAudioConfig(hidden_size=config.hidden_size)\n"
+        ),
+    )
+    text = model.read_text()
+    model.write_text(
+        text.replace(
+            "\nimport torch\n",
+            "\nimport torch\n" + f"from toy_{tag}.configuration import ToyAudioConfig\n",
+            1,
+        )
+    )
+    _with_audio_tower(model, tower_first)
+    report = introspect(
+        f"{model}:{architecture_of(model)}", tp=(1,), pp=(), worker=worker, explore_budget=0
+    )
+    [result] = report.results
+    assert result["config_source"].startswith(f"synthesised (toy_{tag}: "), result
+    assert "ToyLMConfig" in result["config_source"], result
+    assert result["status"] == "built", result
+    found = [(d.code, d.severity.value, d.message) for d in report.diagnostics]
+    assert not [f for f in found if f[0] == "PFX600" or f[1] != "note"], found
+
+
 AUTO_LOADER = "        return AutoWeightsLoader(self).load_weights(weights)"
 PREFIX_IN_CODE = """        return AutoWeightsLoader(self).load_weights(
             (n if n.startswith("lm_head.") else f"model.{n}", w) for n, w in weights

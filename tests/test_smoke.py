@@ -211,6 +211,97 @@ def test_verdict_never_says_passed_for_checks_that_did_not_run(capsys):
     assert "Passed: PFX801." in out and "Not verified: PFX805 (one core)." in out
 
 
+def test_summary_table_names_every_code(capsys):
+    """Issue 30 (low): a blocked run's table listed phase 2's codes with an empty name
+    column (the names given were only the smoke checks')."""
+    from prefixlint.codes import lookup
+    from prefixlint.diagnostic import Diagnostic, Position, Severity
+    from prefixlint.smoke.cli import _verdict
+
+    report = SmokeReport("A", blocked="phase 2 reports errors (use --force)")
+    at = Position(3, 1)
+    report.gate = [
+        Diagnostic("PFX601", "prefix differs", Severity.ERROR, "/m.py", at, at, phase="introspect")
+    ]
+    with pytest.raises(SystemExit) as done:
+        _verdict(report, "text")
+    out = capsys.readouterr().out
+    assert done.value.code == 1
+    name = lookup("PFX601").name
+    assert name and f"1  PFX601  {name}" in out, out
+
+
+def test_no_reference_for_a_plugin_config_is_said_in_one_line(tmp_path: Path):
+    """A plugin's own config class has no transformers model to write the random-weight
+    checkpoint: every check is skipped with a reason that names the class, not
+    transformers' list of every config class it knows (cut off mid-word at 300)."""
+    pytest.importorskip("torch")
+    from transformers import AutoConfig, PretrainedConfig
+
+    from prefixlint.smoke.child import Results, _checkpoint
+
+    class SmokePluginConfig(PretrainedConfig):
+        model_type = "prefixlint_smoke_plugin_cfg"
+
+    AutoConfig.register(SmokePluginConfig.model_type, SmokePluginConfig, exist_ok=True)
+    folder = tmp_path / "config"
+    SmokePluginConfig(vocab_size=64).save_pretrained(folder)
+    out = tmp_path / "results.jsonl"
+    resolved = {"config_folder": folder, "arch": "SmokePluginForCausalLM"}
+    job = {"target": "SmokePluginForCausalLM"}
+    checks = {"PFX801", "PFX802"}
+    assert _checkpoint(job, resolved, tmp_path / "work", Results(str(out)), checks) is None
+    events = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(e["code"], e["status"]) for e in events] == [("PFX801", "skip"), ("PFX802", "skip")]
+    reason = events[0]["reason"]
+    assert "SmokePluginConfig" in reason and "prefixlint_smoke_plugin_cfg" in reason, reason
+    assert "should be one of" not in reason, reason
+
+
+def _smoke_resolve(target: str, site: Path, cwd: Path) -> dict:
+    """The smoke child's target and config resolution, in a Python that finds the
+    installed plugin (as a user's would), without starting an engine."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import json, sys\n"
+        "from prefixlint.smoke.child import resolve\n"
+        "r = resolve({'target': sys.argv[1]})\n"
+        "print(json.dumps({'arch': r['arch'], 'config_source': r.get('config_source', ''),"
+        " 'class': r['cls'].__module__ + ':' + r['cls'].__name__}))\n"
+    )
+    path = os.pathsep.join([str(Path(__file__).resolve().parents[1]), str(site)])
+    done = subprocess.run(
+        [sys.executable, "-c", probe, target],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(VLLM is None, reason="needs vLLM")
+@pytest.mark.slow
+def test_smoke_resolves_a_plugin_as_phase_2_does(tmp_path: Path):
+    """Issue 30: ``smoke ARCH`` by a plugin's registered name was "not an architecture of
+    the installed vLLM registry" (the child never loaded vLLM's general plugins), and
+    ``module:Class`` ran on a Llama-shaped config, not the plugin's own config class."""
+    from tests.toy_plugin import ARCHITECTURE, PACKAGE, can_install, install
+
+    if not can_install():
+        pytest.skip("pip and setuptools are needed to install the test plugin")
+    site = install(tmp_path / "site")
+    for target in (ARCHITECTURE, f"{PACKAGE}.model:{ARCHITECTURE}"):
+        resolved = _smoke_resolve(target, site, tmp_path)
+        assert resolved["arch"] == ARCHITECTURE, resolved
+        assert resolved["class"] == f"{PACKAGE}.model:{ARCHITECTURE}", resolved
+        assert resolved["config_source"].startswith(f"synthesised ({PACKAGE}: "), resolved
+
+
 def _qwen2_project(tmp_path: Path) -> Path:
     """The plugin package, and a pyproject that names its qwen2 config."""
     from transformers import Qwen2Config

@@ -241,11 +241,15 @@ def compare(
 
 
 def resolve(job: dict[str, Any]) -> dict[str, Any]:
-    """The class, the architecture name vLLM will know it by, and a config folder."""
+    """The class, the architecture name vLLM will know it by, and a config folder: the
+    target and its config resolved as phase 2 resolves them (vLLM's general plugins
+    loaded first, a plugin's own config class), so a plugin's architecture is found by
+    name and built from its own config."""
     from prefixlint.introspect.builds import pipeline as build
-    from prefixlint.introspect.configs import ConfigGap, resolve_config
+    from prefixlint.introspect.targets import plugins
 
     target = job["target"]
+    plugins.prepare(target)  # as vLLM's start-up and phase 2's worker do
     folder = Path(target)
     if folder.is_dir():
         data = json.loads((folder / "config.json").read_text("utf-8"))
@@ -258,27 +262,9 @@ def resolve(job: dict[str, Any]) -> dict[str, Any]:
         raise LookupError(f"{target} defines several model classes ({names}): name one")
     t = targets[0]
     cls = t.cls or build.load_class(build.vllm_registry(), t.arch)
-    base = t.arch.removesuffix("__prefixlint")
-    table_base = Path(job["config_base"]) if job.get("config_base") else None
-    try:
-        source = resolve_config(
-            base,
-            job.get("config"),
-            job.get("configs"),
-            table_base,
-            architecture_name=t.arch,
-            model_cls=cls,
-        )
-    except ConfigGap:
-        if not t.registered or job.get("config"):
-            raise
-        # Phase 2's fallback, said out loud: the weight check below refuses the run when
-        # the guessed shape leaves parameters of the class without a checkpoint tensor.
-        source = resolve_config("LlamaForCausalLM", None, None, None, t.arch)
-        source.source = (
-            f"synthesised (llama-shaped fallback: no config known for {base}; give one with "
-            f"--config or [tool.prefixlint.configs])"
-        )
+    source = build.target_config_source(
+        t, cls, job.get("config"), job.get("configs"), job.get("config_base")
+    )
     return {
         "arch": t.arch,
         "cls": cls,
@@ -289,13 +275,17 @@ def resolve(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def plugin_models(resolved: dict[str, Any]) -> list[dict[str, Any]]:
+    """The out-of-tree class the engine's processes must register: one prefixlint
+    registered, or a plugin's (a source tree's entry point is in no installed
+    distribution those processes would run; an installed one's registration is skipped
+    there when it ran first)."""
     import inspect
 
     from prefixlint.static.index import package_root_for
 
-    if not resolved["registered"]:
-        return []
     cls = resolved["cls"]
+    if not resolved["registered"] and cls.__module__.split(".")[0] == "vllm":
+        return []
     file = inspect.getsourcefile(cls) or ""
     module = cls.__module__
     entry: dict[str, Any] = {"arch": resolved["arch"], "class": cls.__qualname__, "file": file}
@@ -391,7 +381,7 @@ def _checkpoint(
         try:
             hf_model = write_checkpoint(cfg, model_dir, resolved["arch"])
         except Exception as e:
-            reason = f"transformers cannot build a reference: {type(e).__name__}: {e}"
+            reason = _no_reference(cfg, e)
             for code in sorted(checks):
                 out.emit(event="check", code=code, status="skip", reason=reason[:300])
             return None
@@ -411,6 +401,20 @@ def _checkpoint(
             )
             checks.discard("PFX801")
     return Path(model_dir), cfg, hf_model
+
+
+def _no_reference(cfg: Any, error: BaseException) -> str:
+    """Why no random-weight checkpoint was written: transformers has no causal-LM class
+    for the config's class (a plugin's own config class), said in one line, not
+    transformers' list of every class it knows."""
+    if isinstance(error, ValueError) and str(error).startswith("Unrecognized configuration"):
+        return (
+            f"transformers cannot build a reference: it has no causal-LM class for "
+            f"`{type(cfg).__module__}.{type(cfg).__qualname__}` (model type "
+            f"{getattr(cfg, 'model_type', '?')!r}), and the random-weight checkpoint is "
+            f"written by that class; give a model folder with weights as TARGET"
+        )
+    return f"transformers cannot build a reference: {type(error).__name__}: {error}"
 
 
 def _refuse_unloaded(model_dir: Path, out: Results, checks: set[str]) -> bool:

@@ -56,11 +56,12 @@ def smoke(
 ) -> None:
     """Run TARGET in vLLM on random weights and compare greedy tokens (phase 3).
 
-    TARGET is an architecture of the installed vLLM registry (LlamaForCausalLM),
-    module:Class, path/to/file.py[:Class], or a model folder (its config.json, and its
-    weights when it has them, are used as they are). Checks: PFX801 greedy-mismatch
-    (vs transformers), PFX802 batch-dependence, PFX803 chunked-prefill-mismatch, PFX804
-    prefix-cache-mismatch, PFX805 tp-mismatch, PFX806 compile-mismatch.
+    TARGET is an architecture of the installed vLLM registry (LlamaForCausalLM, or one a
+    vLLM plugin registers), module:Class, path/to/file.py[:Class], or a model folder (its
+    config.json, and its weights when it has them, are used as they are). Checks: PFX801
+    greedy-mismatch (vs transformers), PFX802 batch-dependence, PFX803
+    chunked-prefill-mismatch, PFX804 prefix-cache-mismatch, PFX805 tp-mismatch, PFX806
+    compile-mismatch.
     """
     from prefixlint.progress import Progress
     from prefixlint.smoke import parse_checks
@@ -144,12 +145,12 @@ def gate_lines(gate: list[Any]) -> list[str]:
 
 def _verdict(report: Any, output_format: str) -> None:
     """Findings on stdout, then the one-line verdict: "passed" only for checks that ran."""
+    from prefixlint.commands.common import code_names
     from prefixlint.diagnostic import Severity
     from prefixlint.reporters import REPORTERS
-    from prefixlint.smoke import CHECKS
 
     diagnostics = report.gate + report.diagnostics if report.blocked else report.diagnostics
-    names = {c: n for c, (n, _) in CHECKS.items()}
+    names = code_names()  # every code's: phase 2's (a blocked run's gate) and PFX604 too
     if output_format == "json" or diagnostics:
         REPORTERS[output_format](
             diagnostics, sys.stdout, {"files": 1, "names": names, "show_source": True}

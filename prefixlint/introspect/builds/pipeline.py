@@ -76,13 +76,16 @@ from prefixlint.introspect.verdict.outcome import (  # noqa: E402
 )
 
 
-def _config_source(
+def target_config_source(
     target: Target,
     cls: type | None,
     config: str | None,
     config_table: dict[str, str] | None,
     config_base: str | None,
 ) -> ConfigSource:
+    """The config a target is built from, in every phase (``smoke`` too): ``--config``,
+    ``[tool.prefixlint.configs]``, a plugin's own config class, synthesis, and for an
+    out-of-tree class no table knows a Llama-shaped config, said out loud."""
     arch_for_config = target.arch.removesuffix("__prefixlint")
     if not config and not (config_table and arch_for_config in config_table):
         from prefixlint.introspect.targets.plugins import config_source
@@ -104,7 +107,10 @@ def _config_source(
             raise
         # An out-of-tree class with a name transformers does not know: Llama-shaped.
         source = resolve_config("LlamaForCausalLM", None, None, None, target.arch)
-        source.source = "synthesised (llama-shaped fallback)"
+        source.source = (
+            f"synthesised (llama-shaped fallback: no config known for {arch_for_config}; "
+            "give one with --config or [tool.prefixlint.configs])"
+        )
         return source
 
 
@@ -188,7 +194,7 @@ def _target_config(
     if draft is not None:
         model_config, result.config_source = draft
         return model_config, ConfigSource("", result.config_source)
-    source = _config_source(target, cls, config, config_table, config_base)
+    source = target_config_source(target, cls, config, config_table, config_base)
     result.config_source = source.source
     if from_checkpoint:
         result.config_source = f"checkpoint {checkpoint} (its config.json)"

@@ -68,6 +68,32 @@ def is_sub_config(name: str) -> bool:
     return bool(_SUB_CONFIG.search(name))
 
 
+# A config object's name where the model reads it (``config``, ``hf_config``,
+# ``self.config``, ``vllm_config.model_config.hf_config``, ``text_cfg``).
+_CONFIG_NAME = re.compile(r"\w*(?:config|cfg|conf)$")
+_FIELD = r"\.([A-Za-z_]\w*)\b(?!\s*\()"  # a field, not a method call
+
+
+def read_as_sub_config(name: str, texts: list[str]) -> bool:
+    """The model's code reads a field (not a method) of ``config.<name>``
+    (``config.encoder.hidden_size``, or ``enc = config.encoder`` then ``enc.num_layers``):
+    a nested sub-model config a checkpoint holds, whatever its name."""
+    attr = re.escape(name)
+    alias = re.compile(rf"^[ \t]*(\w+)[ \t]*(?::[^=\n]*)?=[ \t]*([\w.]+)\.{attr}[ \t]*$", re.M)
+    for text in texts:
+        if f".{name}" not in text:
+            continue
+        for m in re.finditer(rf"(?<!\w)(\w+)\.{attr}{_FIELD}", text):
+            if _CONFIG_NAME.search(m.group(1)):
+                return True
+        for m in alias.finditer(text):
+            if _CONFIG_NAME.search(m.group(2)) and re.search(
+                rf"(?<![\w.]){m.group(1)}{_FIELD}", text
+            ):
+                return True
+    return False
+
+
 def is_text_config(name: str) -> bool:
     """A sub-config of the language model (``text_config``, ``llm_config``, ...)."""
     return bool(_TEXT.search(name))

@@ -15,6 +15,8 @@ Runs inside the worker process (imports vLLM and transformers lazily).
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
 import importlib.metadata
 import json
@@ -471,11 +473,11 @@ def config_source(arch: str, cls: type | None, num_layers: int = 4) -> Any:
         return None
     name = arch
     registered = {mt: c for mt, c in registered_config_classes().items() if _top(c) == top}
-    chosen = _pick(arch.removesuffix("__prefixlint"), cls, registered)
+    chosen = _choose(arch.removesuffix("__prefixlint"), cls, registered)
     how = "registered by its package"
     if chosen is None:
         defined = _defined_config_classes(top)
-        chosen = _pick(arch.removesuffix("__prefixlint"), cls, defined)
+        chosen = _choose(arch.removesuffix("__prefixlint"), cls, defined)
         if chosen is not None:
             # vLLM loads a config.json of this model type only once someone registers the
             # class; the build registers it, and says so
@@ -501,3 +503,199 @@ def config_source(arch: str, cls: type | None, num_layers: int = 4) -> Any:
     where = f"{config_cls.__module__}.{config_cls.__qualname__}"
     kept = f"; {kept}" if kept else ""
     return ConfigSource(folder, f"synthesised ({chosen}: `{where}`, {how}{kept})")
+
+
+# -- which of the package's config classes is the model's own ----------------------------------
+
+_TYING_CALLS = ("isinstance", "cast", "get_hf_config")  # calls that name the config's class
+
+
+@dataclass
+class _ConfigReads:
+    """What the model's code says about the config vLLM hands it
+    (``vllm_config.model_config.hf_config``): the classes it ties to it (an annotation, an
+    ``isinstance``, a ``cast``, ``ctx.get_hf_config(C)``) and the attributes it reads."""
+
+    named: set[str] = field(default_factory=set)
+    attrs: set[str] = field(default_factory=set)
+
+
+def _is_hf_config(node: ast.AST, holders: set[str]) -> bool:
+    """``...hf_config``, ``ctx.get_hf_config(...)``, ``cast(C, ...hf_config)``, or a name
+    (or ``self.`` attribute) assigned one of those."""
+    if isinstance(node, ast.Attribute) and node.attr == "hf_config":
+        return True
+    if isinstance(node, ast.Call):
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name == "get_hf_config":
+            return True
+        if name == "cast" and len(node.args) == 2:
+            return _is_hf_config(node.args[1], holders)
+    return _holder_key(node) in holders
+
+
+def _holder_key(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return f"{node.value.id}.{node.attr}" if node.value.id == "self" else ""
+    return ""
+
+
+def _class_names(node: ast.AST | None) -> set[str]:
+    """The class names an annotation or ``isinstance``'s second argument says
+    (``C``, ``mod.C``, ``(C, D)``, ``"C"``, ``C | None``)."""
+    if node is None:
+        return set()
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        try:
+            return _class_names(ast.parse(node.value, mode="eval").body)
+        except SyntaxError:
+            return set()
+    out = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name):
+            out.add(sub.id)
+        elif isinstance(sub, ast.Attribute):
+            out.add(sub.attr)
+    return out
+
+
+def _read_function(func: ast.AST, self_holders: set[str], reads: _ConfigReads) -> None:
+    """One function's ties and reads; ``self.x`` holders are shared by the module's
+    methods, plain names only inside the function that assigns them."""
+    holders = set(self_holders)
+    nodes = sorted(
+        (n for n in ast.walk(func) if hasattr(n, "lineno")),
+        key=lambda n: (n.lineno, n.col_offset),  # type: ignore[attr-defined]
+    )
+    for node in nodes:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            if not _is_hf_config(node.value, holders):
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                key = _holder_key(target)
+                if key:
+                    holders.add(key)
+                    if key.startswith("self."):
+                        self_holders.add(key)
+            if isinstance(node, ast.AnnAssign):
+                reads.named |= _class_names(node.annotation)
+        elif isinstance(node, ast.Call):
+            func_name = getattr(node.func, "attr", None) or getattr(node.func, "id", "")
+            if func_name not in _TYING_CALLS or not node.args:
+                continue
+            if func_name == "isinstance" and len(node.args) == 2:
+                if _is_hf_config(node.args[0], holders):
+                    reads.named |= _class_names(node.args[1])
+            elif func_name == "get_hf_config" or (
+                func_name == "cast" and len(node.args) == 2 and _is_hf_config(node.args[1], holders)
+            ):
+                reads.named |= _class_names(node.args[0])
+        elif (
+            isinstance(node, ast.Attribute)
+            and _holder_key(node.value) in holders
+            and not isinstance(node.ctx, ast.Store)
+        ):
+            reads.attrs.add(node.attr)
+
+
+def _config_reads(cls: type) -> _ConfigReads:
+    """What the modules of ``cls`` and of its package's base classes say of the config."""
+    reads = _ConfigReads()
+    top = _top(cls)
+    modules = {c.__module__ for c in cls.__mro__ if _top(c) == top}
+    for name in sorted(modules):
+        module = sys.modules.get(name)
+        file = getattr(module, "__file__", None) or ""
+        try:
+            tree = ast.parse(Path(file).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+            continue
+        self_holders: set[str] = set()
+        functions = [
+            n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        ]
+        for _ in range(2):  # a ``self.config`` assigned in a method read before it
+            for func in functions:
+                _read_function(func, self_holders, reads)
+    return reads
+
+
+@functools.lru_cache(maxsize=256)
+def _default(config_cls: type) -> Any:
+    """The class's default instance, once (read only: compared, never given to a build)."""
+    try:
+        return config_cls()
+    except Exception:
+        return None
+
+
+def _lacking(config_cls: type, attrs: set[str]) -> int | None:
+    """How many of ``attrs`` the class's default instance lacks; None when it cannot be
+    built without arguments (unknown)."""
+    default = _default(config_cls)
+    if default is None:
+        return None
+    missing = 0
+    for attr in attrs:
+        try:
+            getattr(default, attr)
+        except Exception:  # AttributeError, or a property that needs more
+            missing += 1
+    return missing
+
+
+def _holds(outer: type, inner: type) -> bool:
+    """``outer``'s default instance (or its ``sub_configs``) holds an ``inner``: ``inner``
+    is a tower's config inside the model's."""
+    subs = getattr(outer, "sub_configs", None) or {}
+    if isinstance(subs, dict) and any(v is inner for v in subs.values()):
+        return True
+    default = _default(outer)
+    return default is not None and any(isinstance(v, inner) for v in vars(default).values())
+
+
+def _shipped_model_type(top: str, arch: str) -> str | None:
+    shipped = _shipped_config(top, arch)
+    try:
+        data = json.loads(shipped.read_text(encoding="utf-8")) if shipped else {}
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    model_type = data.get("model_type") if isinstance(data, dict) else None
+    return model_type if isinstance(model_type, str) else None
+
+
+def _choose(arch: str, cls: type, candidates: dict[str, type]) -> str | None:
+    """The model's own config class among several its package registers or defines (a
+    tower's config beside the model's). The evidence, strongest first: the model type of a
+    ``config.json`` the package ships for ``arch``; the class the model's code ties to
+    ``hf_config``; the classes that have every attribute the code reads on it; then not a
+    tower's config held inside another candidate; then ``_pick``'s names."""
+    if len(candidates) < 2:
+        return _pick(arch, cls, candidates)
+    shipped = _shipped_model_type(_top(cls), arch)
+    if shipped in candidates:
+        return shipped
+    reads = _config_reads(cls)
+    named = [mt for mt, c in candidates.items() if c.__name__ in reads.named]
+    if len(named) == 1:
+        return named[0]
+    pool = named or list(candidates)
+    if reads.attrs:
+        lacking = {mt: _lacking(candidates[mt], reads.attrs) for mt in pool}
+        known = [n for n in lacking.values() if n is not None]
+        if known:
+            fewest = min(known)
+            pool = [mt for mt in pool if lacking[mt] in (fewest, None)]
+    outer = [
+        mt
+        for mt in pool
+        if not any(o != mt and _holds(candidates[o], candidates[mt]) for o in pool)
+    ]
+    pool = outer or pool
+    if len(pool) == 1:
+        return pool[0]
+    return _pick(arch, cls, {mt: candidates[mt] for mt in pool})
