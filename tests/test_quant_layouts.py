@@ -73,3 +73,105 @@ def test_a_layer_the_checkpoint_leaves_unquantized_needs_no_quant_config(worker,
     assert dry_run_diagnostics(report) == [], [d.message for d in report.diagnostics]
     report = _fp8_run(worker, tmp_path / "quantized", path, ignored=["lm_head"])
     assert findings(report) == [("PFX702", path.name, line)], report.diagnostics
+
+
+# Issue 29: quantized synthetic layouts. llama.py's `LlamaForCausalLM.load_weights` as vLLM
+# wrote it before `AutoWeightsLoader` took the KV-cache scales over (and as out-of-tree
+# copies still do): a hand-rolled loop with the FP8 KV-scale branch; the branch removed,
+# `self_attn.k_scale` has no parameter.
+KV_BRANCH = """            if "scale" in name:
+                # Remapping the name of FP8 kv-scale.
+                name = maybe_remap_kv_scale_name(name, params_dict)
+                if name is None:
+                    continue
+"""
+HAND_ROLLED = (
+    """    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        from vllm.model_executor.model_loader.weight_utils import (
+            default_weight_loader,
+            maybe_remap_kv_scale_name,
+        )
+
+        stacked_params_mapping = [
+            (".qkv_proj", ".q_proj", "q"),
+            (".qkv_proj", ".k_proj", "k"),
+            (".qkv_proj", ".v_proj", "v"),
+            (".gate_up_proj", ".gate_proj", 0),
+            (".gate_up_proj", ".up_proj", 1),
+        ]
+        params_dict = dict(self.named_parameters())
+        loaded_params: set[str] = set()
+        for name, loaded_weight in weights:
+            if "rotary_emb.inv_freq" in name:
+                continue
+"""
+    + KV_BRANCH
+    + """            for param_name, weight_name, shard_id in stacked_params_mapping:
+                if weight_name not in name:
+                    continue
+                name = name.replace(weight_name, param_name)
+                param = params_dict[name]
+                param.weight_loader(param, loaded_weight, shard_id)
+                break
+            else:
+                param = params_dict[name]
+                weight_loader = getattr(param, "weight_loader", default_weight_loader)
+                weight_loader(param, loaded_weight)
+            loaded_params.add(name)
+        return loaded_params
+"""
+)
+AUTO_LOADED = (
+    "    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:\n"
+    """        loader = AutoWeightsLoader(self)
+        return loader.load_weights(weights)
+"""
+)
+# Mixtral's loader dropping the experts' FP8 scales (a filter meant for another format)
+EXPERT_SCALES_DROPPED = (
+    "MixtralModel",
+    "        loader = AutoWeightsLoader(self)\n",
+    "        loader = AutoWeightsLoader(self)\n"
+    '        weights = ((n, w) for n, w in weights if not (".experts." in n and "_scale" in n))\n',
+)
+
+
+def _dry_run(worker, tmp_path, source: str, cls: str, name: str, edits=()):
+    path, text = model_copy(tmp_path, source, name, list(edits))
+    report = introspect(f"{path}:{cls}", tp=(1,), pp=(1,), worker=worker)
+    assert report.error is None, report.error
+    assert report.results[0]["dryrun"] == "verified", report.results[0]["dryrun_reason"]
+    return report, path, text
+
+
+def test_a_hand_rolled_llama_loader_with_its_kv_scale_branch_is_clean(worker, tmp_path) -> None:
+    edit = ("LlamaForCausalLM", AUTO_LOADED, HAND_ROLLED)
+    report, _, _ = _dry_run(worker, tmp_path, "llama", "LlamaForCausalLM", "kv_kept", [edit])
+    assert dry_run_diagnostics(report) == [], [d.message for d in report.diagnostics]
+
+
+def test_a_llama_loader_without_its_kv_scale_branch_refuses_the_scales(worker, tmp_path) -> None:
+    edit = ("LlamaForCausalLM", AUTO_LOADED, HAND_ROLLED.replace(KV_BRANCH, ""))
+    report, path, text = _dry_run(worker, tmp_path, "llama", "LlamaForCausalLM", "kv_lost", [edit])
+    # the non-stacked branch's `params_dict[name]` raises KeyError on `self_attn.k_scale`
+    line = line_of(text, "LlamaForCausalLM", "weight_loader = getattr(param,") - 1
+    assert findings(report) == [("PFX701", path.name, line)], report.diagnostics
+    [diag] = dry_run_diagnostics(report)
+    assert "self_attn.k_scale" in diag.message and "FP8 checkpoint's layout" in diag.message
+
+
+def test_clean_mixtral_loads_the_fp8_expert_scales(worker, tmp_path) -> None:
+    report, _, _ = _dry_run(worker, tmp_path, "mixtral", "MixtralForCausalLM", "moe_clean")
+    assert [d for d in dry_run_diagnostics(report) if d.code == "PFX701"] == []
+    assert not any("quantized layouts" in d.message for d in report.diagnostics)
+
+
+def test_a_mixtral_loader_dropping_expert_scales_is_found(worker, tmp_path) -> None:
+    report, path, text = _dry_run(
+        worker, tmp_path, "mixtral", "MixtralForCausalLM", "moe_drop", [EXPERT_SCALES_DROPPED]
+    )
+    line = line_of(text, "MixtralModel", "def load_weights(")  # the loader that drops them
+    assert [f for f in findings(report) if f[0] == "PFX701"] == [("PFX701", path.name, line)]
+    [diag] = [d for d in dry_run_diagnostics(report) if d.code == "PFX701"]
+    assert "experts.N.w1.weight_scale" in diag.message, diag.message
+    assert "w13_weight_scale" in diag.message and "w2_input_scale" in diag.message
