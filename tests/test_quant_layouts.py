@@ -175,3 +175,39 @@ def test_a_mixtral_loader_dropping_expert_scales_is_found(worker, tmp_path) -> N
     [diag] = [d for d in dry_run_diagnostics(report) if d.code == "PFX701"]
     assert "experts.N.w1.weight_scale" in diag.message, diag.message
     assert "w13_weight_scale" in diag.message and "w2_input_scale" in diag.message
+
+
+def _toy_stream(plain):
+    """An unquantized stream that wrote checkpoint layer ``0.up`` into ``plain.up.weight``."""
+    from prefixlint.introspect.dryrun.streaming import Stream
+    from prefixlint.introspect.dryrun.tagged import WriteRecorder
+
+    recorder = WriteRecorder({n: (p, True) for n, p in plain.named_parameters()})
+    [target] = [t for t in recorder.by_storage.values() if t.name == "up.weight"]
+    recorder.mark(target, target.tensor, frozenset({"layers.0.up.weight"}))
+    return Stream(recorder, complete=True)
+
+
+@pytest.mark.parametrize(
+    ("scale_shape", "named", "gap"),
+    [((), ["layers.0.up.weight_scale"], []), ((8,), [], ["`up.weight_scale` is not a per-tensor"])],
+)
+def test_scales_are_named_after_the_layers_written_or_said_not_made(
+    scale_shape, named, gap
+) -> None:
+    """Synthesis reads the quantized build: a per-tensor scale is named after the checkpoint
+    layer the unquantized stream wrote into the weight; a per-channel one is a gap (a
+    note), never a made-up name."""
+    import torch
+    from torch import nn
+
+    from prefixlint.introspect.dryrun.quantlayouts import synthesise
+
+    plain, quantized = nn.Module(), nn.Module()
+    plain.up = nn.Linear(4, 8, bias=False)
+    quantized.up = nn.Linear(4, 8, bias=False)
+    quantized.up.weight_scale = nn.Parameter(torch.ones(scale_shape), requires_grad=False)
+    made = synthesise(plain, quantized, _toy_stream(plain))
+    assert sorted(made.tensors) == named
+    assert [g for g in made.gaps if any(g.startswith(x) for x in gap)] == made.gaps
+    assert len(made.gaps) == len(gap)

@@ -17,7 +17,8 @@ Where the dry-run cannot run, a PFX600 note says why; it never guesses a finding
 
 Parts: ``layouts.py`` (the checkpoint layouts), ``divergence.py`` (a synthesised config
 read differently), ``streaming.py`` (through ``load_weights``), ``weights.py`` (PFX701),
-``quant.py`` (PFX702), ``sites.py`` (where findings point); ``run`` here ties them.
+``quant.py`` (PFX702), ``quantlayouts.py`` (PFX701 on FP8 layouts: scales and KV-cache
+scales), ``sites.py`` (where findings point); ``run`` here ties them.
 ``lora.py`` (PFX703) matches a LoRA adapter on the same build, after ``run``.
 """
 

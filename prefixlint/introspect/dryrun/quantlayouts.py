@@ -94,7 +94,8 @@ def check(
         if not found:
             break
     found = min(tried, key=len)
-    return found, "; ".join(made.gaps)
+    more = f"; and {len(made.gaps) - 3} more" if len(made.gaps) > 3 else ""
+    return found, "; ".join(made.gaps[:3]) + more
 
 
 def synthesise(plain: nn.Module, quantized: nn.Module, s: Stream) -> Synthesised:
@@ -134,8 +135,12 @@ def _layer_scales(
         layers = sorted({t.rpartition(".")[0] for t in tags})
         if not layers:
             continue
-        if after[name].numel() > len(layers):  # per channel or block: not per tensor
-            out.gaps.append(f"`{path}.{name}` is not a per-tensor scale")
+        # one scale per checkpoint layer, or per shard of a layer the checkpoint fuses too
+        shards = len(getattr(quantized.get_submodule(path), "output_sizes", None) or [1])
+        if after[name].numel() > len(layers) * shards:  # per channel or block
+            gap = f"`{normal(path)}.{name}` is not a per-tensor scale"
+            if gap not in out.gaps:
+                out.gaps.append(gap)
             continue
         leaf = name.removeprefix(owner.removesuffix("weight"))
         out.tensors.update({f"{layer}.{leaf}": f"{path}.{name}" for layer in layers})
@@ -201,12 +206,12 @@ def judge(s: Stream, added: dict[str, str], sites: Sites, kv: dict[str, str]) ->
         by_line.setdefault(sites.loader(name), []).append(name)
     for site, names in by_line.items():
         found.append(Finding("PFX701", "error", _dropped_message(names, added), *site))
-    named = f" (as `{next(iter(kv))}`)" if kv else ""
+    named = f", KV-cache scales named like `{next(iter(kv))}`" if kv else ""
     found = _one_per_line(found)
     for f in found:
         f.message += (
-            f"; in an FP8 checkpoint's layout, as vLLM's `Fp8Config` builds the model "
-            f"(per-tensor `weight_scale`/`input_scale`, KV-cache scales{named})"
+            "; in an FP8 checkpoint's layout, as vLLM's `Fp8Config` builds the model: "
+            f"per-tensor `weight_scale`/`input_scale`{named}"
         )
     return found
 
