@@ -28,7 +28,7 @@ from torch import nn
 from prefixlint.introspect.builds.layout import build_layout
 from prefixlint.introspect.dryrun.layouts import normal
 from prefixlint.introspect.dryrun.quant import OUT_OF_TIME, past
-from prefixlint.introspect.dryrun.realquant import describe_error, weight_sources
+from prefixlint.introspect.dryrun.realquant import describe_error, kv_cache_method, weight_sources
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import Stream
 from prefixlint.introspect.dryrun.weights import coverage_findings
@@ -155,9 +155,7 @@ def _kv_namings(
     naming real checkpoints use: at the checkpoint's attention block (``self_attn.k_scale``)
     and at its key and value projections (``self_attn.k_proj.k_scale``) where it has them.
     The block's checkpoint name is the parent of the layers loaded into its siblings."""
-    from prefixlint.introspect.dryrun.realquant import _kv_cache_method
-
-    kv_cache = _kv_cache_method()
+    kv_cache = kv_cache_method()
     if kv_cache is None:
         return []
     block: dict[str, str] = {}
@@ -175,7 +173,9 @@ def _kv_namings(
         ]
         parents = Counter(layer.rpartition(".")[0] for layer in held)
         if not parents:
-            out.gaps.append(f"no checkpoint layer names the attention block of `{path}`")
+            gap = f"no checkpoint layer names the attention block of `{normal(path)}`"
+            if gap not in out.gaps:
+                out.gaps.append(gap)
             continue
         ckpt = parents.most_common(1)[0][0]
         for which in KV_SCALES:
@@ -195,9 +195,12 @@ def judge(s: Stream, added: dict[str, str], sites: Sites, kv: dict[str, str]) ->
     s.raised = [(n, e) for n, e in s.raised if n in added]
     lost = [n for n in added if n not in s.recorder.consumed]
     dropped = [n for n in lost if normal(n) not in raised]
-    explained = {added[n] for n in lost}  # the finding on the tensor says it
+    # judged: scale parameters never written, but for a tensor's own finding; a shard of
+    # one written in part shares the weight's mapping entry, which the unquantized stream
+    # judged
+    judged = set(added.values()) - {added[n] for n in lost}
     for key, t in list(s.recorder.by_storage.items()):
-        if not (t.is_param and t.name in set(added.values()) - explained):
+        if not (t.is_param and t.name in judged and not t.written):
             del s.recorder.by_storage[key]
     s.complete = True  # what raised on other names is the unquantized stream's to judge
     found = coverage_findings(s, {}, sites)
