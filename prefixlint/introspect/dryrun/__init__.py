@@ -17,7 +17,8 @@ Where the dry-run cannot run, a PFX600 note says why; it never guesses a finding
 
 Parts: ``layouts.py`` (the checkpoint layouts), ``divergence.py`` (a synthesised config
 read differently), ``streaming.py`` (through ``load_weights``), ``weights.py`` (PFX701),
-``quant.py`` (PFX702), ``sites.py`` (where findings point); ``run`` here ties them.
+``quant.py`` (PFX702), ``quantlayouts.py`` (PFX701 on FP8 layouts: scales and KV-cache
+scales), ``sites.py`` (where findings point); ``run`` here ties them.
 ``lora.py`` (PFX703) matches a LoRA adapter on the same build, after ``run``.
 """
 
@@ -31,6 +32,7 @@ from torch import nn
 
 from prefixlint.introspect.builds.layout import build_layout
 from prefixlint.introspect.builds.parallel import Layout
+from prefixlint.introspect.dryrun import quantlayouts
 from prefixlint.introspect.dryrun.divergence import Divergence, reconcile
 from prefixlint.introspect.dryrun.layouts import (
     NotVerified,
@@ -151,6 +153,28 @@ def unbuilt(cls: type | None, builds: list[Any]) -> DryRun:
     return DryRun("not verified", reason, [_note(reason, class_site(cls))])
 
 
+def _quantized_layouts(
+    model_config: Any,
+    base: Any,
+    reference: tuple[dict[str, Any], Any],
+    sites: Sites,
+    deadline: float | None,
+    partial: list[str],
+) -> list[Finding]:
+    """PFX701 on FP8 layouts (``quantlayouts.py``); what of it did not run is a note and a
+    part of the reason (in ``partial``)."""
+
+    def through(build: Any, layout: dict[str, Any]) -> Any:
+        with _as_served(build.model, model_config):
+            return stream(build.model, layout, _stream_context(build, model_config))
+
+    found, gap = quantlayouts.check(base, model_config, reference, sites, through, deadline)
+    if gap:
+        found.append(_note(f"quantized layouts, in part: {gap}", sites.class_site))
+        partial.append(f"the quantized layouts in part ({gap})")
+    return found
+
+
 def run(
     cls: type | None,
     model_config: Any,
@@ -201,7 +225,7 @@ def run(
         if not found and not s.limit:
             break
     # the layout vLLM loads best: a loader need only accept one of them
-    s, _, findings, divergence, why = min(tried, key=lambda t: (not t[0].complete, len(t[2])))
+    s, chosen, findings, divergence, why = min(tried, key=lambda t: (not t[0].complete, len(t[2])))
     if divergence is not None and divergence.reasons:
         findings.append(_divergence_note(divergence, sites))
     if why:
@@ -218,8 +242,9 @@ def run(
     mapping = {layer: path for path, layers in sources.items() for layer in layers}
     quant, skipped = quant_findings(cls, model_config, base, sources, sites, deadline)
     findings += quant
+    partial: list[str] = []
+    findings += _quantized_layouts(model_config, base, (chosen, s), sites, deadline, partial)
     # "verified" with a reason: what of the check did not run, never left unsaid
-    partial = []
     if skipped:
         findings.append(_note(f"quantization dry-run: {skipped}", sites.class_site))
         partial.append(f"the quantization dry-run did not run ({skipped})")

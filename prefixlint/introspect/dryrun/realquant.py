@@ -193,7 +193,7 @@ def describe_error(error: BaseException | None) -> str:
 # -- parameters vLLM defaults -----------------------------------------------------------------
 
 
-def _kv_cache_method() -> type | None:
+def kv_cache_method() -> type | None:
     """vLLM's method of the attention's KV-cache scales."""
     try:
         from vllm.model_executor.layers.quantization.kv_cache import BaseKVCacheMethod
@@ -207,7 +207,7 @@ def drop_defaulted(stream: Stream, model: nn.Module) -> list[str]:
     when the checkpoint has none: the KV-cache scales of ``BaseKVCacheMethod`` ("if the
     q and k/v scales appear in the checkpoint, they are overwritten"). Kept where the
     checkpoint holds one of the same kind (then every layer's must be written)."""
-    kv_cache = _kv_cache_method()
+    kv_cache = kv_cache_method()
     if kv_cache is None:
         return []
     owners = {
@@ -285,7 +285,7 @@ def weight_sources(stream: Stream, model: nn.Module) -> dict[str, list[str]]:
     routed experts; not the attention's KV-cache method), or with weights and no method
     at all (torch's ``nn.Linear``: never quantized) -> the checkpoint layers whose tensors
     were written into its parameters, in the order of the regions they fill."""
-    kv_cache = _kv_cache_method()
+    kv_cache = kv_cache_method()
     judged = {
         path
         for path, m in model.named_modules()
@@ -314,7 +314,7 @@ def unplaced_layers(
     packed = getattr(cls, "packed_modules_mapping", None) or {}
     fused_of = {part: fused for fused, parts in packed.items() for part in parts}
     known = {layer for layers in placed.values() for layer in layers}
-    kv_cache = _kv_cache_method()
+    kv_cache = kv_cache_method()
     out: dict[str, list[str]] = {}
     loose = {n.rpartition(".")[0] for n in layout if n not in stream.recorder.consumed}
     for layer in sorted(loose - known):
