@@ -158,8 +158,10 @@ def run(
     enabled: bool = True,
     synthesised: bool = False,
     deadline: float | None = None,
+    quant: bool = True,
 ) -> DryRun:
-    """PFX701 and PFX702 for one target; the tp=1 build is reused. ``synthesised``: the
+    """PFX701 and PFX702 for one target; the tp=1 build is reused (``quant=False``: PFX701
+    only, as for a config variant, ``coverage/variant_dryrun.py``). ``synthesised``: the
     config was made up by prefixlint, so where transformers and vLLM read it into different
     structures nothing is judged (``reconcile``). Past ``deadline`` (``time.monotonic``),
     the steps not yet run are skipped with a note."""
@@ -216,8 +218,10 @@ def run(
         return DryRun("not verified", reason, merge(layout_refused(findings)))
     sources = layer_sources(s, base.model)
     mapping = {layer: path for path, layers in sources.items() for layer in layers}
-    quant, skipped = quant_findings(cls, model_config, base, sources, sites, deadline)
-    findings += quant
+    quant_found, skipped = (
+        quant_findings(cls, model_config, base, sources, sites, deadline) if quant else ([], "")
+    )
+    findings += quant_found
     # "verified" with a reason: what of the check did not run, never left unsaid
     partial = []
     if skipped:
