@@ -1,2 +1,3 @@
-"""Construction coverage: which prefix-taking sites ran (sites) and the config variants
-built to reach the rest (variants)."""
+"""Construction coverage: which prefix-taking sites ran (sites), the config variants
+built to reach the rest (variants), and the checkpoint dry-run of those that add
+parameters (variant_dryrun)."""
