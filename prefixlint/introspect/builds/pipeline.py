@@ -45,6 +45,7 @@ from prefixlint.introspect.configs import (  # noqa: E402
     seed_from_code,
     write_tokenizer,
 )
+from prefixlint.introspect.coverage.numbering import explore_numbering  # noqa: E402
 from prefixlint.introspect.coverage.sites import covered, not_verified  # noqa: E402
 from prefixlint.introspect.coverage.variant_dryrun import dry_run_variants  # noqa: E402
 from prefixlint.introspect.coverage.variants import Exploration, explore  # noqa: E402
@@ -148,13 +149,16 @@ def run_target(
         )
     builds = _build_layouts(result, model_config, layouts)
     explored = explore(cls, model_config, layouts, builds, build_layout, explore_budget)
+    numbered: list[Finding] = []
+    if id(model_config) in DRAFT_SPECS and explore_budget > 0:  # layers numbered on
+        numbered = explore_numbering(cls, model_config, layouts, builds, build_layout, explored)
     builds += explored.builds
     covered(result, cls, builds, explored)
     complete = not result.coverage["not_executed"]
     result.findings = _findings(
         target.arch, cls, model_config, builds, result.config_source, complete
     )
-    result.findings += not_verified(result.coverage)
+    result.findings += numbered + not_verified(result.coverage)
     result.findings += startup.layer_index_refusals(builds, model_config, cls)
     given = (checkpoint, lora)
     _dry_run(result, cls, model_config, builds, dryrun, deadline, given, explored)
