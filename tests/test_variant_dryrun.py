@@ -101,7 +101,8 @@ def test_only_kept_variants_with_new_parameters_are_dry_run(monkeypatch) -> None
     said = Finding("PFX701", "error", "never written", "m.py", 7)
     repeated = Finding("PFX701", "error", "base said it", "m.py", 3)
 
-    def fake_run(cls, model_config, builds, *args) -> FakeOutcome:
+    def fake_run(cls, model_config, builds, *args, quantize: bool = True) -> FakeOutcome:
+        assert not quantize  # a variant's dry-run is PFX701 only
         ran.append(builds[0].variant)
         if builds[0].variant == "b=2":
             return FakeOutcome("not verified", "no reference class")

@@ -68,7 +68,9 @@ def dry_run_variants(
             break
         try:
             with applied(model_config, variant.overrides):
-                outcome = dryrun.run(cls, model_config, [build], True, synthesised, deadline, False)
+                outcome = dryrun.run(
+                    cls, model_config, [build], True, synthesised, deadline, quantize=False
+                )
         except Exception as e:  # a failure of the dry-run itself, never a lost target
             out.append(_note(cls, label, f"{type(e).__name__}: {str(e).strip()[:200]}"))
             continue

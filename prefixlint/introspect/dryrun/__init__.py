@@ -151,6 +151,11 @@ def unbuilt(cls: type | None, builds: list[Any]) -> DryRun:
     return DryRun("not verified", reason, [_note(reason, class_site(cls))])
 
 
+def _quant(quantize: bool, *args: Any) -> tuple[list[Finding], str]:
+    """PFX702 (``quant_findings``), or nothing when the caller asked for PFX701 only."""
+    return quant_findings(*args) if quantize else ([], "")
+
+
 def run(
     cls: type | None,
     model_config: Any,
@@ -158,13 +163,12 @@ def run(
     enabled: bool = True,
     synthesised: bool = False,
     deadline: float | None = None,
-    quant: bool = True,
+    quantize: bool = True,
 ) -> DryRun:
-    """PFX701 and PFX702 for one target; the tp=1 build is reused (``quant=False``: PFX701
-    only, as for a config variant, ``coverage/variant_dryrun.py``). ``synthesised``: the
-    config was made up by prefixlint, so where transformers and vLLM read it into different
-    structures nothing is judged (``reconcile``). Past ``deadline`` (``time.monotonic``),
-    the steps not yet run are skipped with a note."""
+    """PFX701 and PFX702 (``quantize=False``: PFX701 only, for a config variant) for one
+    target, the tp=1 build reused. ``synthesised``: a config made up by prefixlint, so where
+    transformers and vLLM read it into different structures nothing is judged
+    (``reconcile``). Past ``deadline`` (``time.monotonic``), steps not run get a note."""
     if not enabled:
         return DryRun("off")
     base = _base_build(model_config, builds)
@@ -218,10 +222,8 @@ def run(
         return DryRun("not verified", reason, merge(layout_refused(findings)))
     sources = layer_sources(s, base.model)
     mapping = {layer: path for path, layers in sources.items() for layer in layers}
-    quant_found, skipped = (
-        quant_findings(cls, model_config, base, sources, sites, deadline) if quant else ([], "")
-    )
-    findings += quant_found
+    quant, skipped = _quant(quantize, cls, model_config, base, sources, sites, deadline)
+    findings += quant
     # "verified" with a reason: what of the check did not run, never left unsaid
     partial = []
     if skipped:
