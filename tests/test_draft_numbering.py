@@ -33,18 +33,20 @@ GLOBAL_INDEX = '            is_sliding = layer_types[layer_idx] == "sliding_atte
 
 
 def draft_package(folder: Path, global_index: bool) -> tuple[Path, str]:
-    """vLLM's llama.py and llama_eagle3.py as a package ``toydraft`` (the draft imports
-    the copied llama), the llama copy indexing ``layer_types`` globally or not."""
+    """vLLM's llama.py and llama_eagle3.py as a package (the draft imports the copied
+    llama; a name per copy, as the module's worker keeps what it imported), the llama copy
+    indexing ``layer_types`` globally or not."""
     assert VLLM is not None
     models = VLLM / "model_executor" / "models"
-    package = folder / "toydraft"
+    name = "toydraft_global" if global_index else "toydraft_relative"
+    package = folder / name
     package.mkdir()
     (package / "__init__.py").write_text("")
 
     def absolute(text: str) -> str:
         text = re.sub(r"^from \.(\w+)", r"from vllm.model_executor.models.\1", text, flags=re.M)
         return text.replace(
-            "from vllm.model_executor.models.llama import", "from toydraft.llama import"
+            "from vllm.model_executor.models.llama import", f"from {name}.llama import"
         )
 
     llama = absolute((models / "llama.py").read_text())

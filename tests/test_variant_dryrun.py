@@ -128,6 +128,10 @@ def test_only_kept_variants_with_new_parameters_are_dry_run(monkeypatch) -> None
     unverified = FakeOutcome("not verified", "why")
     assert variant_dryrun.dry_run_variants(None, None, [base], explored, unverified, True) == []
     assert ran == []
+    # no reference class (the model's own layout): a note per variant, no dry-run
+    own = variant_dryrun.dry_run_variants(None, None, [base], explored, verdict, True, None, True)
+    assert [(f.code, "config variant a=1" in f.message) for f in own][:1] == [("PFX600", True)]
+    assert len(own) == 2 and ran == []
 
 
 class _nothing:

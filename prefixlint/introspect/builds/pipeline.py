@@ -345,11 +345,10 @@ def _dry_run(
         note = f"not verified: the checkpoint dry-run failed: {_describe(e)}"
         finding = Finding("PFX600", "note", note, file, line)
         outcome = dryrun.DryRun("not verified", _describe(e), [finding])
-    if explored is not None and not checkpoint and not own_layout:
-        # (a real checkpoint's config has no variants)
+    if explored is not None and not checkpoint:  # a real checkpoint's config has no variants
         synthesised = result.config_source.startswith("synthesised")
         outcome.findings += dry_run_variants(
-            cls, model_config, builds, explored, outcome, synthesised, deadline
+            cls, model_config, builds, explored, outcome, synthesised, deadline, own_layout
         )
     if DRAFT_SPECS.get(id(model_config)) is not None:
         for f in outcome.findings:

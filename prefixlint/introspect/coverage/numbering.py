@@ -56,7 +56,8 @@ def numbering_variants(model_config: Any, files: list[str]) -> list[tuple[Varian
         cycle = [OTHER_KIND, *kinds[attr]]
         value = [cycle[i % len(cycle)] for i in range(n)]
         why = f"`{attr}`: one entry per draft layer (the draft's layers are numbered on)"
-        out.append((Variant({attr: value}, why, guarded=False), lines[attr]))
+        variant = Variant({attr: value}, why, guarded=False, everywhere=True)
+        out.append((variant, lines[attr]))
     return out
 
 
@@ -84,7 +85,7 @@ def explore_numbering(
     found: list[Finding] = []
     for variant, sites in numbering_variants(model_config, files):
         explored.variants.append(variant)
-        with applied(model_config, variant.overrides, everywhere=True) as ok:
+        with applied(model_config, variant.overrides, variant.everywhere) as ok:
             first = build(model_config, layouts[0]) if ok else None
             if first is not None and first.error is not None and not _raised_at(first, sites):
                 # what the new path reads and the config lacks (a ``sliding_window``)

@@ -16,6 +16,11 @@ from typing import Any
 from prefixlint.introspect.coverage.variants import Exploration, applied
 from prefixlint.introspect.finding import Finding, class_site
 
+_OWN_LAYOUT = (
+    "not run: no transformers class says what a checkpoint of the variant's config holds "
+    "(the base config's dry-run used the model's own layout)"
+)
+
 
 def _tp1(builds: list[Any], label: str) -> Any:
     """The tp=1, pp=1 build of the config variant ``label`` ("": the base config)."""
@@ -45,10 +50,12 @@ def dry_run_variants(
     base: Any,
     synthesised: bool,
     deadline: float | None = None,
+    own_layout: bool = False,
 ) -> list[Finding]:
     """PFX701 findings (and PFX600 notes) of the kept variants that add parameters, for
     a base dry-run ``base`` (``dryrun.DryRun``) that verified; nothing otherwise (the base
-    dry-run's own note says why nothing was checked)."""
+    dry-run's own note says why nothing was checked). ``own_layout``: the base dry-run had
+    no reference class (``selflayout.py``); the variants get a note, not a dry-run."""
     from prefixlint.introspect import dryrun
     from prefixlint.introspect.dryrun.quant import OUT_OF_TIME, past
 
@@ -63,11 +70,14 @@ def dry_run_variants(
         build = _tp1(explored.builds, label) if variant.status == "kept" else None
         if build is None or not _parameters(build) - base_params:
             continue
+        if own_layout:
+            out.append(_note(cls, label, _OWN_LAYOUT))
+            continue
         if past(deadline):
             out.append(_note(cls, label, OUT_OF_TIME))
             break
         try:
-            with applied(model_config, variant.overrides):
+            with applied(model_config, variant.overrides, variant.everywhere):
                 outcome = dryrun.run(
                     cls, model_config, [build], True, synthesised, deadline, quantize=False
                 )

@@ -81,6 +81,7 @@ class Variant:
     status: str = "untried"  # kept | no new site | failed: ... | untried (budget)
     new_sites: int = 0
     guarded: bool = True  # derived from the guards of an unexecuted site
+    everywhere: bool = False  # set on every config object (``applied``): a draft's numbering
 
     def label(self) -> str:
         return ", ".join(f"{k}={_short(v)}" for k, v in self.overrides.items())
