@@ -45,8 +45,10 @@ from prefixlint.introspect.configs import (  # noqa: E402
     seed_from_code,
     write_tokenizer,
 )
+from prefixlint.introspect.coverage.numbering import explore_numbering  # noqa: E402
 from prefixlint.introspect.coverage.sites import covered, not_verified  # noqa: E402
-from prefixlint.introspect.coverage.variants import explore  # noqa: E402
+from prefixlint.introspect.coverage.variant_dryrun import dry_run_variants  # noqa: E402
+from prefixlint.introspect.coverage.variants import Exploration, explore  # noqa: E402
 from prefixlint.introspect.drafts.mtp_layers import complete_mtp_layers  # noqa: E402
 from prefixlint.introspect.drafts.plan import (  # noqa: E402
     force_architecture,
@@ -153,15 +155,19 @@ def run_target(
         )
     builds = _build_layouts(result, model_config, layouts)
     explored = explore(cls, model_config, layouts, builds, build_layout, explore_budget)
+    numbered: list[Finding] = []
+    if id(model_config) in DRAFT_SPECS and explore_budget > 0:  # layers numbered on
+        numbered = explore_numbering(cls, model_config, layouts, builds, build_layout, explored)
     builds += explored.builds
     covered(result, cls, builds, explored)
     complete = not result.coverage["not_executed"]
     result.findings = _findings(
         target.arch, cls, model_config, builds, result.config_source, complete
     )
-    result.findings += not_verified(result.coverage)
+    result.findings += numbered + not_verified(result.coverage)
     result.findings += startup.layer_index_refusals(builds, model_config, cls)
-    _dry_run(result, cls, model_config, builds, dryrun, deadline, (checkpoint, lora))
+    given = (checkpoint, lora)
+    _dry_run(result, cls, model_config, builds, dryrun, deadline, given, explored)
     failed = [b for b in builds if b.error is not None]
     if len(failed) == len(builds) and builds:
         result.status = "failed"
@@ -315,16 +321,20 @@ def _dry_run(
     enabled: bool,
     deadline: float | None = None,
     given: tuple[str | None, str | None] = (None, None),
+    explored: Exploration | None = None,
 ) -> None:
     """PFX701/PFX702 (``dryrun/``; against a real checkpoint ``checkpoint_run.py``) and
     PFX703 (``dryrun/lora.py``, with the LoRA adapter given or a synthetic one) on the
-    tp=1 build; a failure of the dry-run itself is a PFX600 note, never a lost target."""
+    tp=1 build, and PFX701 on the config variants that add parameters
+    (``variant_dryrun.py``); a failure of the dry-run itself is a PFX600 note, never a
+    lost target."""
     from prefixlint.introspect import dryrun
     from prefixlint.introspect.checks import packed
     from prefixlint.introspect.dryrun import checkpoint_run, lora, selflayout
 
     checkpoint, adapter = given
     started = time.perf_counter()
+    own_layout = False  # the model's own layout (selflayout): no reference for a variant
     try:
         synthesised = result.config_source.startswith("synthesised")
         if checkpoint:
@@ -332,7 +342,7 @@ def _dry_run(
         else:
             outcome = dryrun.run(cls, model_config, builds, enabled, synthesised, deadline)
             if selflayout.applies(outcome):  # no reference class: the model's own layout
-                why = outcome.reason
+                why, own_layout = outcome.reason, True
                 outcome = selflayout.run(
                     cls, model_config, builds, result.config_source, why, deadline
                 )
@@ -341,6 +351,11 @@ def _dry_run(
         note = f"not verified: the checkpoint dry-run failed: {_describe(e)}"
         finding = Finding("PFX600", "note", note, file, line)
         outcome = dryrun.DryRun("not verified", _describe(e), [finding])
+    if explored is not None and not checkpoint:  # a real checkpoint's config has no variants
+        synthesised = result.config_source.startswith("synthesised")
+        outcome.findings += dry_run_variants(
+            cls, model_config, builds, explored, outcome, synthesised, deadline, own_layout
+        )
     if DRAFT_SPECS.get(id(model_config)) is not None:
         for f in outcome.findings:
             shared_with_target(f)

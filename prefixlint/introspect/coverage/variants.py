@@ -65,6 +65,7 @@ class AttrUse:
     schedule: bool = False  # a step (``i % x``) or a bound on a layer index (``i >= x``)
     none: bool = False  # compared with None (an optional size)
     default: Any = _MISSING  # ``getattr(config, name, default)``
+    indexed: set[int] = field(default_factory=set)  # lines of ``value[i]``, ``i`` not literal
 
 
 @dataclass
@@ -80,6 +81,7 @@ class Variant:
     status: str = "untried"  # kept | no new site | failed: ... | untried (budget)
     new_sites: int = 0
     guarded: bool = True  # derived from the guards of an unexecuted site
+    everywhere: bool = False  # set on every config object (``applied``): a draft's numbering
 
     def label(self) -> str:
         return ", ".join(f"{k}={_short(v)}" for k, v in self.overrides.items())
@@ -125,6 +127,13 @@ def _literal(node: ast.AST) -> list[Any] | None:
     return None
 
 
+def _layer_index(node: ast.AST) -> bool:
+    """An index that names a layer (``layer_idx``, ``self.layer_id - offset``, ``i``)."""
+    names = [_dotted(n) for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute))]
+    words = ("layer", "idx", "index")
+    return any(n == "i" or any(w in n.lower() for w in words) for n in names)
+
+
 class _Reader:
     """Config reads of one file, followed through assignments to names and ``self.x``."""
 
@@ -159,7 +168,8 @@ class _Reader:
                     if attrs:
                         self.taint.setdefault(node.arg, set()).update(attrs)
                         self.taint.setdefault(f"self.{node.arg}", set()).update(attrs)
-                if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                assigns = (ast.Assign, ast.AnnAssign, ast.NamedExpr)
+                if isinstance(node, assigns) and node.value is not None:
                     attrs = self.attrs(node.value)
                     targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                     for target in targets:
@@ -223,6 +233,10 @@ class _Reader:
             elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
                 for attr in self.attrs(node.right):
                     self.use(attr).schedule = True
+            if isinstance(node, ast.Subscript) and _layer_index(node.slice):
+                # ``config.layer_types[layer_idx]``: a per-layer list read by a layer index
+                for attr in self.attrs(node.value):
+                    self.use(attr).indexed.add(node.lineno)
             attr = self.direct(node)
             if attr is not None and isinstance(node, ast.Call) and len(node.args) == 3:
                 value = _literal(node.args[2])
@@ -528,10 +542,13 @@ def variants_for(model_config: Any, files: list[str], missing: list[str]) -> lis
 
 
 @contextlib.contextmanager
-def applied(model_config: Any, overrides: dict[str, Any]) -> Iterator[bool]:
+def applied(
+    model_config: Any, overrides: dict[str, Any], everywhere: bool = False
+) -> Iterator[bool]:
     """The overrides set on the config objects that hold each attribute (the text config
-    when none does). Everything is restored afterwards, attributes a repair of the variant
-    added included. Yields False when a value cannot be set."""
+    when none does; ``everywhere``: every config object, for a draft whose class reads
+    another of them than the text config). Everything is restored afterwards, attributes
+    a repair of the variant added included. Yields False when a value cannot be set."""
     import os
 
     configs = config_objects(model_config)
@@ -542,7 +559,9 @@ def applied(model_config: Any, overrides: dict[str, Any]) -> Iterator[bool]:
         if attr.startswith("$"):
             os.environ[attr[1:]] = str(value)
             continue
-        for config in [c for c in configs if attr in vars(c)] or configs[:1]:
+        for config in [c for c in configs if attr in vars(c)] or configs[
+            : None if everywhere else 1
+        ]:
             try:
                 setattr(config, attr, value)
             except Exception:

@@ -175,6 +175,11 @@ def _quantized_layouts(
     return found
 
 
+def _quant(quantize: bool, *args: Any) -> tuple[list[Finding], str]:
+    """PFX702 (``quant_findings``), or nothing when the caller asked for PFX701 only."""
+    return quant_findings(*args) if quantize else ([], "")
+
+
 def run(
     cls: type | None,
     model_config: Any,
@@ -182,11 +187,12 @@ def run(
     enabled: bool = True,
     synthesised: bool = False,
     deadline: float | None = None,
+    quantize: bool = True,
 ) -> DryRun:
-    """PFX701 and PFX702 for one target; the tp=1 build is reused. ``synthesised``: the
-    config was made up by prefixlint, so where transformers and vLLM read it into different
-    structures nothing is judged (``reconcile``). Past ``deadline`` (``time.monotonic``),
-    the steps not yet run are skipped with a note."""
+    """PFX701 and PFX702 (``quantize=False``: PFX701 only, for a config variant) for one
+    target, the tp=1 build reused. ``synthesised``: a config made up by prefixlint, so where
+    transformers and vLLM read it into different structures nothing is judged
+    (``reconcile``). Past ``deadline`` (``time.monotonic``), steps not run get a note."""
     if not enabled:
         return DryRun("off")
     base = _base_build(model_config, builds)
@@ -240,10 +246,11 @@ def run(
         return DryRun("not verified", reason, merge(layout_refused(findings)))
     sources = layer_sources(s, base.model)
     mapping = {layer: path for path, layers in sources.items() for layer in layers}
-    quant, skipped = quant_findings(cls, model_config, base, sources, sites, deadline)
+    quant, skipped = _quant(quantize, cls, model_config, base, sources, sites, deadline)
     findings += quant
     partial: list[str] = []
-    findings += _quantized_layouts(model_config, base, (chosen, s), sites, deadline, partial)
+    if quantize:  # a variant's dry-run (PFX701 only) leaves the FP8 layouts to the base
+        findings += _quantized_layouts(model_config, base, (chosen, s), sites, deadline, partial)
     # "verified" with a reason: what of the check did not run, never left unsaid
     if skipped:
         findings.append(_note(f"quantization dry-run: {skipped}", sites.class_site))

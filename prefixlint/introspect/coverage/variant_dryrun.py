@@ -1,0 +1,103 @@
+"""The checkpoint dry-run of config variants: a kept variant whose build has parameters the
+base build lacks is streamed through ``load_weights`` too, under its own config.
+
+The base config's dry-run never sees a parameter only a variant builds (a ``k_norm`` on
+KV-shared layers, whose checkpoint has none): it passes unloaded. Each such variant's tp=1
+build gets PFX701 (no quantization dry-run: the cost stays one stream per variant), with
+the variant's config applied again, for the reference checkpoint and for a loader that
+reads the config. A finding the base dry-run already made is not repeated; a variant whose
+dry-run cannot run gets a PFX600 note with the variant and the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefixlint.introspect.coverage.variants import Exploration, applied
+from prefixlint.introspect.finding import Finding, class_site
+
+_OWN_LAYOUT = (
+    "not run: no transformers class says what a checkpoint of the variant's config holds "
+    "(the base config's dry-run used the model's own layout)"
+)
+
+
+def _tp1(builds: list[Any], label: str) -> Any:
+    """The tp=1, pp=1 build of the config variant ``label`` ("": the base config)."""
+    return next(
+        (
+            b
+            for b in builds
+            if b.error is None
+            and b.model is not None
+            and b.variant == label
+            and b.layout.tp == 1
+            and b.layout.pp == 1
+        ),
+        None,
+    )
+
+
+def _parameters(build: Any) -> set[str]:
+    return {name for name, _ in build.model.named_parameters()}
+
+
+def dry_run_variants(
+    cls: type | None,
+    model_config: Any,
+    builds: list[Any],
+    explored: Exploration,
+    base: Any,
+    synthesised: bool,
+    deadline: float | None = None,
+    own_layout: bool = False,
+) -> list[Finding]:
+    """PFX701 findings (and PFX600 notes) of the kept variants that add parameters, for
+    a base dry-run ``base`` (``dryrun.DryRun``) that verified; nothing otherwise (the base
+    dry-run's own note says why nothing was checked). ``own_layout``: the base dry-run had
+    no reference class (``selflayout.py``); the variants get a note, not a dry-run."""
+    from prefixlint.introspect import dryrun
+    from prefixlint.introspect.dryrun.quant import OUT_OF_TIME, past
+
+    start = _tp1(builds, "")
+    if base.status != "verified" or start is None:
+        return []
+    known = {(f.code, f.file, f.line) for f in base.findings}
+    base_params = _parameters(start)
+    out: list[Finding] = []
+    for variant in explored.variants:
+        label = variant.label()
+        build = _tp1(explored.builds, label) if variant.status == "kept" else None
+        if build is None or not _parameters(build) - base_params:
+            continue
+        if own_layout:
+            out.append(_note(cls, label, _OWN_LAYOUT))
+            continue
+        if past(deadline):
+            out.append(_note(cls, label, OUT_OF_TIME))
+            break
+        try:
+            with applied(model_config, variant.overrides, variant.everywhere):
+                outcome = dryrun.run(
+                    cls, model_config, [build], True, synthesised, deadline, quantize=False
+                )
+        except Exception as e:  # a failure of the dry-run itself, never a lost target
+            out.append(_note(cls, label, f"{type(e).__name__}: {str(e).strip()[:200]}"))
+            continue
+        if outcome.status != "verified":
+            out.append(_note(cls, label, outcome.reason))
+        for finding in outcome.findings:
+            key = (finding.code, finding.file, finding.line)
+            if finding.code != "PFX701" or key in known:
+                continue
+            known.add(key)
+            finding.message += (
+                f" (config variant {label}, which builds parameters the base config does not)"
+            )
+            out.append(finding)
+    return out
+
+
+def _note(cls: type | None, label: str, reason: str) -> Finding:
+    message = f"not verified: the checkpoint dry-run of config variant {label}: {reason}"
+    return Finding("PFX600", "note", message, *class_site(cls))
