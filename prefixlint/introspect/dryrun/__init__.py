@@ -154,25 +154,30 @@ def unbuilt(cls: type | None, builds: list[Any]) -> DryRun:
 
 
 def _quantized_layouts(
+    quantize: bool,
     model_config: Any,
     base: Any,
     reference: tuple[dict[str, Any], Any],
     sites: Sites,
     deadline: float | None,
-    partial: list[str],
-) -> list[Finding]:
-    """PFX701 on FP8 layouts (``quantlayouts.py``); what of it did not run is a note and a
-    part of the reason (in ``partial``)."""
+    findings: list[Finding],
+) -> list[str]:
+    """PFX701 on FP8 layouts (``quantlayouts.py``), added to ``findings``; what of it did
+    not run is a note there and the part of the reason returned. A variant's dry-run (PFX701
+    only, ``quantize`` false) leaves them to the base config's."""
+    if not quantize:
+        return []
 
     def through(build: Any, layout: dict[str, Any]) -> Any:
         with _as_served(build.model, model_config):
             return stream(build.model, layout, _stream_context(build, model_config))
 
     found, gap = quantlayouts.check(base, model_config, reference, sites, through, deadline)
-    if gap:
-        found.append(_note(f"quantized layouts, in part: {gap}", sites.class_site))
-        partial.append(f"the quantized layouts in part ({gap})")
-    return found
+    findings += found
+    if not gap:
+        return []
+    findings.append(_note(f"quantized layouts, in part: {gap}", sites.class_site))
+    return [f"the quantized layouts in part ({gap})"]
 
 
 def _quant(quantize: bool, *args: Any) -> tuple[list[Finding], str]:
@@ -248,9 +253,9 @@ def run(
     mapping = {layer: path for path, layers in sources.items() for layer in layers}
     quant, skipped = _quant(quantize, cls, model_config, base, sources, sites, deadline)
     findings += quant
-    partial: list[str] = []
-    if quantize:  # a variant's dry-run (PFX701 only) leaves the FP8 layouts to the base
-        findings += _quantized_layouts(model_config, base, (chosen, s), sites, deadline, partial)
+    partial = _quantized_layouts(
+        quantize, model_config, base, (chosen, s), sites, deadline, findings
+    )
     # "verified" with a reason: what of the check did not run, never left unsaid
     if skipped:
         findings.append(_note(f"quantization dry-run: {skipped}", sites.class_site))
