@@ -41,7 +41,7 @@ from prefixlint.introspect.dryrun.layouts import (
 from prefixlint.introspect.dryrun.quant import OUT_OF_TIME, layer_sources, past, quant_findings
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import stream
-from prefixlint.introspect.dryrun.weights import coverage_findings, layout_refused, merge
+from prefixlint.introspect.dryrun.weights import coverage_findings, loader_refusals, merge
 from prefixlint.introspect.finding import Finding, class_site
 
 __all__ = ["DryRun", "NotVerified", "incomplete_experts", "reference_class", "run"]
@@ -70,6 +70,16 @@ def _divergence_note(divergence: Divergence, sites: Sites) -> Finding:
         "are not judged. `--config` with a real checkpoint's config.json checks them",
         sites.class_site,
     )
+
+
+def refused_reason(broken: bool) -> str:
+    """Why a stream that raised on too many kinds of names left the rest unchecked."""
+    if broken:
+        return (
+            "`load_weights` refuses checkpoint names the model's own tables declare (a "
+            "PFX701 error); the other names load, and were not judged further"
+        )
+    return "`load_weights` raised on too many kinds of names to check the rest"
 
 
 def _stream_context(base: Any, model_config: Any) -> Any:
@@ -151,6 +161,20 @@ def unbuilt(cls: type | None, builds: list[Any]) -> DryRun:
     return DryRun("not verified", reason, [_note(reason, class_site(cls))])
 
 
+def _refused(
+    base: Any, model_config: Any, streamed: tuple[Any, dict[str, Any]], sites: Sites, found: list
+) -> DryRun:
+    """A stream that raised on too many kinds of names: the loader's error when the names
+    are the model's own, else not verified (``loader_refusals``)."""
+
+    def restream(part: dict[str, Any]) -> Any:
+        with _as_served(base.model, model_config):
+            return stream(base.model, part, _stream_context(base, model_config))
+
+    findings, broken = loader_refusals(found, *streamed, sites, restream)
+    return DryRun("not verified", refused_reason(broken), merge(findings))
+
+
 def run(
     cls: type | None,
     model_config: Any,
@@ -201,7 +225,9 @@ def run(
         if not found and not s.limit:
             break
     # the layout vLLM loads best: a loader need only accept one of them
-    s, _, findings, divergence, why = min(tried, key=lambda t: (not t[0].complete, len(t[2])))
+    s, streamed, findings, divergence, why = min(
+        tried, key=lambda t: (not t[0].complete, len(t[2]))
+    )
     if divergence is not None and divergence.reasons:
         findings.append(_divergence_note(divergence, sites))
     if why:
@@ -212,8 +238,7 @@ def run(
         findings.append(_note(f"checkpoint dry-run: {reason}", site))
         return DryRun("not verified", reason, merge(findings))
     if not s.complete:
-        reason = "`load_weights` raised on too many kinds of names to check the rest"
-        return DryRun("not verified", reason, merge(layout_refused(findings)))
+        return _refused(base, model_config, (s, streamed), sites, findings)
     sources = layer_sources(s, base.model)
     mapping = {layer: path for path, layers in sources.items() for layer in layers}
     quant, skipped = quant_findings(cls, model_config, base, sources, sites, deadline)
