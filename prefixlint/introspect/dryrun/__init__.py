@@ -35,13 +35,19 @@ from prefixlint.introspect.dryrun.divergence import Divergence, reconcile
 from prefixlint.introspect.dryrun.layouts import (
     NotVerified,
     incomplete_experts,
+    normal,
     reference,
     reference_class,
 )
 from prefixlint.introspect.dryrun.quant import OUT_OF_TIME, layer_sources, past, quant_findings
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import stream
-from prefixlint.introspect.dryrun.weights import coverage_findings, loader_refusals, merge
+from prefixlint.introspect.dryrun.weights import (
+    coverage_findings,
+    loader_refusals,
+    merge,
+    refused_modules,
+)
 from prefixlint.introspect.finding import Finding, class_site
 
 __all__ = ["DryRun", "NotVerified", "incomplete_experts", "reference_class", "run"]
@@ -239,7 +245,8 @@ def run(
         return DryRun("not verified", reason, merge(findings))
     if not s.complete:
         return _refused(base, model_config, (s, streamed), sites, findings)
-    sources = layer_sources(s, base.model)
+    refused = refused_modules(s, sites)
+    sources = {k: v for k, v in layer_sources(s, base.model).items() if normal(k) not in refused}
     mapping = {layer: path for path, layers in sources.items() for layer in layers}
     quant, skipped = quant_findings(cls, model_config, base, sources, sites, deadline)
     findings += quant

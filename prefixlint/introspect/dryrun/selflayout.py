@@ -33,7 +33,7 @@ from torch import nn
 from prefixlint.introspect import dryrun
 from prefixlint.introspect.dryrun import renamed
 from prefixlint.introspect.dryrun.divergence import Divergence
-from prefixlint.introspect.dryrun.layouts import NotVerified, incomplete_experts, reference
+from prefixlint.introspect.dryrun.layouts import NotVerified, incomplete_experts, normal, reference
 from prefixlint.introspect.dryrun.quant import layer_sources, past, quant_findings
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import describe_error, stream
@@ -48,6 +48,7 @@ from prefixlint.introspect.dryrun.weights import (
     coverage_findings,
     loader_refusals,
     merge,
+    refused_modules,
 )
 from prefixlint.introspect.finding import Finding
 
@@ -392,7 +393,8 @@ def _quantized(
     of its findings the layout can back; ``back``: checkpoint layers the loader took under
     a name it renames in code -> the layer as the model names it, which the quantization
     dry-run uses (what the loader renames is its own affair, not the ignore list's)."""
-    sources = layer_sources(s, base.model)
+    refused = refused_modules(s, sites)
+    sources = {k: v for k, v in layer_sources(s, base.model).items() if normal(k) not in refused}
     if back:
         sources = {
             path: [back.get(layer, layer) for layer in layers] for path, layers in sources.items()

@@ -315,6 +315,15 @@ def refused_findings(
     return out
 
 
+def refused_modules(stream: Stream, sites: Sites) -> set[str]:
+    """The fused modules (layer numbers left out) a complete stream refused names for that
+    the model's own tables declare: what reached them is not what the checkpoint holds,
+    so the quantization dry-run does not judge them (their PFX701 says why)."""
+    raised = [n for n, _ in stream.raised]
+    declared = declared_names(raised, sites) if stream.complete else {}
+    return {normal(path) for *_, path in declared.values()}
+
+
 def loader_refusals(
     findings: list[Finding],
     stream: Stream,
