@@ -229,6 +229,15 @@ CODES: dict[str, Code] = {
             doc="rule:prefixlint.rules.pfx406_cache_config_not_passed:CacheConfigNotPassed",
         ),
         Code(
+            "PFX408",
+            "class-attribute-reassigned",
+            Severity.WARNING,
+            STATIC,
+            "A class attribute is assigned twice in the class body, and nothing reads the first",
+            fixable=False,
+            doc="rule:prefixlint.rules.pfx408_class_attribute_reassigned:ClassAttributeReassigned",
+        ),
+        Code(
             "PFX501",
             "pp-interface-incomplete",
             Severity.ERROR,
