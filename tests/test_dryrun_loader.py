@@ -33,7 +33,8 @@ def _notes(report) -> list[str]:
 def test_a_stacked_entry_removed_is_the_loaders_error(worker, tmp_path) -> None:
     """llama's mapper without its ``.gate_proj`` entry: the loader refuses every
     ``gate_proj`` tensor, which ``packed_modules_mapping`` says the checkpoint holds. One
-    error at the loader's line (not at the fused layer, not a config-divergence note)."""
+    error at the loader's line (not at the fused layer, not a config-divergence note, not
+    a PFX702 on the table that is right)."""
     entry = '            ".gate_proj": (".gate_up_proj", 0),\n'
     path, text = model_copy(tmp_path, "llama", "no_gate_entry", [("LlamaModel", entry, "")])
     report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
@@ -42,6 +43,9 @@ def test_a_stacked_entry_removed_is_the_loaders_error(worker, tmp_path) -> None:
     [diag] = [d for d in dry_run_diagnostics(report) if d.code == "PFX701"]
     assert "`gate_proj` (into `gate_up_proj` by `packed_modules_mapping`" in diag.message
     assert not [n for n in _notes(report) if "gate_proj" in n], _notes(report)
+    # the table is right: the quantization dry-run does not blame it for what never arrived
+    quant = [d.message for d in dry_run_diagnostics(report) if d.code == "PFX702"]
+    assert not quant, quant
 
 
 def test_a_mapper_assigned_twice_is_the_loaders_error(worker, tmp_path) -> None:

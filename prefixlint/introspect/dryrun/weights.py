@@ -1,6 +1,7 @@
 """PFX701: what the stream left undone. Checkpoint tensors never loaded, parameters (or
 shards of stacked parameters) never written, a ``load_weights`` that raises on a name;
-one finding per line and kind of message."""
+one finding per line and kind of message. Names the loader refuses that the model's own
+tables declare (``tables.declared_parts``) are its error, never "another format"."""
 
 from __future__ import annotations
 
