@@ -229,6 +229,15 @@ CODES: dict[str, Code] = {
             doc="rule:prefixlint.rules.pfx406_cache_config_not_passed:CacheConfigNotPassed",
         ),
         Code(
+            "PFX408",
+            "class-attribute-reassigned",
+            Severity.WARNING,
+            STATIC,
+            "A class attribute is assigned twice in the class body, and nothing reads the first",
+            fixable=False,
+            doc="rule:prefixlint.rules.pfx408_class_attribute_reassigned:ClassAttributeReassigned",
+        ),
+        Code(
             "PFX501",
             "pp-interface-incomplete",
             Severity.ERROR,
@@ -459,7 +468,11 @@ CODES: dict[str, Code] = {
                 "segment left out, a fused tensor read whole). On such a layout a parameter "
                 "left unwritten is a PFX600 note (not verified), the head's skip a warning, "
                 "a `load_weights` whose own code fails an error. Where a weight loader needs "
-                "real data, or refuses the whole layout, a PFX600 note says so. Runs on the tp=1 "
+                "real data, or refuses the whole layout, a PFX600 note says so; names the "
+                "model's own tables declare (a part its mapper's stacked entries, written or "
+                "built, a stacked-params table or `packed_modules_mapping` stack into a fused "
+                "layer it builds) are never another layout: a loader that refuses them while "
+                "every other name loads is an error at its line. Runs on the tp=1 "
                 "build; `--no-dryrun` turns it off. With `--checkpoint` (a folder or hub id), "
                 "the checkpoint's own tensors, read from its safetensors headers, are "
                 "streamed instead, through the model built under its quantization config; a "

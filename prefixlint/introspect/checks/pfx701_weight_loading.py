@@ -20,12 +20,21 @@ class WeightLoading(Check):
     ## Why is this bad?
     A tensor never loaded leaves a parameter random; a loader that raises stops the load.
 
+    A loader that refuses names the model's own tables say its checkpoint holds (a part
+    that its mapper's stacked entries or `packed_modules_mapping` stack into a fused layer
+    it builds) is broken, not fed another format: an error at its line, naming the parts
+    and the table that declares each (`weights.declared_names`).
+
     ## Example
     A decoder layer that stores its MLP as `self.ffn` while checkpoints name it `mlp`.
+    A mapper without its `".gate_proj": (".gate_up_proj", 0)` entry, or assigned again
+    below in the class body without its stacked entries, while `packed_modules_mapping`
+    still says `"gate_up_proj": ["gate_proj", "up_proj"]`.
 
     ## Fix
     Map the checkpoint's names in `load_weights` (or `hf_to_vllm_mapper`), or name the
-    attribute as the checkpoint does.
+    attribute as the checkpoint does; keep one `hf_to_vllm_mapper` per class, with every
+    stacked entry.
     """
 
     code = "PFX701"
@@ -36,5 +45,11 @@ class WeightLoading(Check):
             "        self.ffn = LlamaMLP(",
             "self.gate_up_proj = MergedColumnParallelLinear(",
             at_cls="LlamaMLP",
+        ),
+        Case(
+            "LlamaModel",
+            '            ".gate_proj": (".gate_up_proj", 0),\n',
+            "",
+            "return loader.load_weights(weights, mapper=self.hf_to_vllm_mapper)",
         ),
     )

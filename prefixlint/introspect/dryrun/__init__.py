@@ -37,13 +37,19 @@ from prefixlint.introspect.dryrun.divergence import Divergence, reconcile
 from prefixlint.introspect.dryrun.layouts import (
     NotVerified,
     incomplete_experts,
+    normal,
     reference,
     reference_class,
 )
 from prefixlint.introspect.dryrun.quant import OUT_OF_TIME, layer_sources, past, quant_findings
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import stream
-from prefixlint.introspect.dryrun.weights import coverage_findings, layout_refused, merge
+from prefixlint.introspect.dryrun.weights import (
+    coverage_findings,
+    loader_refusals,
+    merge,
+    refused_modules,
+)
 from prefixlint.introspect.finding import Finding, class_site
 
 __all__ = ["DryRun", "NotVerified", "incomplete_experts", "reference_class", "run"]
@@ -72,6 +78,16 @@ def _divergence_note(divergence: Divergence, sites: Sites) -> Finding:
         "are not judged. `--config` with a real checkpoint's config.json checks them",
         sites.class_site,
     )
+
+
+def refused_reason(broken: bool) -> str:
+    """Why a stream that raised on too many kinds of names left the rest unchecked."""
+    if broken:
+        return (
+            "`load_weights` refuses checkpoint names the model's own tables declare (a "
+            "PFX701 error); the other names load, and were not judged further"
+        )
+    return "`load_weights` raised on too many kinds of names to check the rest"
 
 
 def _stream_context(base: Any, model_config: Any) -> Any:
@@ -154,7 +170,6 @@ def unbuilt(cls: type | None, builds: list[Any]) -> DryRun:
 
 
 def _quantized_layouts(
-    quantize: bool,
     model_config: Any,
     base: Any,
     reference: tuple[dict[str, Any], Any],
@@ -163,10 +178,7 @@ def _quantized_layouts(
     findings: list[Finding],
 ) -> list[str]:
     """PFX701 on FP8 layouts (``quantlayouts.py``), added to ``findings``; what of it did
-    not run is a note there and the part of the reason returned. A variant's dry-run (PFX701
-    only, ``quantize`` false) leaves them to the base config's."""
-    if not quantize:
-        return []
+    not run is a note there and the part of the reason returned."""
 
     def through(build: Any, layout: dict[str, Any]) -> Any:
         with _as_served(build.model, model_config):
@@ -180,9 +192,42 @@ def _quantized_layouts(
     return [f"the quantized layouts in part ({gap})"]
 
 
-def _quant(quantize: bool, *args: Any) -> tuple[list[Finding], str]:
-    """PFX702 (``quant_findings``), or nothing when the caller asked for PFX701 only."""
-    return quant_findings(*args) if quantize else ([], "")
+def _quantization(
+    quantize: bool,
+    cls: type | None,
+    model_config: Any,
+    quantized: tuple[Any, dict[str, Any], tuple[dict[str, Any], Any]],
+    sites: Sites,
+    deadline: float | None,
+    findings: list[Finding],
+) -> list[str]:
+    """PFX702 (``quant_findings``) and the FP8 layouts' PFX701 for the base build, its
+    layer sources and the stream it loaded, added to ``findings``; returns what of them did
+    not run. ``quantize`` false (a config variant's dry-run): PFX701 only, nothing here."""
+    if not quantize:
+        return []
+    base, sources, reference = quantized
+    quant, skipped = quant_findings(cls, model_config, base, sources, sites, deadline)
+    findings += quant
+    partial = _quantized_layouts(model_config, base, reference, sites, deadline, findings)
+    if skipped:
+        findings.append(_note(f"quantization dry-run: {skipped}", sites.class_site))
+        partial.append(f"the quantization dry-run did not run ({skipped})")
+    return partial
+
+
+def _refused(
+    base: Any, model_config: Any, streamed: tuple[Any, dict[str, Any]], sites: Sites, found: list
+) -> DryRun:
+    """A stream that raised on too many kinds of names: the loader's error when the names
+    are the model's own, else not verified (``loader_refusals``)."""
+
+    def restream(part: dict[str, Any]) -> Any:
+        with _as_served(base.model, model_config):
+            return stream(base.model, part, _stream_context(base, model_config))
+
+    findings, broken = loader_refusals(found, *streamed, sites, restream)
+    return DryRun("not verified", refused_reason(broken), merge(findings))
 
 
 def run(
@@ -236,7 +281,9 @@ def run(
         if not found and not s.limit:
             break
     # the layout vLLM loads best: a loader need only accept one of them
-    s, chosen, findings, divergence, why = min(tried, key=lambda t: (not t[0].complete, len(t[2])))
+    s, streamed, findings, divergence, why = min(
+        tried, key=lambda t: (not t[0].complete, len(t[2]))
+    )
     if divergence is not None and divergence.reasons:
         findings.append(_divergence_note(divergence, sites))
     if why:
@@ -247,19 +294,13 @@ def run(
         findings.append(_note(f"checkpoint dry-run: {reason}", site))
         return DryRun("not verified", reason, merge(findings))
     if not s.complete:
-        reason = "`load_weights` raised on too many kinds of names to check the rest"
-        return DryRun("not verified", reason, merge(layout_refused(findings)))
-    sources = layer_sources(s, base.model)
+        return _refused(base, model_config, (s, streamed), sites, findings)
+    refused = refused_modules(s, sites)
+    sources = {k: v for k, v in layer_sources(s, base.model).items() if normal(k) not in refused}
     mapping = {layer: path for path, layers in sources.items() for layer in layers}
-    quant, skipped = _quant(quantize, cls, model_config, base, sources, sites, deadline)
-    findings += quant
-    partial = _quantized_layouts(
-        quantize, model_config, base, (chosen, s), sites, deadline, findings
-    )
+    quantized = (base, sources, (streamed, s))
+    partial = _quantization(quantize, cls, model_config, quantized, sites, deadline, findings)
     # "verified" with a reason: what of the check did not run, never left unsaid
-    if skipped:
-        findings.append(_note(f"quantization dry-run: {skipped}", sites.class_site))
-        partial.append(f"the quantization dry-run did not run ({skipped})")
     if divergence is not None and divergence.reasons:
         partial.append(f"{len(divergence.reasons)} part(s) read differently from the config")
     if why:

@@ -21,9 +21,7 @@ tables say (a loader that renames in code) is not the layout checked.
 
 from __future__ import annotations
 
-import ast
 import copy
-import functools
 import re
 import traceback
 from collections import Counter
@@ -33,19 +31,31 @@ from typing import Any
 from torch import nn
 
 from prefixlint.introspect import dryrun
-from prefixlint.introspect.dryrun import renamed
+from prefixlint.introspect.dryrun import renamed, tables
 from prefixlint.introspect.dryrun.divergence import Divergence
-from prefixlint.introspect.dryrun.layouts import NotVerified, incomplete_experts, reference
+from prefixlint.introspect.dryrun.layouts import NotVerified, incomplete_experts, normal, reference
 from prefixlint.introspect.dryrun.quant import layer_sources, past, quant_findings
-from prefixlint.introspect.dryrun.sites import Sites, source_file
+from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import describe_error, stream
+from prefixlint.introspect.dryrun.tables import (
+    _forward,
+    fused_kind,
+    shard_sources,
+    weights_mapper,
+)
 from prefixlint.introspect.dryrun.weights import (
     SKIPS_ITS_PARAMETER,
     coverage_findings,
-    layout_refused,
+    loader_refusals,
     merge,
+    refused_modules,
 )
 from prefixlint.introspect.finding import Finding
+
+# the table readers live in tables.py; callers (PFX606, the LoRA dry-run) read them here
+model_files = tables.model_files
+file_triples = tables.file_triples
+packed_table = tables.packed_table
 
 SELF_DERIVED = (
     "checkpoint layout derived from the model itself (its parameters through its "
@@ -54,7 +64,6 @@ SELF_DERIVED = (
     "(a loader that renames in code) is not seen"
 )
 _NO_REFERENCE = ("transformers has no reference class", "the reference `")
-_QKV = {"q": 0, "k": 1, "v": 2}
 
 
 def applies(outcome: Any) -> bool:
@@ -93,134 +102,6 @@ def model_type_reference(hf_config: Any, arch: str) -> str | None:
 # -- 2. the model's own tables ----------------------------------------------------------------
 
 
-def model_files(model: nn.Module, cls: type | None) -> list[str]:
-    out = []
-    for klass in {type(m) for m in model.modules()} | ({cls} if cls else set()):
-        for base in getattr(klass, "__mro__", ()):
-            f = source_file(base)
-            if f and f not in out and _is_model_file(f):
-                out.append(f)
-    return out
-
-
-def _is_model_file(file: str) -> bool:
-    from prefixlint.introspect.process.crash import model_code
-
-    return model_code(file)
-
-
-@functools.lru_cache(maxsize=256)
-def file_triples(file: str) -> tuple[tuple[str, str, Any], ...]:
-    """``(str, str, shard)`` tuples in tables (a list or tuple of at least two of them) in
-    ``file``: the stacked-params entries a ``load_weights`` loops over."""
-    try:
-        with open(file, encoding="utf-8") as handle:
-            tree = ast.parse(handle.read())
-    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
-        return ()
-    out: list[tuple[str, str, Any]] = []
-    for node in ast.walk(tree):
-        if not isinstance(node, (ast.List, ast.Tuple)) or len(node.elts) < 2:
-            continue
-        rows = []
-        for elt in node.elts:
-            if not (isinstance(elt, ast.Tuple) and len(elt.elts) == 3):
-                break
-            values = [e.value if isinstance(e, ast.Constant) else None for e in elt.elts]
-            fused, part, shard = values
-            if not (isinstance(fused, str) and isinstance(part, str)):
-                break
-            if not isinstance(shard, (str, int)) or isinstance(shard, bool):
-                break
-            rows.append((fused.strip("."), part.strip("."), shard))
-        else:
-            out.extend(rows)
-    return tuple(dict.fromkeys(out))
-
-
-def fused_kind(module: nn.Module) -> str | None:
-    from vllm.model_executor.layers.linear import MergedColumnParallelLinear, QKVParallelLinear
-
-    sizes = getattr(module, "output_sizes", None)
-    if isinstance(module, QKVParallelLinear):
-        return "qkv"
-    if isinstance(module, MergedColumnParallelLinear) and isinstance(sizes, (list, tuple)):
-        return "merged" if len(sizes) >= 2 else None
-    return None
-
-
-def _shard_index(kind: str, shard: Any, count: int) -> int | None:
-    if kind == "qkv":
-        return _QKV.get(shard) if isinstance(shard, str) else None
-    if isinstance(shard, int) and 0 <= shard < count:
-        return shard
-    return None
-
-
-def shard_sources(model: nn.Module, cls: type | None) -> dict[str, list[tuple[str, int]]]:
-    """Fused module leaf -> [(checkpoint leaf, shard index)], from the stacked-params
-    tables of the model's files that fit the modules built (a fused module of that leaf
-    exists, the shard ids are the ones its weight loader takes), else from
-    ``packed_modules_mapping`` (QKV parts are q, k, v; merged parts in order)."""
-    fused = {}
-    for path, module in model.named_modules():
-        kind = fused_kind(module)
-        if kind is not None:
-            fused.setdefault(path.rsplit(".", 1)[-1], (kind, len(module.output_sizes)))
-    out: dict[str, list[tuple[str, int]]] = {}
-    for file in model_files(model, cls):
-        for leaf, part, shard in file_triples(file):
-            if leaf not in fused or part == leaf:
-                continue
-            index = _shard_index(*fused[leaf][:1], shard, fused[leaf][1])
-            if index is not None and (part, index) not in out.get(leaf, []):
-                out.setdefault(leaf, []).append((part, index))
-    for part, target in _stacked_entries(model, cls):  # mappers' (checkpoint -> fused, shard)
-        if not (isinstance(target, tuple) and len(target) == 2 and isinstance(part, str)):
-            continue
-        leaf, shard = str(target[0]).strip("."), target[1]
-        if leaf in fused:
-            index = _shard_index(fused[leaf][0], shard, fused[leaf][1])
-            if index is not None and (part.strip("."), index) not in out.get(leaf, []):
-                out.setdefault(leaf, []).append((part.strip("."), index))
-    packed = packed_table(model, cls)
-    for leaf, (_, count) in fused.items():
-        parts = packed.get(leaf)
-        if leaf in out or not isinstance(parts, (list, tuple)) or len(parts) != count:
-            continue
-        if list(parts) == [leaf]:
-            continue
-        out[leaf] = [(p, i) for i, p in enumerate(parts)]
-    return out
-
-
-def _stacked_entries(model: nn.Module, cls: type | None) -> list[tuple[Any, Any]]:
-    """The ``orig_to_new_stacked`` entries of the class's mapper, then of the mappers of
-    the classes built inside it (a ColBERT wrapper's Lfm2 backbone keeps its ``.w1`` ->
-    ``.w13`` entries on ``Lfm2Model``)."""
-    mappers = [weights_mapper(cls)] + [weights_mapper(type(m)) for m in model.modules()]
-    out: list[tuple[Any, Any]] = []
-    seen: set[int] = set()
-    for mapper in mappers:
-        if mapper is None or id(mapper) in seen:
-            continue
-        seen.add(id(mapper))
-        stacked = getattr(mapper, "orig_to_new_stacked", None) or {}
-        out += [item for item in stacked.items() if item not in out]
-    return out
-
-
-def packed_table(model: nn.Module, cls: type | None) -> dict[str, Any]:
-    """What LoRA reads (vLLM's ``get_packed_modules_mapping``), else the class's own."""
-    try:
-        from vllm.model_executor.utils import get_packed_modules_mapping
-
-        return dict(get_packed_modules_mapping(model))
-    except Exception:
-        mapping = getattr(cls, "packed_modules_mapping", None)
-        return dict(mapping) if isinstance(mapping, dict) else {}
-
-
 def _expert_entries(model: nn.Module) -> list[tuple[str, str, int, str]]:
     try:
         from vllm.model_executor.utils import get_moe_expert_mapping
@@ -236,20 +117,6 @@ class Layout:
     unknown: dict[str, str] = field(default_factory=dict)  # module path -> why not derived
     # a part split from a fused parameter -> (the parameter's checkpoint name, its shape)
     fused: dict[str, tuple[str, Any]] = field(default_factory=dict)
-
-
-def weights_mapper(cls: type | None) -> Any:
-    mapper = getattr(cls, "hf_to_vllm_mapper", None)
-    forward = getattr(mapper, "map_name", None) or getattr(mapper, "_map_name", None)
-    return mapper if callable(forward) else None
-
-
-def _forward(mapper: Any, name: str) -> str | None:
-    fn = getattr(mapper, "map_name", None) or mapper._map_name
-    try:
-        return fn(name)
-    except Exception:
-        return None
 
 
 def checkpoint_name(mapper: Any, name: str, fused: str | None = None) -> str | None:
@@ -488,19 +355,21 @@ def _judge_reference(
         streamed = {k: v for k, v in layout.items() if k not in incomplete}
         s = _stream(base, model_config, streamed)
         found = coverage_findings(s, streamed, sites)
-        tried.append((s, found, partial_why))
+        tried.append((s, found, partial_why, streamed))
         if not found and not s.limit:
             break
-    s, findings, partial_why = min(tried, key=lambda t: (not t[0].complete, len(t[1])))
+    s, findings, partial_why, streamed = min(tried, key=lambda t: (not t[0].complete, len(t[1])))
     if partial_why:
         said = f"checkpoint dry-run, in part: {partial_why}"
         findings.append(dryrun._note(said, sites.class_site))
     if s.limit:
         return _limited(s, sites, findings, what)
     if not s.complete:
-        reason = "`load_weights` raised on too many kinds of names to check the rest"
-        merged = merge(layout_refused(findings))
-        return dryrun.DryRun("not verified", reason, _suffixed(merged, what))
+        judged, broken = loader_refusals(
+            findings, s, streamed, sites, lambda part: _stream(base, model_config, part)
+        )
+        reason = dryrun.refused_reason(broken)
+        return dryrun.DryRun("not verified", reason, _suffixed(merge(judged), what))
     partial = [what] + ([partial_why] if partial_why else [])
     return _quantized(cls, model_config, base, sites, s, findings, partial, what, deadline)
 
@@ -529,7 +398,8 @@ def _quantized(
     of its findings the layout can back; ``back``: checkpoint layers the loader took under
     a name it renames in code -> the layer as the model names it, which the quantization
     dry-run uses (what the loader renames is its own affair, not the ignore list's)."""
-    sources = layer_sources(s, base.model)
+    refused = refused_modules(s, sites)
+    sources = {k: v for k, v in layer_sources(s, base.model).items() if normal(k) not in refused}
     if back:
         sources = {
             path: [back.get(layer, layer) for layer in layers] for path, layers in sources.items()

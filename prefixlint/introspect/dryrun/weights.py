@@ -1,11 +1,13 @@
 """PFX701: what the stream left undone. Checkpoint tensors never loaded, parameters (or
 shards of stacked parameters) never written, a ``load_weights`` that raises on a name;
-one finding per line and kind of message."""
+one finding per line and kind of message. Names the loader refuses that the model's own
+tables declare (``tables.declared_parts``) are its error, never "another format"."""
 
 from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -15,6 +17,7 @@ from prefixlint.introspect.dryrun.divergence import Divergence, explained_drop
 from prefixlint.introspect.dryrun.layouts import normal
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import MAX_RETRIES, Stream, describe_error
+from prefixlint.introspect.dryrun.tables import declared_parts, fused_kind
 from prefixlint.introspect.finding import Finding
 
 # a tensor named as its parameter that the loader skips (selflayout judges it apart)
@@ -125,13 +128,11 @@ def coverage_findings(
             divergence.add(why)
         return bool(why)
 
-    out = [
-        _raise_finding(name, error, sites)
-        for name, error in stream.raised
-        if not (stream.complete and explained(name))
-    ]
+    out, declared = _raise_findings(stream, sites, explained)
     if not stream.complete:
         return out
+    # what stays random in the fused modules declared names fill is part of their finding
+    folded = {normal(p) for _, _, _, p in declared.values()}
     raised = {normal(n) for n, _ in stream.raised}
     targets = [
         t
@@ -168,6 +169,8 @@ def coverage_findings(
         out.append(Finding("PFX701", severity, msg, *sites.loader(name)))
     for name in sorted(unwritten):
         path = name.rpartition(".")[0]
+        if normal(path) in folded:
+            continue
         why = divergence and _optional_bias(stream, reference, name)
         if why and divergence is not None:
             divergence.add(why)
@@ -183,9 +186,25 @@ def coverage_findings(
             msg += " (a note: served as an embedding model, whose pooler never uses the head)"
         out.append(Finding("PFX701", severity, msg, *sites.module(path)))
     for t in targets:
-        if t.written:
+        if t.written and normal(t.name.rpartition(".")[0]) not in folded:
             out.extend(shard_findings(stream, t, sites))
     return out
+
+
+def _raise_findings(
+    stream: Stream, sites: Sites, explained: Callable[[str], bool]
+) -> tuple[list[Finding], dict[str, tuple[str, str, str, str]]]:
+    """The names ``load_weights`` raised on, and those of them the model's own tables
+    declare: in a complete stream, one finding for those (never explained away by a
+    config read differently), one per name for the rest."""
+    declared = declared_names([n for n, _ in stream.raised], sites) if stream.complete else {}
+    out = [
+        _raise_finding(name, error, sites)
+        for name, error in stream.raised
+        if name not in declared and not (stream.complete and explained(name))
+    ]
+    refused = [(n, e) for n, e in stream.raised if n in declared]
+    return out + refused_findings(refused, declared, sites), declared
 
 
 def _declared_drop(cls: type | None, name: str) -> bool:
@@ -234,6 +253,100 @@ def _raise_finding(name: str, error: BaseException, sites: Sites) -> Finding:
         site = entry
     msg = f"`load_weights` raises on checkpoint tensor `{name}`: {describe_error(error)}"
     return Finding("PFX701", "error", msg, *site)
+
+
+REFUSES_DECLARED = "`load_weights` refuses checkpoint tensors the model's own tables declare"
+
+
+def declared_names(names: list[str], sites: Sites) -> dict[str, tuple[str, str, str, str]]:
+    """The checkpoint names among ``names`` that the model's own tables say its checkpoint
+    holds: a part (``gate_proj``) that a table stacks into a fused module built beside it
+    (``gate_up_proj``). Name -> (part, fused leaf, the table, the fused module's path)."""
+    parts = declared_parts(sites.model, sites.cls) if names else {}
+    if not parts:
+        return {}
+    built = [p for p, m in sites.model.named_modules() if fused_kind(m)]
+    out = {}
+    for name in names:
+        bits = name.split(".")
+        leaf, owner = (bits[-2], ".".join(bits[:-2])) if len(bits) >= 2 else ("", "")
+        for fused, tables in parts.get(leaf, {}).items():
+            want = f"{owner}.{fused}" if owner else fused
+            # the model's paths may add or drop a wrapper's prefix (``language_model.``)
+            path = next(
+                (p for p in built if p == want or p.endswith(f".{want}") or want.endswith(f".{p}")),
+                None,
+            )
+            if path is not None:
+                out[name] = (leaf, fused, " and ".join(tables), path)
+                break
+    return out
+
+
+def refused_findings(
+    refused: list[tuple[str, BaseException]],
+    declared: dict[str, tuple[str, str, str, str]],
+    sites: Sites,
+) -> list[Finding]:
+    """PFX701, one per line of the loader that raised: the names it refused are the ones
+    its own tables say the checkpoint holds, so a real checkpoint does not load either."""
+    groups: dict[tuple[str, int], list[tuple[str, BaseException]]] = {}
+    for name, error in refused:
+        groups.setdefault(sites.frame(error) or sites.loader(name), []).append((name, error))
+    out = []
+    for site, items in groups.items():
+        said: dict[str, str] = {}  # one line per checkpoint part, however many tensors
+        for name, _ in items:
+            part, fused, table, _ = declared[name]
+            if part in said:
+                continue
+            where = sites.mapping_line(part, fused)
+            at = f"; {where[0].rsplit('/', 1)[-1]}:{where[1]} names both" if where else ""
+            said[part] = f"`{part}` (into `{fused}` by {table}{at})"
+        shown = list(said.values())[:6]
+        more = f" and {len(said) - 6} more" if len(said) > 6 else ""
+        fused = sorted({f"`{declared[n][3]}`" for n, _ in items})
+        message = (
+            f"{REFUSES_DECLARED}: {', '.join(shown)}{more}; on `{items[0][0]}`: "
+            f"{describe_error(items[0][1])}; {', '.join(fused)} stay random in part, and a real "
+            "checkpoint does not load either (the names are the model's own, not a layout "
+            "prefixlint guessed)"
+        )
+        out.append(Finding("PFX701", "error", message, *site))
+    return out
+
+
+def refused_modules(stream: Stream, sites: Sites) -> set[str]:
+    """The fused modules (layer numbers left out) a complete stream refused names for that
+    the model's own tables declare: what reached them is not what the checkpoint holds,
+    so the quantization dry-run does not judge them (their PFX701 says why)."""
+    raised = [n for n, _ in stream.raised]
+    declared = declared_names(raised, sites) if stream.complete else {}
+    return {normal(path) for *_, path in declared.values()}
+
+
+def loader_refusals(
+    findings: list[Finding],
+    stream: Stream,
+    layout: dict[str, Any],
+    sites: Sites,
+    restream: Callable[[dict[str, Any]], Stream],
+) -> tuple[list[Finding], bool]:
+    """The findings of a stream that raised on too many kinds of names. When every name
+    it raised on is one the model's own tables declare, and the layout without every
+    declared name loads whole (``restream``), the loader is broken for exactly those
+    names: PFX701 errors (True). Otherwise the layout may be another format than the
+    loader's: ``layout_refused``'s notes (False)."""
+    raised = [n for n, _ in stream.raised]
+    declared = declared_names(raised, sites)
+    if not raised or len(declared) < len(raised):
+        return layout_refused(findings), False
+    everything = declared_names(sorted(layout), sites)
+    rest = restream({k: v for k, v in layout.items() if k not in everything})
+    if not rest.complete or rest.raised or rest.limit:
+        return layout_refused(findings), False
+    kept = [f for f in findings if not f.message.startswith("`load_weights` raises")]
+    return kept + refused_findings(stream.raised, declared, sites), True
 
 
 def layout_refused(findings: list[Finding]) -> list[Finding]:
