@@ -61,6 +61,15 @@ class Renames:
                 return a, b
         return None
 
+    def mapper_renames_into(self, name: str) -> tuple[str, str] | None:
+        """A ``WeightsMapper`` entry that renames a checkpoint name into ``name`` (``"model."``
+        -> ``"token2wav_model."``): vLLM maps the quantization config with it too, so its
+        lookups use ``name``."""
+        for a, b in self.mapper:
+            if has_word(b, name) and not has_word(a, name):
+                return a, b
+        return None
+
     def loader_maps(self, one: str, other: str) -> tuple[str, str] | None:
         """A rename in weight-loading code between the two names, either way; a name
         against nothing when the code strips it (``name[len("text_model."):]``)."""
