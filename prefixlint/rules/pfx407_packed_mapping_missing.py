@@ -264,7 +264,7 @@ class MyForCausalLM(nn.Module):
         judged itself; unless the package's registrations say vLLM builds ``name`` too."""
         if self.ctx.role(name) in (Role.ROOT, Role.STAGE):
             return False
-        return any(name in self._built_from(other) for other in candidates - {name})
+        return any(name in self._built_from(other, bases=False) for other in candidates - {name})
 
     def _fused_sites(self, parts: dict[str, list[str]]) -> dict[str, list[tuple[str, Site]]]:
         """Top-level class -> (fused layer name, site) of the fused layers it builds with a
@@ -282,9 +282,9 @@ class MyForCausalLM(nn.Module):
                 out.setdefault(top, []).append((leaf, site))
         return out
 
-    def _built_from(self, name: str) -> set[str]:
-        """The file's classes ``name`` builds, directly or through what they build, with
-        its bases in the file and itself."""
+    def _built_from(self, name: str, bases: bool = True) -> set[str]:
+        """The file's classes ``name`` builds, directly or through what they build, and
+        itself; with ``bases``, its bases in the file and what they build too."""
         classes = self.ctx.summary.classes
         out: set[str] = set()
         todo = [name]
@@ -295,7 +295,7 @@ class MyForCausalLM(nn.Module):
                 continue
             out.add(current)
             todo += [m for m in cls.mentions if m in classes]
-            todo += [b for b in cls.bases if b in classes]
+            todo += [b for b in cls.bases if b in classes] if bases else []
         return out
 
     def _lacks_table(self, built: set[str]) -> bool:
