@@ -257,10 +257,10 @@ class MyForCausalLM(nn.Module):
         Invalid(
             example(
                 """
-from vllm.model_executor.models.utils import WeightsMapper
+from vllm.model_executor.models.utils import WeightsMapper as _Mapper
 
 class MyForCausalLM(nn.Module):
-    hf_to_vllm_mapper = WeightsMapper(orig_to_new_prefix={"model.": "inner_model."})
+    hf_to_vllm_mapper = _Mapper(orig_to_new_prefix={"model.": "inner_model."})
 
     def __init__(self, *, vllm_config, prefix: str = ""):
         super().__init__()
