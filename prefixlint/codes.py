@@ -229,6 +229,16 @@ CODES: dict[str, Code] = {
             doc="rule:prefixlint.rules.pfx406_cache_config_not_passed:CacheConfigNotPassed",
         ),
         Code(
+            "PFX407",
+            "packed-mapping-missing",
+            Severity.ERROR,
+            STATIC,
+            "A model builds fused layers from separate checkpoint parts with no "
+            "`packed_modules_mapping`",
+            fixable=False,
+            doc="rule:prefixlint.rules.pfx407_packed_mapping_missing:PackedMappingMissing",
+        ),
+        Code(
             "PFX408",
             "class-attribute-reassigned",
             Severity.WARNING,

@@ -202,6 +202,28 @@ def test_unbuilt_packed_key(worker, tmp_path: Path) -> None:
     assert fresh[0].severity.value == "warning"  # other keys were built: nothing breaks
 
 
+def test_no_packed_mapping_at_all(worker, tmp_path: Path) -> None:
+    """A model with fused layers and no ``packed_modules_mapping`` (issue 30's miss): each
+    fused layer whose checkpoint parts the model's tables keep separate, at the line that
+    built it, an error since LoRA (``SupportsLoRA``) and quantization read the table."""
+    table = (
+        "    packed_modules_mapping = {\n"
+        '        "qkv_proj": ["q_proj", "k_proj", "v_proj"],\n'
+        '        "gate_up_proj": ["gate_proj", "up_proj"],\n'
+        "    }\n"
+    )
+    _fresh, report, text = new_findings(
+        worker, tmp_path, "llama.py", "LlamaForCausalLM", swap(table, ""), tp=(1,), pp=(1,)
+    )
+    packed = sorted(
+        (d.location.row, d.severity.value)
+        for d in report.diagnostics
+        if d.code == "PFX606" and "no `packed_modules_mapping` at all" in d.message
+    )
+    lines = [line_of(text, "self.gate_up_proj = "), line_of(text, "self.qkv_proj = ")]
+    assert packed == sorted((line, "error") for line in lines), report.diagnostics
+
+
 def test_dotted_packed_key_never_applies(worker, tmp_path: Path) -> None:
     """vLLM looks a fused layer up in ``packed_modules_mapping`` by the last part of its
     prefix (quantization's ``is_layer_skipped``, LoRA's model manager): a key with a dot

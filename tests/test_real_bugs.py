@@ -124,8 +124,21 @@ def _after(marker: str, old: str, new: str):
             ),
             "attention_mask: torch.Tensor | None = None",
         ),
+        (
+            # LoRA expands the fused layers by this table: an adapter of q_proj is refused
+            "PFX407",
+            _after(
+                "class LlamaForCausalLM(",
+                "    packed_modules_mapping = {\n"
+                '        "qkv_proj": ["q_proj", "k_proj", "v_proj"],\n'
+                '        "gate_up_proj": ["gate_proj", "up_proj"],\n'
+                "    }\n",
+                "",
+            ),
+            "class LlamaForCausalLM(",
+        ),
     ],
-    ids=["positional-only-vllm-config", "attention-mask-in-forward"],
+    ids=["positional-only-vllm-config", "attention-mask-in-forward", "no-packed-mapping"],
 )
 def test_recreated_contract_bug(vllm_copy, code: str, edit, at: str) -> None:
     clean = vllm_copy("llama.py")

@@ -545,3 +545,57 @@ def test_layers_in_a_branch_vllm_never_runs_are_not_its_model(tmp_path: Path) ->
         if any(d.code == "PFX402" for d in linter.lint_path(tmp_path / "plug" / name, name))
     }
     assert flagged == {"other.py"}, flagged
+
+
+def test_a_roots_layer_swap_named_by_its_path_is_a_warning(tmp_path: Path) -> None:
+    """vllm-omni's HunyuanImage3 (issue 30): the registered root replaces each layer's MLP
+    after construction, named by a literal that is the layer's path
+    (``model.layers.{i}.mlp`` for ``layer.mlp`` in ``enumerate(self.model.layers)``): the
+    derived name today, a warning. A literal that is not the path stays an error."""
+    model = """
+        from torch import nn
+        from vllm.model_executor.layers.linear import ReplicatedLinear
+
+        class Layer(nn.Module):
+            def __init__(self, quant_config, prefix: str = ""):
+                super().__init__()
+                self.mlp = ReplicatedLinear(8, 8, quant_config=quant_config,
+                                            prefix=f"{prefix}.mlp")
+
+        class Inner(nn.Module):
+            def __init__(self, quant_config, prefix: str = ""):
+                super().__init__()
+                self.layers = nn.ModuleList(
+                    [Layer(quant_config, prefix=f"{prefix}.layers.{i}") for i in range(2)]
+                )
+
+        class Root(nn.Module):
+            def __init__(self, *, vllm_config, prefix: str = ""):
+                super().__init__()
+                self.quant_config = vllm_config.quant_config
+                self.model = Inner(self.quant_config, prefix=f"{prefix}model")
+                self._swap()
+
+            def _swap(self):
+                for layer_id, layer in enumerate(self.model.layers):
+                    layer.mlp = ReplicatedLinear(8, 8, quant_config=self.quant_config,
+                                                 prefix=f"NAME")
+    """
+    register = """
+        def register():
+            from vllm import ModelRegistry
+            ModelRegistry.register_model("RootArch", "om.m:Root")
+    """
+    found = {}
+    for name in ("model.layers.{layer_id}.mlp", "model.blocks.{layer_id}.mlp"):
+        root = tmp_path / name.split(".")[1]
+        write(root, {"om/__init__.py": register, "om/m.py": model.replace("NAME", name)})
+        linter = Linter(ALL_RULES, Resolver(ModuleLoader(roots=[root / "om"])))
+        path = root / "om" / "m.py"
+        found[name] = [
+            d.severity.value for d in linter.lint_path(path, path.name) if d.code == "PFX303"
+        ]
+    assert found == {
+        "model.layers.{layer_id}.mlp": ["warning"],
+        "model.blocks.{layer_id}.mlp": ["error"],
+    }

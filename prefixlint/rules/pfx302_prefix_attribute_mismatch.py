@@ -253,6 +253,41 @@ class MyForCausalLM(nn.Module):
         return self.model(input_ids, positions, intermediate_tensors, inputs_embeds)
 """,
         ),
+        # the mapper renames the checkpoint's name into the prefix's: quantization matches
+        Invalid(
+            example(
+                """
+from vllm.model_executor.models.utils import WeightsMapper as _Mapper
+
+class MyForCausalLM(nn.Module):
+    hf_to_vllm_mapper = _Mapper(orig_to_new_prefix={"model.": "inner_model."})
+
+    def __init__(self, *, vllm_config, prefix: str = ""):
+        super().__init__()
+        self.inner = LlamaModel(vllm_config=vllm_config, prefix=maybe_prefix(prefix, "inner_model"))
+"""
+            ),
+            line=9,
+            contains="a warning: the file's `WeightsMapper` renames `model.` into `inner_model.`",
+        ),
+        # the same under SupportsLoRA: LoRA's mapped names miss the module's path
+        Invalid(
+            example(
+                """
+from vllm.model_executor.models.interfaces import SupportsLoRA
+from vllm.model_executor.models.utils import WeightsMapper
+
+class MyForCausalLM(nn.Module, SupportsLoRA):
+    hf_to_vllm_mapper = WeightsMapper(orig_to_new_prefix={"model.": "inner_model."})
+
+    def __init__(self, *, vllm_config, prefix: str = ""):
+        super().__init__()
+        self.inner = LlamaModel(vllm_config=vllm_config, prefix=maybe_prefix(prefix, "inner_model"))
+"""
+            ),
+            line=10,
+            contains="declares `SupportsLoRA`",
+        ),
     ]
 
     def leave_Module(self) -> None:
@@ -393,6 +428,12 @@ class MyForCausalLM(nn.Module):
                 "renaming the prefix would move the quantization lookup off the checkpoint's "
                 "name; map the name with a `WeightsMapper` entry first"
             )
+        elif (into := renames.mapper_renames_into(got_name)) is not None and quant_reaches(site):
+            severity, why = self._mapped_into_prefix(site, into)
+            fix = _no_fix(
+                "renaming the prefix would move the quantization lookup off the name the "
+                "`WeightsMapper` gives the checkpoint; change the mapper's target with it"
+            )
         elif quant_reaches(site):
             why = "; nothing in the file renames one to the other, and `quant_config` reaches it"
             severity = Severity.ERROR
@@ -409,6 +450,26 @@ class MyForCausalLM(nn.Module):
             )
             severity = Severity.NOTE
         self.report(site.prefix_arg or site.call, head + why, severity=severity, site=site, fix=fix)
+
+    def _mapped_into_prefix(self, site: Site, into: tuple[str, str]) -> tuple[Severity, str]:
+        """The file's mapper renames the checkpoint's name into the prefix's (issue 30's
+        contested divergences): quantization, mapped by vLLM with the same mapper, matches
+        the prefix; LoRA matches the adapter's mapped names against the module paths."""
+        owner = site.scope.class_node
+        mapped = (
+            f"the file's `WeightsMapper` renames `{into[0]}` into `{into[1]}`, the prefix's name"
+        )
+        if owner is not None and self.ctx.declares(owner, "SupportsLoRA"):
+            return Severity.ERROR, (
+                f"; {mapped}, so quantization matches the prefix, but `{owner.name.value}` "
+                "declares `SupportsLoRA` and LoRA looks the mapped names up among the module "
+                "paths, where this module is not"
+            )
+        return Severity.WARNING, (
+            f"; a warning: {mapped}, and vLLM maps the quantization config with it, so "
+            "quantization matches the prefix; no LoRA is declared, so nothing looks the "
+            "module up by its path yet"
+        )
 
 
 def _no_fix(reason: str):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import libcst as cst
+
 from prefixlint.diagnostic import Severity
 from prefixlint.static.model_classes import in_draft_file
 from prefixlint.static.prefix_sites import (
+    dotted_name,
     has_root,
     is_known,
     is_layer_site,
@@ -165,12 +168,51 @@ class Model(nn.Module):
 
     def _literal_is_the_root_name(self, site, shown: str) -> bool:
         """The class is a root the package registers (not a stage, not built by another
-        model), the site is in its ``__init__``, and the literal is the attribute path."""
+        model), and the literal is the attribute path: a site in its ``__init__``, or one
+        that replaces a layer's module in a loop over its own layers (``for i, layer in
+        enumerate(self.model.layers): layer.mlp = Block(prefix=f"model.layers.{i}.mlp")``)."""
         owner = site.scope.class_node
+        if owner is None or not shown or self.ctx.role(owner.name.value) is not Role.ROOT:
+            return False
+        if shown == _loop_path(site):
+            return True
         exp = site.expected
-        if owner is None or exp is None or exp.whole or exp.indexed or not shown:
+        if exp is None or exp.whole or exp.indexed:
             return False
         method = site.scope.node
         if getattr(getattr(method, "name", None), "value", None) != "__init__":
             return False
-        return self.ctx.role(owner.name.value) is Role.ROOT and shown == exp.path
+        return shown == exp.path
+
+
+def _loop_path(site) -> str | None:
+    """The path ``var.attr = ...`` stores the module at, inside ``for i, var in
+    enumerate(self.a.b):``, as the literal would spell it (``a.b.{i}.attr``); None when the
+    site is not such an assignment."""
+    loop = next((a for a in reversed(site.anchors) if isinstance(a, cst.For)), None)
+    line = next((a for a in reversed(site.anchors) if isinstance(a, cst.SimpleStatementLine)), None)
+    if loop is None or line is None or not line.body:
+        return None
+    assign = line.body[0]
+    if not isinstance(assign, cst.Assign) or assign.value is not site.call:
+        return None
+    [target] = assign.targets if len(assign.targets) == 1 else (None,)
+    stored = target.target if target is not None else None
+    pair = loop.target
+    call = loop.iter
+    if not (
+        isinstance(stored, cst.Attribute)
+        and isinstance(stored.value, cst.Name)
+        and isinstance(pair, cst.Tuple)
+        and len(pair.elements) == 2
+        and all(isinstance(e.value, cst.Name) for e in pair.elements)
+        and isinstance(call, cst.Call)
+        and dotted_name(call.func) == "enumerate"
+        and len(call.args) == 1
+    ):
+        return None
+    index, var = (e.value.value for e in pair.elements)  # type: ignore[attr-defined]
+    container = dotted_name(call.args[0].value) or ""
+    if stored.value.value != var or not container.startswith("self."):
+        return None
+    return f"{container.removeprefix('self.')}.{{{index}}}.{stored.attr.value}"

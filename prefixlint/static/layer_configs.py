@@ -185,6 +185,16 @@ def quantized_layer(resolver: Resolver, symbol: Symbol) -> bool:
     return symbol.cls is not None and bool(_mro_names(resolver, symbol) & QUANTIZED_BASES)
 
 
+# vLLM's fused linear layers: one module for parts a checkpoint may hold separately.
+FUSED_LAYERS = frozenset({"QKVParallelLinear", "MergedColumnParallelLinear"})
+
+
+def fused_layer(resolver: Resolver, symbol: Symbol) -> bool:
+    """One of vLLM's fused linear layers (``QKVParallelLinear``,
+    ``MergedColumnParallelLinear``) or a subclass of one."""
+    return symbol.cls is not None and bool(_mro_names(resolver, symbol) & FUSED_LAYERS)
+
+
 def is_router(symbol: Symbol) -> bool:
     """One of vLLM's MoE router layers, by where vLLM defines it."""
     module = symbol.module.module or ""

@@ -30,8 +30,9 @@ class Renames:
         mapper: list[tuple[str, str]] = []
         loader: list[tuple[str, str]] = []
         loads = False
+        mappers = _mapper_names(tree)
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and _call_name(node) == "WeightsMapper":
+            if isinstance(node, ast.Call) and _call_name(node) in mappers:
                 for kw in node.keywords:
                     mapper.extend(_dict_pairs(kw.value))
             elif isinstance(
@@ -61,6 +62,15 @@ class Renames:
                 return a, b
         return None
 
+    def mapper_renames_into(self, name: str) -> tuple[str, str] | None:
+        """A ``WeightsMapper`` entry that renames a checkpoint name into ``name`` (``"model."``
+        -> ``"token2wav_model."``): vLLM maps the quantization config with it too, so its
+        lookups use ``name``."""
+        for a, b in self.mapper:
+            if has_word(b, name) and not has_word(a, name):
+                return a, b
+        return None
+
     def loader_maps(self, one: str, other: str) -> tuple[str, str] | None:
         """A rename in weight-loading code between the two names, either way; a name
         against nothing when the code strips it (``name[len("text_model."):]``)."""
@@ -78,6 +88,16 @@ class Renames:
             ):
                 return a, b
         return None
+
+
+def _mapper_names(tree: ast.AST) -> frozenset[str]:
+    """The names ``WeightsMapper`` goes by in the file, aliases included (vllm-omni's
+    ``import WeightsMapper as _Vllm_WeightsMapper``)."""
+    names = {"WeightsMapper"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            names.update(a.asname for a in node.names if a.name == "WeightsMapper" and a.asname)
+    return frozenset(names)
 
 
 def _call_name(node: ast.Call) -> str | None:

@@ -367,8 +367,11 @@ class Resolver:
         return False
 
 
-# Interface classes whose annotated attributes are declarations, not implementations.
-PROTOCOL_ATTR_ONLY: frozenset[str] = frozenset({"SupportsPP", "_SupportsPPType"})
+# Interface classes whose annotated attributes are declarations, not implementations
+# (``SupportsLoRA.packed_modules_mapping = {}`` is an empty default, no table).
+PROTOCOL_ATTR_ONLY: frozenset[str] = frozenset(
+    {"SupportsPP", "_SupportsPPType", "SupportsLoRA", "_SupportsLoRAType"}
+)
 
 
 LAYERS_PACKAGE = "vllm.model_executor.layers"

@@ -119,10 +119,15 @@ def missing_entries(
         users = [u for u, yes in (("quantization", quantized), ("LoRA", lora)) if yes]
         name = getattr(cls, "__name__", "the model")
         entry = f"`{leaf!r}: {parts!r}`"
+        # no table at all (issue 30): the same miss, for every fused layer of the model
+        gap = (
+            f"`{name}.packed_modules_mapping` has no entry for `{leaf}`"
+            if table
+            else f"`{name}` has no `packed_modules_mapping` at all"
+        )
         message = (
             f"`{path}` is a fused `{type(module).__name__}` whose checkpoint holds "
-            f"{', '.join(f'`{p}`' for p in parts)} separately, and "
-            f"`{name}.packed_modules_mapping` has no entry for `{leaf}`: "
+            f"{', '.join(f'`{p}`' for p in parts)} separately, and {gap}: "
         )
         if users:
             misses = " or ".join(

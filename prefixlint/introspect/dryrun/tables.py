@@ -14,6 +14,7 @@ from typing import Any
 from torch import nn
 
 from prefixlint.introspect.dryrun.sites import source_file
+from prefixlint.static.stacked import stacked_rows  # one reader, shared with PFX407
 
 _QKV = {"q": 0, "k": 1, "v": 2}
 
@@ -43,24 +44,7 @@ def file_triples(file: str) -> tuple[tuple[str, str, Any], ...]:
             tree = ast.parse(handle.read())
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return ()
-    out: list[tuple[str, str, Any]] = []
-    for node in ast.walk(tree):
-        if not isinstance(node, (ast.List, ast.Tuple)) or len(node.elts) < 2:
-            continue
-        rows = []
-        for elt in node.elts:
-            if not (isinstance(elt, ast.Tuple) and len(elt.elts) == 3):
-                break
-            values = [e.value if isinstance(e, ast.Constant) else None for e in elt.elts]
-            fused, part, shard = values
-            if not (isinstance(fused, str) and isinstance(part, str)):
-                break
-            if not isinstance(shard, (str, int)) or isinstance(shard, bool):
-                break
-            rows.append((fused.strip("."), part.strip("."), shard))
-        else:
-            out.extend(rows)
-    return tuple(dict.fromkeys(out))
+    return stacked_rows(tree)
 
 
 def fused_kind(module: nn.Module) -> str | None:
