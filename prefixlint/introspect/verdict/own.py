@@ -25,16 +25,17 @@ from typing import Any
 Frames = list[tuple[FrameType, int]]
 
 
-def frames(tb: Any, external: Callable[[str], bool]) -> Frames:
-    """The traceback's innermost frames in the model's own files (``external``, less
-    vLLM's code outside its model files: its loader calls the model), innermost first, up
-    to the first frame that is not."""
+def frames(tb: Any, external: Callable[[str], bool], innermost: bool = False) -> Frames:
+    """The traceback's frames in the model's own files (``external``, less vLLM's code
+    outside its model files: its loader calls the model), innermost first; with
+    ``innermost``, only those from the raising frame up to the first that is not."""
     out: Frames = []
     for frame, line in reversed(list(traceback.walk_tb(tb))):
         file = frame.f_code.co_filename
-        if not external(file) or _vllm_outside_models(file):
+        if external(file) and not _vllm_outside_models(file):
+            out.append((frame, line))
+        elif innermost:
             break
-        out.append((frame, line))
     return out
 
 
@@ -177,7 +178,7 @@ def config_reads(tb: Any, external: Callable[[str], bool]) -> dict[str, set[int]
     in its function, locals assigned from the config followed once), each with the
     integers those conditions compare with. None when a frame's source cannot be read."""
     out: dict[str, set[int]] = {}
-    for frame, line in frames(tb, external):
+    for frame, line in frames(tb, external, innermost=True):
         root = _function(frame)
         stmt = _statement(root, line) if root is not None else None
         if root is None or stmt is None:

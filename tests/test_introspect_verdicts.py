@@ -1,0 +1,160 @@
+"""The model's own failures are findings, not "not verified" notes (issue 30's trial): a
+raise every layout and config variant reaches is PFX604 at its line; a head count fixed
+by a literal in the model's code is PFX603 at that line; a raise before any layer is built
+gives no "a config with more layers" note. The evidence (``verdict/own.py``) is unit-tested
+on plain Python tracebacks; the verdicts on copies of the installed vLLM's llama.py."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from prefixlint.introspect.verdict import own
+from tests.conftest import model_module, requires_vllm
+from tests.test_introspect import line_in_class, llama_copy, replace_in_class
+
+INIT = "        self.config = config\n"
+RAISES = (
+    "        if config.hidden_size > 0:\n            raise ValueError('this model is broken')\n"
+)
+
+
+def _traceback(tmp_path: Path, source: str, call: str) -> tuple[Any, BaseException]:
+    module = model_module(tmp_path, textwrap.dedent(source))
+    try:
+        eval(call, vars(module))
+    except Exception as e:
+        return e.__traceback__, e
+    raise AssertionError("did not raise")
+
+
+def _model(file: str) -> bool:
+    """The toy model's file is the model's code (``model_module`` names it)."""
+    return "toy_model_" in file
+
+
+def test_config_reads_of_a_raise(tmp_path: Path) -> None:
+    tb, _ = _traceback(
+        tmp_path,
+        """
+        class Config:
+            hidden_size = 64
+            vocab_size = 256
+
+        def build(config, flag=True):
+            size = config.vocab_size
+            if flag:
+                if size < 100000:
+                    raise ValueError("small")
+
+        def always(config):
+            raise ValueError("always")
+
+        def sanity(config):
+            assert config.hidden_size < 0
+        """,
+        "build(Config())",
+    )
+    assert own.config_reads(tb, _model) == {"vocab_size": {100000}}
+    assert own.raising_statement(tb, _model) is not None
+    tb, _ = _traceback(tmp_path, "def always(config):\n    raise ValueError('x')\n", "always(1)")
+    assert own.config_reads(tb, _model) == {}
+    current = {"vocab_size": 256, "hidden_size": 64, "tie": True}.get
+    assert own.variants({"vocab_size": {100000}}, current) == [
+        {"vocab_size": 100000},
+        {"vocab_size": 100001},
+    ]
+    # a width compared with 0: no checkpoint has a zero width; a flag: flipped
+    assert own.variants({"hidden_size": {0}}, current) == [{"hidden_size": 1}]
+    assert own.variants({"tie": set()}, current) == [{"tie": False}]
+    # nothing a checkpoint could hold instead: cannot be told
+    assert own.variants({"hidden_size": set()}, current) == []
+
+
+def test_an_error_an_operation_raised_is_no_raising_statement(tmp_path: Path) -> None:
+    tb, _ = _traceback(tmp_path, "def index(config):\n    return [][config]\n", "index(3)")
+    assert own.raising_statement(tb, _model) is None
+
+
+def test_fixed_head_count_is_found_at_its_literal(tmp_path: Path) -> None:
+    tb, error = _traceback(
+        tmp_path,
+        """
+        class Attention:
+            def __init__(self, num_heads, tp_size):
+                self.total_num_heads = num_heads
+                assert self.total_num_heads % tp_size == 0
+
+        def layer(config, tp_size):
+            return Attention(
+                num_heads=6,
+                tp_size=tp_size,
+            )
+        """,
+        "layer(None, 4)",
+    )
+    file, line, name, value = own.fixed_head_count(tb, error, _model, (8, 8)) or ("", 0, "", 0)
+    assert (name, value) == ("num_heads", 6)
+    assert Path(file).read_text().splitlines()[line - 1].strip() == "num_heads=6,"
+    # the config's own count: the config's (PFX603's warning), not the code's
+    assert own.fixed_head_count(tb, error, _model, (6, 6)) is None
+
+
+def _planted(tmp_path: Path, name: str, old: str, new: str, cls: str = "LlamaForCausalLM"):
+    return llama_copy(tmp_path, name, replace_in_class(cls, old, new))
+
+
+def _config(tmp_path: Path, heads: int = 4) -> str:
+    from transformers import LlamaConfig
+
+    LlamaConfig(
+        hidden_size=96,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        vocab_size=256,
+    ).save_pretrained(tmp_path / "cfg")
+    return str(tmp_path / "cfg")
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_a_raise_every_config_reaches_is_pfx604(worker, tmp_path: Path) -> None:
+    from prefixlint.introspect import introspect
+
+    path, text = _planted(tmp_path, "raiser", INIT, INIT + RAISES)
+    raising = line_in_class(text, "LlamaForCausalLM", "raise ValueError")
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1, 2), pp=(1, 2), worker=worker)
+    [diag] = report.diagnostics
+    assert (diag.code, diag.severity.value, diag.location.row) == ("PFX604", "error", raising)
+    assert "this model is broken" in diag.message and "tp=1 pp=2" in diag.message
+    assert report.results[0]["category"] == "finding"
+    # a given config, pipeline layouts only: no "a config with more layers" for a raise
+    # before any layer was built
+    given = introspect(
+        f"{path}:LlamaForCausalLM", tp=(1,), pp=(2,), config=_config(tmp_path), worker=worker
+    )
+    assert [d.code for d in given.diagnostics] == ["PFX604"], [d.message for d in given.diagnostics]
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_a_head_count_fixed_in_the_code_is_pfx603_at_its_line(worker, tmp_path: Path) -> None:
+    from prefixlint.introspect import introspect
+
+    old = "num_heads=config.num_attention_heads,"
+    path, text = _planted(tmp_path, "heads6", old, "num_heads=6,", cls="LlamaDecoderLayer")
+    fixed = line_in_class(text, "LlamaDecoderLayer", "num_heads=6,")
+    target = f"{path}:LlamaForCausalLM"
+    for kwargs in ({"tp": (1, 4)}, {"tp": (4,), "config": _config(tmp_path, heads=8)}):
+        report = introspect(target, pp=(1,), worker=worker, **kwargs)
+        found = [d for d in report.diagnostics if d.code != "PFX601"]  # llama's known one
+        assert [(d.code, d.severity.value, d.location.row) for d in found] == [
+            ("PFX603", "error", fixed)
+        ], [d.message for d in report.diagnostics]
+        assert "`num_heads=6`" in found[0].message and "AssertionError: " in found[0].message
+        assert not found[0].message.rstrip().endswith("AssertionError:")
