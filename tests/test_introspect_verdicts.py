@@ -6,6 +6,8 @@ on plain Python tracebacks; the verdicts on copies of the installed vLLM's llama
 
 from __future__ import annotations
 
+import inspect
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -158,3 +160,74 @@ def test_a_head_count_fixed_in_the_code_is_pfx603_at_its_line(worker, tmp_path: 
         ], [d.message for d in report.diagnostics]
         assert "`num_heads=6`" in found[0].message and "AssertionError: " in found[0].message
         assert not found[0].message.rstrip().endswith("AssertionError:")
+
+
+FIXTURE = Path(__file__).parent / "fixtures" / "introspect" / "llama_subclass.py"
+
+
+def _fixture_class() -> type:
+    """The plugin fixture's class (a subclass of vLLM's Llama), imported from its file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("prefixlint_llama_subclass", FIXTURE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module.PlainLlamaForCausalLM
+
+
+@requires_vllm
+@pytest.mark.slow  # imports vLLM
+def test_notes_in_vllm_files_are_dropped_or_moved_to_the_plugin() -> None:
+    from types import SimpleNamespace
+
+    from prefixlint.introspect.coverage.sites import UNEXECUTED_SITE
+    from prefixlint.introspect.finding import Finding
+    from prefixlint.introspect.verdict.located import in_user_code
+    from tests.conftest import VLLM
+
+    assert VLLM is not None
+    llama = str((VLLM / "model_executor" / "models" / "llama.py").resolve())
+    text = Path(llama).read_text()
+    mlp = line_in_class(text, "LlamaMLP", "self.gate_up_proj = ")
+    head = line_in_class(text, "LlamaForCausalLM", "self.lm_head = ")
+    plugin = _fixture_class()
+    site = "not verified: no build executed this construction site"
+    notes = [
+        Finding("PFX600", "note", site, llama, mlp, group=UNEXECUTED_SITE),
+        Finding("PFX600", "note", site, llama, head, group=UNEXECUTED_SITE),
+        Finding("PFX600", "note", "not verified at tp=1 pp=2", llama, head),
+        Finding("PFX601", "error", "wrong prefix", llama, mlp),
+    ]
+    # the plugin's build ran LlamaForCausalLM.__init__ (its first line), nothing of LlamaMLP
+    ran = SimpleNamespace(recorder=SimpleNamespace(lines={llama: {head - 1}}))
+    out = in_user_code(notes, plugin, [ran])
+    where = [(f.code, Path(f.file).name, f.line) for f in out]
+    plugin_file, plugin_line = Path(inspect.getsourcefile(plugin) or "").name, 41
+    assert inspect.getsourcelines(plugin)[1] == plugin_line
+    assert where == [
+        ("PFX600", plugin_file, plugin_line),
+        ("PFX600", plugin_file, plugin_line),
+        ("PFX601", "llama.py", mlp),
+    ]
+    assert f"llama.py:{head}" in out[0].message
+    # vLLM's own model keeps its notes where they are
+    from vllm.model_executor.models.llama import LlamaForCausalLM
+
+    again = [Finding("PFX600", "note", site, llama, mlp, group=UNEXECUTED_SITE)]
+    assert [f.line for f in in_user_code(again, LlamaForCausalLM, [ran])] == [mlp]
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_a_plugin_subclass_gets_no_note_in_vllm_files(worker) -> None:
+    from prefixlint.introspect import introspect
+    from tests.conftest import VLLM
+
+    report = introspect(f"{FIXTURE}:PlainLlamaForCausalLM", tp=(1, 2), pp=(1,), worker=worker)
+    notes = [d for d in report.diagnostics if d.code == "PFX600"]
+    assert notes  # the dry-run's note, at the plugin's class
+    assert VLLM is not None
+    vllm = str(VLLM.resolve())
+    assert [d.message for d in notes if str(Path(d.filename).resolve()).startswith(vllm)] == []

@@ -68,6 +68,7 @@ from prefixlint.introspect.targets.resolve import (  # noqa: E402
 from prefixlint.introspect.targets.resolve import resolve_targets as resolve_targets  # noqa: E402
 from prefixlint.introspect.verdict import own  # noqa: E402
 from prefixlint.introspect.verdict.gaps import describe, note, reclaim, split_gaps  # noqa: E402
+from prefixlint.introspect.verdict.located import in_user_code  # noqa: E402
 from prefixlint.introspect.verdict.outcome import (  # noqa: E402
     LayoutOutcome,
     TargetResult,
@@ -157,6 +158,7 @@ def run_target(
     result.findings += not_verified(result.coverage)
     result.findings += startup.layer_index_refusals(builds, model_config, cls)
     _dry_run(result, cls, model_config, builds, dryrun, deadline, (checkpoint, lora))
+    result.findings = in_user_code(result.findings, cls, builds)  # a plugin's, not vLLM's
     failed = [b for b in builds if b.error is not None]
     if len(failed) == len(builds) and builds:
         result.status = "failed"

@@ -40,14 +40,14 @@ def frames(tb: Any, external: Callable[[str], bool], innermost: bool = False) ->
 
 
 @functools.lru_cache(maxsize=1)
-def _vllm_root() -> str:
+def vllm_root() -> str:
     spec = importlib.util.find_spec("vllm")
     origin = spec.origin if spec is not None else None
     return os.path.dirname(origin) + os.sep if origin else ""
 
 
 def _vllm_outside_models(file: str) -> bool:
-    root = _vllm_root()
+    root = vllm_root()
     return (
         bool(root)
         and file.startswith(root)
@@ -56,7 +56,7 @@ def _vllm_outside_models(file: str) -> bool:
 
 
 @functools.lru_cache(maxsize=64)
-def _tree(file: str) -> ast.Module | None:
+def parsed(file: str) -> ast.Module | None:
     try:
         return ast.parse("".join(linecache.getlines(file)))
     except (SyntaxError, ValueError):
@@ -65,7 +65,7 @@ def _tree(file: str) -> ast.Module | None:
 
 def _function(frame: FrameType) -> ast.AST | None:
     """The ``def`` a frame runs (the module for module-level code)."""
-    tree = _tree(frame.f_code.co_filename)
+    tree = parsed(frame.f_code.co_filename)
     if tree is None or frame.f_code.co_name == "<module>":
         return tree
     first = frame.f_code.co_firstlineno
