@@ -38,32 +38,58 @@ def _model(file: str) -> bool:
     return "toy_model_" in file
 
 
+def _reads(tmp_path: Path, source: str, call: str) -> dict[str, set[int]] | None:
+    tb, _ = _traceback(tmp_path, source, call)
+    return own.config_reads(tb, _model)
+
+
 def test_config_reads_of_a_raise(tmp_path: Path) -> None:
-    tb, _ = _traceback(
-        tmp_path,
-        """
+    direct = """
         class Config:
-            hidden_size = 64
             vocab_size = 256
 
-        def build(config, flag=True):
+        def build(config):
+            if config.vocab_size < 100000:
+                raise ValueError("small")
+        """
+    assert _reads(tmp_path, direct, "build(Config())") == {"vocab_size": {100000}}
+    # no condition at all: nothing a config could change
+    assert _reads(tmp_path, "def always(config):\n    raise ValueError('x')\n", "always(1)") == {}
+    # a parameter, a local or a `self` attribute may hold a config value (LlavaOnevision2's
+    # `assert head_dim % 16 == 0`, MiniCPM-V's `assert self.version == (2, 6)`): not told
+    param = "def rope(head_dim):\n    assert head_dim % 16 == 0\n"
+    assert _reads(tmp_path, param, "rope(8)") is None
+    local = """
+        class Config:
+            vocab_size = 256
+
+        def build(config):
             size = config.vocab_size
-            if flag:
-                if size < 100000:
-                    raise ValueError("small")
+            if size < 100000:
+                raise ValueError("small")
+        """
+    assert _reads(tmp_path, local, "build(Config())") is None
+    caught = """
+        def build(config):
+            try:
+                {}[config]
+            except KeyError:
+                raise ValueError("unknown")
+        """
+    assert _reads(tmp_path, caught, "build(1)") is None
+    # vLLM's engine configs are not the model's config
+    quant = """
+        class Q:
+            bits = 3
 
-        def always(config):
-            raise ValueError("always")
+        def build(quant_config):
+            if quant_config.bits > 2:
+                raise ValueError("bits")
+        """
+    assert _reads(tmp_path, quant, "build(Q())") is None
 
-        def sanity(config):
-            assert config.hidden_size < 0
-        """,
-        "build(Config())",
-    )
-    assert own.config_reads(tb, _model) == {"vocab_size": {100000}}
-    assert own.raising_statement(tb, _model) is not None
-    tb, _ = _traceback(tmp_path, "def always(config):\n    raise ValueError('x')\n", "always(1)")
-    assert own.config_reads(tb, _model) == {}
+
+def test_variants_of_the_values_read() -> None:
     current = {"vocab_size": 256, "hidden_size": 64, "tie": True}.get
     assert own.variants({"vocab_size": {100000}}, current) == [
         {"vocab_size": 100000},

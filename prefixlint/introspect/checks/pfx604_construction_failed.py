@@ -28,13 +28,13 @@ class ConstructionFailed(FailureCheck):
     With a synthesised config, a failure of the kind a made-up value causes (a
     `ValueError`, an `AssertionError`, ...) is a PFX600 note (`verdict/gaps.py`) unless the
     evidence says it is the model's (`verdict/own.py`): every layout failed at one `raise`
-    or `assert` statement of the model's file, and the conditions that led there (the
-    assert's test, the `if`/`while` tests around each model frame's line, locals assigned
-    from the config followed once) read no config value, or the same statement raised
-    again with each config value they read changed to what a checkpoint could hold (each
-    integer it is compared with and one past it, never below 1; a flag flipped). A
-    condition on a config value with no such variant stays a note; so does an error an
-    operation raised (an index, a `None`), not a statement.
+    or `assert` statement of the model's file, and either no condition led there (a `raise`
+    with no `if`/`while` around it in the model's innermost frames), or every condition
+    reads only config attributes directly (`config.x`, `getattr(config, "x")`) and the same
+    statement raised again with each of them changed to what a checkpoint could hold (each
+    integer it is compared with and one past it, never below 1; a flag flipped). A test of
+    a parameter, a local or `self` (which may hold a config value), a raise under `except`,
+    a loop or `match`, and an error an operation raised (an index, a `None`) stay notes.
 
     ## Why is this bad?
     vLLM cannot build the model for that layout.

@@ -175,8 +175,11 @@ def raising_statement(tb: Any, external: Callable[[str], bool]) -> tuple[str, in
 def config_reads(tb: Any, external: Callable[[str], bool]) -> dict[str, set[int]] | None:
     """The config attributes read by the conditions under which the model's frames reached
     the raise (the ``assert``'s test, the ``if``/``while`` tests enclosing each frame's line
-    in its function, locals assigned from the config followed once), each with the
-    integers those conditions compare with. None when a frame's source cannot be read."""
+    in its function), each with the integers those conditions compare with: ``{}`` when
+    there is no condition at all. None when the conditions cannot be told apart from the
+    config: a frame's source unread, a raise under an ``except``, a loop, a ``match`` or a
+    comprehension, or a test that reads anything but config attributes directly (a
+    parameter, a local or ``self`` attribute may hold a config value: ``head_dim``)."""
     out: dict[str, set[int]] = {}
     for frame, line in frames(tb, external, innermost=True):
         root = _function(frame)
@@ -188,30 +191,48 @@ def config_reads(tb: Any, external: Callable[[str], bool]) -> dict[str, set[int]
         node: ast.AST = stmt
         while node in parents and node is not root:
             node = parents[node]
-            if isinstance(node, (ast.If, ast.While, ast.IfExp)):
+            if isinstance(node, _UNTOLD):
+                return None
+            if isinstance(node, (ast.If, ast.While)):
                 tests.append(node.test)
-        derived = _derived(root)
         for test in tests:
+            attrs = _direct_reads(test)
+            if not attrs:  # None (reads something else) or a test of constants alone
+                return None
             literals = {v for n in ast.walk(test) if (v := _int(n)) is not None}
-            for attr in _attrs(test, derived):
+            for attr in attrs:
                 out.setdefault(attr, set()).update(literals)
     return out
 
 
-def _attrs(node: ast.AST, derived: dict[str, set[str]]) -> set[str]:
-    """Config attributes ``node`` reads: ``<...config...>.x``, ``getattr(<...config...>,
-    "x")``, or a local/``self`` attribute assigned from such reads."""
-    out: set[str] = set()
-    for n in ast.walk(node):
-        if isinstance(n, ast.Attribute) and _is_config(n.value):
-            if "config" not in n.attr:  # a value, not a sub-config object
-                out.add(n.attr)
+# Statements under which a raise depends on what happened (an exception caught, an
+# element iterated, a pattern matched), not on a test we can vary.
+_UNTOLD = (ast.ExceptHandler, ast.For, ast.AsyncFor, ast.match_case, ast.comprehension)
+_BUILTINS = frozenset({"getattr", "hasattr", "isinstance", "len", "int", "float", "bool", "str"})
+
+
+def _direct_reads(test: ast.AST) -> set[str] | None:
+    """Config attributes ``test`` reads directly (``<...config...>.x``, ``getattr(<...
+    config...>, "x")``); None when it reads any other name."""
+    attrs: set[str] = set()
+    roots: set[int] = set()  # the names config chains start from
+    for n in ast.walk(test):
+        if isinstance(n, ast.Attribute) and _is_config(n.value) and "config" not in n.attr:
+            attrs.add(n.attr)
+            roots.add(id(_root(n)))
         elif _getattr_of_config(n):
-            out.add(str(n.args[1].value))  # type: ignore[attr-defined]
-        name = _last_name(n)
-        if name in derived and not (isinstance(n, ast.Attribute) and _is_config(n.value)):
-            out |= derived[name]
-    return out
+            attrs.add(str(n.args[1].value))  # type: ignore[attr-defined]
+            roots.add(id(_root(n.args[0])))  # type: ignore[attr-defined]
+    for n in ast.walk(test):
+        if isinstance(n, ast.Name) and id(n) not in roots and n.id not in _BUILTINS:
+            return None
+    return attrs
+
+
+def _root(node: ast.AST) -> ast.AST:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node
 
 
 def _getattr_of_config(node: ast.AST) -> bool:
@@ -226,23 +247,34 @@ def _getattr_of_config(node: ast.AST) -> bool:
 
 
 def _is_config(node: ast.AST) -> bool:
+    """A chain through the model's config (``config``, ``self.config``, ``vllm_config.
+    model_config.hf_config``), not vLLM's engine configs (``quant_config``, ...)."""
+    names = []
     while isinstance(node, ast.Attribute):
-        if "config" in node.attr:
-            return True
+        names.append(node.attr)
         node = node.value
-    return isinstance(node, ast.Name) and "config" in node.id
+    if isinstance(node, ast.Name):
+        names.append(node.id)
+    return any("config" in n for n in names) and not any(n in _ENGINE_CONFIGS for n in names)
 
 
-def _derived(root: ast.AST) -> dict[str, set[str]]:
-    """Locals and ``self`` attributes the function assigns from config reads."""
-    out: dict[str, set[str]] = {}
-    for node in ast.walk(root):
-        if isinstance(node, ast.Assign):
-            read = _attrs(node.value, {})
-            for target in node.targets:
-                if read and _last_name(target):
-                    out.setdefault(_last_name(target), set()).update(read)
-    return out
+_ENGINE_CONFIGS = frozenset(
+    {
+        "quant_config",
+        "lora_config",
+        "cache_config",
+        "parallel_config",
+        "scheduler_config",
+        "compilation_config",
+        "speculative_config",
+        "device_config",
+        "load_config",
+        "multimodal_config",
+        "pooler_config",
+        "observability_config",
+        "kv_transfer_config",
+    }
+)
 
 
 def variants(reads: dict[str, set[int]], current: Callable[[str], Any]) -> list[dict[str, Any]]:
