@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 from prefixlint.introspect.checks.base import Case, FailureCheck, Subject
 from prefixlint.introspect.finding import Finding
 from prefixlint.introspect.verdict.gaps import describe
-from prefixlint.introspect.verdict.own import fixed_head_count
+from prefixlint.introspect.verdict.own import fixed_head_count, vllm_root
 
 TP_CANDIDATES = tuple(range(1, 17))
 
@@ -18,8 +18,10 @@ class HeadsNotDivisible(FailureCheck):
     reported once per size, with the sizes that work (a warning: the config's counts).
     When the counts that failed are not the config's but an integer literal of the model's
     code (`num_heads=6` in the call being run, `self.num_heads = 6` before it;
-    `verdict/own.py`), it is an error at that line, in every layout it failed in, whatever
-    the config (synthesised or given): the model ignores the checkpoint's count.
+    `verdict/own.py`), it is reported at that line, in every layout it failed in, whatever
+    the config (synthesised or given): an error in a plugin's file (the model ignores the
+    checkpoint's count), a warning in vLLM's own model files, whose fixed counts belong to
+    sub-modules of a fixed shape (a vision tower) that no config here describes.
 
     ## Why is this bad?
     vLLM refuses to start the model at that `--tensor-parallel-size`; a count fixed in the
@@ -58,7 +60,11 @@ class HeadsNotDivisible(FailureCheck):
                 f"the model's code fixes `{name}={value}` whatever the config says ({heads} query "
                 f"/ {kv_heads} KV heads), and building failed: {describe(build.error)}"
             )
-            return Finding(self.code, "error", message, file, line, group=f"{name}={value}")
+            # vLLM's own models fix counts of sub-modules whose checkpoints hold them (a
+            # vision tower's): a warning there; a plugin's literal is its defect
+            root = vllm_root()
+            severity = "warning" if root and file.startswith(root) else "error"
+            return Finding(self.code, severity, message, file, line, group=f"{name}={value}")
         divisible = "divisible" in str(build.error) or (
             heads
             and (heads % layout.tp or (kv_heads and kv_heads % layout.tp and layout.tp % kv_heads))
