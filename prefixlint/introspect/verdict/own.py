@@ -161,10 +161,11 @@ def raising_statement(tb: Any, external: Callable[[str], bool]) -> tuple[str, in
     """Where the model's own ``raise`` or ``assert`` raised: the innermost frame of the
     traceback is in the model's file and runs such a statement; None otherwise (an error
     raised inside vLLM, torch, or by an operation rather than a statement)."""
+    model = frames(tb, external, innermost=True)
     every = list(traceback.walk_tb(tb))
-    if not every or not external(every[-1][0].f_code.co_filename):
+    if not model or not every or model[0][0] is not every[-1][0]:
         return None
-    frame, line = every[-1]
+    frame, line = model[0]
     root = _function(frame)
     stmt = _statement(root, line) if root is not None else None
     if not isinstance(stmt, (ast.Raise, ast.Assert)):
