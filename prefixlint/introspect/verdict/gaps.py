@@ -144,10 +144,11 @@ def split_gaps(
 def reclaim(
     checked: list[Any], gaps: dict[tuple[str, str], list[Any]], own: Callable[[list[Any]], bool]
 ) -> tuple[list[Any], dict[tuple[str, str], list[Any]]]:
-    """Gaps that evidence shows are the model's own failure (``own``: ``verdict/own.py``)
-    go back to the checks."""
+    """Config gaps that evidence shows are the model's own failure (``own``:
+    ``verdict/own.py``) go back to the checks; this machine's gaps stay (a model may say
+    itself that it needs CUDA)."""
     for key in list(gaps):
-        if own(gaps[key]):
+        if key[0] == "config-gap" and own(gaps[key]):
             checked = checked + gaps.pop(key)
     return checked, gaps
 
