@@ -45,13 +45,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--prefixlint-tp",
-        default="1",
-        help="Tensor-parallel sizes to build, comma-separated (default: 1).",
+        default=None,
+        help="Tensor-parallel sizes to build, comma-separated (default: `prefixlint "
+        "introspect`'s, 1,2,4,8).",
     )
     group.addoption(
         "--prefixlint-pp",
-        default="1",
-        help="Pipeline sizes to build for SupportsPP models, comma-separated (default: 1).",
+        default=None,
+        help="Pipeline sizes to build for SupportsPP models besides 1, comma-separated "
+        "(default: `prefixlint introspect`'s, 2,4).",
     )
     group.addoption(
         "--prefixlint-only",
@@ -100,7 +102,14 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Any:
 
 
 def _sizes(config: pytest.Config, which: str) -> list[int]:
+    """The sizes given, else ``introspect``'s default grid: a test that passes has been
+    built in the layouts ``prefixlint introspect`` would build (issue 30: at tp=1 only, it
+    showed one finding where ``introspect`` showed all, and said nothing of the rest)."""
     value = config.getoption(f"prefixlint_{which}")
+    if value is None:
+        from prefixlint.introspect import DEFAULT_PP, DEFAULT_TP
+
+        return list(DEFAULT_TP if which == "tp" else DEFAULT_PP)
     try:
         sizes = [int(v) for v in value.split(",") if v.strip()]
     except ValueError:

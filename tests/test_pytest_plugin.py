@@ -32,6 +32,21 @@ def test_entry_point_is_declared() -> None:
     assert pyproject["project"]["entry-points"]["pytest11"] == {"prefixlint": PLUGIN}
 
 
+def test_default_grid_is_introspects() -> None:
+    """Without --prefixlint-tp/-pp a test builds what `prefixlint introspect` builds (issue
+    30: tp=1 only showed one finding where introspect showed all); given sizes win."""
+    from types import SimpleNamespace
+
+    from prefixlint.introspect import DEFAULT_PP, DEFAULT_TP
+    from prefixlint.pytest_plugin import _sizes
+
+    options = {"prefixlint_tp": None, "prefixlint_pp": None}
+    config = SimpleNamespace(getoption=options.__getitem__)
+    assert _sizes(config, "tp") == list(DEFAULT_TP) and _sizes(config, "pp") == list(DEFAULT_PP)
+    options["prefixlint_tp"] = "1,2"
+    assert _sizes(config, "tp") == [1, 2]
+
+
 def test_inert_without_the_flag(pytester: pytest.Pytester) -> None:
     """Installed, the plugin adds nothing to a run that does not ask for it; its options
     are in --help."""

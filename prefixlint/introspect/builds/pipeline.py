@@ -68,7 +68,9 @@ from prefixlint.introspect.targets.resolve import (  # noqa: E402
 
 # (the worker reaches the targets through this module)
 from prefixlint.introspect.targets.resolve import resolve_targets as resolve_targets  # noqa: E402
-from prefixlint.introspect.verdict.gaps import describe, note, split_gaps  # noqa: E402
+from prefixlint.introspect.verdict import own  # noqa: E402
+from prefixlint.introspect.verdict.gaps import describe, note, reclaim, split_gaps  # noqa: E402
+from prefixlint.introspect.verdict.located import in_user_code  # noqa: E402
 from prefixlint.introspect.verdict.outcome import (  # noqa: E402
     LayoutOutcome,
     TargetResult,
@@ -168,6 +170,7 @@ def run_target(
     result.findings += startup.layer_index_refusals(builds, model_config, cls)
     given = (checkpoint, lora)
     _dry_run(result, cls, model_config, builds, dryrun, deadline, given, explored)
+    result.findings = in_user_code(result.findings, cls, builds)  # a plugin's, not vLLM's
     failed = [b for b in builds if b.error is not None]
     if len(failed) == len(builds) and builds:
         result.status = "failed"
@@ -295,6 +298,7 @@ def _findings(
     the layouts that failed because of the config or this machine (see ``gaps.py``)."""
     synthesised = config_source.startswith("synthesised")
     checked, gap_builds = split_gaps(builds, synthesised, classify)
+    checked, gap_builds = reclaim(checked, gap_builds, _own_failure(model_config, builds))
     findings = check_build(cls, model_config, checked, complete)
     spec = DRAFT_SPECS.get(id(model_config))
     if spec is not None:  # a draft's layers are numbered on from its target's
@@ -311,6 +315,32 @@ def _findings(
         layouts = [b.layout.name for b in failed]
         findings.append(Finding(**note(arch, layouts, category, reason, synthesised, file, line)))
     return findings
+
+
+def _own_failure(model_config: Any, builds: list[Build]) -> Any:
+    """Whether failed builds that look like gaps are the model's own failure
+    (``verdict/own.py``): a head count fixed by a literal in the model's code, or a raise
+    of the model's that every layout and every config variant tried reaches."""
+    from prefixlint.introspect.checks.base import config_value
+    from prefixlint.introspect.coverage.variants import applied
+
+    hf = getattr(model_config, "hf_text_config", None) or model_config.hf_config
+    heads = config_value(hf, "num_attention_heads")
+    counts = (heads, config_value(hf, "num_key_value_heads") or heads)
+
+    def rebuild(overrides: dict[str, Any]) -> Build | None:
+        with applied(model_config, overrides) as ok:
+            return build_layout(model_config, builds[0].layout) if ok else None
+
+    def judge(failed: list[Build]) -> bool:
+        fixed = [
+            own.fixed_head_count(b.error_tb, b.error, b.recorder.external, counts) for b in failed
+        ]
+        if all(fixed):
+            return True
+        return own.always_raised(failed, builds, rebuild, lambda a: config_value(hf, a))
+
+    return judge
 
 
 def _dry_run(

@@ -6,6 +6,8 @@ from typing import Any, ClassVar
 
 from prefixlint.introspect.checks.base import Case, FailureCheck, Subject
 from prefixlint.introspect.finding import Finding
+from prefixlint.introspect.verdict.gaps import describe
+from prefixlint.introspect.verdict.own import fixed_head_count, vllm_root
 
 TP_CANDIDATES = tuple(range(1, 17))
 
@@ -13,17 +15,24 @@ TP_CANDIDATES = tuple(range(1, 17))
 class HeadsNotDivisible(FailureCheck):
     """## What it does
     A build that failed at a tensor-parallel size its head counts do not divide by is
-    reported once per size, with the sizes that work.
+    reported once per size, with the sizes that work (a warning: the config's counts).
+    When the counts that failed are not the config's but an integer literal of the model's
+    code (`num_heads=6` in the call being run, `self.num_heads = 6` before it;
+    `verdict/own.py`), it is reported at that line, in every layout it failed in, whatever
+    the config (synthesised or given): an error in a plugin's file (the model ignores the
+    checkpoint's count), a warning in vLLM's own model files, whose fixed counts belong to
+    sub-modules of a fixed shape (a vision tower) that no config here describes.
 
     ## Why is this bad?
-    vLLM refuses to start the model at that `--tensor-parallel-size`.
+    vLLM refuses to start the model at that `--tensor-parallel-size`; a count fixed in the
+    code builds a model whose shapes are not the checkpoint's.
 
     ## Example
-    32 query / 8 KV heads at tp=3.
+    32 query / 8 KV heads at tp=3; `num_heads=6` where the config says 8.
 
     ## Fix
     Document the sizes that work; nothing in the model is wrong when the config's counts
-    are the checkpoint's.
+    are the checkpoint's. Read a fixed count from the config.
     """
 
     code = "PFX603"
@@ -42,6 +51,20 @@ class HeadsNotDivisible(FailureCheck):
 
     def judge(self, build: Any, subject: Subject) -> Finding | None:
         layout, heads, kv_heads = build.layout, subject.heads, subject.kv_heads
+        fixed = fixed_head_count(
+            build.error_tb, build.error, build.recorder.external, (heads, kv_heads)
+        )
+        if fixed is not None:
+            file, line, name, value = fixed
+            message = (
+                f"the model's code fixes `{name}={value}` whatever the config says ({heads} query "
+                f"/ {kv_heads} KV heads), and building failed: {describe(build.error)}"
+            )
+            # vLLM's own models fix counts of sub-modules whose checkpoints hold them (a
+            # vision tower's): a warning there; a plugin's literal is its defect
+            root = vllm_root()
+            severity = "warning" if root and file.startswith(root) else "error"
+            return Finding(self.code, severity, message, file, line, group=f"{name}={value}")
         divisible = "divisible" in str(build.error) or (
             heads
             and (heads % layout.tp or (kv_heads and kv_heads % layout.tp and layout.tp % kv_heads))

@@ -19,9 +19,22 @@ from prefixlint.introspect.finding import Finding
 class ConstructionFailed(FailureCheck):
     """## What it does
     A build that raised in the model's own code, for a reason no earlier check of the table
-    explains, is reported at the innermost frame of the model's file. At pp > 1 with one
-    layer per stage it is a "not verified" note instead (PFX600): a small config's stage
-    may lack a kind of layer every stage of a real checkpoint holds.
+    explains, is reported at the innermost frame of the model's file, once per site (the
+    layouts it failed in are listed). At pp > 1 with one layer per stage it is a "not
+    verified" note instead (PFX600): a small config's stage may lack a kind of layer every
+    stage of a real checkpoint holds; not when no layer was built before the raise, nor
+    when the unsplit model raised the same.
+
+    With a synthesised config, a failure of the kind a made-up value causes (a
+    `ValueError`, an `AssertionError`, ...) is a PFX600 note (`verdict/gaps.py`) unless the
+    evidence says it is the model's (`verdict/own.py`): every layout failed at one `raise`
+    or `assert` statement of the model's file, and either no condition led there (a `raise`
+    with no `if`/`while` around it in the model's innermost frames), or every condition
+    reads only config attributes directly (`config.x`, `getattr(config, "x")`) and the same
+    statement raised again with each of them changed to what a checkpoint could hold (each
+    integer it is compared with and one past it, never below 1; a flag flipped). A test of
+    a parameter, a local or `self` (which may hold a config value), a raise under `except`,
+    a loop or `match`, and an error an operation raised (an index, a `None`) stay notes.
 
     ## Why is this bad?
     vLLM cannot build the model for that layout.
@@ -53,6 +66,7 @@ class ConstructionFailed(FailureCheck):
         message = f"building the model failed: {what}"
         n_layers = config_value(subject.hf, "num_hidden_layers") or 0
         small_stage = layout.pp > 1 and isinstance(n_layers, int) and n_layers // layout.pp < 2
+        small_stage = small_stage and _layers_built(build)
         if small_stage and (site, what) not in subject.unstaged_failures:
             # one layer per stage: a stage of a small config may lack a kind of layer a real
             # checkpoint's stages all hold (a MoE model whose stage 0 is the dense layer);
@@ -64,6 +78,15 @@ class ConstructionFailed(FailureCheck):
             )
             return Finding("PFX600", "note", message, *site, group=message)
         return Finding(self.code, "error", message, *site, group=message)
+
+
+def _layers_built(build: Any) -> bool:
+    """Some module of a numbered layer (``layers.0``) was built before the failure: a stage
+    that failed before any layer cannot blame what its layers lack."""
+    return any(
+        any(part.isdigit() for part in str(r.prefix or "").split("."))
+        for r in build.recorder.records.values()
+    )
 
 
 def failure_key(build: Any, class_site: tuple[str, int]) -> tuple[tuple[str, int], str]:

@@ -141,6 +141,18 @@ def split_gaps(
     return checked, gaps
 
 
+def reclaim(
+    checked: list[Any], gaps: dict[tuple[str, str], list[Any]], own: Callable[[list[Any]], bool]
+) -> tuple[list[Any], dict[tuple[str, str], list[Any]]]:
+    """Config gaps that evidence shows are the model's own failure (``own``:
+    ``verdict/own.py``) go back to the checks; this machine's gaps stay (a model may say
+    itself that it needs CUDA)."""
+    for key in list(gaps):
+        if key[0] == "config-gap" and own(gaps[key]):
+            checked = checked + gaps.pop(key)
+    return checked, gaps
+
+
 _V1_REFUSES = re.compile(r"Model Runner V1 does not support: ([^\n\[]+?)\s*(?:\[|$)", re.M)
 _NEEDS_V2 = re.compile(r"requires (?:the )?(?:V2 model runner|Model Runner V2)", re.I)
 

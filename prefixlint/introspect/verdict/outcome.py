@@ -108,7 +108,11 @@ def classify(error: BaseException | None, findings: list[Finding], synthesised: 
     text = str(error)
     if isinstance(error, ImportError) or any(w in text for w in ENVIRONMENT_WORDS):
         return "environment"
-    if any(f.code in ("PFX602", "PFX603") for f in findings):
+    # the checks judged a failure the model's (a PFX604 error: verdict/own.py's evidence)
+    if any(
+        f.code in ("PFX602", "PFX603") or (f.code == "PFX604" and f.severity == "error")
+        for f in findings
+    ):
         return "finding"
     name = type(error).__name__
     if isinstance(error, ConfigGap) or "Validation" in name or "config" in name.lower():
