@@ -38,6 +38,9 @@ from prefixlint.static.index import (
 VLLM_SCOPE: tuple[str, ...] = ("vllm.model_executor", "vllm.models", "vllm.attention")
 REGISTRY_MODULE = "vllm.model_executor.models.registry"
 SUMMARY_DIR = Path(__file__).with_name("vllm_summaries")
+# Bumped when what is derived from vLLM's files changes: the facts cached on disk from an
+# older derivation are then made again.
+FACTS_FORMAT = 1
 _SUMMARY_FILE = re.compile(r"^vllm-(\d+(?:\.\d+)*)\.json\.gz$")
 
 
@@ -167,10 +170,7 @@ class ShippedVllm(VllmSource):
         return self._summaries[module]
 
     def registry(self) -> tuple[RegistryEntry, ...]:
-        return tuple(
-            RegistryEntry(a, m, c, t, tuple((dm, dc) for dm, dc in defs))
-            for a, m, c, t, defs in self.data["registry"]
-        )
+        return registry_from_json(self.data["registry"])
 
     def old_style_arguments(self) -> frozenset[str] | None:
         found = self.data.get("old_style_arguments")
@@ -335,22 +335,81 @@ def _string_pair(node: ast.expr) -> tuple[str, str] | None:
     return None
 
 
-@functools.lru_cache(maxsize=4)
-def _installed_registry(package_dir: Path) -> tuple[RegistryEntry, ...]:
-    path = package_dir / "model_executor" / "models" / "registry.py"
-    tree = _parse(path)
-    if tree is None:
-        return ()
-    root = package_dir.parent
+def registry_to_json(entries: tuple[RegistryEntry, ...]) -> list[list]:
+    return [
+        [e.architecture, e.module, e.cls, e.table, [list(d) for d in e.definitions]]
+        for e in entries
+    ]
+
+
+def registry_from_json(rows: list[list]) -> tuple[RegistryEntry, ...]:
     return tuple(
-        RegistryEntry(arch, module, cls, table, definitions(root, module, cls))
-        for arch, module, cls, table in registry_tables(tree)
+        RegistryEntry(a, m, c, t, tuple((dm, dc) for dm, dc in defs)) for a, m, c, t, defs in rows
     )
 
 
-def definitions(root: Path, module: str, name: str, depth: int = 0) -> tuple[tuple[str, str], ...]:
+# -- facts of the installed vLLM, cached on disk ------------------------------------------
+
+_FACT_FOLDER: list[Path] = []  # the cache folder of this process's run, when it has one
+
+
+def use_fact_cache(folder: Path | None) -> None:
+    """Keep the facts derived from the installed vLLM's files in ``folder`` (the results
+    cache folder); None: derive them in this process only."""
+    _FACT_FOLDER[:] = [folder] if folder is not None else []
+
+
+def _cached_fact(package_dir: Path, name: str, derive: Any) -> Any:
+    """``derive(deps)`` (which adds the files it reads to ``deps``), or its value cached in
+    the fact cache while none of those files changed."""
+    from prefixlint.static.cache import FactCache
+
+    deps: set[str] = set()
+    if not _FACT_FOLDER:
+        return derive(deps)
+    key = f"{FACTS_FORMAT}:{package_dir}:{_installed_version(package_dir)}"
+    store = FactCache(_FACT_FOLDER[0], key)
+    cached = store.get(name)  # wrapped in a list: a fact may be None
+    if isinstance(cached, list) and len(cached) == 1:
+        return cached[0]
+    value = derive(deps)
+    store.put(name, [value], deps)
+    return value
+
+
+@functools.lru_cache(maxsize=4)
+def _installed_registry(package_dir: Path) -> tuple[RegistryEntry, ...]:
+    return registry_from_json(
+        _cached_fact(package_dir, "registry", functools.partial(_read_registry, package_dir))
+    )
+
+
+def _read_registry(package_dir: Path, deps: set[str]) -> list[list]:
+    path = package_dir / "model_executor" / "models" / "registry.py"
+    deps.add(str(path))
+    tree = _parse(path)
+    if tree is None:
+        return []
+    root = package_dir.parent
+    seen: set[str] = set()
+    entries = tuple(
+        RegistryEntry(arch, module, cls, table, definitions(root, module, cls, seen=seen))
+        for arch, module, cls, table in registry_tables(tree)
+    )
+    for module in seen:  # each file its module could be, found or not
+        rel = root / Path(*module.split("."))
+        deps.update((str(rel.with_suffix(".py")), str(rel / "__init__.py")))
+    return registry_to_json(entries)
+
+
+def definitions(
+    root: Path, module: str, name: str, depth: int = 0, seen: set[str] | None = None
+) -> tuple[tuple[str, str], ...]:
     """Where ``module.name`` is defined, following re-exports in every branch (a package
-    that picks a per-platform implementation re-exports each one under one name)."""
+    that picks a per-platform implementation re-exports each one under one name).
+    ``seen``: the modules looked at are added to it."""
+    if seen is not None:
+        seen.add(module)
     path = _module_file(root, module)
     if path is None or depth >= 6:
         return ()
@@ -368,7 +427,7 @@ def definitions(root: Path, module: str, name: str, depth: int = 0) -> tuple[tup
             for alias in node.names:
                 if (alias.asname or alias.name) == name:
                     source = absolute_module(module, is_package, node.level, node.module)
-                    out += definitions(root, source, alias.name, depth + 1)
+                    out += definitions(root, source, alias.name, depth + 1, seen)
     return tuple(dict.fromkeys(out))
 
 
@@ -421,9 +480,18 @@ LOADER_MODULE = ("model_executor", "model_loader", "utils.py")
 
 @functools.lru_cache(maxsize=4)
 def _old_style_arguments(package_dir: Path) -> frozenset[str] | None:
+    found = _cached_fact(
+        package_dir, "old_style_arguments", functools.partial(_read_old_style, package_dir)
+    )
+    return frozenset(found) if found is not None else None
+
+
+def _read_old_style(package_dir: Path, deps: set[str]) -> list[str] | None:
     """``if "config" in all_params: kwargs["config"] = ...`` in ``initialize_model``: the
     names compared with the constructor's parameters."""
-    tree = _parse(package_dir.joinpath(*LOADER_MODULE))
+    path = package_dir.joinpath(*LOADER_MODULE)
+    deps.add(str(path))
+    tree = _parse(path)
     fn = next(
         (
             n
@@ -443,7 +511,7 @@ def _old_style_arguments(package_dir: Path) -> frozenset[str] | None:
             and any(isinstance(op, ast.In) for op in node.ops)
         ):
             names.add(node.left.value)
-    return frozenset(names - {"vllm_config"})
+    return sorted(names - {"vllm_config"})
 
 
 # -- the shipped summary -----------------------------------------------------------------
@@ -477,10 +545,7 @@ def build_summary(package_dir: Path) -> dict[str, Any]:
         "vllm_version": _installed_version(package_dir),
         "scope": list(VLLM_SCOPE),
         "modules": modules,
-        "registry": [
-            [e.architecture, e.module, e.cls, e.table, [list(d) for d in e.definitions]]
-            for e in _installed_registry(package_dir)
-        ],
+        "registry": registry_to_json(_installed_registry(package_dir)),
         "old_style_arguments": sorted(_old_style_arguments(package_dir) or ()),
     }
 
