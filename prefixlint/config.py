@@ -59,6 +59,8 @@ class Config:
         return self.source.parent if self.source else Path.cwd()
 
     def is_excluded(self, path: Path) -> bool:
+        if not self.exclude:  # the usual case: no path to work out per file
+            return False
         rel = _relative(path, self.root)
         names = rel.split("/")
         for pattern in self.exclude:
@@ -67,6 +69,8 @@ class Config:
         return False
 
     def ignored_for(self, path: Path) -> list[str]:
+        if not self.per_file_ignores:
+            return []
         rel = _relative(path, self.root)
         out: list[str] = []
         for pattern, codes in self.per_file_ignores.items():

@@ -9,7 +9,11 @@ from pathlib import Path
 
 @functools.lru_cache(maxsize=65536)
 def _resolve(absolute: str) -> Path:
-    return Path(absolute).resolve()
+    parent, name = os.path.split(absolute)
+    if name in ("", ".", "..") or parent == absolute or os.path.islink(absolute):
+        return Path(absolute).resolve()
+    # Not a link: its folder resolved (once for all the files in it), and its name.
+    return _resolve(parent) / name
 
 
 def resolved(path: str | os.PathLike[str]) -> Path:

@@ -46,9 +46,20 @@ def facts(tmp_path: Path):
     vllm_source._installed_registry.cache_clear()
 
 
+MEMOS = (
+    "_installed_registry",
+    "_installed_definitions",
+    "_installed_modules",
+    "_read",
+    "_parse",
+    "_class_lines",
+    "_module_file",
+)
+
+
 def _fresh_registry(package: Path) -> list[tuple]:
     # As a new process would: none of this process's memos of vLLM's files.
-    for memo in ("_installed_registry", "_read", "_parse", "_class_lines", "_module_file"):
+    for memo in MEMOS:
         getattr(getattr(vllm_source, memo), "cache_clear", lambda: None)()  # none if patched
     return [e.definitions for e in InstalledVllm(package).registry()]
 
@@ -83,7 +94,9 @@ def test_a_changed_vllm_file_is_read_again(tmp_path: Path, facts: Path) -> None:
     # The class moves into a per-platform module that toy.py re-exports.
     (models / "toy_impl.py").write_text("class ToyForCausalLM:\n    pass\n")
     (models / "toy.py").write_text("from .toy_impl import ToyForCausalLM\n")
-    assert _fresh_registry(package) == [(("vllm.model_executor.models.toy_impl", "ToyForCausalLM"),)]
+    assert _fresh_registry(package) == [
+        (("vllm.model_executor.models.toy_impl", "ToyForCausalLM"),)
+    ]
 
 
 def test_without_a_cache_folder_nothing_is_written(tmp_path: Path) -> None:
@@ -102,26 +115,67 @@ def test_a_corrupt_fact_cache_is_made_again(tmp_path: Path, facts: Path) -> None
     assert _fresh_registry(package) == first
 
 
+def test_definitions_are_cached_and_see_a_new_module(
+    tmp_path: Path, facts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = fake_vllm(tmp_path)
+    layers = package / "model_executor" / "layers"
+    layers.mkdir()
+    (layers / "__init__.py").write_text("")
+    (layers / "linear.py").write_text("class RowParallelLinear:\n    pass\n")
+    package_name = "vllm.model_executor.layers"
+
+    def defining(name: str) -> list[str]:
+        _fresh_registry(package)
+        return InstalledVllm(package).defining(package_name, name)
+
+    assert defining("RowParallelLinear") == ["vllm.model_executor.layers.linear"]
+    with monkeypatch.context() as m:
+
+        def refuse(path: Path) -> bytes:
+            raise AssertionError(f"read {path}: the cached facts should have answered")
+
+        m.setattr(vllm_source, "_read", refuse)
+        assert defining("RowParallelLinear") == ["vllm.model_executor.layers.linear"]
+    # A module added to a sub-package: the folder's listing changed.
+    (layers / "fused").mkdir()
+    (layers / "fused" / "__init__.py").write_text("")
+    (layers / "fused" / "moe.py").write_text("class FusedMoE:\n    pass\n")
+    assert defining("FusedMoE") == ["vllm.model_executor.layers.fused.moe"]
+
+
 def test_each_path_is_resolved_once_per_run(tmp_path: Path, monkeypatch) -> None:
-    calls: list[Path] = []
-    real = Path.resolve
-
-    def counting(self: Path, strict: bool = False) -> Path:
-        calls.append(self)
-        return real(self, strict)
-
-    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "a.py").write_text("x = 1\n")
+    (tmp_path / "link").symlink_to(tmp_path / "real")  # a linked folder
+    (tmp_path / "real" / "b.py").symlink_to(tmp_path / "real" / "a.py")  # a linked file
+    (tmp_path / "real" / "gone.py").symlink_to(tmp_path / "nowhere.py")  # dangling
+    names = [
+        "link/a.py",
+        "link/b.py",
+        "link/gone.py",
+        "link/../real/a.py",  # ``..`` after a link: the link's target's parent
+        "real/./missing.py",
+        "link",
+        ".",
+    ]
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(Path, "resolve", counting)
     paths.forget_resolved()
-    for _ in range(3):
-        assert paths.display_path("a.py") == "a.py"
-        assert paths.resolved(tmp_path / "a.py") == real(tmp_path / "a.py")
-    assert len(calls) == 2  # a.py and the current folder
+    first = [paths.resolved(n) for n in names]
+    assert first == [Path(n).resolve() for n in names]
+    assert paths.display_path("link/a.py") == "real/a.py"
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("resolved a second time")
+
+    with monkeypatch.context() as m:
+        m.setattr(Path, "resolve", refuse)
+        m.setattr(os.path, "islink", refuse)
+        assert [paths.resolved(n) for n in names] == first
     # Another current folder: a relative path names another file.
-    (tmp_path / "sub").mkdir()
-    monkeypatch.chdir(tmp_path / "sub")
-    assert paths.resolved("a.py") == real(tmp_path / "sub" / "a.py")
+    monkeypatch.chdir(tmp_path / "real")
+    assert paths.resolved("a.py") == tmp_path.resolve() / "real" / "a.py"
+    paths.forget_resolved()
 
 
 def test_check_imports_neither_phase_2_nor_unused_scope_code(tmp_path: Path) -> None:

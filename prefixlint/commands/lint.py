@@ -88,6 +88,7 @@ def lint(opts: CheckOptions) -> LintRun:
         raise click.UsageError(f"unknown rule code or prefix: {', '.join(bad)}")
     groups: dict[Any, FileGroup] = {}
     seen: dict[Any, Any] = {}
+    listed: set[tuple[Any, Path]] = set()
     try:
         for target in targets:
             config = _config_at(opts.config_path, target, seen)
@@ -95,8 +96,11 @@ def lint(opts: CheckOptions) -> LintRun:
                 own = config if opts.config_path else _config_at(None, f, seen)
                 if own is not config and own.is_excluded(f):
                     continue
-                group = groups.setdefault(own.source, FileGroup(own, _codes(opts, own), []))
-                if f not in group.files:
+                if own.source not in groups:  # its codes worked out once, not per file
+                    groups[own.source] = FileGroup(own, _codes(opts, own), [])
+                group = groups[own.source]
+                if (own.source, f) not in listed:  # a set: a list's ``in`` is quadratic
+                    listed.add((own.source, f))
                     group.files.append(f)
     except ConfigError as e:
         raise click.UsageError(str(e)) from None

@@ -108,13 +108,20 @@ class SummaryCache:
         key = f"{__version__}/{SUMMARY_FORMAT}".encode()
         self.file = folder / f"summaries-{content_hash(key)}.json"
         self.folder = folder
-        self.entries: dict[str, tuple[list[int], dict[str, Any]]] = {}
+        self._entries: dict[str, tuple[list[int], dict[str, Any]]] | None = None
         self.new: dict[str, tuple[list[int], dict[str, Any]]] = {}
-        try:
-            raw = json.loads(self.file.read_text(encoding="utf-8"))
-            self.entries = {p: (e[0], e[1]) for p, e in raw.items()}
-        except (OSError, ValueError, TypeError, IndexError, AttributeError):
-            self.entries = {}
+
+    @property
+    def entries(self) -> dict[str, tuple[list[int], dict[str, Any]]]:
+        """Read on first use: a warm run whose files are all cached never needs them (the
+        file holds every summary of vLLM a run has read, megabytes of JSON)."""
+        if self._entries is None:
+            try:
+                raw = json.loads(self.file.read_text(encoding="utf-8"))
+                self._entries = {p: (e[0], e[1]) for p, e in raw.items()}
+            except (OSError, ValueError, TypeError, IndexError, AttributeError):
+                self._entries = {}
+        return self._entries
 
     def get(self, path: str) -> dict[str, Any] | None:
         entry = self.entries.get(path)
@@ -186,11 +193,17 @@ class FactCache:
 
 
 def _file_key(path: str) -> list | None:
-    """(mtime, size, content hash) of a file; None when it cannot be read."""
+    """(mtime, size, content hash) of a file, or of a folder's sorted listing; None when it
+    cannot be read."""
     stat = stat_key(path)
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        if os.path.isdir(path):
+            # Not ``__pycache__``: it comes and goes with Python's bytecode, not the code.
+            names = sorted(n for n in os.listdir(path) if n != "__pycache__")
+            data = "\n".join(names).encode("utf-8", "surrogateescape")
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
     except OSError:
         return None
     return [*(stat or [0, 0]), content_hash(data)]
@@ -199,7 +212,7 @@ def _file_key(path: str) -> list | None:
 def _same_file(path: str, key: list | None) -> bool:
     """``path`` still has the content it had when ``key`` was taken (its stat first)."""
     if key is None:
-        return stat_key(path) is None and not os.path.exists(path)
+        return stat_key(path) is None
     if stat_key(path) == key[:2]:
         return True
     now = _file_key(path)

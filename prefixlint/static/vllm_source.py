@@ -261,15 +261,28 @@ _DEFINED = re.compile(rb"^(?=(?:class|def)\s+(\w+))", re.M)
 @functools.lru_cache(maxsize=16)
 def _installed_definitions(package_dir: Path, package: str) -> dict[str, tuple[str, ...]]:
     """Name -> the modules under ``package`` with a line ``class NAME`` or ``def NAME``, in
-    ``modules`` order: every file read once, not once per name asked."""
+    ``modules`` order: every file read once, not once per name asked (and, with a cache
+    folder, once per release)."""
+    derive = functools.partial(_read_definitions, package_dir, package)
+    found = _cached_fact(package_dir, f"definitions:{package}", derive)
+    return {k: tuple(v) for k, v in found.items()}
+
+
+def _read_definitions(package_dir: Path, package: str, deps: set[str]) -> dict[str, list[str]]:
+    folder = package_dir.parent / Path(*package.split("."))
+    # The folders too: a module added or removed changes their listing.
+    for parent, dirs, _ in os.walk(folder):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]  # its listing changes by itself
+        deps.add(parent)
     found: dict[str, list[str]] = {}
     for module in _installed_modules(package_dir, package):
         path = _module_file(package_dir.parent, module)
         if path is None:
             continue
+        deps.add(str(path))
         for name in dict.fromkeys(m.group(1).decode() for m in _DEFINED.finditer(_read(path))):
             found.setdefault(name, []).append(module)
-    return {k: tuple(v) for k, v in found.items()}
+    return found
 
 
 def _version_key(version: str) -> tuple[int, ...]:
