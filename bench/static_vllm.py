@@ -99,6 +99,9 @@ def main() -> None:
     files = sorted(str(p) for p in folder.glob("*.py"))
     lines = sum(Path(p).read_text(encoding="utf-8").count("\n") for p in files)
     cores = os.cpu_count() or 1
+    cpu = time.process_time()
+    parse_all(files)
+    bare_cpu = time.process_time() - cpu  # load moves wall seconds, not these
     bare_one, bare_all, ast_one = _bare(files, cores)
 
     # This checkout's prefixlint, not whichever one the environment has installed.
@@ -122,7 +125,7 @@ def main() -> None:
     print(f"files                        {len(files)}")
     print(f"lines                        {lines}")
     print(f"cores                        {cores}")
-    print(f"bare libcst parse, 1 proc    {bare_one:6.2f} s")
+    print(f"bare libcst parse, 1 proc    {bare_one:6.2f} s   ({bare_cpu:.2f} s CPU)")
     print(f"bare libcst parse, {cores} procs   {bare_all:6.2f} s")
     print(f"bare ast.parse, 1 proc       {ast_one:6.2f} s")
     print(f"prefixlint cold              {cold:6.2f} s   ({cold_cpu:.2f} s CPU, exit {rc})")
@@ -132,6 +135,7 @@ def main() -> None:
     print(f"cold / bare libcst, {cores} procs  {cold / bare_all:6.2f}x")
     print(f"cold / bare libcst, 1 proc   {cold / bare_one:6.2f}x   target <= 1.5x")
     print(f"cold / ast.parse, 1 proc     {cold / ast_one:6.2f}x   stretch <= 3x")
+    print(f"cold CPU / bare libcst CPU   {cold_cpu / bare_cpu:6.2f}x   (all processes' CPU)")
     print(f"warm                         {'ok' if warm <= 0.3 else 'OVER'} (target <= 0.3 s)")
     print(f"one file                     {'ok' if one_cold <= 0.25 else 'OVER'} (target <= 0.25 s)")
     print(f"warm, CPU                    {'ok' if warm_cpu <= 0.3 else 'OVER'} (target <= 0.3 s)")
