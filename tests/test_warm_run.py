@@ -110,9 +110,17 @@ def test_without_a_cache_folder_nothing_is_written(tmp_path: Path) -> None:
 def test_a_corrupt_fact_cache_is_made_again(tmp_path: Path, facts: Path) -> None:
     package = fake_vllm(tmp_path)
     first = _fresh_registry(package)
-    for f in facts.glob("vllm-facts-*.json"):
-        f.write_text('{"registry": {"value": 3, "deps": 7}}')
-    assert _fresh_registry(package) == first
+    for bad in (
+        '{"registry": {"value": 3, "deps": 7}}',
+        '{"registry": {"value": [5], "deps": {}}}',
+        '{"registry": {"value": [[[1, 2, 3, 4, []]]], "deps": {}}}',
+        '{"registry": {"value": [["abcde"]], "deps": {}}}',
+        "[]",
+        "{",
+    ):
+        for f in facts.glob("vllm-facts-*.json"):
+            f.write_text(bad)
+        assert _fresh_registry(package) == first
 
 
 def test_definitions_are_cached_and_see_a_new_module(

@@ -264,8 +264,11 @@ def _installed_definitions(package_dir: Path, package: str) -> dict[str, tuple[s
     ``modules`` order: every file read once, not once per name asked (and, with a cache
     folder, once per release)."""
     derive = functools.partial(_read_definitions, package_dir, package)
-    found = _cached_fact(package_dir, f"definitions:{package}", derive)
-    return {k: tuple(v) for k, v in found.items()}
+    return _cached_fact(package_dir, f"definitions:{package}", derive, _definitions_from_json)
+
+
+def _definitions_from_json(found: dict[str, list[str]]) -> dict[str, tuple[str, ...]]:
+    return {str(k): tuple(str(m) for m in v) for k, v in found.items()}
 
 
 def _read_definitions(package_dir: Path, package: str, deps: set[str]) -> dict[str, list[str]]:
@@ -356,9 +359,14 @@ def registry_to_json(entries: tuple[RegistryEntry, ...]) -> list[list]:
 
 
 def registry_from_json(rows: list[list]) -> tuple[RegistryEntry, ...]:
-    return tuple(
-        RegistryEntry(a, m, c, t, tuple((dm, dc) for dm, dc in defs)) for a, m, c, t, defs in rows
-    )
+    """The entries ``registry_to_json`` wrote; TypeError or ValueError on any other shape
+    (a cache file is untrusted input)."""
+    out = []
+    for a, m, c, t, defs in rows:
+        if not all(isinstance(x, str) for x in (a, m, c, t)):
+            raise TypeError(f"not a registry entry: {a!r}")
+        out.append(RegistryEntry(a, m, c, t, tuple((str(dm), str(dc)) for dm, dc in defs)))
+    return tuple(out)
 
 
 # -- facts of the installed vLLM, cached on disk ------------------------------------------
@@ -372,29 +380,31 @@ def use_fact_cache(folder: Path | None) -> None:
     _FACT_FOLDER[:] = [folder] if folder is not None else []
 
 
-def _cached_fact(package_dir: Path, name: str, derive: Any) -> Any:
-    """``derive(deps)`` (which adds the files it reads to ``deps``), or its value cached in
-    the fact cache while none of those files changed."""
+def _cached_fact(package_dir: Path, name: str, derive: Any, load: Any) -> Any:
+    """``load(derive(deps))`` (``derive`` adds the files it reads to ``deps``), or ``load``
+    of its value cached in the fact cache while none of those files changed."""
     from prefixlint.static.cache import FactCache
 
     deps: set[str] = set()
     if not _FACT_FOLDER:
-        return derive(deps)
+        return load(derive(deps))
     key = f"{FACTS_FORMAT}:{package_dir}:{_installed_version(package_dir)}"
     store = FactCache(_FACT_FOLDER[0], key)
     cached = store.get(name)  # wrapped in a list: a fact may be None
     if isinstance(cached, list) and len(cached) == 1:
-        return cached[0]
+        try:
+            return load(cached[0])
+        except (TypeError, ValueError, KeyError, AttributeError):
+            pass  # not the shape this version writes (a corrupt or foreign file): made again
     value = derive(deps)
     store.put(name, [value], deps)
-    return value
+    return load(value)
 
 
 @functools.lru_cache(maxsize=4)
 def _installed_registry(package_dir: Path) -> tuple[RegistryEntry, ...]:
-    return registry_from_json(
-        _cached_fact(package_dir, "registry", functools.partial(_read_registry, package_dir))
-    )
+    derive = functools.partial(_read_registry, package_dir)
+    return _cached_fact(package_dir, "registry", derive, registry_from_json)
 
 
 def _read_registry(package_dir: Path, deps: set[str]) -> list[list]:
@@ -493,10 +503,12 @@ LOADER_MODULE = ("model_executor", "model_loader", "utils.py")
 
 @functools.lru_cache(maxsize=4)
 def _old_style_arguments(package_dir: Path) -> frozenset[str] | None:
-    found = _cached_fact(
-        package_dir, "old_style_arguments", functools.partial(_read_old_style, package_dir)
-    )
-    return frozenset(found) if found is not None else None
+    derive = functools.partial(_read_old_style, package_dir)
+    return _cached_fact(package_dir, "old_style_arguments", derive, _names_from_json)
+
+
+def _names_from_json(found: list[str] | None) -> frozenset[str] | None:
+    return frozenset(str(n) for n in found) if found is not None else None
 
 
 def _read_old_style(package_dir: Path, deps: set[str]) -> list[str] | None:
