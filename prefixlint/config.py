@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import fnmatch
+import re
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from prefixlint.paths import resolved
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -56,6 +59,8 @@ class Config:
         return self.source.parent if self.source else Path.cwd()
 
     def is_excluded(self, path: Path) -> bool:
+        if not self.exclude:  # the usual case: no path to work out per file
+            return False
         rel = _relative(path, self.root)
         names = rel.split("/")
         for pattern in self.exclude:
@@ -64,6 +69,8 @@ class Config:
         return False
 
     def ignored_for(self, path: Path) -> list[str]:
+        if not self.per_file_ignores:
+            return []
         rel = _relative(path, self.root)
         out: list[str] = []
         for pattern, codes in self.per_file_ignores.items():
@@ -74,9 +81,9 @@ class Config:
 
 def _relative(path: Path, root: Path) -> str:
     try:
-        return path.resolve().relative_to(root.resolve()).as_posix()
+        return resolved(path).relative_to(resolved(root)).as_posix()
     except ValueError:
-        return path.resolve().as_posix()
+        return resolved(path).as_posix()
 
 
 def _codes(value: object, key: str) -> list[str]:
@@ -174,11 +181,17 @@ def load_checkpoints_table(start: Path | None = None) -> tuple[dict[str, str], s
     return checkpoints_table(_read_toml(path).get("tool", {}).get("prefixlint", {}), path)
 
 
+# ``org/name`` or ``org/name@revision``: a checkpoint on the hub.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
+
+
+def is_hub_id(source: str) -> bool:
+    return not Path(source).exists() and bool(_HUB_ID.match(source))
+
+
 def checkpoints_table(table: object, path: Path) -> tuple[dict[str, str], str | None]:
     """Validate ``[tool.prefixlint.checkpoints]``: each value a folder that exists or a
     hub id (``org/name``, fetched when a run needs it)."""
-    from prefixlint.introspect.targets.checkpoint import is_hub_id
-
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: [tool.prefixlint] must be a table")
     checkpoints = table.get("checkpoints", {})

@@ -62,9 +62,11 @@ class LintRun:
     def selected(self, d: Any) -> bool:
         """Whether a finding of another phase is selected for its file (codes and
         per-file-ignores of the file's configuration)."""
-        path = Path(d.filename).resolve()
+        from prefixlint.paths import resolved
+
+        path = resolved(d.filename)
         for g in self.groups:
-            if any(f.resolve() == path for f in g.files):
+            if any(resolved(f) == path for f in g.files):
                 ignored = g.config.ignored_for(path)
                 return d.code in g.codes and not any(d.code.startswith(i) for i in ignored)
         return True  # a file the run did not list (an imported module): its finding stays
@@ -75,15 +77,18 @@ def lint(opts: CheckOptions) -> LintRun:
     pyproject.toml above it (or --config for all)."""
     from prefixlint.codes import CODES, STATIC
     from prefixlint.config import ConfigError, validate_selectors
+    from prefixlint.paths import forget_resolved
     from prefixlint.static.discovery import MissingPath, NotAFile, discover
     from prefixlint.static.runner import RunResult, run_static
 
+    forget_resolved()  # links may have changed since this process's last run
     targets = _targets(opts)
     bad = validate_selectors(split_codes(opts.select) + split_codes(opts.ignore), CODES)
     if bad:
         raise click.UsageError(f"unknown rule code or prefix: {', '.join(bad)}")
     groups: dict[Any, FileGroup] = {}
     seen: dict[Any, Any] = {}
+    listed: set[tuple[Any, Path]] = set()
     try:
         for target in targets:
             config = _config_at(opts.config_path, target, seen)
@@ -91,8 +96,11 @@ def lint(opts: CheckOptions) -> LintRun:
                 own = config if opts.config_path else _config_at(None, f, seen)
                 if own is not config and own.is_excluded(f):
                     continue
-                group = groups.setdefault(own.source, FileGroup(own, _codes(opts, own), []))
-                if f not in group.files:
+                if own.source not in groups:  # its codes worked out once, not per file
+                    groups[own.source] = FileGroup(own, _codes(opts, own), [])
+                group = groups[own.source]
+                if (own.source, f) not in listed:  # a set: a list's ``in`` is quadratic
+                    listed.add((own.source, f))
                     group.files.append(f)
     except ConfigError as e:
         raise click.UsageError(str(e)) from None

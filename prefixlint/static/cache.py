@@ -108,13 +108,20 @@ class SummaryCache:
         key = f"{__version__}/{SUMMARY_FORMAT}".encode()
         self.file = folder / f"summaries-{content_hash(key)}.json"
         self.folder = folder
-        self.entries: dict[str, tuple[list[int], dict[str, Any]]] = {}
+        self._entries: dict[str, tuple[list[int], dict[str, Any]]] | None = None
         self.new: dict[str, tuple[list[int], dict[str, Any]]] = {}
-        try:
-            raw = json.loads(self.file.read_text(encoding="utf-8"))
-            self.entries = {p: (e[0], e[1]) for p, e in raw.items()}
-        except (OSError, ValueError, TypeError, IndexError, AttributeError):
-            self.entries = {}
+
+    @property
+    def entries(self) -> dict[str, tuple[list[int], dict[str, Any]]]:
+        """Read on first use: a warm run whose files are all cached never needs them (the
+        file holds every summary of vLLM a run has read, megabytes of JSON)."""
+        if self._entries is None:
+            try:
+                raw = json.loads(self.file.read_text(encoding="utf-8"))
+                self._entries = {p: (e[0], e[1]) for p, e in raw.items()}
+            except (OSError, ValueError, TypeError, IndexError, AttributeError):
+                self._entries = {}
+        return self._entries
 
     def get(self, path: str) -> dict[str, Any] | None:
         entry = self.entries.get(path)
@@ -142,3 +149,71 @@ class SummaryCache:
             os.replace(tmp, self.file)
         except OSError:
             pass
+
+
+class FactCache:
+    """Facts derived from vLLM's own files (its registry's definitions, the loader's
+    arguments), kept in the cache folder so that they are read once per vLLM release, not
+    on every run. Each fact records the files it was read from by content hash; a file's
+    (mtime, size) beside the hash spares re-reading it when nothing touched it, and a file
+    that is missing is recorded as such (it may appear)."""
+
+    def __init__(self, folder: Path, version: str) -> None:
+        key = f"{__version__}/{version}".encode()
+        self.file = folder / f"vllm-facts-{content_hash(key)}.json"
+        self.folder = folder
+        self.entries: dict[str, Any] = {}
+        try:
+            raw = json.loads(self.file.read_text(encoding="utf-8"))
+            if isinstance(raw, dict):
+                self.entries = raw
+        except (OSError, ValueError):
+            self.entries = {}
+
+    def get(self, name: str) -> Any | None:
+        """The fact ``name``, when none of the files it was read from changed."""
+        entry = self.entries.get(name)
+        try:
+            if entry is None or not all(_same_file(p, d) for p, d in entry["deps"].items()):
+                return None
+            return entry["value"]
+        except (KeyError, TypeError, AttributeError, IndexError, ValueError):
+            return None  # corrupt: made again
+
+    def put(self, name: str, value: Any, deps: set[str]) -> None:
+        self.entries[name] = {"value": value, "deps": {p: _file_key(p) for p in sorted(deps)}}
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(self.entries, f, separators=(",", ":"))
+            os.replace(tmp, self.file)
+        except OSError:
+            pass  # a read-only folder: the fact is made again next run
+
+
+def _file_key(path: str) -> list | None:
+    """(mtime, size, content hash) of a file, or of a folder's sorted listing; None when it
+    cannot be read."""
+    stat = stat_key(path)
+    try:
+        if os.path.isdir(path):
+            # Not ``__pycache__``: it comes and goes with Python's bytecode, not the code.
+            names = sorted(n for n in os.listdir(path) if n != "__pycache__")
+            data = "\n".join(names).encode("utf-8", "surrogateescape")
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
+    except OSError:
+        return None
+    return [*(stat or [0, 0]), content_hash(data)]
+
+
+def _same_file(path: str, key: list | None) -> bool:
+    """``path`` still has the content it had when ``key`` was taken (its stat first)."""
+    if key is None:
+        return stat_key(path) is None
+    if stat_key(path) == key[:2]:
+        return True
+    now = _file_key(path)
+    return now is not None and now[2] == key[2]

@@ -14,7 +14,7 @@ from typing import Any
 
 from prefixlint.config import Config
 from prefixlint.diagnostic import NOT_VERIFIED, Diagnostic, Position, Severity
-from prefixlint.paths import display_path
+from prefixlint.paths import display_path, resolved
 from prefixlint.static.cache import ResultCache, content_hash
 from prefixlint.static.index import package_root_for
 
@@ -82,7 +82,10 @@ def _init_worker(
     cache_dir: str | None,
     scopes: dict[str, dict] | None = None,
 ) -> None:
+    from prefixlint.static.vllm_source import use_fact_cache
+
     global _WORKER
+    use_fact_cache(Path(cache_dir) if cache_dir else None)  # a spawned worker starts bare
     _WORKER = _make_linter(codes, layers, package_dirs, cache_dir, scopes)
 
 
@@ -132,7 +135,7 @@ def _lint_one(linter: Any, path: str, display: str, data: bytes) -> tuple[list[d
     took = time.perf_counter() - started
     if took > SLOW_FILE_SECONDS:
         _say(f"{display} ({_megabytes(len(data))}) took {took:.1f} s to check")
-    deps = sorted(str(p) for p in loader.touched if str(p) != str(Path(path).resolve()))
+    deps = sorted(str(p) for p in loader.touched if str(p) != str(resolved(path)))
     return [d.to_json() for d in diags], deps
 
 
@@ -179,9 +182,22 @@ def run_static(
     use_cache: bool = True,
     cache_dir: Path | None = None,
 ) -> RunResult:
+    from prefixlint.static.vllm_source import use_fact_cache
+
+    folder = str(cache_dir or ResultCache.default_folder()) if use_cache else None
+    # vLLM's registry and loader facts are kept beside the results: read once per release.
+    use_fact_cache(Path(folder) if folder else None)
+    try:
+        return _run(files, config, codes, jobs, folder)
+    finally:
+        use_fact_cache(None)
+
+
+def _run(
+    files: list[Path], config: Config, codes: set[str], jobs: int | None, folder: str | None
+) -> RunResult:
     result = RunResult(files=len(files))
     package_dirs = _package_dirs(files)
-    folder = str(cache_dir or ResultCache.default_folder()) if use_cache else None
     scopes = read_scopes(config.extend_prefix_layers, package_dirs, folder) if files else {}
     cache = _result_cache(Path(folder), codes, config, package_dirs, scopes) if folder else None
     plan = _plan(files, cache, codes, config, result)
@@ -206,12 +222,12 @@ def _package_dirs(files: list[Path]) -> list[str]:
     roots: dict[Path, Path | None] = {}  # a folder's package root, looked up once
     out: set[str] = set()
     for p in files:
-        resolved = p.resolve()
-        if resolved.parent not in roots:
-            roots[resolved.parent] = package_root_for(resolved)
-        root = roots[resolved.parent]
+        real = resolved(p)
+        if real.parent not in roots:
+            roots[real.parent] = package_root_for(real)
+        root = roots[real.parent]
         if root is not None:
-            out.add(str(root / resolved.relative_to(root).parts[0]))
+            out.add(str(root / real.relative_to(root).parts[0]))
     return sorted(out)
 
 
@@ -248,7 +264,7 @@ def _plan(
     plan = _Plan()
     limit = int(config.max_file_size * 1_000_000)
     for f in files:
-        key = str(f.resolve())
+        key = str(resolved(f))
         display = display_path(f)
         plan.displays[key] = display
         try:

@@ -38,6 +38,9 @@ from prefixlint.static.index import (
 VLLM_SCOPE: tuple[str, ...] = ("vllm.model_executor", "vllm.models", "vllm.attention")
 REGISTRY_MODULE = "vllm.model_executor.models.registry"
 SUMMARY_DIR = Path(__file__).with_name("vllm_summaries")
+# Bumped when what is derived from vLLM's files changes: the facts cached on disk from an
+# older derivation are then made again.
+FACTS_FORMAT = 1
 _SUMMARY_FILE = re.compile(r"^vllm-(\d+(?:\.\d+)*)\.json\.gz$")
 
 
@@ -167,10 +170,7 @@ class ShippedVllm(VllmSource):
         return self._summaries[module]
 
     def registry(self) -> tuple[RegistryEntry, ...]:
-        return tuple(
-            RegistryEntry(a, m, c, t, tuple((dm, dc) for dm, dc in defs))
-            for a, m, c, t, defs in self.data["registry"]
-        )
+        return registry_from_json(self.data["registry"])
 
     def old_style_arguments(self) -> frozenset[str] | None:
         found = self.data.get("old_style_arguments")
@@ -261,15 +261,31 @@ _DEFINED = re.compile(rb"^(?=(?:class|def)\s+(\w+))", re.M)
 @functools.lru_cache(maxsize=16)
 def _installed_definitions(package_dir: Path, package: str) -> dict[str, tuple[str, ...]]:
     """Name -> the modules under ``package`` with a line ``class NAME`` or ``def NAME``, in
-    ``modules`` order: every file read once, not once per name asked."""
+    ``modules`` order: every file read once, not once per name asked (and, with a cache
+    folder, once per release)."""
+    derive = functools.partial(_read_definitions, package_dir, package)
+    return _cached_fact(package_dir, f"definitions:{package}", derive, _definitions_from_json)
+
+
+def _definitions_from_json(found: dict[str, list[str]]) -> dict[str, tuple[str, ...]]:
+    return {str(k): tuple(str(m) for m in v) for k, v in found.items()}
+
+
+def _read_definitions(package_dir: Path, package: str, deps: set[str]) -> dict[str, list[str]]:
+    folder = package_dir.parent / Path(*package.split("."))
+    # The folders too: a module added or removed changes their listing.
+    for parent, dirs, _ in os.walk(folder):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]  # its listing changes by itself
+        deps.add(parent)
     found: dict[str, list[str]] = {}
     for module in _installed_modules(package_dir, package):
         path = _module_file(package_dir.parent, module)
         if path is None:
             continue
+        deps.add(str(path))
         for name in dict.fromkeys(m.group(1).decode() for m in _DEFINED.finditer(_read(path))):
             found.setdefault(name, []).append(module)
-    return {k: tuple(v) for k, v in found.items()}
+    return found
 
 
 def _version_key(version: str) -> tuple[int, ...]:
@@ -335,22 +351,88 @@ def _string_pair(node: ast.expr) -> tuple[str, str] | None:
     return None
 
 
+def registry_to_json(entries: tuple[RegistryEntry, ...]) -> list[list]:
+    return [
+        [e.architecture, e.module, e.cls, e.table, [list(d) for d in e.definitions]]
+        for e in entries
+    ]
+
+
+def registry_from_json(rows: list[list]) -> tuple[RegistryEntry, ...]:
+    """The entries ``registry_to_json`` wrote; TypeError or ValueError on any other shape
+    (a cache file is untrusted input)."""
+    out = []
+    for a, m, c, t, defs in rows:
+        if not all(isinstance(x, str) for x in (a, m, c, t)):
+            raise TypeError(f"not a registry entry: {a!r}")
+        out.append(RegistryEntry(a, m, c, t, tuple((str(dm), str(dc)) for dm, dc in defs)))
+    return tuple(out)
+
+
+# -- facts of the installed vLLM, cached on disk ------------------------------------------
+
+_FACT_FOLDER: list[Path] = []  # the cache folder of this process's run, when it has one
+
+
+def use_fact_cache(folder: Path | None) -> None:
+    """Keep the facts derived from the installed vLLM's files in ``folder`` (the results
+    cache folder); None: derive them in this process only."""
+    _FACT_FOLDER[:] = [folder] if folder is not None else []
+
+
+def _cached_fact(package_dir: Path, name: str, derive: Any, load: Any) -> Any:
+    """``load(derive(deps))`` (``derive`` adds the files it reads to ``deps``), or ``load``
+    of its value cached in the fact cache while none of those files changed."""
+    from prefixlint.static.cache import FactCache
+
+    deps: set[str] = set()
+    if not _FACT_FOLDER:
+        return load(derive(deps))
+    key = f"{FACTS_FORMAT}:{package_dir}:{_installed_version(package_dir)}"
+    store = FactCache(_FACT_FOLDER[0], key)
+    cached = store.get(name)  # wrapped in a list: a fact may be None
+    if isinstance(cached, list) and len(cached) == 1:
+        try:
+            return load(cached[0])
+        except (TypeError, ValueError, KeyError, AttributeError):
+            pass  # not the shape this version writes (a corrupt or foreign file): made again
+    value = derive(deps)
+    store.put(name, [value], deps)
+    return load(value)
+
+
 @functools.lru_cache(maxsize=4)
 def _installed_registry(package_dir: Path) -> tuple[RegistryEntry, ...]:
+    derive = functools.partial(_read_registry, package_dir)
+    return _cached_fact(package_dir, "registry", derive, registry_from_json)
+
+
+def _read_registry(package_dir: Path, deps: set[str]) -> list[list]:
     path = package_dir / "model_executor" / "models" / "registry.py"
+    deps.add(str(path))
     tree = _parse(path)
     if tree is None:
-        return ()
+        return []
     root = package_dir.parent
-    return tuple(
-        RegistryEntry(arch, module, cls, table, definitions(root, module, cls))
+    seen: set[str] = set()
+    entries = tuple(
+        RegistryEntry(arch, module, cls, table, definitions(root, module, cls, seen=seen))
         for arch, module, cls, table in registry_tables(tree)
     )
+    for module in seen:  # each file its module could be, found or not
+        rel = root / Path(*module.split("."))
+        deps.update((str(rel.with_suffix(".py")), str(rel / "__init__.py")))
+    return registry_to_json(entries)
 
 
-def definitions(root: Path, module: str, name: str, depth: int = 0) -> tuple[tuple[str, str], ...]:
+def definitions(
+    root: Path, module: str, name: str, depth: int = 0, seen: set[str] | None = None
+) -> tuple[tuple[str, str], ...]:
     """Where ``module.name`` is defined, following re-exports in every branch (a package
-    that picks a per-platform implementation re-exports each one under one name)."""
+    that picks a per-platform implementation re-exports each one under one name).
+    ``seen``: the modules looked at are added to it."""
+    if seen is not None:
+        seen.add(module)
     path = _module_file(root, module)
     if path is None or depth >= 6:
         return ()
@@ -368,7 +450,7 @@ def definitions(root: Path, module: str, name: str, depth: int = 0) -> tuple[tup
             for alias in node.names:
                 if (alias.asname or alias.name) == name:
                     source = absolute_module(module, is_package, node.level, node.module)
-                    out += definitions(root, source, alias.name, depth + 1)
+                    out += definitions(root, source, alias.name, depth + 1, seen)
     return tuple(dict.fromkeys(out))
 
 
@@ -421,9 +503,20 @@ LOADER_MODULE = ("model_executor", "model_loader", "utils.py")
 
 @functools.lru_cache(maxsize=4)
 def _old_style_arguments(package_dir: Path) -> frozenset[str] | None:
+    derive = functools.partial(_read_old_style, package_dir)
+    return _cached_fact(package_dir, "old_style_arguments", derive, _names_from_json)
+
+
+def _names_from_json(found: list[str] | None) -> frozenset[str] | None:
+    return frozenset(str(n) for n in found) if found is not None else None
+
+
+def _read_old_style(package_dir: Path, deps: set[str]) -> list[str] | None:
     """``if "config" in all_params: kwargs["config"] = ...`` in ``initialize_model``: the
     names compared with the constructor's parameters."""
-    tree = _parse(package_dir.joinpath(*LOADER_MODULE))
+    path = package_dir.joinpath(*LOADER_MODULE)
+    deps.add(str(path))
+    tree = _parse(path)
     fn = next(
         (
             n
@@ -443,7 +536,7 @@ def _old_style_arguments(package_dir: Path) -> frozenset[str] | None:
             and any(isinstance(op, ast.In) for op in node.ops)
         ):
             names.add(node.left.value)
-    return frozenset(names - {"vllm_config"})
+    return sorted(names - {"vllm_config"})
 
 
 # -- the shipped summary -----------------------------------------------------------------
@@ -477,10 +570,7 @@ def build_summary(package_dir: Path) -> dict[str, Any]:
         "vllm_version": _installed_version(package_dir),
         "scope": list(VLLM_SCOPE),
         "modules": modules,
-        "registry": [
-            [e.architecture, e.module, e.cls, e.table, [list(d) for d in e.definitions]]
-            for e in _installed_registry(package_dir)
-        ],
+        "registry": registry_to_json(_installed_registry(package_dir)),
         "old_style_arguments": sorted(_old_style_arguments(package_dir) or ()),
     }
 

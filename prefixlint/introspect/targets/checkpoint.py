@@ -19,13 +19,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import struct
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from prefixlint.config import is_hub_id
 
 # How vLLM's loader finds the files: the index's weight map when there is one (it also
 # drops duplicates such as ``consolidated.safetensors``), else every ``*.safetensors``.
@@ -36,7 +37,6 @@ MANIFEST_NAME = "prefixlint-checkpoint.json"  # a hub checkpoint's headers, writ
 # when config.json has none (``transformers_utils/config.py``)
 LEGACY_QUANT_NAME = "hf_quant_config.json"
 _MAX_HEADER = 100 * 1024 * 1024  # a header beyond this is a corrupt file, not a checkpoint
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
 
 
 class CheckpointError(Exception):
@@ -69,10 +69,6 @@ class Checkpoint:
     def describe(self) -> str:
         where = f"{len(self.files)} safetensors file{'s' if len(self.files) != 1 else ''}"
         return f"`{self.source}` ({len(self.tensors)} tensors from the headers of {where})"
-
-
-def is_hub_id(source: str) -> bool:
-    return not Path(source).exists() and bool(_HUB_ID.match(source))
 
 
 def resolve(source: str, cache: str | None = None) -> Checkpoint:
