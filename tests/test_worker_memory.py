@@ -1,0 +1,54 @@
+"""A worker's memory (issue 30), without vLLM: a job's own peak is readable after it, and
+the dry-run's write recorder holds no per-element state for a whole meta-device model."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from prefixlint.introspect.process.memory import peak_rss_mb, reset_peak, resident_mb
+
+LINUX = pytest.mark.skipif(
+    not Path("/proc/self/clear_refs").exists(), reason="reads /proc/self/status"
+)
+
+
+@LINUX
+def test_reset_peak_starts_a_new_high_water_mark() -> None:
+    before = resident_mb()
+    block = bytearray(300 * 2**20)  # touched: resident
+    block[::4096] = b"x" * len(block[::4096])
+    high = peak_rss_mb(os.getpid())
+    del block
+    reset_peak()
+    after = peak_rss_mb(os.getpid())
+    assert before is not None and high is not None and after is not None
+    assert high - before > 250, (before, high)
+    # the mark after the reset is today's resident size, not the freed block's peak
+    assert after < high - 250, (high, after)
+
+
+@LINUX
+def test_the_write_recorder_holds_no_mask_per_element_of_the_model() -> None:
+    """Ten meta parameters of 40M elements: a coverage mask kept per parameter held a byte
+    per element (Molmo's full-size meta model: 8 GB); masks are made when asked."""
+    torch = pytest.importorskip("torch")
+    from prefixlint.introspect.dryrun.tagged import WriteRecorder
+
+    params = {f"p{i}.weight": torch.empty(4000, 10_000, device="meta") for i in range(10)}
+    before = resident_mb()
+    recorder = WriteRecorder({n: (p, True) for n, p in params.items()})
+    grown = resident_mb() - before  # type: ignore[operator]
+    assert grown < 100, f"{grown:.0f} MB resident for the recorder of a meta model"
+    targets = {t.name: t for t in recorder.by_storage.values()}
+    # the coverage is still element-wise: the rows written, and only those
+    first = targets["p0.weight"]
+    recorder.mark(first, first.tensor.narrow(0, 0, 1000), frozenset({"a"}))
+    recorder.mark(first, first.tensor.narrow(1, 0, 10), frozenset({"b"}))
+    covered = recorder.covered(first)
+    assert covered is not None and covered.shape == (4000, 10_000)
+    assert int(covered.sum()) == 1000 * 10_000 + 3000 * 10
+    assert bool(covered[:1000].all()) and not bool(covered[1000:, 10:].any())
+    assert not bool(recorder.covered(targets["p1.weight"]).any())  # type: ignore[union-attr]
