@@ -1,14 +1,17 @@
-"""A worker's memory (issue 30), without vLLM: a job's own peak is readable after it, and
-the dry-run's write recorder holds no per-element state for a whole meta-device model."""
+"""A worker's memory (issue 30): a job's own peak is readable after it (and is in the
+zoo's rows); the dry-run's write recorder holds no per-element state for a whole
+meta-device model."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
 from prefixlint.introspect.process.memory import peak_rss_mb, reset_peak, resident_mb
+from tests.conftest import requires_vllm
 
 LINUX = pytest.mark.skipif(
     not Path("/proc/self/clear_refs").exists(), reason="reads /proc/self/status"
@@ -52,3 +55,35 @@ def test_the_write_recorder_holds_no_mask_per_element_of_the_model() -> None:
     assert int(covered.sum()) == 1000 * 10_000 + 3000 * 10
     assert bool(covered[:1000].all()) and not bool(covered[1000:, 10:].any())
     assert not bool(recorder.covered(targets["p1.weight"]).any())  # type: ignore[union-attr]
+
+
+@requires_vllm
+@pytest.mark.slow
+@LINUX
+def test_the_zoo_names_each_architectures_peak_memory(tmp_path) -> None:
+    """Each row carries its own build's peak (the worker restarts its mark per job) and
+    what the build left resident; the summary names the highest, in the journal too."""
+    from prefixlint.introspect.zoo.run import read_journal, run_zoo
+
+    journal = tmp_path / "zoo.jsonl"
+    summary = run_zoo(
+        only=["GPT2LMHeadModel", "OPTForCausalLM"],
+        progress=False,
+        dryrun=False,
+        explore_budget=0,
+        journal=journal,
+    )
+    assert [r.status for r in summary.rows] == ["built", "built"]
+    [worker] = summary.worker_peak_rss_mb
+    for row in summary.rows:
+        # a torch+vLLM worker is hundreds of MB; no build's peak is above the worker's
+        assert 100 < row.peak_rss_mb <= worker + 1, (row.arch, row.peak_rss_mb, worker)
+        assert abs(row.rss_growth_mb) < row.peak_rss_mb, row
+    heaviest = json.loads(summary.to_json_text())["summary"]["heaviest_architectures"]
+    assert [h["arch"] for h in heaviest] == [
+        r.arch for r in sorted(summary.rows, key=lambda r: -r.peak_rss_mb)
+    ]
+    assert heaviest[0]["arch"] in summary.to_text()
+    params = {"tp": [1], "pp": [1], "dryrun": False, "explore_budget": 0}
+    again = {r.arch: r.peak_rss_mb for r in read_journal(journal, params)}
+    assert again == {r.arch: r.peak_rss_mb for r in summary.rows}
