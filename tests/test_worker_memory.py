@@ -87,3 +87,36 @@ def test_the_zoo_names_each_architectures_peak_memory(tmp_path) -> None:
     params = {"tp": [1], "pp": [1], "dryrun": False, "explore_budget": 0}
     again = {r.arch: r.peak_rss_mb for r in read_journal(journal, params)}
     assert again == {r.arch: r.peak_rss_mb for r in summary.rows}
+
+
+def test_the_zoo_replaces_a_worker_left_holding_too_much(monkeypatch) -> None:
+    """A bound, not the fix: after a build that left the worker over the threshold, the
+    next build gets a fresh worker; one under it keeps its worker."""
+    from prefixlint.introspect.zoo import run
+
+    closed: list[str] = []
+
+    class Fake:
+        peak_rss_mb = 0.0
+
+        def __init__(self) -> None:
+            self.job_memory: dict[str, float] = {}
+
+        def close(self) -> None:
+            closed.append(self.job_memory.get("arch_done", ""))  # type: ignore[arg-type]
+
+    left = {"Heavy": run.RECYCLE_RSS_MB + 1, "Light": run.RECYCLE_RSS_MB - 1}
+
+    def built(worker: Fake, arch: str, group: str, params: dict, timeout: float) -> run.Row:
+        worker.job_memory = {"rss_mb": left[arch], "arch_done": arch}  # type: ignore[dict-item]
+        return run.Row(arch, group, "built")
+
+    monkeypatch.setattr(run, "Worker", Fake)
+    monkeypatch.setattr(run, "_built_row", built)
+    monkeypatch.setattr(
+        run, "_selected", lambda only, shard: (dict.fromkeys(left, "g"), list(left))
+    )
+    summary = run.run_zoo(progress=False)
+    assert [r.arch for r in summary.rows] == ["Heavy", "Light"]
+    # closed once after the heavy build, then by the zoo's end (twice: its shutdown)
+    assert closed[0] == "Heavy" and set(closed[1:]) == {"Light"}, closed

@@ -80,8 +80,8 @@ class Worker:
         self.building: dict[str, Any] = {}  # the worker's last "building" event
         self.target_file = ""  # the job's target, when it is a file
         self.peak_rss_mb = 0.0  # the highest resident memory of its processes so far
-        # the last job's peak resident memory and how much it left resident (MB; empty
-        # when its worker died): which architecture holds memory (issue 30)
+        # the last job's peak resident memory, the resident size it left and its growth
+        # (MB; empty when its worker died): which architecture holds memory (issue 30)
         self.job_memory: dict[str, float] = {}
         self._job_start_rss: float | None = None
         self._closing = threading.RLock()
@@ -250,8 +250,10 @@ class Worker:
         if job and peak is not None:
             self.job_memory = {"peak_rss_mb": round(peak, 1)}
             now, before = rss_mb(self.proc.pid), self._job_start_rss
-            if now is not None and isinstance(before, (int, float)):
-                self.job_memory["rss_growth_mb"] = round(now - before, 1)
+            if now is not None:
+                self.job_memory["rss_mb"] = round(now, 1)
+                if isinstance(before, (int, float)):
+                    self.job_memory["rss_growth_mb"] = round(now - before, 1)
 
     def close(self) -> None:
         # the zoo closes its workers from the main thread on Ctrl-C while a build

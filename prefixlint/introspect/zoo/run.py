@@ -55,6 +55,10 @@ class Row:
 
 # How many of the architectures with the highest peaks the summary names.
 HEAVIEST = 5
+# A worker left holding more than this after a build is replaced before the next one: a
+# bound on what builds leave behind in one process (a cache, a leak), not a fix of it;
+# the row's ``rss_growth_mb`` names the build that grew.
+RECYCLE_RSS_MB = 3072.0
 
 
 @dataclass
@@ -445,6 +449,8 @@ def run_zoo(
             worker = free.pop()
         try:
             row = _built_row(worker, arch, groups[arch], {**params, "budget": timeout}, timeout)
+            if worker.job_memory.get("rss_mb", 0.0) > RECYCLE_RSS_MB:
+                worker.close()  # the next build starts a fresh worker
         finally:
             with lock:
                 free.append(worker)
