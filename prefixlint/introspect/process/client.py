@@ -252,7 +252,11 @@ class Worker:
             now, before = rss_mb(self.proc.pid), self._job_start_rss
             if now is not None:
                 self.job_memory["rss_mb"] = round(now, 1)
-                if isinstance(before, (int, float)):
+            if isinstance(before, (int, float)):
+                # the mark restarts at the resident size the job began with: its growth
+                # to the peak is what this build alone needed
+                self.job_memory["peak_growth_mb"] = round(peak - before, 1)
+                if now is not None:
                     self.job_memory["rss_growth_mb"] = round(now - before, 1)
 
     def close(self) -> None:

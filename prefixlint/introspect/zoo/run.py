@@ -47,9 +47,11 @@ class Row:
     notes: list[dict[str, Any]] = field(default_factory=list)  # PFX600: not verified
     coverage: dict[str, Any] = field(default_factory=dict)  # construction sites (coverage.py)
     variants: list[dict[str, Any]] = field(default_factory=list)
-    # its worker's peak resident memory while it built, and what the build left resident
-    # (MB; 0: not measured, its worker died): the architectures that hold memory
+    # its worker's peak resident memory while it built, that peak over the resident size
+    # the build began with (what it alone needed), and what it left resident (MB; 0: not
+    # measured, its worker died): the architectures that hold memory
     peak_rss_mb: float = 0.0
+    peak_growth_mb: float = 0.0
     rss_growth_mb: float = 0.0
 
 
@@ -76,10 +78,15 @@ class ZooSummary:
         return sum(len(r.findings) for r in self.rows)
 
     def heaviest(self) -> list[dict[str, Any]]:
-        """The architectures whose builds reached the highest worker memory."""
-        rows = sorted((r for r in self.rows if r.peak_rss_mb), key=lambda r: -r.peak_rss_mb)
+        """The architectures whose builds alone needed the most memory."""
+        rows = sorted((r for r in self.rows if r.peak_rss_mb), key=lambda r: -r.peak_growth_mb)
         return [
-            {"arch": r.arch, "peak_rss_mb": r.peak_rss_mb, "rss_growth_mb": r.rss_growth_mb}
+            {
+                "arch": r.arch,
+                "peak_growth_mb": r.peak_growth_mb,
+                "peak_rss_mb": r.peak_rss_mb,
+                "rss_growth_mb": r.rss_growth_mb,
+            }
             for r in rows[:HEAVIEST]
         ]
 
@@ -254,10 +261,10 @@ class ZooSummary:
         for key, n in c["by_category"].items():
             lines.append(f"  {key}: {n}")
         if self.worker_peak_rss_mb:
-            heavy = ", ".join(f"{h['arch']} {h['peak_rss_mb']:.0f}" for h in self.heaviest())
+            heavy = ", ".join(f"{h['arch']} +{h['peak_growth_mb']:.0f}" for h in self.heaviest())
             lines.append(
                 f"worker peak memory: {max(self.worker_peak_rss_mb):.0f} MB resident"
-                + (f"; highest builds (MB): {heavy}" if heavy else "")
+                + (f"; builds that needed the most (MB over their start): {heavy}" if heavy else "")
             )
         for label, key in (
             ("all built", "coverage"),
@@ -391,8 +398,8 @@ def _built_row(worker: Worker, arch: str, group: str, params: dict, timeout: flo
     try:
         answer = worker.run({"kind": "build", "target": arch, **params}, timeout)
         row = _row(arch, group, answer, time.perf_counter() - t)
-        row.peak_rss_mb = worker.job_memory.get("peak_rss_mb", 0.0)
-        row.rss_growth_mb = worker.job_memory.get("rss_growth_mb", 0.0)
+        for key in ("peak_rss_mb", "peak_growth_mb", "rss_growth_mb"):
+            setattr(row, key, worker.job_memory.get(key, 0.0))
         return row
     except (WorkerTimeout, WorkerDied) as e:
         stopped = isinstance(e, WorkerDied) and over_bound(str(e))
