@@ -2,7 +2,7 @@
 
 A meta-device build holds no weights, yet a worker once reached 14 GB resident (issue 30).
 ``watch_memory`` (in the worker) reads the resident size from ``/proc/self/statm`` twice a
-second and, past the bound (``PREFIXLINT_WORKER_MAX_RSS_MB``, default 16384; 0: none),
+second and, past the bound (``PREFIXLINT_WORKER_MAX_RSS_MB``, default 8192; 0: none),
 writes why and every thread's stack into the crash trace and kills its own process: the
 parent reports the build as dead at the line it was at. Resident size, not ``RLIMIT_AS``:
 torch reserves far more address space than it uses. ``peak_rss_mb`` (in the parent) reads
@@ -21,9 +21,10 @@ import time
 from pathlib import Path
 
 LIMIT_ENV = "PREFIXLINT_WORKER_MAX_RSS_MB"
-# 24 GB machines: room for the parent and a second worker. vLLM 0.32's Molmo holds 8.3 GB
-# on meta (a real buffer vLLM builds), so 8 GB stopped a build vLLM itself completes.
-DEFAULT_LIMIT_MB = 16384
+# Room for the parent and a second worker on a 24 GB machine. Builds peak near 1.5 GB since
+# the dry-run's recorder stopped holding a byte per element of the model (Molmo: 12 GB+
+# before, 1 GB after; docs/precision.md): 8 GB is headroom, not a figure any build needs.
+DEFAULT_LIMIT_MB = 8192
 # The words a worker stopped at its bound dies with (``_watch``): a tool limit, not the
 # model's defect, so the parent says "not verified" (``over_bound``).
 OVER_BOUND = "worker memory over its bound"
