@@ -4,13 +4,19 @@ meta-device model."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from pathlib import Path
 
 import pytest
 
-from prefixlint.introspect.process.memory import peak_rss_mb, reset_peak, resident_mb
+from prefixlint.introspect.process.memory import (
+    peak_rss_mb,
+    release,
+    reset_peak,
+    resident_mb,
+)
 from tests.conftest import requires_vllm
 
 LINUX = pytest.mark.skipif(
@@ -31,6 +37,32 @@ def test_reset_peak_starts_a_new_high_water_mark() -> None:
     assert high - before > 250, (before, high)
     # the mark after the reset is today's resident size, not the freed block's peak
     assert after < high - 250, (high, after)
+
+
+@LINUX
+def test_release_frees_what_a_job_left_in_reference_cycles() -> None:
+    """A build's modules in reference cycles outlive the job until the collector runs:
+    the worker releases them after each job, not whenever the next one allocates."""
+
+    class Node:
+        pass
+
+    gc.disable()  # the cycle waits for ``release``, not for an automatic collection
+    try:
+        before = resident_mb()
+        a, b = Node(), Node()
+        a.other, b.other = b, a  # type: ignore[attr-defined]
+        a.block = bytearray(300 * 2**20)  # type: ignore[attr-defined]
+        a.block[::4096] = b"x" * len(a.block[::4096])  # type: ignore[attr-defined]
+        del a, b
+        held = resident_mb()
+        release()
+    finally:
+        gc.enable()
+    after = resident_mb()
+    assert before is not None and held is not None and after is not None
+    assert held - before > 250, (before, held)
+    assert after < held - 250, (held, after)
 
 
 @LINUX

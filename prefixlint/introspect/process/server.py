@@ -173,7 +173,7 @@ def set_up() -> None:
 def serve() -> None:
     """Answer jobs until the end of stdin."""
     from prefixlint.introspect.process.crash import arm
-    from prefixlint.introspect.process.memory import reset_peak, watch_memory
+    from prefixlint.introspect.process.memory import release, reset_peak, watch_memory
 
     arm()  # a zygote's child: its own trace file (a cold worker armed in ``set_up``)
     watch_memory()
@@ -192,6 +192,7 @@ def serve() -> None:
             sys.stdout = real_stdout
             shutil.rmtree(tempfile.tempdir, ignore_errors=True)
             tempfile.tempdir = None
+            release()  # before the answer: the next job starts from what is really held
         real_stdout.write(MARK + json.dumps(answer, default=str) + "\n")
         real_stdout.flush()
 
