@@ -27,13 +27,22 @@ class Target:
     name: str
     tensor: torch.Tensor
     is_param: bool
-    coverage: torch.Tensor | None  # flat bool over the storage; None: too big to track
+    tracked: bool  # small enough for an element-wise coverage (``WriteRecorder.covered``)
     sources: set[str] = field(default_factory=set)
     writes: list[tuple[int, int, frozenset[str]]] = field(default_factory=list)
+    # each write's region of the storage (shape, stride, offset): a coverage mask is made
+    # from them when asked, one parameter at a time. A mask per parameter kept for the
+    # whole stream held a byte per element of the full-size model: 8 GB for Molmo (issue 30).
+    regions: list[tuple[tuple[int, ...], tuple[int, ...], int]] = field(default_factory=list)
     written: bool = False
 
 
 _MAX_TRACKED = 64_000_000  # elements; a larger parameter is tracked as written or not
+
+
+def _numel(t: torch.Tensor) -> int:
+    """The elements of ``t``'s whole storage (a view's parent included)."""
+    return t.untyped_storage().nbytes() // max(t.element_size(), 1)
 
 
 def _storage_key(t: torch.Tensor) -> int:
@@ -57,9 +66,7 @@ class WriteRecorder:
             key = _storage_key(tensor)
             if key in self.by_storage:
                 continue  # a tied alias: the first name owns the storage
-            numel = tensor.untyped_storage().nbytes() // max(tensor.element_size(), 1)
-            cov = torch.zeros(numel, dtype=torch.bool) if numel <= _MAX_TRACKED else None
-            self.by_storage[key] = Target(name, tensor, is_param, cov)
+            self.by_storage[key] = Target(name, tensor, is_param, _numel(tensor) <= _MAX_TRACKED)
 
     def owner(self, t: torch.Tensor) -> Target | None:
         try:
@@ -76,8 +83,8 @@ class WriteRecorder:
         if region.numel() == 0:
             return
         target.writes.append((lo, hi + 1, tags))
-        if target.coverage is not None:
-            target.coverage.as_strided(tuple(region.shape), region.stride(), lo).fill_(True)
+        if target.tracked:
+            target.regions.append((tuple(region.shape), tuple(region.stride()), lo))
 
     def read(self, src: torch.Tensor, tags: frozenset[str]) -> None:
         """Record which elements of a checkpoint tensor a write took from it."""
@@ -113,11 +120,15 @@ class WriteRecorder:
         return out
 
     def covered(self, target: Target) -> torch.Tensor | None:
-        """The coverage of the target's own elements, shaped like it."""
-        if target.coverage is None:
+        """The coverage of the target's own elements, shaped like it (True: written);
+        None when too big to track. Made anew at each call from the writes' regions."""
+        if not target.tracked:
             return None
+        coverage = torch.zeros(_numel(target.tensor), dtype=torch.bool)
+        for shape, stride, offset in target.regions:
+            coverage.as_strided(shape, stride, offset).fill_(True)
         t = target.tensor
-        return target.coverage.as_strided(tuple(t.shape), t.stride(), t.storage_offset())
+        return coverage.as_strided(tuple(t.shape), t.stride(), t.storage_offset())
 
 
 @contextlib.contextmanager

@@ -31,7 +31,7 @@ from prefixlint.introspect.process.crash import (
     crash_site,
     how_it_ended,
 )
-from prefixlint.introspect.process.memory import peak_rss_mb
+from prefixlint.introspect.process.memory import peak_rss_mb, rss_mb
 from prefixlint.introspect.process.warm import WarmProcess
 
 MARK = "@@prefixlint-result@@ "
@@ -80,6 +80,10 @@ class Worker:
         self.building: dict[str, Any] = {}  # the worker's last "building" event
         self.target_file = ""  # the job's target, when it is a file
         self.peak_rss_mb = 0.0  # the highest resident memory of its processes so far
+        # the last job's peak resident memory, the resident size it left and its growth
+        # (MB; empty when its worker died): which architecture holds memory (issue 30)
+        self.job_memory: dict[str, float] = {}
+        self._job_start_rss: float | None = None
         self._closing = threading.RLock()
 
     def _start(self) -> None:
@@ -176,6 +180,7 @@ class Worker:
             self.close()
             raise WorkerDied("the worker process exited before taking the job") from None
         self.building = {}
+        self.job_memory, self._job_start_rss = {}, None
         target = str(job.get("target") or "")
         self.target_file = target.split(".py:")[0] + ".py" if ".py" in target else ""
         try:
@@ -225,19 +230,34 @@ class Worker:
                 raise WorkerDied(f"the worker process died ({how})", site)
             kind, payload = item
             if kind == "result":
-                self._measure()
+                self._measure(job=True)
                 return json.loads(payload)
             event = json.loads(payload)
             if event.get("event") == "started":
                 started = True
                 deadline = time.monotonic() + timeout
+                self._job_start_rss = event.get("rss_mb")
             elif event.get("event") == "building":
                 self.building = event
 
-    def _measure(self) -> None:
-        if self.proc is not None:
-            peak = peak_rss_mb(self.proc.pid)
-            self.peak_rss_mb = max(self.peak_rss_mb, peak or 0.0)
+    def _measure(self, job: bool = False) -> None:
+        """The worker's peak so far; with ``job`` (its answer just came), the job's own
+        peak (the worker restarted its mark as the job began) and resident growth."""
+        if self.proc is None:
+            return
+        peak = peak_rss_mb(self.proc.pid)
+        self.peak_rss_mb = max(self.peak_rss_mb, peak or 0.0)
+        if job and peak is not None:
+            self.job_memory = {"peak_rss_mb": round(peak, 1)}
+            now, before = rss_mb(self.proc.pid), self._job_start_rss
+            if now is not None:
+                self.job_memory["rss_mb"] = round(now, 1)
+            if isinstance(before, (int, float)):
+                # the mark restarts at the resident size the job began with: its growth
+                # to the peak is what this build alone needed
+                self.job_memory["peak_growth_mb"] = round(peak - before, 1)
+                if now is not None:
+                    self.job_memory["rss_growth_mb"] = round(now - before, 1)
 
     def close(self) -> None:
         # the zoo closes its workers from the main thread on Ctrl-C while a build

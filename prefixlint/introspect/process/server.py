@@ -38,10 +38,13 @@ def handle(job: dict[str, Any]) -> Any:
     from prefixlint.introspect.builds import pipeline as build
     from prefixlint.introspect.finding import class_site
     from prefixlint.introspect.process import crash
+    from prefixlint.introspect.process.memory import resident_mb
     from prefixlint.introspect.targets import plugins
 
     crash.new_job()
-    crash.event("started")  # torch and vLLM are imported: the job's timeout counts from here
+    # torch and vLLM are imported: the job's timeout counts from here, and its memory
+    # growth from this resident size
+    crash.event("started", rss_mb=resident_mb())
     # as vLLM's start-up: its general plugins register their models first
     plugins.prepare(job.get("target"))
     if job["kind"] == "list":
@@ -170,7 +173,7 @@ def set_up() -> None:
 def serve() -> None:
     """Answer jobs until the end of stdin."""
     from prefixlint.introspect.process.crash import arm
-    from prefixlint.introspect.process.memory import watch_memory
+    from prefixlint.introspect.process.memory import release, reset_peak, watch_memory
 
     arm()  # a zygote's child: its own trace file (a cold worker armed in ``set_up``)
     watch_memory()
@@ -180,6 +183,7 @@ def serve() -> None:
             continue
         sys.stdout = sys.stderr  # anything the build prints must not mix with answers
         tempfile.tempdir = tempfile.mkdtemp()  # one folder per job, removed after it
+        reset_peak()  # the peak the parent reads after this job is this job's
         try:
             answer = handle(json.loads(line))
         except BaseException as e:
@@ -188,6 +192,7 @@ def serve() -> None:
             sys.stdout = real_stdout
             shutil.rmtree(tempfile.tempdir, ignore_errors=True)
             tempfile.tempdir = None
+            release()  # before the answer: the next job starts from what is really held
         real_stdout.write(MARK + json.dumps(answer, default=str) + "\n")
         real_stdout.flush()
 

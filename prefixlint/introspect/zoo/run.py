@@ -47,6 +47,20 @@ class Row:
     notes: list[dict[str, Any]] = field(default_factory=list)  # PFX600: not verified
     coverage: dict[str, Any] = field(default_factory=dict)  # construction sites (coverage.py)
     variants: list[dict[str, Any]] = field(default_factory=list)
+    # its worker's peak resident memory while it built, that peak over the resident size
+    # the build began with (what it alone needed), and what it left resident (MB; 0: not
+    # measured, its worker died): the architectures that hold memory
+    peak_rss_mb: float = 0.0
+    peak_growth_mb: float = 0.0
+    rss_growth_mb: float = 0.0
+
+
+# How many of the architectures with the highest peaks the summary names.
+HEAVIEST = 5
+# A worker left holding more than this after a build is replaced before the next one: a
+# bound on what builds leave behind in one process (a cache, a leak), not a fix of it;
+# the row's ``rss_growth_mb`` names the build that grew.
+RECYCLE_RSS_MB = 3072.0
 
 
 @dataclass
@@ -62,6 +76,19 @@ class ZooSummary:
     @property
     def findings(self) -> int:
         return sum(len(r.findings) for r in self.rows)
+
+    def heaviest(self) -> list[dict[str, Any]]:
+        """The architectures whose builds alone needed the most memory."""
+        rows = sorted((r for r in self.rows if r.peak_rss_mb), key=lambda r: -r.peak_growth_mb)
+        return [
+            {
+                "arch": r.arch,
+                "peak_growth_mb": r.peak_growth_mb,
+                "peak_rss_mb": r.peak_rss_mb,
+                "rss_growth_mb": r.rss_growth_mb,
+            }
+            for r in rows[:HEAVIEST]
+        ]
 
     def counts(self) -> dict[str, Any]:
         by_status = Counter(r.status for r in self.rows)
@@ -104,6 +131,7 @@ class ZooSummary:
             "wall_seconds": round(self.wall_seconds, 1),
             "vllm": self.vllm,
             "worker_peak_rss_mb": self.worker_peak_rss_mb,
+            "heaviest_architectures": self.heaviest(),
             "coverage": registry_share(self.rows),
             "text_generation_coverage": registry_share(self.rows, ("text_generation_models",)),
         }
@@ -233,7 +261,11 @@ class ZooSummary:
         for key, n in c["by_category"].items():
             lines.append(f"  {key}: {n}")
         if self.worker_peak_rss_mb:
-            lines.append(f"worker peak memory: {max(self.worker_peak_rss_mb):.0f} MB resident")
+            heavy = ", ".join(f"{h['arch']} +{h['peak_growth_mb']:.0f}" for h in self.heaviest())
+            lines.append(
+                f"worker peak memory: {max(self.worker_peak_rss_mb):.0f} MB resident"
+                + (f"; builds that needed the most (MB over their start): {heavy}" if heavy else "")
+            )
         for label, key in (
             ("all built", "coverage"),
             ("text generation", "text_generation_coverage"),
@@ -365,7 +397,10 @@ def _built_row(worker: Worker, arch: str, group: str, params: dict, timeout: flo
     t = time.perf_counter()
     try:
         answer = worker.run({"kind": "build", "target": arch, **params}, timeout)
-        return _row(arch, group, answer, time.perf_counter() - t)
+        row = _row(arch, group, answer, time.perf_counter() - t)
+        for key in ("peak_rss_mb", "peak_growth_mb", "rss_growth_mb"):
+            setattr(row, key, worker.job_memory.get(key, 0.0))
+        return row
     except (WorkerTimeout, WorkerDied) as e:
         stopped = isinstance(e, WorkerDied) and over_bound(str(e))
         diag = (
@@ -421,6 +456,8 @@ def run_zoo(
             worker = free.pop()
         try:
             row = _built_row(worker, arch, groups[arch], {**params, "budget": timeout}, timeout)
+            if worker.job_memory.get("rss_mb", 0.0) > RECYCLE_RSS_MB:
+                worker.close()  # the next build starts a fresh worker
         finally:
             with lock:
                 free.append(worker)
