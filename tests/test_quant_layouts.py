@@ -13,7 +13,13 @@ import pytest
 from prefixlint.introspect import introspect
 from tests import tiny_checkpoints
 from tests.conftest import requires_vllm
-from tests.test_dryrun import dry_run_diagnostics, findings, line_of, model_copy
+from tests.test_dryrun import (
+    dry_run_diagnostics,
+    filtering_llama_weights,
+    findings,
+    line_of,
+    model_copy,
+)
 from tests.test_layer_configs import findings as static_findings
 
 pytestmark = requires_vllm
@@ -211,3 +217,17 @@ def test_scales_are_named_after_the_layers_written_or_said_not_made(
     assert sorted(made.tensors) == named
     assert [g for g in made.gaps if any(g.startswith(x) for x in gap)] == made.gaps
     assert len(made.gaps) == len(gap)
+
+
+def test_a_loader_raising_on_every_scale_is_found_by_its_raise_alone(worker, tmp_path) -> None:
+    """A loader that raises on each kind of scale stops the load after a few kinds (vLLM's
+    own, as on EmbeddingGemma2's unmapped `gate_proj.input_scale`): the raise is the
+    finding; the scales never fed are not said to be dropped, and the note says why."""
+    edit = filtering_llama_weights('((n, w) for n, w in weights if "_scale" not in n or {}[n])')
+    report, path, text = _dry_run(worker, tmp_path, "llama", "LlamaForCausalLM", "raising", [edit])
+    line = line_of(text, "LlamaForCausalLM", "weights = ((n, w)")
+    assert findings(report, ("PFX701",)) == [("PFX701", path.name, line)], report.diagnostics
+    [diag] = [d for d in dry_run_diagnostics(report) if d.code == "PFX701"]
+    assert "raises on checkpoint tensor" in diag.message and "_scale" in diag.message
+    assert not any("silently" in d.message for d in report.diagnostics)
+    assert any("the load stopped" in d.message for d in report.diagnostics)

@@ -38,6 +38,10 @@ Layout = dict[str, tuple[tuple[int, ...], torch.dtype]]
 # the KV-cache scales a checkpoint stores (vLLM fills ``q_scale``/``prob_scale`` itself)
 KV_SCALES = ("k_scale", "v_scale")
 SCALE = ((), torch.float32)  # a per-tensor scale, as FP8 checkpoints store it
+STOPPED = (
+    "`load_weights` kept raising on the scales, so the load stopped before the scales "
+    "after those it raised on: whether it drops them is not judged"
+)
 
 
 @dataclass
@@ -74,12 +78,14 @@ def check(
     if build.error is not None:
         return [], f"the model does not build under `Fp8Config` here: {describe_error(build.error)}"
     layout, s = reference
+    known = {normal(n) for n, _ in s.raised}  # the unquantized stream's to judge
     made = synthesise(base.model, build.model, s)
     if not made.tensors and not made.kv:
         return [], "no layer got a quantized method under `Fp8Config`"
     qsites = Sites(sites.cls, build.model, build.recorder)
     qsites.embedding = sites.embedding
     tried = []
+    cut_short = False
     for kv in made.kv or [{}]:
         added = {**made.tensors, **kv}
         quantized = {
@@ -89,13 +95,15 @@ def check(
         qs = through(build, quantized)
         if qs.limit:
             return [], f"a weight loader needs real data on meta tensors ({qs.limit})"
-        found = judge(qs, added, qsites, kv)
+        cut_short |= not qs.complete
+        found = judge(qs, added, qsites, kv, known)
         tried.append(found)
         if not found:
             break
     found = min(tried, key=len)
-    more = f"; and {len(made.gaps) - 3} more" if len(made.gaps) > 3 else ""
-    return found, "; ".join(made.gaps[:3]) + more
+    gaps = made.gaps + ([STOPPED] if cut_short else [])
+    more = f"; and {len(gaps) - 3} more" if len(gaps) > 3 else ""
+    return found, "; ".join(gaps[:3]) + more
 
 
 def synthesise(plain: nn.Module, quantized: nn.Module, s: Stream) -> Synthesised:
@@ -187,12 +195,23 @@ def _kv_namings(
     return [n for n in (block, projections) if n]
 
 
-def judge(s: Stream, added: dict[str, str], sites: Sites, kv: dict[str, str]) -> list[Finding]:
+def judge(
+    s: Stream,
+    added: dict[str, str],
+    sites: Sites,
+    kv: dict[str, str],
+    known: frozenset[str] | set[str] = frozenset(),
+) -> list[Finding]:
     """PFX701 on the added names only: those the loader refuses, those it drops (one
     finding per loader line), and scale parameters none reaches although each of their
-    tensors was loaded elsewhere (the unquantized stream judged the rest)."""
+    tensors was loaded elsewhere (the unquantized stream judged the rest). ``known``: the
+    kinds of names the unquantized stream raised on; any other raise is the scales'
+    doing, even where the loader's frames still held an unquantized tensor. A stream the
+    raises cut short judges only its raises: a scale never fed is not a scale dropped."""
     raised = {normal(n) for n, _ in s.raised}
-    s.raised = [(n, e) for n, e in s.raised if n in added]
+    s.raised = [(n, e) for n, e in s.raised if n in added or normal(n) not in known]
+    if not s.complete:
+        return _with_layout(_one_per_line(coverage_findings(s, {}, sites)), kv)
     lost = [n for n in added if n not in s.recorder.consumed]
     dropped = [n for n in lost if normal(n) not in raised]
     # judged: scale parameters never written, but for a tensor's own finding; a shard of
@@ -209,8 +228,11 @@ def judge(s: Stream, added: dict[str, str], sites: Sites, kv: dict[str, str]) ->
         by_line.setdefault(sites.loader(name), []).append(name)
     for site, names in by_line.items():
         found.append(Finding("PFX701", "error", _dropped_message(names, added), *site))
+    return _with_layout(_one_per_line(found), kv)
+
+
+def _with_layout(found: list[Finding], kv: dict[str, str]) -> list[Finding]:
     named = f", KV-cache scales named like `{next(iter(kv))}`" if kv else ""
-    found = _one_per_line(found)
     for f in found:
         f.message += (
             "; in an FP8 checkpoint's layout, as vLLM's `Fp8Config` builds the model: "
