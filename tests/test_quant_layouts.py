@@ -196,14 +196,19 @@ def _toy_stream(plain):
 
 @pytest.mark.parametrize(
     ("scale_shape", "named", "gap"),
-    [((), ["layers.0.up.weight_scale"], []), ((8,), [], ["`up.weight_scale` is not a per-tensor"])],
+    [
+        ((), ["layers.0.up.weight_scale"], []),
+        ((8,), [], ["`up.weight_scale` is not a per-tensor"]),
+        ((3,), [], ["`up.weight_scale` has one scale per expert"]),
+    ],
 )
 def test_scales_are_named_after_the_layers_written_or_said_not_made(
     scale_shape, named, gap
 ) -> None:
     """Synthesis reads the quantized build: a per-tensor scale is named after the checkpoint
     layer the unquantized stream wrote into the weight; a per-channel one is a gap (a
-    note), never a made-up name."""
+    note), never a made-up name, and so is a per-expert one where one checkpoint tensor
+    holds every expert (said as such: it is per tensor, per expert)."""
     import torch
     from torch import nn
 
@@ -212,6 +217,9 @@ def test_scales_are_named_after_the_layers_written_or_said_not_made(
     plain, quantized = nn.Module(), nn.Module()
     plain.up = nn.Linear(4, 8, bias=False)
     quantized.up = nn.Linear(4, 8, bias=False)
+    if scale_shape == (3,):  # three experts stacked in one checkpoint tensor (GraniteMoe)
+        for m in (plain.up, quantized.up):
+            m.weight = nn.Parameter(torch.empty(3, 8, 4), requires_grad=False)
     quantized.up.weight_scale = nn.Parameter(torch.ones(scale_shape), requires_grad=False)
     made = synthesise(plain, quantized, _toy_stream(plain))
     assert sorted(made.tensors) == named
@@ -231,3 +239,23 @@ def test_a_loader_raising_on_every_scale_is_found_by_its_raise_alone(worker, tmp
     assert "raises on checkpoint tensor" in diag.message and "_scale" in diag.message
     assert not any("silently" in d.message for d in report.diagnostics)
     assert any("the load stopped" in d.message for d in report.diagnostics)
+
+
+def test_a_missing_module_is_blamed_on_the_name_just_fed() -> None:
+    """AutoWeightsLoader's "There is no module ... 'a.mlp.gate_proj'" is raised on the
+    name just fed below that module, though a loader's frame may still hold the tensor
+    before it (EmbeddingGemma2: `down_proj.weight_scale` was blamed for `gate_proj`)."""
+    import torch
+
+    from prefixlint.introspect.dryrun.streaming import _failing_name
+    from prefixlint.introspect.dryrun.tagged import make
+
+    names = ["a.mlp.down_proj.weight_scale", "a.mlp.gate_proj.input_scale"]
+
+    def loader(held):  # a frame holding the previous tensor, as groupby's does
+        raise ValueError("There is no module or parameter named 'a.mlp.gate_proj' in M.")
+
+    try:
+        loader(make(names[0], (), torch.float32))
+    except ValueError as e:
+        assert _failing_name(e, names, names[1]) == names[1]

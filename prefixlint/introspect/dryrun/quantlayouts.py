@@ -145,8 +145,8 @@ def _layer_scales(
             continue
         # one scale per checkpoint layer, or per shard of a layer the checkpoint fuses too
         shards = len(getattr(quantized.get_submodule(path), "output_sizes", None) or [1])
-        if after[name].numel() > len(layers) * shards:  # per channel or block
-            gap = f"`{normal(path)}.{name}` is not a per-tensor scale"
+        if after[name].numel() > len(layers) * shards:  # per channel, block or expert
+            gap = _not_per_tensor(f"{normal(path)}.{name}", after[name], after[owner], layers)
             if gap not in out.gaps:
                 out.gaps.append(gap)
             continue
@@ -154,6 +154,18 @@ def _layer_scales(
         out.tensors.update({f"{layer}.{leaf}": f"{path}.{name}" for layer in layers})
         if after[owner].dtype == torch.float8_e4m3fn:  # the checkpoint's weight is fp8 too
             out.fp8.update(t for t in tags if t.endswith(".weight"))
+
+
+def _not_per_tensor(name: str, scale: torch.Tensor, weight: torch.Tensor, layers: list) -> str:
+    """Why a scale gets no checkpoint name: one per expert where the checkpoint stores the
+    experts stacked in fewer tensors (GraniteMoe's ``input_linear``), else per channel."""
+    experts = weight.dim() == 3 and scale.dim() >= 1 and scale.shape[0] == weight.shape[0]
+    if experts and len(layers) < weight.shape[0]:
+        return (
+            f"`{name}` has one scale per expert, but the checkpoint stacks the experts in "
+            f"{len(layers)} tensor(s): no per-expert name to give it"
+        )
+    return f"`{name}` is not a per-tensor scale"
 
 
 def _kv_namings(

@@ -62,6 +62,10 @@ def _failing_name(error: BaseException, names: list[str], last: str | None) -> s
     quoted = {at: n for n in names for q in "'`\"" if (at := text.find(f"{q}{n}{q}")) >= 0}
     if quoted:
         return quoted[min(quoted)]
+    if last and any(f"{q}{p}{q}" in text for p in _parents(last) for q in "'`\""):
+        # the module the name was to be placed in (AutoWeightsLoader's "There is no
+        # module ..."): the name just fed, whatever tensor a loader's frame still holds
+        return last
     for frame, _ in reversed(list(traceback.walk_tb(error.__traceback__))):
         for value in frame.f_locals.values():
             if isinstance(value, Tagged):
@@ -72,6 +76,13 @@ def _failing_name(error: BaseException, names: list[str], last: str | None) -> s
     if hits:
         return max(hits, key=len)
     return last
+
+
+def _parents(name: str) -> list[str]:
+    """The dotted module paths above ``name`` with at least two parts (``a.b`` of
+    ``a.b.c.weight``): a one-word quote (``'model'``) says nothing about which tensor."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(2, len(parts))]
 
 
 def _is_meta_limit(error: BaseException) -> bool:
