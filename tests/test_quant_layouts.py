@@ -253,7 +253,10 @@ def test_a_missing_module_is_blamed_on_the_name_just_fed() -> None:
     names = ["a.mlp.down_proj.weight_scale", "a.mlp.gate_proj.input_scale"]
 
     def loader(held):  # a frame holding the previous tensor, as groupby's does
-        raise ValueError("There is no module or parameter named 'a.mlp.gate_proj' in M.")
+        raise ValueError(
+            "There is no module or parameter named 'a.mlp.gate_proj' in M. The available "
+            "parameters belonging to a.mlp are: {'a.mlp.down_proj.weight_scale'}"
+        )
 
     try:
         loader(make(names[0], (), torch.float32))

@@ -60,12 +60,13 @@ def _failing_name(error: BaseException, names: list[str], last: str | None) -> s
     frame may still hold the tensor before the one it refuses)."""
     text = str(error)
     quoted = {at: n for n in names for q in "'`\"" if (at := text.find(f"{q}{n}{q}")) >= 0}
+    # a module above the name just fed, quoted first (AutoWeightsLoader's "There is no
+    # module 'a.mlp.gate_proj' ... are: {'a.mlp.down_proj.weight', ...}"): that name
+    fed = last or ""
+    for p in _parents(fed):
+        quoted.update({at: fed for q in "'`\"" if (at := text.find(f"{q}{p}{q}")) >= 0})
     if quoted:
         return quoted[min(quoted)]
-    if last and any(f"{q}{p}{q}" in text for p in _parents(last) for q in "'`\""):
-        # the module the name was to be placed in (AutoWeightsLoader's "There is no
-        # module ..."): the name just fed, whatever tensor a loader's frame still holds
-        return last
     for frame, _ in reversed(list(traceback.walk_tb(error.__traceback__))):
         for value in frame.f_locals.values():
             if isinstance(value, Tagged):
