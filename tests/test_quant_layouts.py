@@ -262,3 +262,28 @@ def test_a_missing_module_is_blamed_on_the_name_just_fed() -> None:
         loader(make(names[0], (), torch.float32))
     except ValueError as e:
         assert _failing_name(e, names, names[1]) == names[1]
+
+
+@pytest.mark.parametrize(
+    ("projection", "severity"), [("c_attn", "warning"), ("k_proj", "error"), ("qkv_proj", "error")]
+)
+def test_kv_scales_of_a_block_without_kv_projections_are_contested(projection, severity) -> None:
+    """GPTBigCode's `attn` holds a fused `c_attn`: real FP8 tools name no KV-cache scale at
+    such a block (compressed-tensors wants `k_proj`/`v_proj`/`qkv_proj`), so the drop of
+    `transformer.h.0.attn.k_scale` is a warning; with a key projection, an error."""
+    from torch import nn
+
+    from prefixlint.introspect.dryrun.quantlayouts import Synthesised, _dropped, _kv_namings
+    from prefixlint.introspect.dryrun.realquant import kv_cache_method
+
+    kv_cache = kv_cache_method()
+    quantized = nn.Module()
+    quantized.attn = nn.Module()
+    quantized.attn.proj = nn.Linear(4, 4)
+    quantized.attn.attn = nn.Module()
+    quantized.attn.attn.quant_method = kv_cache.__new__(kv_cache)
+    made = Synthesised()
+    [block, *_] = _kv_namings(quantized, {"attn.proj": [f"h.0.attn.{projection}"]}, made)
+    assert sorted(block) == ["h.0.attn.k_scale", "h.0.attn.v_scale"]
+    f = _dropped(sorted(block), block, made.unprojected, ("m.py", 1))
+    assert (f.severity, "a warning" in f.message) == (severity, severity == "warning")
