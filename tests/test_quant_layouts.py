@@ -287,3 +287,23 @@ def test_kv_scales_of_a_block_without_kv_projections_are_contested(projection, s
     assert sorted(block) == ["h.0.attn.k_scale", "h.0.attn.v_scale"]
     f = _dropped(sorted(block), block, made.unprojected, ("m.py", 1))
     assert (f.severity, "a warning" in f.message) == (severity, severity == "warning")
+
+
+@pytest.mark.parametrize(("attn_type", "named"), [("encoder_only", 0), ("decoder", 2)])
+def test_an_encoder_attention_gets_no_kv_cache_scales(attn_type, named) -> None:
+    """NomicBert's encoder-only attention caches nothing, so no FP8 checkpoint holds its
+    `k_scale`/`v_scale` although `Fp8Config` gives it a KV-cache method."""
+    from torch import nn
+
+    from prefixlint.introspect.dryrun.quantlayouts import Synthesised, _kv_namings
+    from prefixlint.introspect.dryrun.realquant import kv_cache_method
+
+    kv_cache = kv_cache_method()
+    quantized = nn.Module()
+    quantized.attn = nn.Module()
+    quantized.attn.k_proj = nn.Linear(4, 4)
+    quantized.attn.attn = nn.Module()
+    quantized.attn.attn.quant_method = kv_cache.__new__(kv_cache)
+    quantized.attn.attn.attn_type = attn_type
+    namings = _kv_namings(quantized, {"attn.k_proj": ["h.0.attn.k_proj"]}, Synthesised())
+    assert sum(len(n) for n in namings[:1]) == named

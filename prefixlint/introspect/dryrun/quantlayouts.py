@@ -37,6 +37,13 @@ from prefixlint.introspect.finding import Finding
 Layout = dict[str, tuple[tuple[int, ...], torch.dtype]]
 # the KV-cache scales a checkpoint stores (vLLM fills ``q_scale``/``prob_scale`` itself)
 KV_SCALES = ("k_scale", "v_scale")
+CONTESTED = (
+    " (a warning: these KV-cache scales are named at attention blocks with no "
+    "`k_proj`/`v_proj`/`qkv_proj`, where compressed-tensors puts none and ModelOpt "
+    "names its projections, so a real FP8 checkpoint may not hold them)"
+)
+# attention without a KV cache: no FP8 tool stores KV-cache scales for it
+NO_KV_CACHE = ("encoder", "encoder_only")
 KV_PROJECTIONS = ("k_proj", "v_proj", "qkv_proj")  # compressed-tensors' attention test
 SCALE = ((), torch.float32)  # a per-tensor scale, as FP8 checkpoints store it
 STOPPED = (
@@ -190,6 +197,8 @@ def _kv_namings(
     for path, m in quantized.named_modules():
         if not isinstance(getattr(m, "quant_method", None), kv_cache):
             continue
+        if getattr(m, "attn_type", "decoder") in NO_KV_CACHE:
+            continue  # an encoder's attention caches nothing (NomicBert, EmbeddingGemma2)
         parent = path.rpartition(".")[0]
         held = [
             layer
@@ -232,8 +241,9 @@ def judge(
     raises cut short judges only its raises: a scale never fed is not a scale dropped."""
     raised = {normal(n) for n, _ in s.raised}
     s.raised = [(n, e) for n, e in s.raised if n in added or normal(n) not in known]
+    contested = _contested_raises(s, sites, unprojected)
     if not s.complete:
-        return _with_layout(_one_per_line(coverage_findings(s, {}, sites)), kv)
+        return _with_layout(_one_per_line(coverage_findings(s, {}, sites) + contested), kv)
     lost = [n for n in added if n not in s.recorder.consumed]
     dropped = [n for n in lost if normal(n) not in raised]
     # judged: scale parameters never written, but for a tensor's own finding; a shard of
@@ -250,7 +260,23 @@ def judge(
         by_line.setdefault(sites.loader(name), []).append(name)
     for site, names in by_line.items():
         found.append(_dropped(names, added, unprojected, site))
-    return _with_layout(_one_per_line(found), kv)
+    return _with_layout(_one_per_line(found + contested), kv)
+
+
+def _contested_raises(
+    s: Stream, sites: Sites, unprojected: frozenset[str] | set[str]
+) -> list[Finding]:
+    """The raises on KV-cache scales real checkpoints may not hold (``unprojected``), taken
+    out of ``s.raised``: warnings saying why, one per name as any raise."""
+    mine = [(n, e) for n, e in s.raised if n in unprojected]
+    if not mine:
+        return []
+    s.raised = [(n, e) for n, e in s.raised if n not in unprojected]
+    found = coverage_findings(Stream(s.recorder, raised=mine), {}, sites)  # raises only
+    for f in found:
+        f.severity = "warning"
+        f.message += CONTESTED
+    return found
 
 
 def _with_layout(found: list[Finding], kv: dict[str, str]) -> list[Finding]:
@@ -290,12 +316,7 @@ def _dropped(
     msg = _dropped_message(names, added)
     if not set(names) <= set(unprojected):
         return Finding("PFX701", "error", msg, *site)
-    msg += (
-        " (a warning: these KV-cache scales are named at attention blocks with no "
-        "`k_proj`/`v_proj`/`qkv_proj`, where compressed-tensors puts none and ModelOpt "
-        "names its projections, so a real FP8 checkpoint may not hold them)"
-    )
-    return Finding("PFX701", "warning", msg, *site)
+    return Finding("PFX701", "warning", msg + CONTESTED, *site)
 
 
 def _dropped_message(names: list[str], added: dict[str, str]) -> str:
