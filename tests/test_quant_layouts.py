@@ -13,7 +13,13 @@ import pytest
 from prefixlint.introspect import introspect
 from tests import tiny_checkpoints
 from tests.conftest import requires_vllm
-from tests.test_dryrun import dry_run_diagnostics, findings, line_of, model_copy
+from tests.test_dryrun import (
+    dry_run_diagnostics,
+    filtering_llama_weights,
+    findings,
+    line_of,
+    model_copy,
+)
 from tests.test_layer_configs import findings as static_findings
 
 pytestmark = requires_vllm
@@ -190,14 +196,19 @@ def _toy_stream(plain):
 
 @pytest.mark.parametrize(
     ("scale_shape", "named", "gap"),
-    [((), ["layers.0.up.weight_scale"], []), ((8,), [], ["`up.weight_scale` is not a per-tensor"])],
+    [
+        ((), ["layers.0.up.weight_scale"], []),
+        ((8,), [], ["`up.weight_scale` is not a per-tensor"]),
+        ((3,), [], ["`up.weight_scale` has one scale per expert"]),
+    ],
 )
 def test_scales_are_named_after_the_layers_written_or_said_not_made(
     scale_shape, named, gap
 ) -> None:
     """Synthesis reads the quantized build: a per-tensor scale is named after the checkpoint
     layer the unquantized stream wrote into the weight; a per-channel one is a gap (a
-    note), never a made-up name."""
+    note), never a made-up name, and so is a per-expert one where one checkpoint tensor
+    holds every expert (said as such: it is per tensor, per expert)."""
     import torch
     from torch import nn
 
@@ -206,8 +217,93 @@ def test_scales_are_named_after_the_layers_written_or_said_not_made(
     plain, quantized = nn.Module(), nn.Module()
     plain.up = nn.Linear(4, 8, bias=False)
     quantized.up = nn.Linear(4, 8, bias=False)
+    if scale_shape == (3,):  # three experts stacked in one checkpoint tensor (GraniteMoe)
+        for m in (plain.up, quantized.up):
+            m.weight = nn.Parameter(torch.empty(3, 8, 4), requires_grad=False)
     quantized.up.weight_scale = nn.Parameter(torch.ones(scale_shape), requires_grad=False)
     made = synthesise(plain, quantized, _toy_stream(plain))
     assert sorted(made.tensors) == named
     assert [g for g in made.gaps if any(g.startswith(x) for x in gap)] == made.gaps
     assert len(made.gaps) == len(gap)
+
+
+def test_a_loader_raising_on_every_scale_is_found_by_its_raise_alone(worker, tmp_path) -> None:
+    """A loader that raises on each kind of scale stops the load after a few kinds (vLLM's
+    own, as on EmbeddingGemma2's unmapped `gate_proj.input_scale`): the raise is the
+    finding; the scales never fed are not said to be dropped, and the note says why."""
+    edit = filtering_llama_weights('((n, w) for n, w in weights if "_scale" not in n or {}[n])')
+    report, path, text = _dry_run(worker, tmp_path, "llama", "LlamaForCausalLM", "raising", [edit])
+    line = line_of(text, "LlamaForCausalLM", "weights = ((n, w)")
+    assert findings(report, ("PFX701",)) == [("PFX701", path.name, line)], report.diagnostics
+    [diag] = [d for d in dry_run_diagnostics(report) if d.code == "PFX701"]
+    assert "raises on checkpoint tensor" in diag.message and "_scale" in diag.message
+    assert not any("silently" in d.message for d in report.diagnostics)
+    assert any("the load stopped" in d.message for d in report.diagnostics)
+
+
+def test_a_missing_module_is_blamed_on_the_name_just_fed() -> None:
+    """AutoWeightsLoader's "There is no module ... 'a.mlp.gate_proj'" is raised on the
+    name just fed below that module, though a loader's frame may still hold the tensor
+    before it (EmbeddingGemma2: `down_proj.weight_scale` was blamed for `gate_proj`)."""
+    import torch
+
+    from prefixlint.introspect.dryrun.streaming import _failing_name
+    from prefixlint.introspect.dryrun.tagged import make
+
+    names = ["a.mlp.down_proj.weight_scale", "a.mlp.gate_proj.input_scale"]
+
+    def loader(held):  # a frame holding the previous tensor, as groupby's does
+        raise ValueError(
+            "There is no module or parameter named 'a.mlp.gate_proj' in M. The available "
+            "parameters belonging to a.mlp are: {'a.mlp.down_proj.weight_scale'}"
+        )
+
+    try:
+        loader(make(names[0], (), torch.float32))
+    except ValueError as e:
+        assert _failing_name(e, names, names[1]) == names[1]
+
+
+@pytest.mark.parametrize(
+    ("projection", "severity"), [("c_attn", "warning"), ("k_proj", "error"), ("qkv_proj", "error")]
+)
+def test_kv_scales_of_a_block_without_kv_projections_are_contested(projection, severity) -> None:
+    """GPTBigCode's `attn` holds a fused `c_attn`: real FP8 tools name no KV-cache scale at
+    such a block (compressed-tensors wants `k_proj`/`v_proj`/`qkv_proj`), so the drop of
+    `transformer.h.0.attn.k_scale` is a warning; with a key projection, an error."""
+    from torch import nn
+
+    from prefixlint.introspect.dryrun.quantlayouts import Synthesised, _dropped, _kv_namings
+    from prefixlint.introspect.dryrun.realquant import kv_cache_method
+
+    kv_cache = kv_cache_method()
+    quantized = nn.Module()
+    quantized.attn = nn.Module()
+    quantized.attn.proj = nn.Linear(4, 4)
+    quantized.attn.attn = nn.Module()
+    quantized.attn.attn.quant_method = kv_cache.__new__(kv_cache)
+    made = Synthesised()
+    [block, *_] = _kv_namings(quantized, {"attn.proj": [f"h.0.attn.{projection}"]}, made)
+    assert sorted(block) == ["h.0.attn.k_scale", "h.0.attn.v_scale"]
+    f = _dropped(sorted(block), block, made.unprojected, ("m.py", 1))
+    assert (f.severity, "a warning" in f.message) == (severity, severity == "warning")
+
+
+@pytest.mark.parametrize(("attn_type", "named"), [("encoder_only", 0), ("decoder", 2)])
+def test_an_encoder_attention_gets_no_kv_cache_scales(attn_type, named) -> None:
+    """NomicBert's encoder-only attention caches nothing, so no FP8 checkpoint holds its
+    `k_scale`/`v_scale` although `Fp8Config` gives it a KV-cache method."""
+    from torch import nn
+
+    from prefixlint.introspect.dryrun.quantlayouts import Synthesised, _kv_namings
+    from prefixlint.introspect.dryrun.realquant import kv_cache_method
+
+    kv_cache = kv_cache_method()
+    quantized = nn.Module()
+    quantized.attn = nn.Module()
+    quantized.attn.k_proj = nn.Linear(4, 4)
+    quantized.attn.attn = nn.Module()
+    quantized.attn.attn.quant_method = kv_cache.__new__(kv_cache)
+    quantized.attn.attn.attn_type = attn_type
+    namings = _kv_namings(quantized, {"attn.k_proj": ["h.0.attn.k_proj"]}, Synthesised())
+    assert sum(len(n) for n in namings[:1]) == named

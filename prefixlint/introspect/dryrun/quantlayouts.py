@@ -37,7 +37,19 @@ from prefixlint.introspect.finding import Finding
 Layout = dict[str, tuple[tuple[int, ...], torch.dtype]]
 # the KV-cache scales a checkpoint stores (vLLM fills ``q_scale``/``prob_scale`` itself)
 KV_SCALES = ("k_scale", "v_scale")
+CONTESTED = (
+    " (a warning: these KV-cache scales are named at attention blocks with no "
+    "`k_proj`/`v_proj`/`qkv_proj`, where compressed-tensors puts none and ModelOpt "
+    "names its projections, so a real FP8 checkpoint may not hold them)"
+)
+# attention without a KV cache: no FP8 tool stores KV-cache scales for it
+NO_KV_CACHE = ("encoder", "encoder_only")
+KV_PROJECTIONS = ("k_proj", "v_proj", "qkv_proj")  # compressed-tensors' attention test
 SCALE = ((), torch.float32)  # a per-tensor scale, as FP8 checkpoints store it
+STOPPED = (
+    "`load_weights` kept raising on the scales, so the load stopped before the scales "
+    "after those it raised on: whether it drops them is not judged"
+)
 
 
 @dataclass
@@ -49,6 +61,11 @@ class Synthesised:
     fp8: set[str] = field(default_factory=set)  # weights stored as float8_e4m3fn
     kv: list[dict[str, str]] = field(default_factory=list)  # one per KV-scale naming
     gaps: list[str] = field(default_factory=list)
+    # KV-cache scales named at a block with no key/value projection (GPTBigCode's fused
+    # `c_attn`): compressed-tensors names KV scales only at attention modules holding
+    # `k_proj`, `v_proj` or `qkv_proj` (its `is_attention_module`), ModelOpt at the
+    # projections, so real checkpoints may not hold these names: their drop is contested
+    unprojected: set[str] = field(default_factory=set)
 
 
 def check(
@@ -74,12 +91,14 @@ def check(
     if build.error is not None:
         return [], f"the model does not build under `Fp8Config` here: {describe_error(build.error)}"
     layout, s = reference
+    known = {normal(n) for n, _ in s.raised}  # the unquantized stream's to judge
     made = synthesise(base.model, build.model, s)
     if not made.tensors and not made.kv:
         return [], "no layer got a quantized method under `Fp8Config`"
     qsites = Sites(sites.cls, build.model, build.recorder)
     qsites.embedding = sites.embedding
     tried = []
+    cut_short = False
     for kv in made.kv or [{}]:
         added = {**made.tensors, **kv}
         quantized = {
@@ -89,13 +108,15 @@ def check(
         qs = through(build, quantized)
         if qs.limit:
             return [], f"a weight loader needs real data on meta tensors ({qs.limit})"
-        found = judge(qs, added, qsites, kv)
+        cut_short |= not qs.complete
+        found = judge(qs, added, qsites, kv, known, made.unprojected)
         tried.append(found)
         if not found:
             break
     found = min(tried, key=len)
-    more = f"; and {len(made.gaps) - 3} more" if len(made.gaps) > 3 else ""
-    return found, "; ".join(made.gaps[:3]) + more
+    gaps = made.gaps + ([STOPPED] if cut_short else [])
+    more = f"; and {len(gaps) - 3} more" if len(gaps) > 3 else ""
+    return found, "; ".join(gaps[:3]) + more
 
 
 def synthesise(plain: nn.Module, quantized: nn.Module, s: Stream) -> Synthesised:
@@ -137,8 +158,8 @@ def _layer_scales(
             continue
         # one scale per checkpoint layer, or per shard of a layer the checkpoint fuses too
         shards = len(getattr(quantized.get_submodule(path), "output_sizes", None) or [1])
-        if after[name].numel() > len(layers) * shards:  # per channel or block
-            gap = f"`{normal(path)}.{name}` is not a per-tensor scale"
+        if after[name].numel() > len(layers) * shards:  # per channel, block or expert
+            gap = _not_per_tensor(f"{normal(path)}.{name}", after[name], after[owner], layers)
             if gap not in out.gaps:
                 out.gaps.append(gap)
             continue
@@ -146,6 +167,18 @@ def _layer_scales(
         out.tensors.update({f"{layer}.{leaf}": f"{path}.{name}" for layer in layers})
         if after[owner].dtype == torch.float8_e4m3fn:  # the checkpoint's weight is fp8 too
             out.fp8.update(t for t in tags if t.endswith(".weight"))
+
+
+def _not_per_tensor(name: str, scale: torch.Tensor, weight: torch.Tensor, layers: list) -> str:
+    """Why a scale gets no checkpoint name: one per expert where the checkpoint stores the
+    experts stacked in fewer tensors (GraniteMoe's ``input_linear``), else per channel."""
+    experts = weight.dim() == 3 and scale.dim() >= 1 and scale.shape[0] == weight.shape[0]
+    if experts and len(layers) < weight.shape[0]:
+        return (
+            f"`{name}` has one scale per expert, but the checkpoint stacks the experts in "
+            f"{len(layers)} tensor(s): no per-expert name to give it"
+        )
+    return f"`{name}` is not a per-tensor scale"
 
 
 def _kv_namings(
@@ -164,6 +197,8 @@ def _kv_namings(
     for path, m in quantized.named_modules():
         if not isinstance(getattr(m, "quant_method", None), kv_cache):
             continue
+        if getattr(m, "attn_type", "decoder") in NO_KV_CACHE:
+            continue  # an encoder's attention caches nothing (NomicBert, EmbeddingGemma2)
         parent = path.rpartition(".")[0]
         held = [
             layer
@@ -178,21 +213,37 @@ def _kv_namings(
                 out.gaps.append(gap)
             continue
         ckpt = parents.most_common(1)[0][0]
+        projected = {f"{ckpt}.{p}" for p in KV_PROJECTIONS} & set(held)
         for which in KV_SCALES:
             block[f"{ckpt}.{which}"] = f"{path}.{which}"
             projections[f"{ckpt}.{which[0]}_proj.{which}"] = f"{path}.{which}"
+            if not projected:
+                out.unprojected.add(f"{ckpt}.{which}")
         every_block_projects &= {f"{ckpt}.k_proj", f"{ckpt}.v_proj"} <= set(held)
     if not every_block_projects:
         projections = {}  # a block without key and value projections: that naming is out
     return [n for n in (block, projections) if n]
 
 
-def judge(s: Stream, added: dict[str, str], sites: Sites, kv: dict[str, str]) -> list[Finding]:
+def judge(
+    s: Stream,
+    added: dict[str, str],
+    sites: Sites,
+    kv: dict[str, str],
+    known: frozenset[str] | set[str] = frozenset(),
+    unprojected: frozenset[str] | set[str] = frozenset(),
+) -> list[Finding]:
     """PFX701 on the added names only: those the loader refuses, those it drops (one
     finding per loader line), and scale parameters none reaches although each of their
-    tensors was loaded elsewhere (the unquantized stream judged the rest)."""
+    tensors was loaded elsewhere (the unquantized stream judged the rest). ``known``: the
+    kinds of names the unquantized stream raised on; any other raise is the scales'
+    doing, even where the loader's frames still held an unquantized tensor. A stream the
+    raises cut short judges only its raises: a scale never fed is not a scale dropped."""
     raised = {normal(n) for n, _ in s.raised}
-    s.raised = [(n, e) for n, e in s.raised if n in added]
+    s.raised = [(n, e) for n, e in s.raised if n in added or normal(n) not in known]
+    contested = _contested_raises(s, sites, unprojected)
+    if not s.complete:
+        return _with_layout(_one_per_line(coverage_findings(s, {}, sites) + contested), kv)
     lost = [n for n in added if n not in s.recorder.consumed]
     dropped = [n for n in lost if normal(n) not in raised]
     # judged: scale parameters never written, but for a tensor's own finding; a shard of
@@ -208,9 +259,28 @@ def judge(s: Stream, added: dict[str, str], sites: Sites, kv: dict[str, str]) ->
     for name in dropped:
         by_line.setdefault(sites.loader(name), []).append(name)
     for site, names in by_line.items():
-        found.append(Finding("PFX701", "error", _dropped_message(names, added), *site))
+        found.append(_dropped(names, added, unprojected, site))
+    return _with_layout(_one_per_line(found + contested), kv)
+
+
+def _contested_raises(
+    s: Stream, sites: Sites, unprojected: frozenset[str] | set[str]
+) -> list[Finding]:
+    """The raises on KV-cache scales real checkpoints may not hold (``unprojected``), taken
+    out of ``s.raised``: warnings saying why, one per name as any raise."""
+    mine = [(n, e) for n, e in s.raised if n in unprojected]
+    if not mine:
+        return []
+    s.raised = [(n, e) for n, e in s.raised if n not in unprojected]
+    found = coverage_findings(Stream(s.recorder, raised=mine), {}, sites)  # raises only
+    for f in found:
+        f.severity = "warning"
+        f.message += CONTESTED
+    return found
+
+
+def _with_layout(found: list[Finding], kv: dict[str, str]) -> list[Finding]:
     named = f", KV-cache scales named like `{next(iter(kv))}`" if kv else ""
-    found = _one_per_line(found)
     for f in found:
         f.message += (
             "; in an FP8 checkpoint's layout, as vLLM's `Fp8Config` builds the model: "
@@ -233,6 +303,20 @@ def _one_per_line(found: list[Finding]) -> list[Finding]:
     for key, n in more.items():
         first[key].message += f" (and {n} more kind(s) of scale at this line)"
     return list(first.values())
+
+
+def _dropped(
+    names: list[str],
+    added: dict[str, str],
+    unprojected: frozenset[str] | set[str],
+    site: tuple[str, int],
+) -> Finding:
+    """The drop finding of one loader line: an error, a warning where every name dropped
+    is a KV-cache scale of a block real FP8 tools may not name (``Synthesised.unprojected``)."""
+    msg = _dropped_message(names, added)
+    if not set(names) <= set(unprojected):
+        return Finding("PFX701", "error", msg, *site)
+    return Finding("PFX701", "warning", msg + CONTESTED, *site)
 
 
 def _dropped_message(names: list[str], added: dict[str, str]) -> str:

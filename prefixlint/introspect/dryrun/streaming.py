@@ -60,6 +60,11 @@ def _failing_name(error: BaseException, names: list[str], last: str | None) -> s
     frame may still hold the tensor before the one it refuses)."""
     text = str(error)
     quoted = {at: n for n in names for q in "'`\"" if (at := text.find(f"{q}{n}{q}")) >= 0}
+    # a module above the name just fed, quoted first (AutoWeightsLoader's "There is no
+    # module 'a.mlp.gate_proj' ... are: {'a.mlp.down_proj.weight', ...}"): that name
+    fed = last or ""
+    for p in _parents(fed):
+        quoted.update({at: fed for q in "'`\"" if (at := text.find(f"{q}{p}{q}")) >= 0})
     if quoted:
         return quoted[min(quoted)]
     for frame, _ in reversed(list(traceback.walk_tb(error.__traceback__))):
@@ -72,6 +77,13 @@ def _failing_name(error: BaseException, names: list[str], last: str | None) -> s
     if hits:
         return max(hits, key=len)
     return last
+
+
+def _parents(name: str) -> list[str]:
+    """The dotted module paths above ``name`` with at least two parts (``a.b`` of
+    ``a.b.c.weight``): a one-word quote (``'model'``) says nothing about which tensor."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(2, len(parts))]
 
 
 def _is_meta_limit(error: BaseException) -> bool:
