@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -110,19 +111,23 @@ def test_only_kept_variants_with_new_parameters_are_dry_run(monkeypatch) -> None
 
     monkeypatch.setattr(dryrun, "run", fake_run)
     monkeypatch.setattr(variant_dryrun, "applied", lambda *a: _nothing())
+    # the config class declares `a` and `b`; `c` only vLLM reads (with a default)
+    monkeypatch.setattr(variant_dryrun, "config_objects", lambda _: [SimpleNamespace(a=0, b=0)])
     base = FakeBuild(_model("w"))
     explored = _explored(
         ({"a": 1}, "kept", _model("w", "extra")),
         ({"a": 2}, "kept", _model("w")),  # no new parameter: not streamed
         ({"a": 3}, "no new site", _model("w", "extra")),  # not kept: never built at tp=1
         ({"b": 2}, "kept", _model("w", "other")),
+        ({"c": 1}, "kept", _model("w", "third")),  # the reference never reads `c`: a note
     )
     verdict = FakeOutcome(findings=[repeated])
     out = variant_dryrun.dry_run_variants(None, None, [base], explored, verdict, True)
     assert ran == ["a=1", "b=2"]
-    assert [(f.code, f.line) for f in out] == [("PFX701", 7), ("PFX600", out[1].line)]
+    assert [f.code for f in out] == ["PFX701", "PFX600", "PFX600"] and out[0].line == 7
     assert "config variant a=1" in out[0].message
     assert "config variant b=2: no reference class" in out[1].message
+    assert "config variant c=1: not run: the config class holds no `c`" in out[2].message
     # a base dry-run that did not verify: its own note says why, no variant runs
     ran.clear()
     unverified = FakeOutcome("not verified", "why")
@@ -131,7 +136,7 @@ def test_only_kept_variants_with_new_parameters_are_dry_run(monkeypatch) -> None
     # no reference class (the model's own layout): a note per variant, no dry-run
     own = variant_dryrun.dry_run_variants(None, None, [base], explored, verdict, True, None, True)
     assert [(f.code, "config variant a=1" in f.message) for f in own][:1] == [("PFX600", True)]
-    assert len(own) == 2 and ran == []
+    assert len(own) == 3 and ran == []
 
 
 class _nothing:

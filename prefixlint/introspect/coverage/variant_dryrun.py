@@ -13,13 +13,33 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefixlint.introspect.coverage.variants import Exploration, applied
+from prefixlint.introspect.coverage.variants import Exploration, applied, config_objects
 from prefixlint.introspect.finding import Finding, class_site
 
 _OWN_LAYOUT = (
     "not run: no transformers class says what a checkpoint of the variant's config holds "
     "(the base config's dry-run used the model's own layout)"
 )
+
+
+_UNREAD = (
+    "not run: the config class holds no {}, so the transformers class that says what a "
+    "checkpoint holds never reads the value the variant sets"
+)
+
+
+def _unread_by_reference(model_config: Any, overrides: dict[str, Any]) -> list[str]:
+    """The varied attributes no config object has before the variant sets them (vLLM reads
+    them with a default, the transformers config class does not declare them): no real
+    checkpoint's config carries them, so a variant's parameters are not judged against a
+    reference that cannot build them (Qwen3-VL-MoE's ``shared_expert_intermediate_size``,
+    read by the Qwen3-MoE layers it shares)."""
+    configs = config_objects(model_config)
+    return [
+        attr
+        for attr in overrides
+        if not attr.startswith("$") and not any(hasattr(c, attr) for c in configs)
+    ]
 
 
 def _tp1(builds: list[Any], label: str) -> Any:
@@ -72,6 +92,10 @@ def dry_run_variants(
             continue
         if own_layout:
             out.append(_note(cls, label, _OWN_LAYOUT))
+            continue
+        unread = _unread_by_reference(model_config, variant.overrides)
+        if unread:
+            out.append(_note(cls, label, _UNREAD.format(", ".join(f"`{a}`" for a in unread))))
             continue
         if past(deadline):
             out.append(_note(cls, label, OUT_OF_TIME))
