@@ -597,3 +597,24 @@ def test_timeout_counts_from_the_build_not_the_worker_start_up() -> None:
     finally:
         fresh.close()
     assert [r["status"] for r in report.results] == ["built"], (start_up, report.diagnostics)
+
+
+@requires_vllm
+@requires_install
+@pytest.mark.slow
+def test_a_project_folder_named_as_the_package_never_shadows_the_installed_plugin(
+    site: Path, tmp_path: Path
+) -> None:
+    """Run from a plugin's project folder (issue 30's trial): `python -m` would put the
+    working folder first on the worker's path, and a folder there named as the plugin's
+    package would be imported instead of the installed plugin, whose entry point then has
+    no `register`. The worker never has the working folder on its path."""
+    work = tmp_path / "project"
+    (work / "prefixlint_toy").mkdir(parents=True)
+    (work / "prefixlint_toy" / "__init__.py").write_text(
+        'raise ImportError("the project folder, not the installed plugin")\n'
+    )
+    done = run_prefixlint("introspect", ARCHITECTURE, "--tp", "1", "--pp", "1", cwd=work, site=site)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "the project folder, not the installed plugin" not in done.stdout + done.stderr
+    assert "not an architecture" not in done.stderr, done.stderr
