@@ -257,3 +257,36 @@ def test_a_plugin_subclass_gets_no_note_in_vllm_files(worker) -> None:
     assert VLLM is not None
     vllm = str(VLLM.resolve())
     assert [d.message for d in notes if str(Path(d.filename).resolve()).startswith(vllm)] == []
+
+
+def _import_error(tmp_path: Path, module: str) -> ModuleNotFoundError:
+    import importlib
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        return e
+    finally:
+        sys.path.remove(str(tmp_path))
+    raise AssertionError("imported")
+
+
+@requires_vllm
+def test_a_module_its_own_package_lacks_is_the_models_error(tmp_path: Path) -> None:
+    """Issue 30's trial: a model importing a module that does not exist passed with a
+    note. A module of the model's own package that is not there is PFX604 at the import;
+    a top-level package that is not installed (an optional dependency, vLLM's `cutlass`)
+    stays a gap of this machine (no finding here, a note later)."""
+    from prefixlint.introspect.checks.pfx608_engine_start import import_failure
+
+    package = tmp_path / "toyown_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "model.py").write_text("import os\n\nfrom .layerz import Linear\n")
+    (package / "other.py").write_text("import toyown_not_installed_anywhere\n")
+    finding = import_failure(_import_error(tmp_path, "toyown_pkg.model"))
+    assert finding is not None
+    assert (finding.code, finding.file, finding.line) == ("PFX604", str(package / "model.py"), 3)
+    assert "`toyown_pkg.layerz`" in finding.message
+    assert import_failure(_import_error(tmp_path, "toyown_pkg.other")) is None

@@ -36,6 +36,10 @@ class ConstructionFailed(FailureCheck):
     a parameter, a local or `self` (which may hold a config value), a raise under `except`,
     a loop or `match`, and an error an operation raised (an index, a `None`) stay notes.
 
+    Importing the model's module: a module-level raise in its file, and an import of a
+    module its own package lacks (`from .layerz import ...`), are PFX604 at that line; a
+    top-level package that is not installed here (an optional dependency) is a note.
+
     ## Why is this bad?
     vLLM cannot build the model for that layout.
 

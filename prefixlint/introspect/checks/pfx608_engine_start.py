@@ -72,7 +72,10 @@ def import_failure(error: BaseException) -> Finding | None:
     """A finding for an exception raised while the model's module was imported, when the
     model's own code is at fault: its module-level code raised (or exited), or one of
     vLLM's class decorators refused a class it defines (PFX608). A missing package, or a
-    failure inside a library that module-level code merely called, is not judged here."""
+    failure inside a library that module-level code merely called, is not judged here;
+    a module its own package lacks is (``_missing_own_module``)."""
+    if isinstance(error, ModuleNotFoundError):
+        return _missing_own_module(error)
     if isinstance(error, ImportError):
         return None
     frames = list(traceback.walk_tb(error.__traceback__))
@@ -103,6 +106,24 @@ def import_failure(error: BaseException) -> Finding | None:
         f"raises {_first_line(error)}"
     )
     return Finding(CODE, "error", message, file, line)
+
+
+def _missing_own_module(error: ModuleNotFoundError) -> Finding | None:
+    """PFX604 at the import, in the model's file, of a module of the model's own package
+    that does not exist (a typo, a file left out of the package): every user gets the same
+    error. A missing top-level package is not judged: an optional dependency not installed
+    here (vLLM's `cutlass`) reads the same, and is a gap of this machine."""
+    frames = list(traceback.walk_tb(error.__traceback__))
+    model = [(f, n) for f, n in frames if model_code(f.f_code.co_filename)]
+    missing = error.name or ""
+    if not model or not missing:
+        return None
+    frame, line = model[-1]
+    own = str(frame.f_globals.get("__name__", "")).split(".")[0]
+    if own in ("", "__main__") or missing.split(".")[0] != own or missing == own:
+        return None
+    message = f"the model's module imports `{missing}`, which its own package `{own}` lacks"
+    return Finding("PFX604", "error", message, frame.f_code.co_filename, line)
 
 
 # -- when the model config is made ----------------------------------------------------------
