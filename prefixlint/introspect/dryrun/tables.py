@@ -14,7 +14,7 @@ from typing import Any
 from torch import nn
 
 from prefixlint.introspect.dryrun.sites import source_file
-from prefixlint.static.stacked import stacked_rows  # one reader, shared with PFX407
+from prefixlint.static.stacked import mapper_rows, stacked_rows  # one reader each, with PFX407
 
 _QKV = {"q": 0, "k": 1, "v": 2}
 
@@ -154,21 +154,7 @@ def file_stacked_entries(file: str) -> tuple[tuple[str, str], ...]:
             tree = ast.parse(handle.read())
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return ()
-    out: list[tuple[str, str]] = []
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.keyword) and node.arg == "orig_to_new_stacked"):
-            continue
-        if not isinstance(node.value, ast.Dict):
-            continue
-        for key, value in zip(node.value.keys, node.value.values, strict=True):
-            if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
-                continue
-            if not (isinstance(value, ast.Tuple) and len(value.elts) == 2):
-                continue
-            fused = value.elts[0]
-            if isinstance(fused, ast.Constant) and isinstance(fused.value, str):
-                out.append((key.value.strip("."), fused.value.strip(".")))
-    return tuple(dict.fromkeys(out))
+    return tuple(dict.fromkeys((part, fused) for fused, part, _ in mapper_rows(tree)))
 
 
 def declared_parts(model: nn.Module, cls: type | None) -> dict[str, dict[str, list[str]]]:
