@@ -31,7 +31,7 @@ from prefixlint.introspect.finding import Finding
 
 
 def _table(model: nn.Module, cls: type | None) -> dict[str, Any]:
-    from prefixlint.introspect.dryrun.selflayout import packed_table
+    from prefixlint.introspect.dryrun.tables import packed_table
 
     return packed_table(model, cls)
 
@@ -54,19 +54,19 @@ def _table_line(cls: type | None) -> tuple[str, int]:
 def _parts_from_tables(model: nn.Module, cls: type | None) -> dict[str, list[str]]:
     """Fused leaf -> its checkpoint parts, as the model's loader tables say (not the
     ``packed_modules_mapping`` under check)."""
-    from prefixlint.introspect.dryrun import selflayout
+    from prefixlint.introspect.dryrun import tables as readers
 
     out: dict[str, list[str]] = {}
     fused = {
         path.rsplit(".", 1)[-1]
         for path, module in model.named_modules()
-        if selflayout.fused_kind(module)
+        if readers.fused_kind(module)
     }
-    for file in selflayout.model_files(model, cls):
-        for leaf, part, _ in selflayout.file_triples(file):
+    for file in readers.model_files(model, cls):
+        for leaf, part, _ in readers.file_triples(file):
             if leaf in fused and part != leaf and part not in out.get(leaf, []):
                 out.setdefault(leaf, []).append(part)
-    stacked = getattr(selflayout.weights_mapper(cls), "orig_to_new_stacked", None) or {}
+    stacked = getattr(readers.weights_mapper(cls), "orig_to_new_stacked", None) or {}
     for part, target in stacked.items():
         if isinstance(target, tuple) and target and isinstance(part, str):
             leaf = str(target[0]).strip(".")
@@ -81,7 +81,7 @@ def missing_entries(
     """A finding per construction site of a fused layer whose checkpoint parts are
     separate and that ``packed_modules_mapping`` does not name. ``mapping``: the
     dry-run's checkpoint layer -> module path, when it ran."""
-    from prefixlint.introspect.dryrun import selflayout
+    from prefixlint.introspect.dryrun import tables as readers
 
     built = [b for b in builds if b.error is None and b.model is not None]
     # the tp=1 build, else any that built (a layout that fails must not hide the table's
@@ -101,7 +101,7 @@ def missing_entries(
     lora = bool(getattr(cls, "supports_lora", False))
     out: dict[tuple[str, int], Finding] = {}
     for path, module in model.named_modules():
-        if not selflayout.fused_kind(module):
+        if not readers.fused_kind(module):
             continue
         leaf = path.rsplit(".", 1)[-1]
         if leaf in table:
@@ -189,7 +189,7 @@ def unbuilt_key_reason(key: str, built: list[Any], cls: type | None) -> str:
       every model it can wrap;
     - the model's own code builds a module of that name, in a branch none of the
       explored configs took."""
-    from prefixlint.introspect.dryrun import selflayout
+    from prefixlint.introspect.dryrun import tables as readers
 
     for build in built:
         chosen = _chosen_architectures(build)
@@ -206,7 +206,7 @@ def unbuilt_key_reason(key: str, built: list[Any], cls: type | None) -> str:
                     "model the class can wrap"
                 )
     leaf = key.strip(".").rsplit(".", 1)[-1]
-    for file in selflayout.model_files(built[0].model, cls):
+    for file in readers.model_files(built[0].model, cls):
         line = _built_names(file).get(leaf)
         if line:
             return (

@@ -286,7 +286,7 @@ class Judge:
         """The fused module the adapter module's part is loaded into: where the dry-run saw
         its checkpoint layer go, else the model's stacked-params tables for a module beside
         it."""
-        from prefixlint.introspect.dryrun.selflayout import fused_kind, shard_sources
+        from prefixlint.introspect.dryrun.tables import fused_kind, shard_sources
 
         base = name.rsplit(".", 1)[-1]
         path = self.mapping.get(peft)
@@ -577,7 +577,7 @@ def _under_lora(
     three parts only then), and the adapter meets that build. Else ``base``; returns the
     build and what to say of it."""
     from prefixlint.introspect.builds.layout import build_layout
-    from prefixlint.introspect.dryrun.selflayout import model_files
+    from prefixlint.introspect.dryrun.tables import model_files
 
     if not any("lora_config" in _text(f) for f in model_files(base.model, cls)):
         return base, ""
@@ -625,12 +625,8 @@ def own_layers(cls: type | None, model: nn.Module) -> dict[str, str]:
     real data): the synthetic adapter still covers every linear layer."""
     from vllm.model_executor.layers.linear import LinearBase
 
-    from prefixlint.introspect.dryrun.selflayout import (
-        checkpoint_name,
-        fused_kind,
-        shard_sources,
-        weights_mapper,
-    )
+    from prefixlint.introspect.dryrun.selflayout import checkpoint_name
+    from prefixlint.introspect.dryrun.tables import fused_kind, shard_sources, weights_mapper
 
     mapper, sources = weights_mapper(cls), shard_sources(model, cls)
     out: dict[str, str] = {}

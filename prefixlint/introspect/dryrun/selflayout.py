@@ -31,7 +31,7 @@ from typing import Any
 from torch import nn
 
 from prefixlint.introspect import dryrun
-from prefixlint.introspect.dryrun import renamed, tables
+from prefixlint.introspect.dryrun import renamed
 from prefixlint.introspect.dryrun.divergence import Divergence
 from prefixlint.introspect.dryrun.layouts import NotVerified, incomplete_experts, normal, reference
 from prefixlint.introspect.dryrun.quant import layer_sources, past, quant_findings
@@ -51,11 +51,6 @@ from prefixlint.introspect.dryrun.weights import (
     refused_modules,
 )
 from prefixlint.introspect.finding import Finding
-
-# the table readers live in tables.py; callers (PFX606, the LoRA dry-run) read them here
-model_files = tables.model_files
-file_triples = tables.file_triples
-packed_table = tables.packed_table
 
 SELF_DERIVED = (
     "checkpoint layout derived from the model itself (its parameters through its "
