@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from prefixlint.codes import NOT_VERIFIED_CODE
 from prefixlint.introspect.coverage.variants import Exploration, applied, config_objects
 from prefixlint.introspect.finding import Finding, class_site
 
@@ -124,4 +125,4 @@ def dry_run_variants(
 
 def _note(cls: type | None, label: str, reason: str) -> Finding:
     message = f"not verified: the checkpoint dry-run of config variant {label}: {reason}"
-    return Finding("PFX600", "note", message, *class_site(cls))
+    return Finding(NOT_VERIFIED_CODE, "note", message, *class_site(cls))
