@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from prefixlint.introspect.process import warm
+from prefixlint.introspect.process.zygote import WARMED
 from tests.conftest import requires_vllm
 from tests.test_introspect import llama_copy
 from tests.test_worker_lifetime import alive, wait_until
@@ -79,6 +80,18 @@ def test_a_second_call_forks_from_the_same_zygote_with_the_cold_verdicts(
     assert second.warm_info["served"] == first.warm_info["served"] + 1
     assert first.warm_info["pid"] != second.warm_info["pid"]  # one child per call
     assert "no warm worker" not in capsys.readouterr().err
+    # Idle after its first children, the zygote builds one of vLLM's models to warm up;
+    # a child forked after that (torch single-threaded: an OpenMP team started there
+    # would deadlock it) builds with the same verdicts.
+    log = next(folder.glob("zygote-*.log"))
+    assert wait_until(lambda: WARMED in log.read_text(), 120), log.read_text()[-2000:]
+    third = Worker(warm=folder)
+    try:
+        found_third = _build(third, model)
+    finally:
+        third.close()
+    assert third.warm_info["zygote"] == first.warm_info["zygote"]
+    assert found_third == found_first
     # A zygote that cannot start: a cold worker, with a note; the same findings.
     blocked = tmp_path / "not-a-folder"
     blocked.write_text("")

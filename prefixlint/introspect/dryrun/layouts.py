@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import re
 from typing import Any
 
@@ -38,12 +39,21 @@ def reference_class(archs: list[str]) -> type | None:
     for a in archs:
         if hasattr(transformers, a):
             return getattr(transformers, a)
-    known = {n.lower(): n for n in dir(transformers) if n[:1].isupper()}
+    known = exported_names()
     for a in archs:
         name = known.get(a.lower())
         if name is not None and isinstance(getattr(transformers, name, None), type):
             return getattr(transformers, name)
     return None
+
+
+@functools.cache
+def exported_names() -> dict[str, str]:
+    """transformers' capitalised names by their lower case: its lazy module lists them in
+    ~0.2 s, once per process (they are fixed by the installed release)."""
+    import transformers
+
+    return {n.lower(): n for n in dir(transformers) if n[:1].isupper()}
 
 
 def _reference_config(hf_config: Any) -> Any:

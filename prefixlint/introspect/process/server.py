@@ -7,6 +7,7 @@ answering each with one line marked ``MARK`` on stdout (see ``client.py``).
 
 from __future__ import annotations
 
+import gc
 import json
 import shutil
 import sys
@@ -36,7 +37,6 @@ def _layouts(cls: Any, tps: list[int], pps: list[int]) -> list[Any]:
 
 def handle(job: dict[str, Any]) -> Any:
     from prefixlint.introspect.builds import pipeline as build
-    from prefixlint.introspect.finding import class_site
     from prefixlint.introspect.process import crash
     from prefixlint.introspect.process.memory import resident_mb
     from prefixlint.introspect.targets import plugins
@@ -56,12 +56,6 @@ def handle(job: dict[str, Any]) -> Any:
         groups = dict.fromkeys(plugins.plugin_architectures(), plugins.PLUGIN_GROUP)
         tables = architecture_groups(registry, registry.ModelRegistry.get_supported_archs())
         return {**tables, **groups}
-    results = []
-    # The verification steps that only add checks (the dry-run) stop at this deadline,
-    # well inside the parent's timeout: a slow check is "not verified", never a hang
-    # blamed on the model.
-    budget = job.get("budget")
-    deadline = time.monotonic() + DEADLINE_SHARE * budget if budget else None
     try:
         targets = build.resolve_targets(job["target"])
     except (Exception, SystemExit) as e:
@@ -69,6 +63,22 @@ def handle(job: dict[str, Any]) -> Any:
 
         # the model's own module failing to import is a finding at its line
         return unloadable(job["target"], e) or {"error": f"{type(e).__name__}: {e}"}
+    return build_targets(job, targets)
+
+
+def build_targets(job: dict[str, Any], targets: list[Any]) -> list[dict[str, Any]]:
+    """Build and check each target of a job; one result per target."""
+    from prefixlint.introspect.builds import pipeline as build
+    from prefixlint.introspect.finding import class_site
+    from prefixlint.introspect.process import crash
+    from prefixlint.introspect.targets import plugins
+
+    results = []
+    # The verification steps that only add checks (the dry-run) stop at this deadline,
+    # well inside the parent's timeout: a slow check is "not verified", never a hang
+    # blamed on the model.
+    budget = job.get("budget")
+    deadline = time.monotonic() + DEADLINE_SHARE * budget if budget else None
     for target in targets:
         cls = target.cls
         if cls is None:
@@ -168,6 +178,52 @@ def set_up() -> None:
 
     prepare_cpu_worker()
     _warm_up()
+    import torch
+
+    # One thread: the builds' tensors are on the meta device or tiny, so an OpenMP team
+    # costs more than it saves (a llama build job: 1.24 s with 2 threads, 0.67 s with 1),
+    # and a team started in a zygote would deadlock the children it forks (libgomp is
+    # not fork-safe).
+    torch.set_num_threads(1)
+    # What the imports built lives as long as the process: out of the collector's reach,
+    # a full collection no longer walks torch's and vLLM's millions of objects (~0.4 s
+    # each, several per job), and a zygote's children do not copy those pages to do it.
+    gc.collect()
+    gc.freeze()
+
+
+# vLLM's own model a zygote builds once, when idle, before it forks further workers.
+WARM_UP_ARCHITECTURE = "LlamaForCausalLM"
+
+
+def warm_up_build() -> None:
+    """Build and check one of vLLM's own models and drop the result: what every first job
+    pays once per process (the compiled-op scan of vLLM's layers, transformers' conversion
+    tables, vLLM's speculative-config patterns, source reads, compiled regexes) is then
+    paid in the zygote instead of in each forked worker. No plugin is loaded and nothing of
+    the user's is read. A failure only loses the saving."""
+    import contextlib
+    import gc
+
+    from prefixlint.introspect.builds import pipeline as build
+
+    real_stdout = sys.stdout
+    sys.stdout = sys.stderr
+    tempfile.tempdir = tempfile.mkdtemp()
+    try:
+        with contextlib.suppress(Exception):
+            job = {"tp": [1], "pp": [2], "dryrun": True, "explore_budget": 1.0, "budget": 120}
+            build_targets(job, build.resolve_targets(WARM_UP_ARCHITECTURE))
+    finally:
+        sys.stdout = real_stdout
+        shutil.rmtree(tempfile.tempdir, ignore_errors=True)
+        tempfile.tempdir = None
+    with contextlib.suppress(Exception):
+        from prefixlint.introspect.dryrun.layouts import exported_names
+
+        exported_names()  # read when a class's name is not transformers' own spelling
+    gc.collect()
+    gc.freeze()
 
 
 def serve() -> None:

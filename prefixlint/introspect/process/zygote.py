@@ -6,7 +6,9 @@ before its first job (``server.set_up``: nothing of the user's model), then serv
 connection hands it three descriptors (the child's stdin, stdout and stderr), the caller's
 environment and working folder; it forks a child, answers ``{"pid": ...}`` and, when the
 child ends, ``{"exit": code}``. The child takes the caller's environment where it differs
-from the zygote's start, and serves jobs as a cold worker (``server.serve``). The zygote
+from the zygote's start, and serves jobs as a cold worker (``server.serve``). Once idle
+after its first child, the zygote builds one of vLLM's own models (``server.warm_up_build``)
+so that later children do not pay a first build's one-time costs. The zygote
 stops after ``PREFIXLINT_WARM_IDLE`` seconds without a child (default 600), on a ``stop``
 request, or when its socket is removed or replaced. Linux and macOS (``fork``).
 """
@@ -26,7 +28,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from prefixlint.introspect.process.server import warm_up_build
 from prefixlint.introspect.process.warm import DEFAULT_IDLE, IDLE_ENV, address, read_line
+
+
+WARMED = "prefixlint zygote: warmed up"  # its log's line once the warm-up build ran
 
 
 class Zygote:
@@ -37,6 +43,7 @@ class Zygote:
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.children: dict[int, socket.socket] = {}  # pid -> its caller's connection
         self.served = 0
+        self.warmed = False  # the warm-up build ran (server.warm_up_build)
         self.idle = float(os.environ.get(IDLE_ENV) or DEFAULT_IDLE)
         self.last = time.monotonic()
         self.inode = 0
@@ -80,6 +87,13 @@ class Zygote:
             self.reap()
             if not self.children and time.monotonic() - self.last > self.idle:
                 return
+            if self.served and not self.warmed and not self.children:
+                # after the first call, not before it: that call does not wait for it
+                self.warmed = True
+                began = time.monotonic()
+                warm_up_build()
+                print(f"{WARMED} in {time.monotonic() - began:.1f} s", file=sys.stderr, flush=True)
+                self.last = time.monotonic()
             if self.gone():
                 return
             ready, _, _ = select.select([self.listener], [], [], 0.25)
