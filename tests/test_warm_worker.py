@@ -144,3 +144,18 @@ def test_no_warm_worker_applies_with_introspect_only(tmp_path: Path) -> None:
     done = CliRunner().invoke(main, ["check", "--no-warm-worker", str(tmp_path / "m.py")])
     assert done.exit_code == 2 and "--no-warm-worker only apply with --introspect" in done.output
     assert "--no-warm-worker" in CliRunner().invoke(main, ["introspect", "--help"]).output
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_the_zoo_forks_its_workers_from_the_zygote(cache) -> None:
+    from prefixlint.introspect.zoo.run import run_zoo
+
+    folder, pids = cache
+    kwargs = {"only": ["LlamaForCausalLM"], "progress": False, "dryrun": False}
+    warm_rows = run_zoo(warm=folder, **kwargs).rows
+    pids |= _zygote_pid(folder)
+    assert pids, "no zygote served the zoo"
+    cold_rows = run_zoo(**kwargs).rows
+    assert [(r.arch, r.status) for r in warm_rows] == [("LlamaForCausalLM", "built")]
+    assert [r.findings for r in warm_rows] == [r.findings for r in cold_rows]

@@ -14,6 +14,7 @@ from prefixlint.commands.common import (
     EXIT_OK,
     FORMATS,
     NO_DRYRUN,
+    NO_WARM_WORKER,
     STRICT_HELP,
     int_list,
     report,
@@ -40,6 +41,7 @@ from prefixlint.commands.common import (
 )
 @click.option("--only", multiple=True, help="Restrict to these architectures (repeatable).")
 @NO_DRYRUN
+@NO_WARM_WORKER
 @click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the report here.")
 @click.option(
     "--journal",
@@ -71,6 +73,7 @@ def zoo(
     timeout: float,
     only: tuple[str, ...],
     no_dryrun: bool,
+    no_warm_worker: bool,
     output: Path | None,
     journal: Path | None,
     resume: Path | None,
@@ -79,6 +82,7 @@ def zoo(
 ) -> None:
     """Build every architecture of the installed vLLM registry and summarise."""
     from prefixlint.introspect.process.stopping import stop_on_signals
+    from prefixlint.introspect.process.warm import warm_folder
     from prefixlint.introspect.zoo.run import JournalError, run_zoo
 
     try:
@@ -106,6 +110,9 @@ def zoo(
                 explore_budget=explore_budget,
                 journal=journal,
                 resume=resume,
+                # its workers fork from the zygote: --jobs and a worker replaced past its
+                # memory bound cost a fork, not torch's and vLLM's imports
+                warm=warm_folder(no_warm_worker),
             )
         except JournalError as e:
             raise click.UsageError(f"--resume: {e}") from None

@@ -378,9 +378,11 @@ class _Journal:
             self.fh.close()
 
 
-def _selected(only: list[str] | None, shard: tuple[int, int]) -> tuple[dict[str, str], list[str]]:
+def _selected(
+    only: list[str] | None, shard: tuple[int, int], warm: Path | None
+) -> tuple[dict[str, str], list[str]]:
     """The registry's architectures with their groups, and those this run builds."""
-    lister = Worker()
+    lister = Worker(warm=warm)
     try:
         groups = list_architectures(lister, DEFAULT_TIMEOUT)
     finally:
@@ -431,18 +433,20 @@ def run_zoo(
     explore_budget: float = 0.0,
     journal: Path | None = None,
     resume: Path | None = None,
+    warm: Path | None = None,
 ) -> ZooSummary:
     """Build the selected architectures, ``jobs`` at a time. Each finished row goes to
     ``journal`` (or, with ``resume``, is appended to that journal, whose architectures
-    are not built again). Ctrl-C stops the builds and returns what finished, with
+    are not built again). ``warm``: the cache folder of the zygote the workers fork from
+    (None: cold workers). Ctrl-C stops the builds and returns what finished, with
     ``interrupted`` set."""
     started = time.perf_counter()
     params = {"tp": tp or [1], "pp": pp or [1], "dryrun": dryrun, "explore_budget": explore_budget}
     previous = read_journal(resume, params) if resume is not None else []
-    groups, archs = _selected(only, shard)
+    groups, archs = _selected(only, shard, warm)
     done_before = {r.arch: r for r in previous if r.arch in set(archs)}
     todo = [a for a in archs if a not in done_before]
-    workers = [Worker() for _ in range(max(1, min(jobs, len(todo) or 1)))]
+    workers = [Worker(warm=warm) for _ in range(max(1, min(jobs, len(todo) or 1)))]
     free = list(workers)
     lock = threading.Lock()
     finished: dict[str, Row] = dict(done_before)
