@@ -31,7 +31,6 @@ from typing import Any
 from prefixlint.introspect.process.server import warm_up_build
 from prefixlint.introspect.process.warm import DEFAULT_IDLE, IDLE_ENV, address, read_line
 
-
 WARMED = "prefixlint zygote: warmed up"  # its log's line once the warm-up build ran
 
 
