@@ -152,7 +152,7 @@ def _base_build(model_config: Any, builds: list[Any]) -> Any:
     if base is not None or not any(b.error is None for b in builds):
         return base
 
-    fresh = build_layout(model_config, Layout())
+    fresh = build_layout(builds[0].plan, Layout())  # the plan the builds were built on
     return fresh if fresh.error is None else None
 
 

@@ -77,7 +77,7 @@ def run(
     if checkpoint.quantization:
         if _past(deadline, need=base.seconds):
             return _not_verified(OUT_OF_TIME, class_site)
-        quant = realquant.quantized_build(model_config, checkpoint)
+        quant = realquant.quantized_build(base.plan, checkpoint)
         if quant.build is None and quant.mixed_precision:
             return _mixed_precision(cls, base, quant)
         if quant.build is None:

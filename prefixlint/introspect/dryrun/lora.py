@@ -581,7 +581,7 @@ def _under_lora(
 
     if not any("lora_config" in _text(f) for f in model_files(base.model, cls)):
         return base, ""
-    rebuilt = build_layout(model_config, base.layout, lora_config=api["LoRAConfig"]())
+    rebuilt = build_layout(base.plan, base.layout, lora_config=api["LoRAConfig"]())
     if rebuilt.error is not None:
         error = f"{type(rebuilt.error).__name__}: {str(rebuilt.error)[:200]}"
         return base, f"matched on the build without a LoRA config (with one: {error})"

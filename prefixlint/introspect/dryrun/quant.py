@@ -88,7 +88,7 @@ def quant_findings(
         if past(deadline, need=base.seconds):
             return out, OUT_OF_TIME
         config = Fp8Config(ignored_layers=sorted(ignored))
-        build = build_layout(model_config, base.layout, quant_config=config)
+        build = build_layout(base.plan, base.layout, quant_config=config)
         if build.error is not None:
             if "same" in str(build.error) and "precision" in str(build.error).lower():
                 msg = (

@@ -87,7 +87,7 @@ def check(
         config = Fp8Config(activation_scheme="static")
     except Exception as e:  # another vLLM's signature
         return [], f"vLLM's `Fp8Config` cannot be made here: {describe_error(e)}"
-    build = build_layout(model_config, base.layout, quant_config=config)
+    build = build_layout(base.plan, base.layout, quant_config=config)
     if build.error is not None:
         return [], f"the model does not build under `Fp8Config` here: {describe_error(build.error)}"
     layout, s = reference
