@@ -18,6 +18,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from prefixlint.codes import NOT_VERIFIED_CODE
 from prefixlint.introspect.process.env import prepare
 
 prepare()
@@ -379,7 +380,7 @@ def _dry_run(
     except Exception as e:
         file, line = class_site(cls)
         note = f"not verified: the checkpoint dry-run failed: {_describe(e)}"
-        finding = Finding("PFX600", "note", note, file, line)
+        finding = Finding(NOT_VERIFIED_CODE, "note", note, file, line)
         outcome = dryrun.DryRun("not verified", _describe(e), [finding])
     if explored is not None and not checkpoint:  # a real checkpoint's config has no variants
         synthesised = result.config_source.startswith("synthesised")

@@ -30,6 +30,7 @@ from typing import Any
 
 from torch import nn
 
+from prefixlint.codes import NOT_VERIFIED_CODE
 from prefixlint.introspect.builds.layout import build_layout
 from prefixlint.introspect.builds.parallel import Layout
 from prefixlint.introspect.dryrun import quantlayouts
@@ -65,7 +66,7 @@ class DryRun:
 
 
 def _note(message: str, site: tuple[str, int]) -> Finding:
-    return Finding("PFX600", "note", f"not verified: {message}", *site)
+    return Finding(NOT_VERIFIED_CODE, "note", f"not verified: {message}", *site)
 
 
 def _divergence_note(divergence: Divergence, sites: Sites) -> Finding:

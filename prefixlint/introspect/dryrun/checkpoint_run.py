@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from prefixlint.codes import CHECKPOINT_COVERAGE_CODE, QUANTIZATION_MISMATCH_CODE
 from prefixlint.introspect.dryrun import (
     DryRun,
     _as_served,
@@ -166,7 +167,7 @@ def _mixed_precision(cls: type | None, base: Any, quant: realquant.QuantBuild) -
         f"it quantizes, and vLLM's `{quant.method}` refuses it: `packed_modules_mapping` "
         f"fuses what the checkpoint keeps apart: vLLM: {realquant.describe_error(quant.error)}"
     )
-    finding = Finding("PFX702", "error", msg, *sites.packed_mapping())
+    finding = Finding(QUANTIZATION_MISMATCH_CODE, "error", msg, *sites.packed_mapping())
     reason = f"quantization `{quant.method}`: the model cannot be built under it (a finding)"
     return DryRun("verified", reason, [finding])
 
@@ -225,7 +226,7 @@ def _partly_loaded(s: Stream, sites: Sites) -> list[Finding]:
             f"(into {where}): the parameter is smaller than the checkpoint's tensor, and "
             "`load_weights` drops the rest silently"
         )
-        out.append(Finding("PFX701", "error", msg, *sites.module(path)))
+        out.append(Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *sites.module(path)))
     return out
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from prefixlint.codes import CHECKPOINT_COVERAGE_CODE, QUANTIZATION_MISMATCH_CODE
 from prefixlint.introspect.builds.layout import BuildPlan, build_layout
 from prefixlint.introspect.dryrun.quant import written_layers
 from prefixlint.introspect.dryrun.sites import Sites
@@ -379,7 +380,7 @@ def method_findings(
             f"; its {', '.join(f'`{u}`' for u in unwritten)} {verb} unwritten" if unwritten else ""
         )
         message = f"{what} ({holds}) under `{quant.method}` (prefix `{prefix}`): {why}{tail}"
-        out.findings.append(Finding("PFX702", "error", message, *site))
+        out.findings.append(Finding(QUANTIZATION_MISMATCH_CODE, "error", message, *site))
     return out
 
 
@@ -466,7 +467,7 @@ def dtype_findings(
             f"checkpoint tensor `{tag}` ({_name(layout[tag][1])}) is written into "
             f"`{t.name}` ({_name(t.tensor.dtype)}): the stored values are cast, not dequantized"
         )
-        out.append(Finding("PFX701", "error", msg, *sites.module(path)))
+        out.append(Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *sites.module(path)))
     return out
 
 
