@@ -58,7 +58,7 @@ from prefixlint.introspect.drafts.plan import (  # noqa: E402
     soften_for_draft,
     target_layer_offset,
 )
-from prefixlint.introspect.finding import Finding, class_site  # noqa: E402
+from prefixlint.introspect.finding import Finding, class_site, in_models_folder  # noqa: E402
 from prefixlint.introspect.process.kernels import stand_ins_used  # noqa: E402
 from prefixlint.introspect.targets.resolve import (  # noqa: E402
     Target,
@@ -433,7 +433,7 @@ def model_files(cls: type | None) -> list[str]:
             f = inspect.getsourcefile(klass) or ""
         except (OSError, TypeError):
             continue
-        if "/models/" in f and f not in out:
+        if in_models_folder(f) and f not in out:
             out.append(f)
     return out
 
@@ -483,7 +483,7 @@ def _frame_files(error: BaseException) -> list[str]:
     out = []
     for frame, _ in traceback.walk_tb(error.__traceback__):
         f = frame.f_code.co_filename
-        if "/models/" in f and f not in out:
+        if in_models_folder(f) and f not in out:
             out.insert(0, f)
     return out
 
@@ -617,7 +617,7 @@ def _reads_tokenizer(error: BaseException) -> bool:
     """The innermost model-code function that failed called vLLM's tokenizer getter, and
     got None (phase 2 does not load one)."""
     for frame, _ in reversed(list(traceback.walk_tb(error.__traceback__))):
-        if "/models/" not in frame.f_code.co_filename:
+        if not in_models_folder(frame.f_code.co_filename):
             continue
         try:
             source = inspect.getsource(frame.f_code)

@@ -26,8 +26,7 @@ from typing import Any, ClassVar
 
 from prefixlint.codes import CONSTRUCTION_FAILED_CODE
 from prefixlint.introspect.checks.base import Case, Check, class_site
-from prefixlint.introspect.finding import Finding
-from prefixlint.introspect.process.crash import model_code
+from prefixlint.introspect.finding import Finding, model_code
 
 CODE = "PFX608"
 
