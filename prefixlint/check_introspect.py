@@ -312,7 +312,7 @@ def merge_classes(found: list[Diagnostic], executed: set[tuple[str, int]]) -> li
             continue  # another class's build ran it
         key = (
             (d.code, d.filename, d.location.row)
-            if d.code != "PFX600"
+            if d.code != NOT_VERIFIED_CODE
             else (d.code, d.filename, d.location.row, d.message)
         )
         if key not in best or len(d.message) > len(best[key].message):

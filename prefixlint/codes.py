@@ -25,8 +25,16 @@ INTROSPECT = "introspect"
 SMOKE = "smoke"
 PHASES = (STATIC, INTROSPECT, SMOKE)
 
-# Codes other modules name, defined here only: "not verified" is no finding on the model.
-NOT_VERIFIED_CODE = "PFX600"
+# Codes that modules other than their own rule or check emit, defined here only
+# (tests/test_codes.py fails on a literal code given to a Finding or Diagnostic elsewhere).
+INTERNAL_ERROR_CODE = "PFX000"  # prefixlint's own failure on a file, not the file's
+SYNTAX_ERROR_CODE = "PFX001"
+NOT_VERIFIED_CODE = "PFX600"  # "not verified" is no finding on the model
+CONSTRUCTION_FAILED_CODE = "PFX604"
+INTERFACE_INCONSISTENT_CODE = "PFX606"
+CHECKPOINT_COVERAGE_CODE = "PFX701"
+QUANTIZATION_MISMATCH_CODE = "PFX702"
+LORA_TARGET_UNMAPPED_CODE = "PFX703"
 
 PROJECT_URL = "https://github.com/prefixlint/prefixlint"
 DOCS_URL = f"{PROJECT_URL}/blob/main/docs/rules.md"
@@ -84,6 +92,18 @@ def github_anchor(heading: str) -> str:
 CODES: dict[str, Code] = {
     c.code: c
     for c in (
+        Code(
+            "PFX000",
+            "internal-error",
+            Severity.ERROR,
+            STATIC,
+            "prefixlint itself failed while checking the file",
+            doc=(
+                "prefixlint raised while checking this file: a bug in prefixlint, not in the "
+                "file. The file's other findings are missing; the run says how many files hit "
+                "one and asks for a report with the message, which names the exception."
+            ),
+        ),
         Code(
             "PFX001",
             "syntax-error",

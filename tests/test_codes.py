@@ -3,12 +3,15 @@ carries resolves to a heading there."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
+from prefixlint import codes
 from prefixlint.codes import CODES, FIXABLE, PHASES, github_anchor, render_rules_markdown
 
 RULES_MD = Path(__file__).parent.parent / "docs" / "rules.md"
+PACKAGE = Path(codes.__file__).parent
 
 
 def test_rules_md_is_generated_from_the_table() -> None:
@@ -54,3 +57,74 @@ def test_readme_code_tables_agree_with_the_table() -> None:
         severities = re.findall(r"\b(error|warning|note)\b", third)
         if severities:  # the phase-2 table's severity column: the table's is among them
             assert CODES[code].severity.value in severities, f"README: {code} {severities}"
+
+
+# Calls whose first argument or ``code=`` is a finding's code (dataclasses' ``replace``
+# of a Diagnostic, ``url_for`` of its code).
+_CODE_CALLS = {"Finding", "Diagnostic", "at_line", "replace", "url_for"}
+
+
+def literal_codes(source: str) -> list[tuple[int, str]]:
+    """The literal codes ``source`` gives a Finding or Diagnostic, but the module's own:
+    the ones it declares (a rule's or check's ``code = "PFX..."``, ``CODE = ...``)."""
+    tree = ast.parse(source)
+    own = {
+        node.value.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Constant)
+        and any(isinstance(t, ast.Name) and t.id in ("code", "CODE") for t in node.targets)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+        if name not in _CODE_CALLS:
+            continue
+        for arg in [*node.args[:1], *(k.value for k in node.keywords if k.arg == "code")]:
+            value = arg.value if isinstance(arg, ast.Constant) else None
+            if isinstance(value, str) and re.fullmatch(r"PFX\d{3}", value) and value not in own:
+                found.append((arg.lineno, arg.col_offset, value))
+    return [(line, code) for line, _, code in sorted(found)]
+
+
+def test_codes_are_named_from_the_table_only() -> None:
+    """A module emits another unit's code through ``codes.py``'s constant, never a literal
+    of its own: one place says which code a finding gets."""
+    literal = [
+        f"{path.relative_to(PACKAGE.parent)}:{line} {code}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path != Path(codes.__file__)
+        for line, code in literal_codes(path.read_text(encoding="utf-8"))
+    ]
+    assert not literal, "use the constant in prefixlint/codes.py: " + ", ".join(literal)
+
+
+def test_literal_codes_are_found() -> None:
+    source = (
+        "class Rule:\n"
+        '    code = "PFX301"\n'
+        "    def report(self):\n"
+        '        Finding("PFX301", "error")  # its own code\n'
+        '        Finding("PFX600", "note"), Diagnostic(code="PFX604")\n'
+        '        url_for("PFX000"), replace(d, code="PFX702"), Diagnostic.at_line("PFX001")\n'
+        '        other("PFX601"), d.code == "PFX602", {"code": "PFX603"}\n'
+    )
+    assert literal_codes(source) == [
+        (5, "PFX600"),
+        (5, "PFX604"),
+        (6, "PFX000"),
+        (6, "PFX702"),
+        (6, "PFX001"),
+    ]
+
+
+def test_named_codes_are_the_tables() -> None:
+    """Each ``*_CODE`` constant of ``codes.py`` is a code of the table, named after it."""
+    named = {k: v for k, v in vars(codes).items() if k.endswith("_CODE")}
+    assert "INTERNAL_ERROR_CODE" in named and "NOT_VERIFIED_CODE" in named
+    for constant, code in named.items():
+        assert code in CODES, f"{constant} = {code!r} is not in CODES"
+        assert constant == CODES[code].name.upper().replace("-", "_") + "_CODE", constant

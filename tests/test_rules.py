@@ -63,9 +63,10 @@ def test_codes_are_unique() -> None:
 
 
 def test_every_static_code_has_one_rule() -> None:
-    from prefixlint.codes import CODES, STATIC
+    from prefixlint.codes import CODES, INTERNAL_ERROR_CODE, STATIC
 
-    static = [c for c, entry in CODES.items() if entry.phase == STATIC]
+    # PFX000 is prefixlint's own failure on a file: no rule reports it
+    static = [c for c, entry in CODES.items() if entry.phase == STATIC and c != INTERNAL_ERROR_CODE]
     assert static == [r.code for r in ALL_RULES]
     for rule in ALL_RULES:
         assert CODES[rule.code].doc == f"rule:{rule.__module__}:{rule.__name__}"

@@ -177,11 +177,11 @@ def exit_for(diagnostics, fail_on: str, strict: bool = False) -> None:
 
 
 def report_internal_errors(count: int) -> None:
-    from prefixlint.static.runner import INTERNAL_ERROR
+    from prefixlint.codes import INTERNAL_ERROR_CODE
 
     if count:
         click.echo(
-            f"prefixlint: {count} file(s) hit an internal error ({INTERNAL_ERROR}); "
+            f"prefixlint: {count} file(s) hit an internal error ({INTERNAL_ERROR_CODE}); "
             "please report it",
             err=True,
         )

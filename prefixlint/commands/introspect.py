@@ -154,9 +154,13 @@ def _unreadable(target: str, no_cache: bool) -> list:
         raise click.UsageError(f"path does not exist: {path}")
     if not path.is_file():
         raise click.UsageError(f"not a file: {path}")
-    found = lint(CheckOptions(paths=(path,), select=("PFX001",), no_cache=no_cache))
+    from prefixlint.codes import SYNTAX_ERROR_CODE
+
+    found = lint(CheckOptions(paths=(path,), select=(SYNTAX_ERROR_CODE,), no_cache=no_cache))
     return [
-        d for d in found.result.diagnostics if d.code == "PFX001" and d.severity is Severity.ERROR
+        d
+        for d in found.result.diagnostics
+        if d.code == SYNTAX_ERROR_CODE and d.severity is Severity.ERROR
     ]
 
 

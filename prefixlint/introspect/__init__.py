@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from prefixlint.codes import url_for
+from prefixlint.codes import CONSTRUCTION_FAILED_CODE, NOT_VERIFIED_CODE, url_for
 from prefixlint.diagnostic import Diagnostic, Position, Severity
 from prefixlint.introspect.process.client import Worker, WorkerDied, WorkerTimeout
 from prefixlint.introspect.process.memory import over_bound
@@ -127,7 +127,7 @@ def failure(spec: str, message: str, site: tuple[str, int] | None = None) -> Dia
     file, line = site if site and site[0] else (target_file(spec), 1)
     pos = Position(max(int(line or 1), 1), 1)
     return Diagnostic(
-        code="PFX604",
+        code=CONSTRUCTION_FAILED_CODE,
         message=message,
         severity=Severity.ERROR,
         filename=display_path(file),
@@ -148,10 +148,10 @@ def died(spec: str, error: WorkerDied) -> Diagnostic:
         return finding
     return replace(
         finding,
-        code="PFX600",
+        code=NOT_VERIFIED_CODE,
         severity=Severity.NOTE,
         message=f"not verified: building `{spec}` was stopped: {error}",
-        url=url_for("PFX600"),
+        url=url_for(NOT_VERIFIED_CODE),
     )
 
 

@@ -2,12 +2,20 @@
 
 Light (stdlib only): the checks (``checks/``), the coverage notes (``coverage/sites.py``)
 and the dry-run (``dryrun/``) all make findings, and none of them imports another for it.
+Which files are the model's own code is read here too (``model_code``), for them and for
+the crash sites, the plugins' error sites and the recorder.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import inspect
+import os
+import re
+import sysconfig
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 
@@ -34,3 +42,76 @@ def class_site(cls: type | None) -> tuple[str, int]:
         return inspect.getsourcefile(cls) or "", inspect.getsourcelines(cls)[1]  # type: ignore[arg-type]
     except (OSError, TypeError):
         return "", 0
+
+
+_VLLM_MODELS = re.compile(r"/vllm/(model_executor/)?models/")
+# vLLM's shared model helpers, in its models folder but no model's code
+_VLLM_MODEL_HELPERS = ("/models/utils.py", "/models/interfaces.py", "/registry.py")
+
+
+def _package_root(name: str) -> Path | None:
+    """An installed package's folder, found without importing it."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
+@functools.cache  # the installed packages do not move while a process runs
+def library_roots() -> tuple[str, ...]:
+    """Folders of code that is never the model's: the standard library, torch,
+    transformers, prefixlint, and vLLM (its model folders aside: ``model_code``)."""
+    roots = [_package_root(name) for name in ("torch", "transformers", "prefixlint", "vllm")]
+    stdlib = sysconfig.get_paths().get("stdlib")
+    if stdlib:
+        roots.append(Path(stdlib).resolve())
+    return tuple(str(r) + os.sep for r in roots if r is not None)
+
+
+@functools.cache
+def layer_library_roots() -> tuple[str, ...]:
+    """The narrower library of the construction recorder (``builds/recorder.py``): the code
+    that builds layers for the model. A construction's site is the first frame outside it,
+    so vLLM's model helpers (``make_layers``), the rest of vLLM and the standard library
+    count as the model's side there, as they always have: findings keep their lines."""
+    vllm = _package_root("vllm")
+    # vLLM's layers; its compilation, whose @support_torch_compile wraps __init__; utils
+    in_vllm = ("model_executor/layers", "compilation", "utils")
+    folders = [
+        _package_root("transformers"),  # the Transformers backend builds from its code
+        _package_root("torch"),
+        *((vllm / sub for sub in in_vllm) if vllm else ()),
+        _package_root("prefixlint"),
+    ]
+    return tuple(str(f) + os.sep for f in folders if f is not None)
+
+
+def in_models_folder(file: str) -> bool:
+    """``file`` is in a ``models/`` folder: the files the config repairs read for what a
+    model reads of its config (``builds/pipeline.py``, ``configs/``). vLLM's model helpers
+    and transformers' model files are in; a plugin's file outside such a folder is not
+    (tests keep their toy models in one). Not ``model_code``: kept as it has always read."""
+    return "/models/" in file
+
+
+def in_vllm_models(file: str) -> bool:
+    """``file`` is in vLLM's model folders (``vllm/model_executor/models/``)."""
+    return bool(_VLLM_MODELS.search(file.replace("\\", "/")))
+
+
+def model_code(file: str, vllm_models: bool = True) -> bool:
+    """``file`` is a model's: not generated (``<string>``), outside the standard library,
+    torch, transformers, prefixlint and vLLM; a user's file or an installed plugin's is.
+    ``vllm_models``: vLLM's own model files (not its shared helpers there) count too. They
+    are the model under test for a build or a crash; a plugin's registration error is
+    placed at the plugin's own line, never in the vLLM model it builds on (False)."""
+    if file.startswith("<"):
+        return False
+    norm = file.replace("\\", "/")
+    if _VLLM_MODELS.search(norm):
+        return vllm_models and not norm.endswith(_VLLM_MODEL_HELPERS)
+    try:
+        resolved = str(Path(file).resolve())
+    except OSError:
+        resolved = file
+    return not resolved.startswith(library_roots())

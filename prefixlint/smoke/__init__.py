@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prefixlint.codes import SMOKE, codes_of, url_for
+from prefixlint.codes import CONSTRUCTION_FAILED_CODE, SMOKE, codes_of, url_for
 from prefixlint.diagnostic import Diagnostic, Position, Severity
 from prefixlint.paths import display_path
 
@@ -359,7 +359,7 @@ def _engine_failure(
         return None
     pos = Position(found.line, 1)
     return Diagnostic(
-        code="PFX604",
+        code=CONSTRUCTION_FAILED_CODE,
         message=(
             f"vLLM's engine failed in the model's code (`{found.function}`): "
             f"{found.exception[:400]}; the smoke checks could not run"
@@ -369,7 +369,7 @@ def _engine_failure(
         location=pos,
         end_location=pos,
         phase="smoke",
-        url=url_for("PFX604"),
+        url=url_for(CONSTRUCTION_FAILED_CODE),
         data={"architecture": report.arch, "exception": found.exception},
     )
 

@@ -555,9 +555,9 @@ def unloaded_weights(model_dir: Path) -> list[str]:
     from safetensors import safe_open
 
     from prefixlint.introspect.builds.parallel import Layout, fake_parallel_state
-    from prefixlint.introspect.builds.pipeline import build_layout, load_model_config
+    from prefixlint.introspect.builds.pipeline import BuildPlan, build_layout, load_model_config
 
-    built = build_layout(load_model_config(str(model_dir)), Layout(tp=1))
+    built = build_layout(BuildPlan(load_model_config(str(model_dir))), Layout(tp=1))
     if built.model is None or not hasattr(built.model, "load_weights"):
         return []  # the engine will say why it cannot build; nothing to compare here
 

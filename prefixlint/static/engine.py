@@ -9,7 +9,7 @@ from typing import Any
 
 import libcst as cst
 
-from prefixlint.codes import url_for
+from prefixlint.codes import SYNTAX_ERROR_CODE, url_for
 from prefixlint.diagnostic import NOT_VERIFIED, Diagnostic, Edit, Fix, Position, Severity
 from prefixlint.static.index import ModuleSummary, module_name_for
 from prefixlint.static.prefix_sites import PrefixAnalysis
@@ -17,8 +17,6 @@ from prefixlint.static.resolve import Resolver
 from prefixlint.static.rule import PREFIX_CALLS, FileContext, LintRule, Report, RuleHooks
 from prefixlint.static.scope_units import Scopes
 from prefixlint.static.source import Item, ParsedFile, SourceError, parse_file
-
-SYNTAX_ERROR = "PFX001"
 
 _NOQA = re.compile(
     r"#\s*noqa(?::[\s]?(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?", re.IGNORECASE
@@ -53,13 +51,13 @@ def syntax_error(display: str, err: SourceError) -> Diagnostic:
     # Newer syntax than this interpreter's: "not verified", not an error in the file.
     newer = bool(getattr(err, "newer_python", False))
     return Diagnostic(
-        code=SYNTAX_ERROR,
+        code=SYNTAX_ERROR_CODE,
         message=err.message,
         severity=Severity.NOTE if newer else Severity.ERROR,
         filename=display,
         location=pos,
         end_location=pos,
-        url=url_for(SYNTAX_ERROR),
+        url=url_for(SYNTAX_ERROR_CODE),
         data={NOT_VERIFIED: True} if newer else {},
     )
 
@@ -91,7 +89,7 @@ class Linter:
         resolver: Resolver,
         scopes: Scopes | None = None,
     ) -> None:
-        self.rules = [r for r in rules if r.code != SYNTAX_ERROR]
+        self.rules = [r for r in rules if r.code != SYNTAX_ERROR_CODE]
         self.report_syntax_errors = len(self.rules) != len(rules)
         self.resolver = resolver
         # How vLLM builds each checked package's classes, read once per package.

@@ -12,14 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prefixlint.codes import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE
 from prefixlint.config import Config
 from prefixlint.diagnostic import NOT_VERIFIED, Diagnostic, Position, Severity
 from prefixlint.paths import display_path, resolved
 from prefixlint.static.cache import ResultCache, content_hash
 from prefixlint.static.index import package_root_for
-
-INTERNAL_ERROR = "PFX000"
-SYNTAX = "PFX001"  # cannot be read, decoded, parsed, or (a note) was not checked
 
 
 @dataclass
@@ -142,7 +140,7 @@ def _lint_one(linter: Any, path: str, display: str, data: bytes) -> tuple[list[d
 def _internal_error(display: str, e: Exception) -> Diagnostic:
     detail = "".join(traceback.format_exception_only(type(e), e)).strip()
     return Diagnostic.at_line(
-        INTERNAL_ERROR, f"internal error while linting this file: {detail}", display
+        INTERNAL_ERROR_CODE, f"internal error while linting this file: {detail}", display
     )
 
 
@@ -208,7 +206,7 @@ def _run(
         digests = {key: digest for key, _, digest in plan.todo}
         for key, diags, deps in outcomes:
             plan.by_file[key] = diags
-            internal = any(d["code"] == INTERNAL_ERROR for d in diags)
+            internal = any(d["code"] == INTERNAL_ERROR_CODE for d in diags)
             if cache and not internal:
                 cache.put(key, digests[key], deps, diags)
     if cache:
@@ -271,7 +269,9 @@ def _plan(
             # Sized before it is read: a file of gigabytes is never loaded.
             size = f.stat().st_size
             if size > limit:
-                plan.by_file[key] = [_too_big(display, size, config)] if SYNTAX in codes else []
+                plan.by_file[key] = (
+                    [_too_big(display, size, config)] if SYNTAX_ERROR_CODE in codes else []
+                )
                 continue
             data = f.read_bytes()
         except OSError as e:
@@ -326,7 +326,7 @@ def _collect(result: RunResult, plan: _Plan, config: Config) -> None:
         ignored = config.ignored_for(Path(key))
         for obj in diags:
             d = Diagnostic.from_json({**obj, "filename": plan.displays[key]})
-            if d.code == INTERNAL_ERROR:
+            if d.code == INTERNAL_ERROR_CODE:
                 result.internal_errors += 1
             if ignored and any(d.code.startswith(i) for i in ignored):
                 continue
@@ -374,7 +374,7 @@ def _too_big(display: str, size: int, config: Config) -> dict:
     """A note, not an error: the file was not checked, and the message says how to."""
     where = f" in {config.source}" if config.source else ""
     return Diagnostic(
-        code=SYNTAX,
+        code=SYNTAX_ERROR_CODE,
         message=(
             f"not checked: file is {_megabytes(size)}, over the limit of "
             f"{config.max_file_size:g} MB (set `max-file-size` in [tool.prefixlint]{where})"
@@ -388,4 +388,6 @@ def _too_big(display: str, size: int, config: Config) -> dict:
 
 
 def _io_error(display: str, e: OSError) -> dict:
-    return Diagnostic.at_line(SYNTAX, f"cannot read file: {e.strerror or e}", display).to_json()
+    return Diagnostic.at_line(
+        SYNTAX_ERROR_CODE, f"cannot read file: {e.strerror or e}", display
+    ).to_json()

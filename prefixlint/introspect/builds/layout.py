@@ -3,8 +3,9 @@ construction recorded.
 
 The steps mirror vLLM's own loader (``initialize_model`` under
 ``set_default_torch_dtype``), with the parallel groups faked and parameters on meta. A
-draft is built under its target's ``VllmConfig`` (``DRAFT_SPECS``); a model that V1
-refuses under Model Runner V2 (``V2_RUNNER``). Runs inside a worker process."""
+draft is built under its target's ``VllmConfig``, a model that V1 refuses under Model
+Runner V2: both said by the ``BuildPlan`` the pipeline passes. Runs inside a worker
+process."""
 
 from __future__ import annotations
 
@@ -30,6 +31,26 @@ from prefixlint.introspect.verdict.gaps import runner_v2_reason  # noqa: E402
 
 
 @dataclass
+class BuildPlan:
+    """How a model config is built: the pipeline makes one per target and passes it to
+    every build (a rebuild under a quantization or LoRA config reuses its base build's)."""
+
+    model_config: Any
+    # The SpeculativeConfig a draft belongs to (``drafts/plan.py``): a draft is built
+    # under its target's VllmConfig, as vLLM's proposers build it. None for a model.
+    draft_spec: Any = None
+    # Built under vLLM's Model Runner V2 (``model_runner_v2``); set once V1 refuses it.
+    runner_v2: bool = False
+
+    def replanned(self, model_config: Any, draft_spec: Any = None) -> BuildPlan:
+        """The plan for another config of the same model (a demanded dtype, a tokenizer,
+        the checkpoint's quantization): built under the same runner. A draft planned again
+        passes its new spec (the old one's target has the old dtype); a quantized config
+        is built as vLLM builds a checkpoint's, on its own."""
+        return BuildPlan(model_config, draft_spec, self.runner_v2)
+
+
+@dataclass
 class Build:
     layout: Layout
     model: nn.Module | None
@@ -39,10 +60,11 @@ class Build:
     error: BaseException | None = None
     error_tb: Any = None
     variant: str = ""  # the config variant it was built with ("" for the base config)
+    plan: BuildPlan | None = None  # how it was built: a rebuild of it reuses the plan
 
 
 def build_layout(
-    model_config: Any, layout: Layout, quant_config: Any = None, lora_config: Any = None
+    plan: BuildPlan, layout: Layout, quant_config: Any = None, lora_config: Any = None
 ) -> Build:
     from vllm.model_executor.model_loader.utils import initialize_model
 
@@ -52,14 +74,15 @@ def build_layout(
     install_stand_ins()  # vLLM's compiled ops this build lacks (kernels.py)
     install_triton_stand_ins()  # what vLLM's Triton placeholder lacks
     started = time.perf_counter()
+    model_config = plan.model_config
     try:
-        vllm_config = _vllm_config(model_config, layout)
+        vllm_config = _vllm_config(plan, layout)
         if quant_config is not None:  # the quantization dry-run's synthetic config
             vllm_config.quant_config = quant_config
         if lora_config is not None:  # the LoRA dry-run's: as `--enable-lora` builds it
             vllm_config.lora_config = lora_config
     except Exception as e:
-        return Build(layout, None, None, recorder, 0.0, e, e.__traceback__)
+        return Build(layout, None, None, recorder, 0.0, e, e.__traceback__, plan=plan)
     model = None
     error: BaseException | None = None
     tb = None
@@ -73,12 +96,13 @@ def build_layout(
             torch.device("cpu"),
             meta_parameters(),
             recorder.active(),
-            model_runner_v2(model_config),
+            model_runner_v2(plan),
         ):
             model = initialize_model(vllm_config=vllm_config, model_config=model_config)
     except (Exception, SystemExit) as e:  # a model's sys.exit is its failure too
         error, tb = e, e.__traceback__
-    return Build(layout, model, vllm_config, recorder, time.perf_counter() - started, error, tb)
+    seconds = time.perf_counter() - started
+    return Build(layout, model, vllm_config, recorder, seconds, error, tb, plan=plan)
 
 
 @contextlib.contextmanager
@@ -97,15 +121,6 @@ def _fresh_caches() -> Any:
             cache.update(saved)
 
 
-# A draft's ModelConfig (by id) -> the SpeculativeConfig it belongs to (see drafts.py):
-# a draft is built under its target's VllmConfig, as vLLM's proposers build it.
-DRAFT_SPECS: dict[int, Any] = {}
-
-
-# ModelConfigs (by id) built under vLLM's Model Runner V2: see ``model_runner_v2``.
-V2_RUNNER: set[int] = set()
-
-
 V2_SOURCE = (
     "Model Runner V2 selected (VLLM_USE_V2_MODEL_RUNNER=1, as vLLM selects it where "
     "Triton has a GPU backend; its Triton check skipped: a meta build runs no kernel)"
@@ -113,14 +128,14 @@ V2_SOURCE = (
 
 
 @contextlib.contextmanager
-def model_runner_v2(model_config: Any) -> Any:
+def model_runner_v2(plan: BuildPlan) -> Any:
     """Select vLLM's Model Runner V2 for a model that V1 refuses ("Model Runner V1 does
     not support: dspark speculative decoding") or that requires V2 at construction.
     vLLM selects V2 by default wherever Triton finds a backend; here Triton finds none,
     so its check in VllmConfig's validation (``HAS_TRITON``, read by name there) is
     skipped for this build: the build constructs the model on the meta device and runs
     no Triton kernel. Restored afterwards; other models keep V1."""
-    if id(model_config) not in V2_RUNNER:
+    if not plan.runner_v2:
         yield
         return
     vllm_config_module = vllm_api.vllm_config_module()
@@ -142,38 +157,39 @@ def model_runner_v2(model_config: Any) -> Any:
             setattr(vllm_config_module, flag, old_triton)
 
 
-def _vllm_config(model_config: Any, layout: Layout) -> Any:
-    with model_runner_v2(model_config):
-        return plain_vllm_config(model_config, layout)
+def _vllm_config(plan: BuildPlan, layout: Layout) -> Any:
+    with model_runner_v2(plan):
+        return plain_vllm_config(plan, layout)
 
 
-def plain_vllm_config(model_config: Any, layout: Layout) -> Any:
+def plain_vllm_config(plan: BuildPlan, layout: Layout) -> Any:
     from vllm.config import ParallelConfig, VllmConfig
 
     parallel = ParallelConfig(tensor_parallel_size=layout.tp, pipeline_parallel_size=layout.pp)
-    spec = DRAFT_SPECS.get(id(model_config))
+    spec = plan.draft_spec
     if spec is not None:
         return VllmConfig(
             model_config=spec.target_model_config,
             parallel_config=parallel,
             speculative_config=spec,
         )
-    return VllmConfig(model_config=model_config, parallel_config=parallel)
+    return VllmConfig(model_config=plan.model_config, parallel_config=parallel)
 
 
-def needs_model_runner_v2(model_config: Any, layout: Layout, error: Any = None) -> bool:
+def needs_model_runner_v2(plan: BuildPlan, layout: Layout, error: Any = None) -> bool:
     """Whether vLLM refuses the model under Model Runner V1 (VllmConfig's validation, or
     ``error``: the model's own "requires the V2 model runner"): then it is built under
-    V2 (``model_runner_v2``) from here on. Costs a VllmConfig, not a build."""
-    if id(model_config) in V2_RUNNER:
+    V2 (``model_runner_v2``) from here on: ``plan.runner_v2`` is set. Costs a
+    VllmConfig, not a build."""
+    if plan.runner_v2:
         return False
     if error is None:
         try:
-            plain_vllm_config(model_config, layout)
+            plain_vllm_config(plan, layout)
             return False
         except Exception as e:
             error = e
     if not runner_v2_reason(str(error)):
         return False
-    V2_RUNNER.add(id(model_config))
+    plan.runner_v2 = True
     return True

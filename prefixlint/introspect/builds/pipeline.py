@@ -18,15 +18,15 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from prefixlint.codes import NOT_VERIFIED_CODE
 from prefixlint.introspect.process.env import prepare
 
 prepare()
 
 from prefixlint.introspect.builds.layout import (  # noqa: E402
-    DRAFT_SPECS,
-    V2_RUNNER,
     V2_SOURCE,
     Build,
+    BuildPlan,
     build_layout,
     needs_model_runner_v2,
 )
@@ -58,7 +58,7 @@ from prefixlint.introspect.drafts.plan import (  # noqa: E402
     soften_for_draft,
     target_layer_offset,
 )
-from prefixlint.introspect.finding import Finding, class_site  # noqa: E402
+from prefixlint.introspect.finding import Finding, class_site, in_models_folder  # noqa: E402
 from prefixlint.introspect.process.kernels import stand_ins_used  # noqa: E402
 from prefixlint.introspect.targets.resolve import (  # noqa: E402
     Target,
@@ -145,31 +145,33 @@ def run_target(
             return _refused(skipped(result, e, started), startup.import_failure(e))
     arch_for_config = target.arch.removesuffix("__prefixlint")
     try:
-        model_config, source = _target_config(
+        plan, source = _target_config(
             result, target, cls, registry, (config, config_table, config_base, checkpoint)
         )
     except Exception as e:
         return _refused(skipped(result, e, started), startup.interface_refusal(cls, e))
 
     if layouts:
-        model_config = _prepared(
-            result, model_config, layouts[0], cls, source, (arch_for_config, registry, target)
-        )
-    builds = _build_layouts(result, model_config, layouts)
-    explored = explore(cls, model_config, layouts, builds, build_layout, explore_budget)
+        plan = _prepared(result, plan, layouts[0], cls, source, (arch_for_config, registry, target))
+    model_config = plan.model_config
+    builds = _build_layouts(result, plan, layouts)
+
+    def build(config: Any, layout: Layout) -> Build:
+        # a variant's overrides are applied to the plan's own config, in place
+        return build_layout(plan, layout)
+
+    explored = explore(cls, model_config, layouts, builds, build, explore_budget)
     numbered: list[Finding] = []
-    if id(model_config) in DRAFT_SPECS and explore_budget > 0:  # layers numbered on
-        numbered = explore_numbering(cls, model_config, layouts, builds, build_layout, explored)
+    if plan.draft_spec is not None and explore_budget > 0:  # layers numbered on
+        numbered = explore_numbering(cls, model_config, layouts, builds, build, explored)
     builds += explored.builds
     covered(result, cls, builds, explored)
     complete = not result.coverage["not_executed"]
-    result.findings = _findings(
-        target.arch, cls, model_config, builds, result.config_source, complete
-    )
+    result.findings = _findings(target.arch, cls, plan, builds, result.config_source, complete)
     result.findings += numbered + not_verified(result.coverage)
     result.findings += startup.layer_index_refusals(builds, model_config, cls)
     given = (checkpoint, lora)
-    _dry_run(result, cls, model_config, builds, dryrun, deadline, given, explored)
+    _dry_run(result, cls, plan, builds, dryrun, deadline, given, explored)
     result.findings = in_user_code(result.findings, cls, builds)  # a plugin's, not vLLM's
     failed = [b for b in builds if b.error is not None]
     if len(failed) == len(builds) and builds:
@@ -179,7 +181,6 @@ def run_target(
             failed[0].error, result.findings, result.config_source.startswith("synthesised")
         )
     result.seconds = time.perf_counter() - started
-    V2_RUNNER.clear()  # ids are reused once the configs are freed
     # Free the meta models now: a zoo worker builds hundreds.
     for build in builds:
         build.model = None
@@ -188,9 +189,10 @@ def run_target(
 
 def _target_config(
     result: TargetResult, target: Target, cls: Any, registry: Any, given: tuple
-) -> tuple[Any, ConfigSource]:
-    """The target's ModelConfig and where its config came from: a checkpoint's, a draft's
-    as vLLM derives it, the one given, or a synthesised one (with the guesses said)."""
+) -> tuple[BuildPlan, ConfigSource]:
+    """The target's build plan (its ModelConfig) and where its config came from: a
+    checkpoint's, a draft's as vLLM derives it, the one given, or a synthesised one (with
+    the guesses said)."""
     config, config_table, config_base, checkpoint = given
     arch_for_config = target.arch.removesuffix("__prefixlint")
     from_checkpoint = bool(checkpoint and not config)
@@ -201,8 +203,8 @@ def _target_config(
     if not config and not (config_table and arch_for_config in config_table):
         draft = _draft_model_config(arch_for_config, cls, registry, target.arch)
     if draft is not None:
-        model_config, result.config_source = draft
-        return model_config, ConfigSource("", result.config_source)
+        plan, result.config_source = draft
+        return plan, ConfigSource("", result.config_source)
     source = target_config_source(target, cls, config, config_table, config_base)
     result.config_source = source.source
     if from_checkpoint:
@@ -213,14 +215,14 @@ def _target_config(
             result.config_source += f"; guessed {', '.join(early)}"
     else:
         model_config = load_model_config(source.folder)
-    return model_config, source
+    return BuildPlan(model_config), source
 
 
-def _build_layouts(result: TargetResult, model_config: Any, layouts: list[Layout]) -> list[Build]:
+def _build_layouts(result: TargetResult, plan: BuildPlan, layouts: list[Layout]) -> list[Build]:
     """One build per layout, each outcome recorded, the kernel stand-ins used said."""
     builds: list[Build] = []
     for layout in layouts:
-        build = build_layout(model_config, layout)
+        build = build_layout(plan, layout)
         builds.append(build)
         status = "built" if build.error is None else "failed"
         result.layouts.append(LayoutOutcome(layout, status, build.seconds, _describe(build.error)))
@@ -243,53 +245,50 @@ def _refused(result: TargetResult, finding: Finding | None) -> TargetResult:
 
 def _prepared(
     result: TargetResult,
-    model_config: Any,
+    plan: BuildPlan,
     layout: Layout,
     cls: type | None,
     source: ConfigSource,
     draft: tuple[str, Any, Target],
-) -> Any:
-    """The ModelConfig to build: Model Runner V2 where V1 refuses the model, a
-    synthesised config repaired (guessed attributes, a demanded dtype, guesses a draft's
-    target reads too); what was done is added to ``result.config_source``."""
+) -> BuildPlan:
+    """The plan to build: Model Runner V2 where V1 refuses the model, a synthesised
+    config repaired (guessed attributes, a demanded dtype, guesses a draft's target reads
+    too); what was done is added to ``result.config_source``."""
     arch, registry, target = draft
-    if needs_model_runner_v2(model_config, layout):
+    if needs_model_runner_v2(plan, layout):
         result.config_source += f"; {V2_SOURCE}"
     if not result.config_source.startswith("synthesised"):
-        return model_config
-    guessed, last_error = _repair_loop(model_config, layout, cls=cls)
-    if id(model_config) in DRAFT_SPECS:  # a draft's dtype is its target's: plan again
-        other = _draft_in_dtype(model_config, arch, cls, registry, target.arch, last_error)
+        return plan
+    guessed, last_error = _repair_loop(plan, layout, cls=cls)
+    if plan.draft_spec is not None:  # a draft's dtype is its target's: plan again
+        other = _draft_in_dtype(plan, arch, cls, registry, target.arch, last_error)
     else:
-        other = _demanded_dtype(model_config, source.folder, last_error, guessed)
+        config = _demanded_dtype(plan.model_config, source.folder, last_error, guessed)
+        other = plan if config is plan.model_config else plan.replanned(config)
     more: list[str] = []
-    if other is not model_config:
-        if id(model_config) in V2_RUNNER:
-            V2_RUNNER.add(id(other))
-        model_config = other
-        more, last_error = _repair_loop(model_config, layout, cls=cls)
-    elif needs_model_runner_v2(model_config, layout, last_error):
+    if other is not plan:
+        plan = other
+        more, last_error = _repair_loop(plan, layout, cls=cls)
+    elif needs_model_runner_v2(plan, layout, last_error):
         result.config_source += f"; {V2_SOURCE}"
-        more, last_error = _repair_loop(model_config, layout, cls=cls)
-    elif last_error is not None and _mirror_to_target(model_config, guessed):
-        more, last_error = _repair_loop(model_config, layout, cls=cls)
+        more, last_error = _repair_loop(plan, layout, cls=cls)
+    elif last_error is not None and _mirror_to_target(plan, guessed):
+        more, last_error = _repair_loop(plan, layout, cls=cls)
     guessed += more
     if source.folder:  # a draft's config is vLLM's, from its target: no folder of ours
-        other = _with_tokenizer(model_config, source.folder, last_error, guessed, cls)
-        if other is not model_config:
-            if id(model_config) in V2_RUNNER:
-                V2_RUNNER.add(id(other))
-            model_config = other
-            guessed += ["tokenizer", *_repair_loop(model_config, layout, cls=cls)[0]]
+        config = _with_tokenizer(plan.model_config, source.folder, last_error, guessed, cls)
+        if config is not plan.model_config:
+            plan = plan.replanned(config)
+            guessed += ["tokenizer", *_repair_loop(plan, layout, cls=cls)[0]]
     if guessed:
         result.config_source += f"; guessed {', '.join(guessed)}"
-    return model_config
+    return plan
 
 
 def _findings(
     arch: str,
     cls: type | None,
-    model_config: Any,
+    plan: BuildPlan,
     builds: list[Build],
     config_source: str,
     complete: bool,
@@ -298,9 +297,9 @@ def _findings(
     the layouts that failed because of the config or this machine (see ``gaps.py``)."""
     synthesised = config_source.startswith("synthesised")
     checked, gap_builds = split_gaps(builds, synthesised, classify)
-    checked, gap_builds = reclaim(checked, gap_builds, _own_failure(model_config, builds))
-    findings = check_build(cls, model_config, checked, complete)
-    spec = DRAFT_SPECS.get(id(model_config))
+    checked, gap_builds = reclaim(checked, gap_builds, _own_failure(plan, builds))
+    findings = check_build(cls, plan.model_config, checked, complete)
+    spec = plan.draft_spec
     if spec is not None:  # a draft's layers are numbered on from its target's
         offset = getattr(spec.target_model_config.hf_text_config, "num_hidden_layers", 0)
         findings = [
@@ -317,20 +316,21 @@ def _findings(
     return findings
 
 
-def _own_failure(model_config: Any, builds: list[Build]) -> Any:
+def _own_failure(plan: BuildPlan, builds: list[Build]) -> Any:
     """Whether failed builds that look like gaps are the model's own failure
     (``verdict/own.py``): a head count fixed by a literal in the model's code, or a raise
     of the model's that every layout and every config variant tried reaches."""
     from prefixlint.introspect.checks.base import config_value
     from prefixlint.introspect.coverage.variants import applied
 
+    model_config = plan.model_config
     hf = getattr(model_config, "hf_text_config", None) or model_config.hf_config
     heads = config_value(hf, "num_attention_heads")
     counts = (heads, config_value(hf, "num_key_value_heads") or heads)
 
     def rebuild(overrides: dict[str, Any]) -> Build | None:
         with applied(model_config, overrides) as ok:
-            return build_layout(model_config, builds[0].layout) if ok else None
+            return build_layout(plan, builds[0].layout) if ok else None
 
     def judge(failed: list[Build]) -> bool:
         fixed = [
@@ -346,7 +346,7 @@ def _own_failure(model_config: Any, builds: list[Build]) -> Any:
 def _dry_run(
     result: TargetResult,
     cls: type | None,
-    model_config: Any,
+    plan: BuildPlan,
     builds: list[Build],
     enabled: bool,
     deadline: float | None = None,
@@ -363,6 +363,7 @@ def _dry_run(
     from prefixlint.introspect.dryrun import checkpoint_run, lora, selflayout
 
     checkpoint, adapter = given
+    model_config = plan.model_config
     started = time.perf_counter()
     own_layout = False  # the model's own layout (selflayout): no reference for a variant
     try:
@@ -379,14 +380,14 @@ def _dry_run(
     except Exception as e:
         file, line = class_site(cls)
         note = f"not verified: the checkpoint dry-run failed: {_describe(e)}"
-        finding = Finding("PFX600", "note", note, file, line)
+        finding = Finding(NOT_VERIFIED_CODE, "note", note, file, line)
         outcome = dryrun.DryRun("not verified", _describe(e), [finding])
     if explored is not None and not checkpoint:  # a real checkpoint's config has no variants
         synthesised = result.config_source.startswith("synthesised")
         outcome.findings += dry_run_variants(
             cls, model_config, builds, explored, outcome, synthesised, deadline, own_layout
         )
-    if DRAFT_SPECS.get(id(model_config)) is not None:
+    if plan.draft_spec is not None:
         for f in outcome.findings:
             shared_with_target(f)
     # fused layers the packed_modules_mapping lacks (packed.py), with or without a dry-run
@@ -409,10 +410,9 @@ def _checkpoint_config(folder: str) -> str:
         raise ConfigGap(f"checkpoint {folder}: {e}") from None
 
 
-def _config_objects(model_config: Any) -> list[Any]:
+def _config_objects(model_config: Any, spec: Any = None) -> list[Any]:
     out = []
     configs = [model_config.hf_config, getattr(model_config, "hf_text_config", None)]
-    spec = DRAFT_SPECS.get(id(model_config))
     if spec is not None:  # a draft reads its target's config too
         target = spec.target_model_config
         configs += [target.hf_config, getattr(target, "hf_text_config", None)]
@@ -433,13 +433,13 @@ def model_files(cls: type | None) -> list[str]:
             f = inspect.getsourcefile(klass) or ""
         except (OSError, TypeError):
             continue
-        if "/models/" in f and f not in out:
+        if in_models_folder(f) and f not in out:
             out.append(f)
     return out
 
 
 def _repair_loop(
-    model_config: Any, layout: Layout, attempts: int = 40, cls: type | None = None
+    plan: BuildPlan, layout: Layout, attempts: int = 40, cls: type | None = None
 ) -> tuple[list[str], BaseException | None]:
     """A synthesised config lacks attributes real checkpoints carry; a probe build names
     them one at a time (an AttributeError, or a TypeError on an attribute that is None)
@@ -451,7 +451,7 @@ def _repair_loop(
     files = model_files(cls)
     error: BaseException | None = None
     for _ in range(attempts):
-        probe = build_layout(model_config, layout)
+        probe = build_layout(plan, layout)
         error = probe.error
         if error is None:
             break
@@ -461,7 +461,7 @@ def _repair_loop(
             # next VllmConfig, as every layout's build makes it, may pass. Probe again.
             retried = True
             continue
-        configs = _config_objects(model_config)
+        configs = _config_objects(plan.model_config, plan.draft_spec)
         attr = repair(probe.error, configs, files)
         if attr is None:
             # Seed only for a failure inside the model's code (not, say, VllmConfig's own
@@ -483,7 +483,7 @@ def _frame_files(error: BaseException) -> list[str]:
     out = []
     for frame, _ in traceback.walk_tb(error.__traceback__):
         f = frame.f_code.co_filename
-        if "/models/" in f and f not in out:
+        if in_models_folder(f) and f not in out:
             out.insert(0, f)
     return out
 
@@ -515,12 +515,12 @@ def _demanded_dtype(
     return model_config
 
 
-def _mirror_to_target(model_config: Any, guessed: list[str]) -> bool:
+def _mirror_to_target(plan: BuildPlan, guessed: list[str]) -> bool:
     """A draft reads its target's config too (``vllm_config.model_config`` is the
     target's), and vLLM derives an MTP draft's config from the target's: an attribute
     guessed on the draft's config is given to the target's config object of the same
     class when it lacks it. Whether anything was given."""
-    spec = DRAFT_SPECS.get(id(model_config))
+    spec, model_config = plan.draft_spec, plan.model_config
     if spec is None:
         return False
     target = spec.target_model_config
@@ -544,9 +544,10 @@ def _mirror_to_target(model_config: Any, guessed: list[str]) -> bool:
 
 def _draft_model_config(
     arch: str, cls: type | None, registry: Any, registered_as: str, dtype: str = "float32"
-) -> tuple[Any, str] | None:
-    """The draft's ModelConfig, built by vLLM's SpeculativeConfig against a synthesised
-    target, and where it came from; None for an architecture that is not a draft."""
+) -> tuple[BuildPlan, str] | None:
+    """The draft's plan (its ModelConfig, built by vLLM's SpeculativeConfig against a
+    synthesised target, and that spec), and where it came from; None for an architecture
+    that is not a draft."""
     if not is_draft(arch, registry):
         return None
 
@@ -563,29 +564,30 @@ def _draft_model_config(
         ) from e
     if registered_as != arch:  # an out-of-tree copy of a draft: build the copy
         force_architecture(plan, registered_as)
-    model_config = plan.spec.draft_model_config
-    DRAFT_SPECS[id(model_config)] = plan.spec
-    return model_config, plan.source
+    return BuildPlan(plan.spec.draft_model_config, plan.spec), plan.source
 
 
 def _draft_in_dtype(
-    model_config: Any,
+    plan: BuildPlan,
     arch: str,
     cls: type | None,
     registry: Any,
     registered_as: str,
     error: BaseException | None,
-) -> Any:
+) -> BuildPlan:
     """``_demanded_dtype`` for a draft: vLLM gives a draft its target's dtype, so the
-    draft is planned again against a target of the dtype the model demands."""
+    draft is planned again against a target of the dtype the model demands (on the same
+    runner). Without such a demand: ``plan``."""
     for words, dtype in _DTYPE_DEMAND:
         if error is not None and words in str(error):
             try:
                 draft = _draft_model_config(arch, cls, registry, registered_as, dtype=dtype)
             except Exception:
-                return model_config
-            return draft[0] if draft is not None else model_config
-    return model_config
+                return plan
+            if draft is None:
+                return plan
+            return plan.replanned(draft[0].model_config, draft[0].draft_spec)
+    return plan
 
 
 def _with_tokenizer(
@@ -615,7 +617,7 @@ def _reads_tokenizer(error: BaseException) -> bool:
     """The innermost model-code function that failed called vLLM's tokenizer getter, and
     got None (phase 2 does not load one)."""
     for frame, _ in reversed(list(traceback.walk_tb(error.__traceback__))):
-        if "/models/" not in frame.f_code.co_filename:
+        if not in_models_folder(frame.f_code.co_filename):
             continue
         try:
             source = inspect.getsource(frame.f_code)

@@ -13,42 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import torch
 from torch import nn
 
+from prefixlint.introspect.finding import layer_library_roots
+
 _VARARGS, _VARKEYWORDS = 0x04, 0x08
-
-
-def _library_dirs() -> tuple[str, ...]:
-    import vllm
-
-    vllm_root = Path(vllm.__file__).resolve().parent
-    extra = []
-    try:  # the Transformers backend builds modules from transformers' own code
-        import transformers
-
-        extra.append(Path(transformers.__file__).resolve().parent)
-    except ImportError:
-        pass
-    return tuple(
-        str(p) + os.sep
-        for p in (
-            *extra,
-            Path(torch.__file__).resolve().parent,
-            vllm_root / "model_executor" / "layers",
-            vllm_root / "compilation",  # @support_torch_compile wraps __init__
-            vllm_root / "utils",
-            Path(__file__).resolve().parents[2],  # prefixlint itself
-        )
-    )
 
 
 @dataclass
@@ -95,10 +70,12 @@ class PrefixRecorder:
         self.records: dict[int, Record] = {}
         self.lines: dict[str, set[int]] = {}  # model file -> lines that ran
         self.built_classes: dict[str, set[str]] | None = None  # set by coverage.py
-        self._library = _library_dirs()
+        self._library = layer_library_roots()
 
     def external(self, filename: str) -> bool:
-        """``filename`` is model code (not torch, vLLM's layers, prefixlint or generated)."""
+        """``filename`` is model code (not torch, vLLM's layers, prefixlint or generated):
+        the recorder's reading of ``finding.model_code``, narrower and cheap (a prefix
+        test on every call the trace sees), see ``layer_library_roots``."""
         return not (
             filename.startswith(self._library)
             or filename.startswith("<")

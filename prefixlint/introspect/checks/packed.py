@@ -26,6 +26,7 @@ from typing import Any
 
 from torch import nn
 
+from prefixlint.codes import INTERFACE_INCONSISTENT_CODE
 from prefixlint.introspect.coverage.sites import passes_quant_config
 from prefixlint.introspect.finding import Finding
 
@@ -149,7 +150,9 @@ def missing_entries(
         file, line = _table_line(cls)
         if file:
             message += f" (the table is at {file.rsplit('/', 1)[-1]}:{line})"
-        out[site] = Finding("PFX606", severity, message, *site, group=f"packed:{leaf}")
+        out[site] = Finding(
+            INTERFACE_INCONSISTENT_CODE, severity, message, *site, group=f"packed:{leaf}"
+        )
     return list(out.values())
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import linecache
 from typing import Any, ClassVar
 
+from prefixlint.codes import NOT_VERIFIED_CODE
 from prefixlint.introspect.checks.base import (
     Case,
     FailureCheck,
@@ -80,7 +81,7 @@ class ConstructionFailed(FailureCheck):
                 f"stage, and the build failed ({what}); a config with more layers (`--config`) "
                 "would tell"
             )
-            return Finding("PFX600", "note", message, *site, group=message)
+            return Finding(NOT_VERIFIED_CODE, "note", message, *site, group=message)
         return Finding(self.code, "error", message, *site, group=message)
 
 

@@ -12,6 +12,7 @@ import inspect
 import textwrap
 from typing import Any, ClassVar
 
+from prefixlint.codes import NOT_VERIFIED_CODE
 from prefixlint.introspect.checks.base import Case, Findings, Subject, TargetCheck
 from prefixlint.introspect.checks.packed import unbuilt_key_reason
 from prefixlint.introspect.finding import Finding
@@ -137,7 +138,7 @@ class PackedMappingKeys(TargetCheck):
                 f"not verified: {what}, and some construction sites ran in no build: a "
                 "config that builds them may build it"
             )
-            return Finding("PFX600", "note", message, *subject.class_site, group=key)
+            return Finding(NOT_VERIFIED_CODE, "note", message, *subject.class_site, group=key)
         message = f"{what}; LoRA and quantization pack weights by these names"
         severity = "error" if none else "warning"
         why = "" if none else unbuilt_key_reason(key, built, cls)

@@ -24,9 +24,9 @@ import traceback
 from pathlib import Path
 from typing import Any, ClassVar
 
+from prefixlint.codes import CONSTRUCTION_FAILED_CODE
 from prefixlint.introspect.checks.base import Case, Check, class_site
-from prefixlint.introspect.finding import Finding
-from prefixlint.introspect.process.crash import model_code
+from prefixlint.introspect.finding import Finding, model_code
 
 CODE = "PFX608"
 
@@ -90,7 +90,7 @@ def import_failure(error: BaseException) -> Finding | None:
             message = (
                 f"the model's module exits the interpreter on import (`sys.exit({error.code!r})`)"
             )
-        return Finding("PFX604", "error", message, file, line)
+        return Finding(CONSTRUCTION_FAILED_CODE, "error", message, file, line)
     callee = frames[index + 1][0]
     decorated = [
         v
@@ -123,7 +123,7 @@ def _missing_own_module(error: ModuleNotFoundError) -> Finding | None:
     if own in ("", "__main__") or missing.split(".")[0] != own or missing == own:
         return None
     message = f"the model's module imports `{missing}`, which its own package `{own}` lacks"
-    return Finding("PFX604", "error", message, frame.f_code.co_filename, line)
+    return Finding(CONSTRUCTION_FAILED_CODE, "error", message, frame.f_code.co_filename, line)
 
 
 # -- when the model config is made ----------------------------------------------------------

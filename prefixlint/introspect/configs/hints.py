@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prefixlint.introspect.finding import in_models_folder
+
 LITERAL = r"""("[^"\n]*"|'[^'\n]*'|-?\d+(?:\.\d+)?(?:e-?\d+)?|True|False)"""
 
 
@@ -374,7 +376,7 @@ def source_texts(error: BaseException | None, extra: list[str] | None = None) ->
     if error is not None:
         for frame, _ in traceback.walk_tb(error.__traceback__):
             f = frame.f_code.co_filename
-            if "/models/" in f and f not in files:
+            if in_models_folder(f) and f not in files:
                 files.insert(0, f)
     for f in extra or []:
         if f and f not in files:

@@ -20,6 +20,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from prefixlint.codes import CONSTRUCTION_FAILED_CODE
 from prefixlint.introspect.coverage.sites import measure, own_files
 from prefixlint.introspect.coverage.variants import (
     OTHER_KIND,
@@ -130,7 +131,7 @@ def _finding(variant: Variant, build: Any, site: tuple[str, int]) -> Finding:
         "draft (its number minus the target's layer count), not with its number"
     )
     return Finding(
-        "PFX604",
+        CONSTRUCTION_FAILED_CODE,
         "error",
         message,
         *site,

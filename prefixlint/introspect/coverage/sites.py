@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prefixlint.codes import NOT_VERIFIED_CODE
+
 # Calls that pass ``prefix=`` but construct nothing (or are the class's own ``super()``).
 _NOT_CONSTRUCTORS = frozenset(
     {"__init__", "is_layer_skipped", "dict", "set_current_vllm_config", "maybe_prefix"}
@@ -257,7 +259,7 @@ def not_verified(coverage: dict[str, Any]) -> list[Any]:
         callee = next((s.callee for s in construction_sites(file) if s.line == int(line)), "")
         out.append(
             Finding(
-                "PFX600",
+                NOT_VERIFIED_CODE,
                 "note",
                 f"not verified: no build executed this construction site (`{callee}(...)`), "
                 f"so phase 2 did not check the prefix it passes; {why} ({tried} variants "

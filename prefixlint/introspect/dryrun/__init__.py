@@ -30,6 +30,7 @@ from typing import Any
 
 from torch import nn
 
+from prefixlint.codes import NOT_VERIFIED_CODE
 from prefixlint.introspect.builds.layout import build_layout
 from prefixlint.introspect.builds.parallel import Layout
 from prefixlint.introspect.dryrun import quantlayouts
@@ -65,7 +66,7 @@ class DryRun:
 
 
 def _note(message: str, site: tuple[str, int]) -> Finding:
-    return Finding("PFX600", "note", f"not verified: {message}", *site)
+    return Finding(NOT_VERIFIED_CODE, "note", f"not verified: {message}", *site)
 
 
 def _divergence_note(divergence: Divergence, sites: Sites) -> Finding:
@@ -152,7 +153,7 @@ def _base_build(model_config: Any, builds: list[Any]) -> Any:
     if base is not None or not any(b.error is None for b in builds):
         return base
 
-    fresh = build_layout(model_config, Layout())
+    fresh = build_layout(builds[0].plan, Layout())  # the plan the builds were built on
     return fresh if fresh.error is None else None
 
 

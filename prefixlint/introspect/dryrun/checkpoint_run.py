@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from prefixlint.codes import CHECKPOINT_COVERAGE_CODE, QUANTIZATION_MISMATCH_CODE
 from prefixlint.introspect.dryrun import (
     DryRun,
     _as_served,
@@ -77,7 +78,7 @@ def run(
     if checkpoint.quantization:
         if _past(deadline, need=base.seconds):
             return _not_verified(OUT_OF_TIME, class_site)
-        quant = realquant.quantized_build(model_config, checkpoint)
+        quant = realquant.quantized_build(base.plan, checkpoint)
         if quant.build is None and quant.mixed_precision:
             return _mixed_precision(cls, base, quant)
         if quant.build is None:
@@ -166,7 +167,7 @@ def _mixed_precision(cls: type | None, base: Any, quant: realquant.QuantBuild) -
         f"it quantizes, and vLLM's `{quant.method}` refuses it: `packed_modules_mapping` "
         f"fuses what the checkpoint keeps apart: vLLM: {realquant.describe_error(quant.error)}"
     )
-    finding = Finding("PFX702", "error", msg, *sites.packed_mapping())
+    finding = Finding(QUANTIZATION_MISMATCH_CODE, "error", msg, *sites.packed_mapping())
     reason = f"quantization `{quant.method}`: the model cannot be built under it (a finding)"
     return DryRun("verified", reason, [finding])
 
@@ -225,7 +226,7 @@ def _partly_loaded(s: Stream, sites: Sites) -> list[Finding]:
             f"(into {where}): the parameter is smaller than the checkpoint's tensor, and "
             "`load_weights` drops the rest silently"
         )
-        out.append(Finding("PFX701", "error", msg, *sites.module(path)))
+        out.append(Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *sites.module(path)))
     return out
 
 

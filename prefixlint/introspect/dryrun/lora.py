@@ -28,6 +28,7 @@ from typing import Any
 
 from torch import nn
 
+from prefixlint.codes import LORA_TARGET_UNMAPPED_CODE, NOT_VERIFIED_CODE
 from prefixlint.introspect.dryrun import _base_build, _served_as_embedding
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.finding import Finding, class_site
@@ -335,7 +336,9 @@ class Judge:
             more = len(issue["names"]) - 1
             if more and kind in ("renamed", "unmapped"):
                 message += f" (the same for {more} more module{'s' if more > 1 else ''})"
-            out.append(Finding("PFX703", severity, message, file, line, group=group))
+            out.append(
+                Finding(LORA_TARGET_UNMAPPED_CODE, severity, message, file, line, group=group)
+            )
         return out
 
     # one message per kind of issue -----------------------------------------------------------
@@ -470,7 +473,11 @@ def classifier_heads(model: nn.Module, adapter: Adapter, sites: Sites) -> list[F
             f'top-level `{head}` of a pooling model, and refuses the adapter ("the model '
             'does not expose a unique ClassificationHeadWithLoRA")'
         )
-        out.append(Finding("PFX703", "error", message, *sites.class_site, group="lora:head"))
+        out.append(
+            Finding(
+                LORA_TARGET_UNMAPPED_CODE, "error", message, *sites.class_site, group="lora:head"
+            )
+        )
     return out
 
 
@@ -494,7 +501,7 @@ def adapter_notes(
 
 
 def _note(message: str, site: tuple[str, int]) -> Finding:
-    return Finding("PFX600", "note", f"not verified: LoRA dry-run: {message}", *site)
+    return Finding(NOT_VERIFIED_CODE, "note", f"not verified: LoRA dry-run: {message}", *site)
 
 
 # -- entry point --------------------------------------------------------------------------------
@@ -581,7 +588,7 @@ def _under_lora(
 
     if not any("lora_config" in _text(f) for f in model_files(base.model, cls)):
         return base, ""
-    rebuilt = build_layout(model_config, base.layout, lora_config=api["LoRAConfig"]())
+    rebuilt = build_layout(base.plan, base.layout, lora_config=api["LoRAConfig"]())
     if rebuilt.error is not None:
         error = f"{type(rebuilt.error).__name__}: {str(rebuilt.error)[:200]}"
         return base, f"matched on the build without a LoRA config (with one: {error})"

@@ -9,6 +9,7 @@ from typing import Any
 
 from torch import nn
 
+from prefixlint.codes import QUANTIZATION_MISMATCH_CODE
 from prefixlint.introspect.builds.layout import build_layout
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import Stream, describe_error
@@ -88,7 +89,7 @@ def quant_findings(
         if past(deadline, need=base.seconds):
             return out, OUT_OF_TIME
         config = Fp8Config(ignored_layers=sorted(ignored))
-        build = build_layout(model_config, base.layout, quant_config=config)
+        build = build_layout(base.plan, base.layout, quant_config=config)
         if build.error is not None:
             if "same" in str(build.error) and "precision" in str(build.error).lower():
                 msg = (
@@ -96,7 +97,9 @@ def quant_findings(
                     "quantizes; `packed_modules_mapping` does not match the checkpoint: "
                     f"vLLM: {describe_error(build.error)}"
                 )
-                out.append(Finding("PFX702", "error", msg, *sites.packed_mapping()))
+                out.append(
+                    Finding(QUANTIZATION_MISMATCH_CODE, "error", msg, *sites.packed_mapping())
+                )
                 continue
             return out, f"building under `Fp8Config` failed: {describe_error(build.error)}"
         for path, layers in sorted(sources.items()):
@@ -146,7 +149,7 @@ def unthreaded(
     else:
         why = "a checkpoint that quantizes it would have no parameter for its scales"
     message = f"{what} (a note: {why}; a synthetic config cannot tell whether one does)"
-    return Finding("PFX702", "note", message, *sites.module(path))
+    return Finding(QUANTIZATION_MISMATCH_CODE, "note", message, *sites.module(path))
 
 
 def _router(model_config: Any, module: nn.Module) -> bool:
@@ -196,7 +199,7 @@ def _quant_mismatch(
         )
     else:
         why = "vLLM's `is_layer_skipped` decides otherwise for this prefix"
-    return Finding("PFX702", "error", f"{what} (prefix `{prefix}`): {why}", *site)
+    return Finding(QUANTIZATION_MISMATCH_CODE, "error", f"{what} (prefix `{prefix}`): {why}", *site)
 
 
 # -- entry point ------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from prefixlint.codes import CHECKPOINT_COVERAGE_CODE
 from prefixlint.introspect.builds.layout import build_layout
 from prefixlint.introspect.dryrun.layouts import normal
 from prefixlint.introspect.dryrun.quant import OUT_OF_TIME, past
@@ -87,7 +88,7 @@ def check(
         config = Fp8Config(activation_scheme="static")
     except Exception as e:  # another vLLM's signature
         return [], f"vLLM's `Fp8Config` cannot be made here: {describe_error(e)}"
-    build = build_layout(model_config, base.layout, quant_config=config)
+    build = build_layout(base.plan, base.layout, quant_config=config)
     if build.error is not None:
         return [], f"the model does not build under `Fp8Config` here: {describe_error(build.error)}"
     layout, s = reference
@@ -315,8 +316,8 @@ def _dropped(
     is a KV-cache scale of a block real FP8 tools may not name (``Synthesised.unprojected``)."""
     msg = _dropped_message(names, added)
     if not set(names) <= set(unprojected):
-        return Finding("PFX701", "error", msg, *site)
-    return Finding("PFX701", "warning", msg + CONTESTED, *site)
+        return Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *site)
+    return Finding(CHECKPOINT_COVERAGE_CODE, "warning", msg + CONTESTED, *site)
 
 
 def _dropped_message(names: list[str], added: dict[str, str]) -> str:

@@ -26,6 +26,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from prefixlint.codes import CHECKPOINT_COVERAGE_CODE, QUANTIZATION_MISMATCH_CODE
+from prefixlint.introspect.builds.layout import BuildPlan, build_layout
 from prefixlint.introspect.dryrun.quant import written_layers
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import Stream
@@ -141,15 +143,14 @@ def _config_folder(checkpoint: Checkpoint, hf_config: Any) -> str:
     return folder
 
 
-def quantized_build(model_config: Any, checkpoint: Checkpoint) -> QuantBuild:
+def quantized_build(plan: BuildPlan, checkpoint: Checkpoint) -> QuantBuild:
     """The model built on meta (tp=1) under the checkpoint's quantization config, as
-    vLLM makes it from the checkpoint's config.json."""
-    from prefixlint.introspect.builds.layout import V2_RUNNER, build_layout
+    vLLM makes it from the checkpoint's config.json; ``plan``: the model's own builds'."""
     from prefixlint.introspect.builds.modelconfig import load_model_config
     from prefixlint.introspect.builds.parallel import Layout
 
     out = QuantBuild(method=checkpoint.quant_method)
-    folder = _config_folder(checkpoint, model_config.hf_config)
+    folder = _config_folder(checkpoint, plan.model_config.hf_config)
     dtype = _dtype(checkpoint)
     try:
         quantized = load_model_config(folder, dtype=dtype)
@@ -160,10 +161,8 @@ def quantized_build(model_config: Any, checkpoint: Checkpoint) -> QuantBuild:
     except Exception as e:
         out.reason = f"vLLM refuses the checkpoint's quantization config: {describe_error(e)}"
         return out
-    if id(model_config) in V2_RUNNER:  # the same runner as the model's builds
-        V2_RUNNER.add(id(quantized))
     out.model_config = quantized
-    result = build_layout(quantized, Layout())
+    result = build_layout(plan.replanned(quantized), Layout())  # the same runner
     if result.error is not None:
         out.error = result.error
         why = describe_error(result.error)
@@ -381,7 +380,7 @@ def method_findings(
             f"; its {', '.join(f'`{u}`' for u in unwritten)} {verb} unwritten" if unwritten else ""
         )
         message = f"{what} ({holds}) under `{quant.method}` (prefix `{prefix}`): {why}{tail}"
-        out.findings.append(Finding("PFX702", "error", message, *site))
+        out.findings.append(Finding(QUANTIZATION_MISMATCH_CODE, "error", message, *site))
     return out
 
 
@@ -468,7 +467,7 @@ def dtype_findings(
             f"checkpoint tensor `{tag}` ({_name(layout[tag][1])}) is written into "
             f"`{t.name}` ({_name(t.tensor.dtype)}): the stored values are cast, not dequantized"
         )
-        out.append(Finding("PFX701", "error", msg, *sites.module(path)))
+        out.append(Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *sites.module(path)))
     return out
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from torch import nn
 
+from prefixlint.codes import CHECKPOINT_COVERAGE_CODE, NOT_VERIFIED_CODE
 from prefixlint.introspect import dryrun
 from prefixlint.introspect.dryrun import renamed
 from prefixlint.introspect.dryrun.divergence import Divergence
@@ -274,7 +275,7 @@ def _broken_loader(s: Any, sites: Any) -> list[Finding]:
             if "more tensors" not in out[site].message:
                 out[site].message += " (more tensors raise there)"
             continue
-        out[site] = Finding("PFX701", "error", message, *site)
+        out[site] = Finding(CHECKPOINT_COVERAGE_CODE, "error", message, *site)
     return list(out.values())
 
 
@@ -435,7 +436,7 @@ def _judged_unwritten(f: Finding) -> Finding | None:
     said = f.message.replace(": no checkpoint tensor reaches it, so it stays random", "")
     said = said.replace(": it stays random", "")
     return Finding(
-        "PFX600",
+        NOT_VERIFIED_CODE,
         "note",
         f"not verified: {said}, with the checkpoint names the model's own tables give "
         "(its loader may read that tensor under another name, renamed, split or loaded "
@@ -601,7 +602,7 @@ def _judged_entry(f: Finding) -> Finding:
     if f.code != "PFX702" or "`packed_modules_mapping[" not in f.message:
         return f
     return Finding(
-        "PFX600",
+        NOT_VERIFIED_CODE,
         "note",
         f"not verified: {f.message}; the parts are the ones the model's own tables give, "
         "which a real checkpoint (`--checkpoint`) confirms or not",

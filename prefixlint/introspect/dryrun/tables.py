@@ -14,6 +14,7 @@ from typing import Any
 from torch import nn
 
 from prefixlint.introspect.dryrun.sites import source_file
+from prefixlint.introspect.finding import model_code
 from prefixlint.static.stacked import mapper_rows, stacked_rows  # one reader each, with PFX407
 
 _QKV = {"q": 0, "k": 1, "v": 2}
@@ -24,15 +25,9 @@ def model_files(model: nn.Module, cls: type | None) -> list[str]:
     for klass in {type(m) for m in model.modules()} | ({cls} if cls else set()):
         for base in getattr(klass, "__mro__", ()):
             f = source_file(base)
-            if f and f not in out and _is_model_file(f):
+            if f and f not in out and model_code(f):
                 out.append(f)
     return out
-
-
-def _is_model_file(file: str) -> bool:
-    from prefixlint.introspect.process.crash import model_code
-
-    return model_code(file)
 
 
 @functools.lru_cache(maxsize=256)

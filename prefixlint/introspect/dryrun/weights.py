@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from prefixlint.codes import CHECKPOINT_COVERAGE_CODE, NOT_VERIFIED_CODE
 from prefixlint.introspect.dryrun.divergence import Divergence, explained_drop
 from prefixlint.introspect.dryrun.layouts import normal
 from prefixlint.introspect.dryrun.sites import Sites
@@ -60,7 +61,7 @@ def shard_findings(stream: Stream, target: Any, sites: Sites) -> list[Finding]:
             f"{missing} of {covered.numel()} elements of `{target.name}` are never written "
             "by `load_weights`: they stay random"
         )
-        return [Finding("PFX701", "error", msg, *sites.module(path))]
+        return [Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *sites.module(path))]
     dim = target.tensor.output_dim
     row = target.tensor.stride(dim)
     base = target.tensor.storage_offset()
@@ -87,7 +88,7 @@ def shard_findings(stream: Stream, target: Any, sites: Sites) -> list[Finding]:
                 " instead: a stacked-params mapping entry names the wrong shard"
             )
             site = _wrong_entry(sites, path, other, names) or site
-        out.append(Finding("PFX701", "error", msg, *site))
+        out.append(Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *site))
     return out
 
 
@@ -166,7 +167,7 @@ def coverage_findings(
             )
         else:
             msg = f"checkpoint tensor `{name}` is never loaded: `load_weights` drops it silently"
-        out.append(Finding("PFX701", severity, msg, *sites.loader(name)))
+        out.append(Finding(CHECKPOINT_COVERAGE_CODE, severity, msg, *sites.loader(name)))
     for name in sorted(unwritten):
         path = name.rpartition(".")[0]
         if normal(path) in folded:
@@ -184,7 +185,7 @@ def coverage_findings(
             # vLLM's embedding adapter keeps the head; its pooler never computes logits
             severity = "note"
             msg += " (a note: served as an embedding model, whose pooler never uses the head)"
-        out.append(Finding("PFX701", severity, msg, *sites.module(path)))
+        out.append(Finding(CHECKPOINT_COVERAGE_CODE, severity, msg, *sites.module(path)))
     for t in targets:
         if t.written and normal(t.name.rpartition(".")[0]) not in folded:
             out.extend(shard_findings(stream, t, sites))
@@ -252,7 +253,7 @@ def _raise_finding(name: str, error: BaseException, sites: Sites) -> Finding:
     if entry is not None and "shard" in str(error).lower():
         site = entry
     msg = f"`load_weights` raises on checkpoint tensor `{name}`: {describe_error(error)}"
-    return Finding("PFX701", "error", msg, *site)
+    return Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *site)
 
 
 REFUSES_DECLARED = "`load_weights` refuses checkpoint tensors the model's own tables declare"
@@ -312,7 +313,7 @@ def refused_findings(
             "checkpoint does not load either (the names are the model's own, not a layout "
             "prefixlint guessed)"
         )
-        out.append(Finding("PFX701", "error", message, *site))
+        out.append(Finding(CHECKPOINT_COVERAGE_CODE, "error", message, *site))
     return out
 
 
@@ -360,7 +361,7 @@ def layout_refused(findings: list[Finding]) -> list[Finding]:
     for f in findings:
         if f.code == "PFX701" and f.message.startswith("`load_weights` raises"):
             f = Finding(
-                "PFX600",
+                NOT_VERIFIED_CODE,
                 "note",
                 f"not verified: {f.message} (one of more than {MAX_RETRIES} kinds of names "
                 "it refused: the checkpoint layout checked may not be the one this loader "

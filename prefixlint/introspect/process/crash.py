@@ -20,11 +20,12 @@ import os
 import re
 import signal
 import sys
-import sysconfig
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from prefixlint.introspect.finding import in_vllm_models, model_code
 
 TRACE_ENV = "PREFIXLINT_WORKER_TRACE"
 EVENT_MARK = "@@prefixlint-event@@ "
@@ -154,37 +155,6 @@ def _threads(text: str) -> list[list[tuple[str, int, str]]]:
     return [t for t in out if t]
 
 
-def _library_roots() -> tuple[str, ...]:
-    """Folders of code that is never the model's: the standard library, torch,
-    transformers, prefixlint, and vLLM outside its model folders (found without
-    importing them)."""
-    import importlib.util
-
-    roots = []
-    for name in ("torch", "transformers", "prefixlint", "vllm"):
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.submodule_search_locations:
-            roots.append(str(Path(next(iter(spec.submodule_search_locations))).resolve()))
-    stdlib = sysconfig.get_paths().get("stdlib")
-    if stdlib:
-        roots.append(str(Path(stdlib).resolve()))
-    return tuple(r + os.sep for r in roots)
-
-
-def model_code(file: str, roots: tuple[str, ...] | None = None) -> bool:
-    """``file`` is a model's: outside the libraries, or in vLLM's model folders."""
-    if file.startswith("<"):
-        return False
-    norm = file.replace("\\", "/")
-    if re.search(r"/vllm/(model_executor/)?models/", norm):
-        return not norm.endswith(("/models/utils.py", "/models/interfaces.py", "/registry.py"))
-    try:
-        resolved = str(Path(file).resolve())
-    except OSError:
-        resolved = file
-    return not resolved.startswith(roots if roots is not None else _library_roots())
-
-
 def crash_site(text: str, prefer: list[str] | str = ()) -> tuple[str, int] | None:
     """The innermost frame of the model's code in a faulthandler dump, of the stack that
     runs the worker's job: in the folder of a file of ``prefer`` (the class's file, a file
@@ -195,15 +165,14 @@ def crash_site(text: str, prefer: list[str] | str = ()) -> tuple[str, int] | Non
         return None
     job = [s for s in stacks if any(f.endswith("introspect/process/server.py") for f, _, _ in s)]
     stack = (job or stacks)[0]
-    roots = _library_roots()
-    model = [(f, n) for f, n, _ in stack if model_code(f, roots)]
+    model = [(f, n) for f, n, _ in stack if model_code(f)]
     wanted = [prefer] if isinstance(prefer, str) else list(prefer)
     folders = [str(Path(p).resolve().parent) + os.sep for p in wanted if p]
     for f, n in model:
         if any(str(Path(f).resolve()).startswith(folder) for folder in folders):
             return f, n
     for f, n in model:
-        if re.search(r"/vllm/(model_executor/)?models/", f.replace("\\", "/")):
+        if in_vllm_models(f):
             return f, n
     return None
 

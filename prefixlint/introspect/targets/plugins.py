@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prefixlint.introspect.finding import model_code
+
 GROUP = "vllm.general_plugins"  # vLLM's DEFAULT_PLUGINS_GROUP
 PLUGIN_GROUP = "plugin"  # the zoo's group of architectures registered by a plugin
 
@@ -69,22 +71,9 @@ def _error_site(error: BaseException) -> tuple[str, int]:
     best = ("", 0)
     for frame, line in traceback.walk_tb(error.__traceback__):
         file = frame.f_code.co_filename
-        if not _library_file(file):
+        if model_code(file, vllm_models=False):  # the plugin's, not the vLLM model's
             best = (file, line)
     return best
-
-
-def _library_file(file: str) -> bool:
-    norm = file.replace("\\", "/")
-    return (
-        norm.startswith("<")
-        or "/vllm/" in norm
-        or "/transformers/" in norm
-        or "/torch/" in norm
-        or "/prefixlint/" in norm
-        or "/importlib/" in norm
-        or norm.startswith(sys.base_prefix.replace("\\", "/") + "/lib/")
-    )
 
 
 def _run(name: str, value: str, distribution: str, func: Any) -> Registration:

@@ -22,6 +22,7 @@ import traceback
 
 from prefixlint.introspect.configs.demands import statement
 from prefixlint.introspect.configs.repairs.reading import Failure
+from prefixlint.introspect.finding import in_models_folder
 
 _FLOAT_SIZE = re.compile(r"float.*(?:int|size)|(?:int|size).*float", re.S)
 
@@ -34,7 +35,7 @@ def repair(failure: Failure) -> str | None:
     for frame, line in traceback.walk_tb(error.__traceback__):
         filename = frame.f_code.co_filename
         words.update(re.findall(r"\w+", linecache.getline(filename, line)))
-        if "/models/" in filename:  # the whole call a multi-line statement makes
+        if in_models_folder(filename):  # the whole call a multi-line statement makes
             stmt = statement(filename, line, frame)
             words.update(re.findall(r"\w+", ast.unparse(stmt) if stmt is not None else ""))
     changed = []

@@ -22,6 +22,7 @@ from prefixlint.introspect.configs.hints import (
     guess_attribute,
     source_texts,
 )
+from prefixlint.introspect.finding import in_models_folder
 
 
 @dataclass
@@ -154,7 +155,7 @@ def model_lines(error: BaseException, before: int = 2) -> str:
     ``before`` lines above it (a sub-config read into a local first)."""
     for frame, line in reversed(list(traceback.walk_tb(error.__traceback__))):
         f = frame.f_code.co_filename
-        if "/models/" in f and "/transformers/" not in f:
+        if in_models_folder(f) and "/transformers/" not in f:
             return "".join(linecache.getline(f, n) for n in range(max(1, line - before), line + 1))
     return ""
 
