@@ -133,7 +133,7 @@ def test_the_zoo_replaces_a_worker_left_holding_too_much(monkeypatch) -> None:
     class Fake:
         peak_rss_mb = 0.0
 
-        def __init__(self) -> None:
+        def __init__(self, warm: object = None) -> None:
             self.job_memory: dict[str, float] = {}
 
         def close(self) -> None:
@@ -148,7 +148,7 @@ def test_the_zoo_replaces_a_worker_left_holding_too_much(monkeypatch) -> None:
     monkeypatch.setattr(run, "Worker", Fake)
     monkeypatch.setattr(run, "_built_row", built)
     monkeypatch.setattr(
-        run, "_selected", lambda only, shard: (dict.fromkeys(left, "g"), list(left))
+        run, "_selected", lambda only, shard, warm: (dict.fromkeys(left, "g"), list(left))
     )
     summary = run.run_zoo(progress=False)
     assert [r.arch for r in summary.rows] == ["Heavy", "Light"]
