@@ -247,15 +247,19 @@ def run_phase2(
     return out
 
 
+# Forked workers building at once, at most: each may grow to ~1.5 GB while it builds.
+MAX_WARM_WORKERS = 4
+
+
 def worker_count(warm: Path | None, jobs: int) -> int:
-    """How many workers build at once: one per CPU when they fork from a zygote (a worker
-    costs a fork); one when each is a cold start (its imports would compete for the CPUs
-    the builds need)."""
+    """How many workers build at once: one per CPU (up to ``MAX_WARM_WORKERS``) when they
+    fork from a zygote (a worker costs a fork); one when each is a cold start (its imports
+    would compete for the CPUs the builds need)."""
     import os
 
     if warm is None:
         return 1
-    return max(1, min(jobs, os.cpu_count() or 1))
+    return max(1, min(jobs, os.cpu_count() or 1, MAX_WARM_WORKERS))
 
 
 def in_workers(

@@ -159,3 +159,32 @@ def test_the_zoo_forks_its_workers_from_the_zygote(cache) -> None:
     cold_rows = run_zoo(**kwargs).rows
     assert [(r.arch, r.status) for r in warm_rows] == [("LlamaForCausalLM", "built")]
     assert [r.findings for r in warm_rows] == [r.findings for r in cold_rows]
+
+
+def test_parallel_builds_report_in_the_files_order(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    from prefixlint.check_introspect import in_workers, worker_count
+
+    assert worker_count(None, 5) == 1  # cold workers: one at a time
+    assert 1 <= worker_count(tmp_path, 5) <= min(5, os.cpu_count() or 1)
+    assert worker_count(tmp_path, 1) == 1
+    used: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def build_one(i: int, worker: object) -> str:
+        time.sleep(0.2 if i == 0 else 0.01)  # the first finishes last
+        with lock:
+            used[i] = id(worker)
+        return f"report {i}"
+
+    got = list(in_workers(build_one, 4, 2, tmp_path))
+    assert got == [(i, f"report {i}") for i in range(4)]
+    assert len(set(used.values())) == 2  # two workers shared the four builds
+
+    def failing(i: int, worker: object) -> str:
+        raise RuntimeError(f"build {i}")
+
+    with pytest.raises(RuntimeError, match="build 0"):
+        list(in_workers(failing, 3, 2, tmp_path))
