@@ -188,3 +188,22 @@ def test_parallel_builds_report_in_the_files_order(tmp_path: Path) -> None:
 
     with pytest.raises(RuntimeError, match="build 0"):
         list(in_workers(failing, 3, 2, tmp_path))
+
+
+def test_a_workers_messages_print_sets_in_the_same_order_in_every_run() -> None:
+    """vLLM's loader errors print sets of names; the worker's hash seed is fixed, so the
+    same finding has the same words in every run (cold or forked: the zygote starts with
+    the same environment)."""
+    import subprocess
+    import sys
+
+    from prefixlint.introspect.process.client import worker_environment
+
+    env = worker_environment({**os.environ, "PYTHONHASHSEED": "random"})
+    names = [f"model.layers.{i}.mlp.down_proj.weight_scale" for i in range(12)]
+    code = f"print(list(set({names!r})))"
+    runs = {
+        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout
+        for _ in range(3)
+    }
+    assert len(runs) == 1, runs

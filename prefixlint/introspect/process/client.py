@@ -63,6 +63,21 @@ class _WarmFailed(Exception):
     """A warm worker failed before its job started: the zygote's fault, not the model's."""
 
 
+def worker_environment(base: Any) -> dict[str, str]:
+    """The environment a worker (cold, or the zygote it is forked from) starts with."""
+    env = dict(base)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    # `python -m` puts the working folder first on sys.path: run from a plugin's project
+    # folder, its source folder would be found as a namespace package before the
+    # installed (editable) plugin, whose entry point then has no `register` (issue 30).
+    # File targets put their own root on the path (targets/resolve.py).
+    env["PYTHONSAFEPATH"] = "1"
+    # A finding's words must not change from one run to the next: vLLM's own messages
+    # print sets (the loader's "unloaded" parameter names), ordered by string hashing.
+    env["PYTHONHASHSEED"] = "0"
+    return env
+
+
 class Worker:
     """``warm``: the cache folder of the zygote to fork workers from (``warm.py``); None,
     or a zygote that fails, starts a cold worker (``python -m ...server``)."""
@@ -87,13 +102,7 @@ class Worker:
         self._closing = threading.RLock()
 
     def _start(self) -> None:
-        env = dict(os.environ)
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        # `python -m` puts the working folder first on sys.path: run from a plugin's project
-        # folder, its source folder would be found as a namespace package before the
-        # installed (editable) plugin, whose entry point then has no `register` (issue 30).
-        # File targets put their own root on the path (targets/resolve.py).
-        env["PYTHONSAFEPATH"] = "1"
+        env = worker_environment(os.environ)
         # Its own temp root, removed by ``close``: what a build writes there (synthesised
         # config folders) goes even when the worker is killed on a timeout.
         self.tmp = tempfile.mkdtemp(prefix="prefixlint-worker-")
