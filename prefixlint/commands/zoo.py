@@ -30,7 +30,13 @@ from prefixlint.commands.common import (
     default="text",
     help="text/json: the zoo's summary; sarif/github/rdjson: its findings only.",
 )
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    help="Architectures built at once.  [default: one per CPU, at most 4, when workers fork "
+    "from the warm zygote; else 1]",
+)
 @click.option(
     "--shard", default="0/1", show_default=True, help="i/n: every n-th architecture from i."
 )
@@ -66,7 +72,7 @@ from prefixlint.commands.common import (
 )
 def zoo(
     output_format: str,
-    jobs: int,
+    jobs: int | None,
     shard: str,
     tp: str,
     pp: str,
@@ -96,6 +102,11 @@ def zoo(
     journal = resume or journal or _default_journal(output)
     writable(output)
     writable(journal, "--journal")
+    warm = warm_folder(no_warm_worker)
+    if jobs is None:
+        from prefixlint.check_introspect import worker_count
+
+        jobs = worker_count(warm, 4)  # a forked worker costs a fork; a cold one, imports
     with stop_on_signals() as signals:  # a second signal must not lose the report
         try:
             summary = run_zoo(
@@ -112,7 +123,7 @@ def zoo(
                 resume=resume,
                 # its workers fork from the zygote: --jobs and a worker replaced past its
                 # memory bound cost a fork, not torch's and vLLM's imports
-                warm=warm_folder(no_warm_worker),
+                warm=warm,
             )
         except JournalError as e:
             raise click.UsageError(f"--resume: {e}") from None
