@@ -203,7 +203,6 @@ def warm_up_build() -> None:
     paid in the zygote instead of in each forked worker. No plugin is loaded and nothing of
     the user's is read. A failure only loses the saving."""
     import contextlib
-    import gc
 
     from prefixlint.introspect.builds import pipeline as build
 
