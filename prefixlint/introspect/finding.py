@@ -107,9 +107,8 @@ def model_code(file: str, vllm_models: bool = True) -> bool:
     placed at the plugin's own line, never in the vLLM model it builds on (False)."""
     if file.startswith("<"):
         return False
-    norm = file.replace("\\", "/")
-    if _VLLM_MODELS.search(norm):
-        return vllm_models and not norm.endswith(_VLLM_MODEL_HELPERS)
+    if in_vllm_models(file):
+        return vllm_models and not file.replace("\\", "/").endswith(_VLLM_MODEL_HELPERS)
     try:
         resolved = str(Path(file).resolve())
     except OSError:

@@ -40,6 +40,7 @@ from prefixlint.introspect.checks import pfx608_engine_start as startup  # noqa:
 from prefixlint.introspect.configs import (  # noqa: E402
     ConfigGap,
     ConfigSource,
+    frame_files,
     repair,
     resolve_config,
     seed_from_code,
@@ -466,10 +467,10 @@ def _repair_loop(
         if attr is None:
             # Seed only for a failure inside the model's code (not, say, VllmConfig's own
             # validation) that names nothing, and only once.
-            if seeded or environmental(probe.error) or not _frame_files(probe.error):
+            if seeded or environmental(probe.error) or not frame_files(probe.error):
                 break
             seeded = True
-            more = seed_from_code(configs, _frame_files(probe.error) + files)
+            more = seed_from_code(configs, frame_files(probe.error) + files)
             if not more:
                 break
             guessed.extend(more)
@@ -477,15 +478,6 @@ def _repair_loop(
         guessed.append(attr)
         guessed += complete_mtp_layers(configs)  # a guessed per-layer list's MTP part
     return guessed, error
-
-
-def _frame_files(error: BaseException) -> list[str]:
-    out = []
-    for frame, _ in traceback.walk_tb(error.__traceback__):
-        f = frame.f_code.co_filename
-        if in_models_folder(f) and f not in out:
-            out.insert(0, f)
-    return out
 
 
 _DTYPE_DEMAND = (("bfloat16 only", "bfloat16"), ("float16 only", "float16"))
@@ -600,7 +592,7 @@ def _with_tokenizer(
     if error is None or not _reads_tokenizer(error):
         return model_config
     try:
-        write_tokenizer(folder, _frame_files(error) + model_files(cls))
+        write_tokenizer(folder, frame_files(error) + model_files(cls))
         dtype = str(model_config.dtype).removeprefix("torch.")
         overrides = getattr(model_config, "hf_overrides", None) or None
         other = load_model_config(folder, dtype, overrides, tokenizer=folder)

@@ -24,6 +24,7 @@ from prefixlint.introspect.configs.hints import (
     CodeHints,
     code_hints,
     field_default_none,
+    frame_files,
     guess_attribute,
     guess_from_code,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "config_class",
     "construct",
     "field_default_none",
+    "frame_files",
     "guess_attribute",
     "guess_from_code",
     "layer_keyed",

@@ -367,9 +367,9 @@ def _stft_size(name: str, config: Any) -> int | None:
     return None
 
 
-def source_texts(error: BaseException | None, extra: list[str] | None = None) -> list[str]:
-    """The model's own files: its traceback frames outside torch, prefixlint and vLLM's
-    shared layers (innermost first), then ``extra`` (the model class's file)."""
+def frame_files(error: BaseException | None) -> list[str]:
+    """The files in a ``models/`` folder that ``error``'s traceback ran through,
+    innermost first."""
     import traceback
 
     files: list[str] = []
@@ -378,6 +378,13 @@ def source_texts(error: BaseException | None, extra: list[str] | None = None) ->
             f = frame.f_code.co_filename
             if in_models_folder(f) and f not in files:
                 files.insert(0, f)
+    return files
+
+
+def source_texts(error: BaseException | None, extra: list[str] | None = None) -> list[str]:
+    """The model's own files: its traceback frames outside torch, prefixlint and vLLM's
+    shared layers (innermost first), then ``extra`` (the model class's file)."""
+    files = frame_files(error)
     for f in extra or []:
         if f and f not in files:
             files.append(f)

@@ -7,12 +7,14 @@ answering each with one line marked ``MARK`` on stdout (see ``client.py``).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
 
@@ -147,7 +149,6 @@ _EVERY_BUILD = (
 
 
 def _warm_up() -> None:
-    import contextlib
     import importlib
 
     for name in _EVERY_BUILD:
@@ -192,6 +193,21 @@ def set_up() -> None:
     gc.freeze()
 
 
+@contextlib.contextmanager
+def _job_scope() -> Iterator[None]:
+    """Around one job: what the build prints goes to stderr (stdout carries the answers
+    only), and what it writes goes to a temp folder of its own, removed after it."""
+    real_stdout = sys.stdout
+    sys.stdout = sys.stderr
+    tempfile.tempdir = tempfile.mkdtemp()
+    try:
+        yield
+    finally:
+        sys.stdout = real_stdout
+        shutil.rmtree(tempfile.tempdir, ignore_errors=True)
+        tempfile.tempdir = None
+
+
 # vLLM's own model a zygote builds once, when idle, before it forks further workers.
 WARM_UP_ARCHITECTURE = "LlamaForCausalLM"
 
@@ -202,21 +218,11 @@ def warm_up_build() -> None:
     tables, vLLM's speculative-config patterns, source reads, compiled regexes) is then
     paid in the zygote instead of in each forked worker. No plugin is loaded and nothing of
     the user's is read. A failure only loses the saving."""
-    import contextlib
-
     from prefixlint.introspect.builds import pipeline as build
 
-    real_stdout = sys.stdout
-    sys.stdout = sys.stderr
-    tempfile.tempdir = tempfile.mkdtemp()
-    try:
-        with contextlib.suppress(Exception):
-            job = {"tp": [1], "pp": [2], "dryrun": True, "explore_budget": 1.0, "budget": 120}
-            build_targets(job, build.resolve_targets(WARM_UP_ARCHITECTURE))
-    finally:
-        sys.stdout = real_stdout
-        shutil.rmtree(tempfile.tempdir, ignore_errors=True)
-        tempfile.tempdir = None
+    with _job_scope(), contextlib.suppress(Exception):
+        job = {"tp": [1], "pp": [2], "dryrun": True, "explore_budget": 1.0, "budget": 120}
+        build_targets(job, build.resolve_targets(WARM_UP_ARCHITECTURE))
     with contextlib.suppress(Exception):
         from prefixlint.introspect.dryrun.layouts import exported_names
 
@@ -232,24 +238,19 @@ def serve() -> None:
 
     arm()  # a zygote's child: its own trace file (a cold worker armed in ``set_up``)
     watch_memory()
-    real_stdout = sys.stdout
     for line in sys.stdin:
         if not line.strip():
             continue
-        sys.stdout = sys.stderr  # anything the build prints must not mix with answers
-        tempfile.tempdir = tempfile.mkdtemp()  # one folder per job, removed after it
         reset_peak()  # the peak the parent reads after this job is this job's
         try:
-            answer = handle(json.loads(line))
+            with _job_scope():
+                answer = handle(json.loads(line))
         except BaseException as e:
             answer = {"error": f"{type(e).__name__}: {e}"}
         finally:
-            sys.stdout = real_stdout
-            shutil.rmtree(tempfile.tempdir, ignore_errors=True)
-            tempfile.tempdir = None
             release()  # before the answer: the next job starts from what is really held
-        real_stdout.write(MARK + json.dumps(answer, default=str) + "\n")
-        real_stdout.flush()
+        sys.stdout.write(MARK + json.dumps(answer, default=str) + "\n")
+        sys.stdout.flush()
 
 
 def main() -> None:
