@@ -196,7 +196,7 @@ def run_phase2(
     ``warm``: the cache folder of the zygote workers are forked from (None: cold)."""
     from prefixlint.introspect import introspect as build
     from prefixlint.static.index import find_installed_package
-    from prefixlint.static.model_classes import registry_architectures
+    from prefixlint.static.vllm_source import registry_architectures
 
     registry = registry_architectures(find_installed_package("vllm"))
     candidates = [c for path in files for c in architectures_in(path, registry)]
@@ -329,7 +329,7 @@ def polish(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
     honoured, and the span of the statement that holds the reported line (phase 2 records
     the line a frame was at: the first line of a multi-line call), from the column where
     it starts on that line to the statement's end (a class or ``def``: its header)."""
-    from prefixlint.static.engine import is_suppressed
+    from prefixlint.noqa import is_suppressed
 
     files: dict[str, tuple[list[str], list[tuple[int, int, int, int]]]] = {}
     out = []

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from prefixlint.check_introspect import architectures_in, registered_classes
-from prefixlint.static.model_classes import registry_architectures
+from prefixlint.static.vllm_source import registry_architectures
 from tests.conftest import VLLM, requires_vllm
 from tests.plugin_qwen import make_plugin
 

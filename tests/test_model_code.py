@@ -98,3 +98,72 @@ def test_the_library_roots_are_computed_once() -> None:
     assert finding.library_roots.cache_info().misses == before
     if VLLM is not None:
         assert str(VLLM.resolve()) + os.sep in library_roots()
+
+
+_CLASSES = '''
+import dataclasses
+
+class Plain:
+    class Inner:
+        pass
+
+@dataclasses.dataclass
+class Decorated:
+    x: int = 0
+
+def factory():
+    class Local:
+        pass
+    return Local
+
+if True:
+    class Twice:
+        pass
+else:
+    class Twice:  # inspect finds the first one of a name
+        pass
+
+Made = type("Made", (), {})
+'''
+
+
+def test_class_site_gives_inspects_line_read_once_per_file(tmp_path: Path) -> None:
+    """``class_site`` reads a file's classes once (``inspect`` parses the whole file for
+    each class): the same file and line as ``inspect.getsourcelines`` for decorated,
+    nested, local and repeated classes, and for every class of vLLM's llama.py."""
+    import inspect
+    import sys
+
+    from prefixlint.introspect.finding import class_site
+
+    path = tmp_path / "classes_for_site.py"
+    path.write_text(_CLASSES)
+    spec = importlib.util.spec_from_file_location("classes_for_site", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["classes_for_site"] = module
+    try:
+        spec.loader.exec_module(module)
+        classes = [
+            module.Plain,
+            module.Plain.Inner,
+            module.Decorated,
+            module.factory(),
+            module.Twice,
+        ]
+        if VLLM is not None:
+            import vllm.model_executor.models.llama as llama
+
+            classes += [c for c in vars(llama).values() if isinstance(c, type)]
+        for cls in classes:
+            try:
+                expected = (inspect.getsourcefile(cls), inspect.getsourcelines(cls)[1])
+            except (OSError, TypeError):
+                expected = ("", 0)
+            assert class_site(cls) == expected, cls
+        assert class_site(module.Decorated)[1] == 8  # its decorator's line
+        assert class_site(module.Twice)[1] == 18  # the first of the two
+        assert class_site(None) == ("", 0)
+        # A class its file does not define by that name: as inspect, no source.
+        assert class_site(module.Made) == ("", 0)
+    finally:
+        sys.modules.pop("classes_for_site", None)

@@ -135,6 +135,43 @@ def test_a_changed_prefixlint_starts_a_new_zygote_and_idle_ones_stop(
     assert wait_until(lambda: not list(folder.glob("zygote-*")), 5), os.listdir(folder)
 
 
+@requires_vllm
+@pytest.mark.slow
+def test_a_file_the_zygote_imported_changed_a_new_zygote_serves(
+    cache, tmp_path: Path, monkeypatch
+) -> None:
+    """An edited vLLM (an editable install keeps its version): a child of the old zygote
+    would run the old code, so the old one retires and a new one imports the file anew."""
+    from prefixlint.introspect.process.client import Worker
+
+    folder, pids = cache
+    site = tmp_path / "site"
+    site.mkdir()
+    imported = site / "sitecustomize.py"  # every Python started with it imports it
+    imported.write_text("VERSION = 1\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+
+    def one_call() -> dict:
+        worker = Worker(warm=folder)
+        try:
+            assert worker.run({"kind": "list"}, 300)
+        finally:
+            worker.close()
+        return worker.warm_info
+
+    before = one_call()
+    again = one_call()
+    pids |= {before["zygote"]}
+    assert again["zygote"] == before["zygote"]  # nothing changed: reused
+    imported.write_text("VERSION = 22\n")
+    after = one_call()
+    pids |= {after["zygote"]}
+    assert after["zygote"] != before["zygote"]
+    assert wait_until(lambda: not alive({before["zygote"]}), 30)  # retired, then gone
+    assert alive({after["zygote"]})  # the old one left the new one's files alone
+    assert len(list(folder.glob("zygote-*.sock"))) == 1
+
+
 def test_no_warm_worker_applies_with_introspect_only(tmp_path: Path) -> None:
     from click.testing import CliRunner
 

@@ -223,6 +223,8 @@ def _phase2(run: LintRun, opts: CheckOptions, changes: Any) -> tuple[list, str]:
     from prefixlint.introspect.process.warm import warm_folder
     from prefixlint.introspect.targets.checkpoint import CheckpointError
     from prefixlint.progress import Progress
+    from prefixlint.static.cache import ResultCache
+    from prefixlint.static.vllm_source import facts_in
 
     files = run.files
     if changes is not None:
@@ -234,6 +236,8 @@ def _phase2(run: LintRun, opts: CheckOptions, changes: Any) -> tuple[list, str]:
         Progress() as progress,
         usage_error(CheckpointError),
         fresh_vllm_cache(opts.no_cache),
+        # which classes are architectures reads vLLM's registry: from the fact cache
+        facts_in(None if opts.no_cache else (opts.cache_dir or ResultCache.default_folder())),
     ):
         out = run_phase2(
             files,

@@ -64,7 +64,7 @@ def target_classes(target: str) -> list[str]:
     if target.endswith(".py"):
         from prefixlint.check_introspect import architectures_in
         from prefixlint.static.index import find_installed_package
-        from prefixlint.static.model_classes import registry_architectures
+        from prefixlint.static.vllm_source import registry_architectures
 
         registry = registry_architectures(find_installed_package("vllm"))
         return [c.name for c in architectures_in(Path(target), registry)]

@@ -8,6 +8,8 @@ the crash sites, the plugins' error sites and the recorder.
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import functools
 import importlib.util
 import inspect
@@ -36,12 +38,52 @@ class Finding:
 
 
 def class_site(cls: type | None) -> tuple[str, int]:
-    """Where a class is defined: its file and the line of its ``class`` statement (``("",
-    0)`` for None or a class without source)."""
+    """Where a class is defined: its file and the line ``inspect.getsourcelines`` gives
+    (its first decorator's, else its ``class`` statement's; ``("", 0)`` for None or a
+    class without source). Python 3.13 records that line on the class; before it,
+    ``inspect`` parses the whole file for each class, so the file's classes are read
+    here once per file version."""
     try:
-        return inspect.getsourcefile(cls) or "", inspect.getsourcelines(cls)[1]  # type: ignore[arg-type]
+        file = inspect.getsourcefile(cls) or ""  # type: ignore[arg-type]
+    except TypeError:
+        return "", 0
+    line = getattr(cls, "__firstlineno__", None)
+    if not isinstance(line, int) and file:
+        with contextlib.suppress(OSError):
+            stat = os.stat(file)
+            line = _class_lines(file, stat.st_mtime_ns, stat.st_size).get(cls.__qualname__)
+    if isinstance(line, int):
+        return file, line
+    try:  # not found by its qualified name (a class made by ``type()``): as inspect finds it
+        return file, inspect.getsourcelines(cls)[1]  # type: ignore[arg-type]
     except (OSError, TypeError):
         return "", 0
+
+
+@functools.lru_cache(maxsize=256)
+def _class_lines(file: str, mtime_ns: int, size: int) -> dict[str, int]:
+    """Qualified class name -> the line ``inspect`` gives it, for one version of ``file``
+    (as Python 3.11's ``inspect._ClassFinder`` finds it: the first class of that name)."""
+    try:
+        tree = ast.parse(Path(file).read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    lines: dict[str, int] = {}
+
+    def visit(node: ast.AST, stack: list[str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                visit(child, [*stack, child.name, "<locals>"])
+            elif isinstance(child, ast.ClassDef):
+                inner = [*stack, child.name]
+                first = child.decorator_list[0].lineno if child.decorator_list else child.lineno
+                lines.setdefault(".".join(inner), first)
+                visit(child, inner)
+            else:
+                visit(child, stack)
+
+    visit(tree, [])
+    return lines
 
 
 _VLLM_MODELS = re.compile(r"/vllm/(model_executor/)?models/")

@@ -11,39 +11,13 @@ import libcst as cst
 
 from prefixlint.codes import SYNTAX_ERROR_CODE, url_for
 from prefixlint.diagnostic import NOT_VERIFIED, Diagnostic, Edit, Fix, Position, Severity
+from prefixlint.noqa import is_suppressed
 from prefixlint.static.index import ModuleSummary, module_name_for
 from prefixlint.static.prefix_sites import PrefixAnalysis
 from prefixlint.static.resolve import Resolver
 from prefixlint.static.rule import PREFIX_CALLS, FileContext, LintRule, Report, RuleHooks
 from prefixlint.static.scope_units import Scopes
 from prefixlint.static.source import Item, ParsedFile, SourceError, parse_file
-
-_NOQA = re.compile(
-    r"#\s*noqa(?::[\s]?(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?", re.IGNORECASE
-)
-
-
-def noqa_codes(line: str) -> frozenset[str] | None:
-    """Codes silenced on a line: None when none, an empty set for a bare ``# noqa``."""
-    if "noqa" not in line.lower():
-        return None
-    m = _NOQA.search(line)
-    if m is None:
-        return None
-    codes = m.group("codes")
-    if not codes:
-        return frozenset()
-    return frozenset(c.upper() for c in re.split(r"[,\s]+", codes.strip()) if c)
-
-
-def is_suppressed(diagnostic: Diagnostic, lines: Sequence[str]) -> bool:
-    row = diagnostic.location.row
-    if not 1 <= row <= len(lines):
-        return False
-    codes = noqa_codes(lines[row - 1])
-    if codes is None:
-        return False
-    return not codes or diagnostic.code in codes
 
 
 def syntax_error(display: str, err: SourceError) -> Diagnostic:

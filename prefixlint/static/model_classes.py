@@ -1,10 +1,10 @@
 """Which classes are model architectures, drafts and interface implementers: facts the
-contract and interface rules share, and the one reading of vLLM's model registry.
+contract and interface rules share.
 
 Each fact has one definition here: ``ARCHITECTURE_NAME`` (what an architecture class is
 called), ``DRAFT_NAME`` (what a speculative-decoding draft is called), and the registry's
-architectures and speculative-decoding table (``registry_architectures``,
-``speculative_classes``, ``registry_module``), read from vLLM's code (``vllm_source``),
+speculative-decoding table (``speculative_classes``; the registry's architectures are
+``vllm_source.registry_architectures``, which needs no libcst), read from vLLM's code,
 never imported.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -20,7 +19,7 @@ import libcst as cst
 from prefixlint.static.index import ClassSummary, FunctionSig
 from prefixlint.static.resolve import Symbol
 from prefixlint.static.scope import Role
-from prefixlint.static.vllm_source import VllmSource, find_vllm
+from prefixlint.static.vllm_source import VllmSource
 
 if TYPE_CHECKING:  # rule.py imports this module: annotations only
     from prefixlint.static.rule import FileContext, LintRule
@@ -33,28 +32,7 @@ ARCHITECTURE_NAME = re.compile(r"For[A-Z0-9]\w*$")
 DRAFT_NAME = re.compile(r"MTP|Mtp|Eagle|DFlash|DSpark|Medusa|Speculator|Draft")
 
 # -- vLLM's model registry (read from vLLM's code, ``vllm_source``) -----------------------
-REGISTRY_MODULE = "vllm.model_executor.models.registry"
 SPECULATIVE_TABLE = "_SPECULATIVE_DECODING_MODELS"
-
-
-def registry_architectures(vllm_dir: Path | None) -> frozenset[str]:
-    """Class names vLLM's model registry maps architectures to (the installed vLLM at
-    ``vllm_dir``; without it, the shipped summary's)."""
-    return frozenset(e.cls for e in _registry(vllm_dir))
-
-
-def registry_module(vllm_dir: Path | None, architecture: str) -> str | None:
-    """The module the registry maps ``architecture`` to, e.g. ``llama`` (relative to
-    ``vllm.model_executor.models`` when it is there); None when the registry lacks it."""
-    for e in _registry(vllm_dir):
-        if e.architecture == architecture:
-            return e.module.removeprefix("vllm.model_executor.models.")
-    return None
-
-
-def _registry(vllm_dir: Path | None) -> tuple:
-    source = find_vllm(vllm_dir)
-    return source.registry() if source is not None else ()
 
 
 @functools.lru_cache(maxsize=8)

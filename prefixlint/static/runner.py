@@ -180,15 +180,12 @@ def run_static(
     use_cache: bool = True,
     cache_dir: Path | None = None,
 ) -> RunResult:
-    from prefixlint.static.vllm_source import use_fact_cache
+    from prefixlint.static.vllm_source import facts_in
 
     folder = str(cache_dir or ResultCache.default_folder()) if use_cache else None
     # vLLM's registry and loader facts are kept beside the results: read once per release.
-    use_fact_cache(Path(folder) if folder else None)
-    try:
+    with facts_in(Path(folder) if folder else None):
         return _run(files, config, codes, jobs, folder)
-    finally:
-        use_fact_cache(None)
 
 
 def _run(

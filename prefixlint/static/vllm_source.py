@@ -12,12 +12,14 @@ with vLLM and in a hook environment without it.
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import gzip
 import json
 import os
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -208,6 +210,13 @@ def find_vllm(package_dir: Path | None = None) -> VllmSource | None:
     return load_shipped(shipped[-1]) if shipped else None
 
 
+def registry_architectures(vllm_dir: Path | None) -> frozenset[str]:
+    """Class names vLLM's model registry maps architectures to (the installed vLLM at
+    ``vllm_dir``; without it, the shipped summary's)."""
+    source = find_vllm(vllm_dir)
+    return frozenset(e.cls for e in source.registry()) if source is not None else frozenset()
+
+
 def installed_vllm() -> Path | None:
     """The first ``vllm`` package on ``sys.path`` that is a vLLM installation (it has the
     layers package): a folder named ``vllm`` that only mirrors a few model files (a test
@@ -378,6 +387,16 @@ def use_fact_cache(folder: Path | None) -> None:
     """Keep the facts derived from the installed vLLM's files in ``folder`` (the results
     cache folder); None: derive them in this process only."""
     _FACT_FOLDER[:] = [folder] if folder is not None else []
+
+
+@contextlib.contextmanager
+def facts_in(folder: Path | None) -> Iterator[None]:
+    """``use_fact_cache(folder)`` for the block's duration."""
+    use_fact_cache(folder)
+    try:
+        yield
+    finally:
+        use_fact_cache(None)
 
 
 def _cached_fact(package_dir: Path, name: str, derive: Any, load: Any) -> Any:

@@ -148,6 +148,7 @@ class _Reader:
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
         }
         self.functions = functions
+        self._settled: dict[int, set[str]] | None = None  # attrs() per node, once taint is final
         for node in tree.body:
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
                 keys = [k.value for k in node.value.keys if isinstance(k, ast.Constant)]
@@ -180,6 +181,9 @@ class _Reader:
                             for sub in ast.walk(node.value):
                                 if isinstance(sub, ast.Name) and sub.id in self.dicts:
                                     self.dicts.setdefault(name, self.dicts[sub.id])
+        # The taint is final: a node's attributes no longer change. ``read`` and the guards
+        # ask again for the same nodes (every call under an ``if`` asks for its test).
+        self._settled = {}
 
     def use(self, attr: str) -> AttrUse:
         return self.uses.setdefault(attr, AttrUse())
@@ -207,6 +211,14 @@ class _Reader:
         return None
 
     def attrs(self, node: ast.AST) -> set[str]:
+        if self._settled is None:
+            return self._attrs(node)
+        found = self._settled.get(id(node))
+        if found is None:
+            found = self._settled[id(node)] = self._attrs(node)
+        return set(found)
+
+    def _attrs(self, node: ast.AST) -> set[str]:
         out: set[str] = set()
         for sub in ast.walk(node):
             attr = self.direct(sub)

@@ -11,6 +11,8 @@ from typing import Any
 
 from torch import nn
 
+from prefixlint.introspect.finding import class_site
+
 
 class Sites:
     """Lines of the model's own files: where a module was built, a ``load_weights``, a
@@ -146,8 +148,9 @@ def source_file(obj: Any) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def source_site(obj: Any) -> tuple[str, int]:
-    """File and first line of a class or function. Cached: ``getsourcelines`` of a class
-    parses its whole file each time."""
+    """File and first line of a class (``finding.class_site``) or function."""
+    if isinstance(obj, type):
+        return class_site(obj)
     try:
         return inspect.getsourcefile(obj) or "", inspect.getsourcelines(obj)[1]
     except (OSError, TypeError):

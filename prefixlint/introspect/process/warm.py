@@ -222,13 +222,39 @@ def _zygote(files: dict[str, Path], cwd: str, env: dict[str, str]) -> socket.soc
 
 def spawn(folder: Path, env: dict[str, str], stderr: int) -> WarmProcess:
     """A worker forked from the zygote in ``folder`` for ``env``; its stderr to ``stderr``
-    (a descriptor). Raises WarmUnavailable when there is none to be had."""
+    (a descriptor). Raises WarmUnavailable when there is none to be had. A zygote that
+    finds a file it imported changed retires: a new one is started, once."""
     cwd = os.getcwd()
     files = paths(folder, key(cwd, env))
-    try:
-        conn = _zygote(files, cwd, env)
-    except OSError as e:
-        raise WarmUnavailable(f"cannot start the zygote: {e}") from None
+    info: dict[str, Any] = {}
+    for _ in range(2):
+        try:
+            conn = _zygote(files, cwd, env)
+        except OSError as e:
+            raise WarmUnavailable(f"cannot start the zygote: {e}") from None
+        stdin_w, stdout_r, info = _fork_request(conn, env, cwd, stderr)
+        if "pid" in info:
+            proc = WarmProcess(
+                conn,
+                int(info["pid"]),
+                open(stdin_w, "w", encoding="utf-8"),  # noqa: SIM115 (closed with the worker)
+                open(stdout_r, encoding="utf-8"),  # noqa: SIM115
+            )
+            proc.info = info
+            return proc
+        for fd in (stdin_w, stdout_r):
+            os.close(fd)
+        conn.close()
+        if not info.get("stale"):
+            break
+    raise WarmUnavailable(info.get("error") or "the zygote went away")
+
+
+def _fork_request(
+    conn: socket.socket, env: dict[str, str], cwd: str, stderr: int
+) -> tuple[int, int, dict[str, Any]]:
+    """Ask the zygote for a child: (its stdin's write end, its stdout's read end, the
+    zygote's answer)."""
     stdin_r, stdin_w = os.pipe()
     stdout_r, stdout_w = os.pipe()
     try:
@@ -240,26 +266,11 @@ def spawn(folder: Path, env: dict[str, str], stderr: int) -> WarmProcess:
         conn.settimeout(None)
         info = json.loads(reply) if reply else {}
     except (OSError, ValueError) as e:
-        for fd in (stdin_w, stdout_r):
-            os.close(fd)
-        conn.close()
-        raise WarmUnavailable(f"the zygote did not answer: {e}") from None
+        info = {"error": f"the zygote did not answer: {e}"}
     finally:
         os.close(stdin_r)
         os.close(stdout_w)
-    if "pid" not in info:
-        os.close(stdin_w)
-        os.close(stdout_r)
-        conn.close()
-        raise WarmUnavailable(info.get("error") or "the zygote went away")
-    proc = WarmProcess(
-        conn,
-        int(info["pid"]),
-        open(stdin_w, "w", encoding="utf-8"),  # noqa: SIM115 (closed with the worker)
-        open(stdout_r, encoding="utf-8"),  # noqa: SIM115
-    )
-    proc.info = info
-    return proc
+    return stdin_w, stdout_r, info
 
 
 def stop(folder: Path) -> int:

@@ -46,6 +46,18 @@ class Zygote:
         self.idle = float(os.environ.get(IDLE_ENV) or DEFAULT_IDLE)
         self.last = time.monotonic()
         self.inode = 0
+        # A child's exit wakes the loop at once (SIGCHLD writes to this pipe): its caller
+        # waits for the exit code, and a 0.25 s select timeout cost a closing call that much.
+        self.wakeup, self._wakeup_w = os.pipe()
+        for fd in (self.wakeup, self._wakeup_w):
+            os.set_blocking(fd, False)
+        self.imported: dict[str, tuple[int, int]] = {}  # what it imported, as it was then
+        self.retired = False  # a file it imported changed: it serves no one any more
+
+    def watch_children(self) -> None:
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        signal.siginterrupt(signal.SIGCHLD, False)  # C code's system calls restart
+        signal.set_wakeup_fd(self._wakeup_w)
 
     def bind(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -84,19 +96,28 @@ class Zygote:
     def loop(self) -> None:
         while True:
             self.reap()
-            if not self.children and time.monotonic() - self.last > self.idle:
+            if not self.children and (self.retired or time.monotonic() - self.last > self.idle):
                 return
-            if self.served and not self.warmed and not self.children:
+            if self.served and not self.warmed and not self.children and not self.retired:
                 # after the first call, not before it: that call does not wait for it
                 self.warmed = True
                 began = time.monotonic()
                 warm_up_build()
+                self.imported.update(imported_files(self.imported))
                 print(f"{WARMED} in {time.monotonic() - began:.1f} s", file=sys.stderr, flush=True)
                 self.last = time.monotonic()
+            if self.retired:
+                select.select([self.wakeup], [], [], 0.25)  # its children finish their jobs
+                with contextlib.suppress(OSError):
+                    os.read(self.wakeup, 512)
+                continue
             if self.gone():
                 return
-            ready, _, _ = select.select([self.listener], [], [], 0.25)
-            if ready:
+            ready, _, _ = select.select([self.listener, self.wakeup], [], [], 0.25)
+            if self.wakeup in ready:
+                with contextlib.suppress(OSError):
+                    os.read(self.wakeup, 512)
+            if self.listener in ready:
                 conn, _ = self.listener.accept()
                 if self.answer(conn) == "stop":
                     return
@@ -116,13 +137,31 @@ class Zygote:
             self.stop_children()
             conn.close()
             return "stop"
-        if len(fds) != 3:
+        moved = changed(self.imported)
+        if len(fds) != 3 or moved:
             for fd in fds:
                 os.close(fd)
+            if moved:
+                # A child would run the old code (an edited vLLM, an editable install):
+                # the caller starts a new zygote, which imports the files as they are now.
+                reply = {"error": f"{moved} changed since the zygote imported it", "stale": True}
+                with contextlib.suppress(OSError):
+                    conn.sendall(json.dumps(reply).encode() + b"\n")
+                self.retire()
             conn.close()
             return ""
         self.fork(conn, fds, request)
         return "fork"
+
+    def retire(self) -> None:
+        """Serve no one else and leave the key to a new zygote: its socket, lock, log and
+        temp folder are the new one's from now on; the children running finish."""
+        self.retired = True
+        if not self.gone():
+            with contextlib.suppress(OSError):
+                self.sock.unlink()
+        self.listener.close()
+        self.lock.close()
 
     def fork(self, conn: socket.socket, fds: list[int], request: dict[str, Any]) -> None:
         sys.stdout.flush()
@@ -131,6 +170,10 @@ class Zygote:
         if pid == 0:
             code = 0
             try:
+                signal.set_wakeup_fd(-1)  # the child's exits are not the zygote's
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                for fd in (self.wakeup, self._wakeup_w):
+                    os.close(fd)
                 self.listener.close()
                 self.lock.close()
                 for other in self.children.values():
@@ -149,6 +192,18 @@ class Zygote:
         with contextlib.suppress(OSError):
             reply = {"pid": pid, "zygote": os.getpid(), "served": self.served}
             conn.sendall(json.dumps(reply).encode() + b"\n")
+
+    def remove_files(self) -> None:
+        if not self.gone():
+            with contextlib.suppress(OSError):
+                self.sock.unlink()
+        self.listener.close()
+        for name in (".log", ".lock"):
+            with contextlib.suppress(OSError):
+                self.sock.with_suffix(name).unlink()
+        import shutil
+
+        shutil.rmtree(self.sock.with_suffix(".tmp"), ignore_errors=True)
 
     def stop_children(self) -> None:
         for pid in list(self.children):
@@ -172,6 +227,31 @@ def _same_user(conn: socket.socket) -> bool:
     creds = conn.getsockopt(socket.SOL_SOCKET, opt, struct.calcsize("3i"))
     _, uid, _ = struct.unpack("3i", creds)
     return uid == os.getuid()
+
+
+def imported_files(known: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    """(mtime, size) of the file of every imported module not in ``known``."""
+    out: dict[str, tuple[int, int]] = {}
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if not isinstance(path, str) or path in known or path in out:
+            continue
+        with contextlib.suppress(OSError):
+            stat = os.stat(path)
+            out[path] = (stat.st_mtime_ns, stat.st_size)
+    return out
+
+
+def changed(files: dict[str, tuple[int, int]]) -> str | None:
+    """The first of ``files`` that is gone or not as it was."""
+    for path, stamp in files.items():
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return path
+        if (stat.st_mtime_ns, stat.st_size) != stamp:
+            return path
+    return None
 
 
 def child(fds: list[int], env: dict[str, str], start_env: dict[str, str]) -> None:
@@ -217,21 +297,15 @@ def main(argv: list[str]) -> None:
     from prefixlint.introspect.process.server import set_up
 
     set_up()  # a failure ends it here, with the traceback in its log for the note
+    zygote.imported = imported_files({})
+    zygote.watch_children()
     zygote.last = time.monotonic()
     try:
         zygote.loop()
     finally:
         zygote.stop_children()
-        if not zygote.gone():
-            with contextlib.suppress(OSError):
-                sock.unlink()
-        zygote.listener.close()
-        for name in (".log", ".lock"):
-            with contextlib.suppress(OSError):
-                sock.with_suffix(name).unlink()
-        import shutil
-
-        shutil.rmtree(sock.with_suffix(".tmp"), ignore_errors=True)
+        if not zygote.retired:  # a retired one's files are its successor's
+            zygote.remove_files()
 
 
 if __name__ == "__main__":
