@@ -6,7 +6,10 @@ Prints files, lines, the bare parse times of the same files (libcst in one proce
 split over the cores as prefixlint does; ``ast.parse`` in one process), prefixlint cold
 (empty cache) and warm (same cache, nothing changed) as subprocesses, with their wall and
 CPU seconds, the ratios, and the wall time of checking one file (a copy of llama.py) with no
-cache, and once edited with a cache folder that knows vLLM (the pre-commit case). The
+cache, and once edited with a cache folder that knows vLLM (the pre-commit case), each a
+fresh process (``PREFIXLINT_WARM_WORKER=0``); then that pre-commit case again served by
+the folder's warm process (``prefixlint/warm/cli.py``: a zygote that imported the static
+phase forks the check), unchanged and edited (median of five edits). The
 machine is shared (other engineers run tests on its 2 cores): wall seconds move from run
 to run, so compare ratios of one run, and CPU seconds, which load does not move. It says
 whether the runs could use bytecode caches (``.pyc``): with ``PYTHONDONTWRITEBYTECODE`` set
@@ -24,18 +27,21 @@ import argparse
 import ast
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import libcst as cst
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from prefixlint.static.discovery import installed_vllm_model_dirs  # noqa: E402
+from prefixlint.warm.client import WARM_ENV, connect, stop  # noqa: E402
 
 
 def parse_all(paths: list[str]) -> int:
@@ -91,6 +97,30 @@ def _bare(files: list[str], cores: int) -> tuple[float, float, float]:
     return bare_one, bare_all, time.perf_counter() - t
 
 
+def _warm_process(one: list[str], copy: Path, cache: Path, cwd: str) -> dict[str, Any]:
+    """Wall seconds of ``one`` served by the folder's warm process (``prefixlint/warm``):
+    the file unchanged, then edited before each of five calls. The zygote is started by a
+    first call and stopped at the end."""
+    os.environ[WARM_ENV] = "1"
+    try:
+        timed(one, cwd)  # runs itself and starts the zygote
+        end = time.monotonic() + 60
+        while time.monotonic() < end and not any(
+            connect(s) for s in cache.glob("zygote-cli-*.sock")
+        ):
+            time.sleep(0.1)
+        timed(one, cwd)  # its first child
+        unchanged = timed(one, cwd)[0]
+        edited = []
+        for i in range(5):
+            copy.write_text(copy.read_text() + f"# edited {i}\n")
+            edited.append(timed(one, cwd)[0])
+        return {"unchanged": unchanged, "edited": edited}
+    finally:
+        stop(cache)
+        os.environ[WARM_ENV] = "0"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models-dir", type=Path)
@@ -109,6 +139,8 @@ def main() -> None:
     exe = [sys.executable, "-m", "prefixlint"]
     with tempfile.TemporaryDirectory() as tmp:
         cache = str(Path(tmp) / "cache")
+        # Fresh processes first (no warm process: their CPU is this bench's children's).
+        os.environ[WARM_ENV] = "0"
         base = [*exe, "check", "--cache-dir", cache, "--no-source", str(folder)]
         cold, rc, cold_cpu = timed(base, tmp)
         warm, _, warm_cpu = timed(base, tmp)
@@ -120,6 +152,7 @@ def main() -> None:
         timed(one, tmp)
         copy.write_text(copy.read_text() + "# edited\n")
         one_edit, _, one_edit_cpu = timed(one, tmp)
+        served = _warm_process(one, copy, Path(cache), tmp)
 
     print(f"bytecode caching             {_bytecode()}")
     print(f"files                        {len(files)}")
@@ -132,12 +165,18 @@ def main() -> None:
     print(f"prefixlint warm              {warm:6.2f} s   ({warm_cpu:.2f} s CPU)")
     print(f"one file, no cache (llama)   {one_cold:6.2f} s   ({one_cpu:.2f} s CPU)")
     print(f"one file, edited, warm cache {one_edit:6.2f} s   ({one_edit_cpu:.2f} s CPU)")
+    print("  from the warm process (a zygote forks the check; wall only: its CPU is not ours)")
+    print(f"  unchanged                  {served['unchanged']:6.2f} s")
+    edits = ", ".join(f"{t:.2f}" for t in served["edited"])
+    median = statistics.median(served["edited"])
+    print(f"  edited, median of 5        {median:6.2f} s   ({edits})")
     print(f"cold / bare libcst, {cores} procs  {cold / bare_all:6.2f}x")
     print(f"cold / bare libcst, 1 proc   {cold / bare_one:6.2f}x   target <= 1.5x")
     print(f"cold / ast.parse, 1 proc     {cold / ast_one:6.2f}x   stretch <= 3x")
     print(f"cold CPU / bare libcst CPU   {cold_cpu / bare_cpu:6.2f}x   (all processes' CPU)")
     print(f"warm                         {'ok' if warm <= 0.3 else 'OVER'} (target <= 0.3 s)")
     print(f"one file                     {'ok' if one_cold <= 0.25 else 'OVER'} (target <= 0.25 s)")
+    print(f"one file, warm process       {'ok' if median <= 0.25 else 'OVER'} (target <= 0.25 s)")
     print(f"warm, CPU                    {'ok' if warm_cpu <= 0.3 else 'OVER'} (target <= 0.3 s)")
     print(f"one file, CPU                {'ok' if one_cpu <= 0.25 else 'OVER'} (target <= 0.25 s)")
 

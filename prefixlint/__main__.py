@@ -1,4 +1,4 @@
-from prefixlint.cli import main
+from prefixlint.warm.cli import main
 
 if __name__ == "__main__":
     main()

@@ -100,7 +100,7 @@ def test_the_library_roots_are_computed_once() -> None:
         assert str(VLLM.resolve()) + os.sep in library_roots()
 
 
-_CLASSES = '''
+_CLASSES = """
 import dataclasses
 
 class Plain:
@@ -124,7 +124,7 @@ else:
         pass
 
 Made = type("Made", (), {})
-'''
+"""
 
 
 def test_class_site_gives_inspects_line_read_once_per_file(tmp_path: Path) -> None:

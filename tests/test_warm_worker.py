@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from prefixlint.introspect.process import warm
-from prefixlint.introspect.process.zygote import WARMED
+from prefixlint.warm.zygote import WARMED
 from tests.conftest import requires_vllm
 from tests.test_introspect import llama_copy
 from tests.test_worker_lifetime import alive, wait_until

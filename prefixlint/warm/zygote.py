@@ -1,16 +1,19 @@
-"""The zygote: a process that has imported torch and vLLM and forks one worker per call.
+"""The zygote: a process that did a kind of work's imports once and forks one child per call.
 
-``python -m prefixlint.introspect.process.zygote SOCKET`` takes the lock beside SOCKET (one
-zygote per key; a second one exits at once), listens, does the set-up a cold worker does
-before its first job (``server.set_up``: nothing of the user's model), then serves. Each
-connection hands it three descriptors (the child's stdin, stdout and stderr), the caller's
-environment and working folder; it forks a child, answers ``{"pid": ...}`` and, when the
-child ends, ``{"exit": code}``. The child takes the caller's environment where it differs
-from the zygote's start, and serves jobs as a cold worker (``server.serve``). Once idle
-after its first child, the zygote builds one of vLLM's own models (``server.warm_up_build``)
-so that later children do not pay a first build's one-time costs. The zygote
-stops after ``PREFIXLINT_WARM_IDLE`` seconds without a child (default 600), on a ``stop``
-request, or when its socket is removed or replaced. Linux and macOS (``fork``).
+``python -m prefixlint.warm.zygote SOCKET KIND`` takes the lock beside SOCKET (one zygote
+per key; a second one exits at once), listens, runs ``KIND.set_up()`` (KIND is a module:
+phase 2's ``prefixlint.introspect.process.forked`` or the CLI's ``prefixlint.warm.cli``;
+nothing of the user's is read), then serves. Each connection hands it three descriptors
+(the child's stdin, stdout and stderr) and a request with the caller's environment and
+working folder; it forks a child, answers ``{"pid": ...}`` and, when the child ends,
+``{"exit": code}``. The child takes the caller's environment where it differs from the
+zygote's start and runs ``KIND.child(request)``. Once idle after its first child, it runs
+``KIND.warm_up()`` when the kind has one (phase 2 builds one of vLLM's own models), so that
+later children do not pay a first job's one-time costs. Before each fork it checks that
+no file it imported changed (an edited editable install): if one did, it retires and the
+caller starts a new one. It stops after ``PREFIXLINT_WARM_IDLE`` seconds without a child
+(default 600), on a ``stop`` request, or when its socket is removed or replaced. Linux and
+macOS (``fork``).
 """
 
 from __future__ import annotations
@@ -26,23 +29,25 @@ import socket
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from prefixlint.introspect.process.server import warm_up_build
-from prefixlint.introspect.process.warm import DEFAULT_IDLE, IDLE_ENV, address, read_line
+from prefixlint.warm.client import DEFAULT_IDLE, IDLE_ENV, address, read_line
 
-WARMED = "prefixlint zygote: warmed up"  # its log's line once the warm-up build ran
+WARMED = "prefixlint zygote: warmed up"  # its log's line once the kind's warm-up ran
+SERVED = "prefixlint zygote: served"  # its log's line for each child it forks
 
 
 class Zygote:
-    def __init__(self, sock: Path, lock: Any) -> None:
+    def __init__(self, sock: Path, lock: Any, kind: ModuleType) -> None:
         self.sock = sock
+        self.kind = kind
         self.lock = lock  # held for life; a child must not hold it
         self.start_env = dict(os.environ)  # before set-up: a child's differences apply to it
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.children: dict[int, socket.socket] = {}  # pid -> its caller's connection
         self.served = 0
-        self.warmed = False  # the warm-up build ran (server.warm_up_build)
+        self.warmed = not hasattr(kind, "warm_up")  # its warm-up ran, or it has none
         self.idle = float(os.environ.get(IDLE_ENV) or DEFAULT_IDLE)
         self.last = time.monotonic()
         self.inode = 0
@@ -102,7 +107,7 @@ class Zygote:
                 # after the first call, not before it: that call does not wait for it
                 self.warmed = True
                 began = time.monotonic()
-                warm_up_build()
+                self.kind.warm_up()
                 self.imported.update(imported_files(self.imported))
                 print(f"{WARMED} in {time.monotonic() - began:.1f} s", file=sys.stderr, flush=True)
                 self.last = time.monotonic()
@@ -179,7 +184,8 @@ class Zygote:
                 for other in self.children.values():
                     other.close()
                 conn.close()
-                child(fds, request.get("env") or {}, self.start_env)
+                become_caller(fds, request.get("env") or {}, self.start_env)
+                code = int(self.kind.child(request) or 0)
             except BaseException:  # the child must never return into the loop
                 code = 70
             finally:
@@ -188,6 +194,7 @@ class Zygote:
             os.close(fd)
         self.served += 1
         self.children[pid] = conn
+        print(f"{SERVED} {self.served}: child {pid}", flush=True)  # its log: one line a call
         conn.settimeout(None)
         with contextlib.suppress(OSError):
             reply = {"pid": pid, "zygote": os.getpid(), "served": self.served}
@@ -254,15 +261,15 @@ def changed(files: dict[str, tuple[int, int]]) -> str | None:
     return None
 
 
-def child(fds: list[int], env: dict[str, str], start_env: dict[str, str]) -> None:
-    """In the forked child: become a worker of the caller, then serve its jobs."""
+def become_caller(fds: list[int], env: dict[str, str], start_env: dict[str, str]) -> None:
+    """In the forked child: the caller's stdin, stdout, stderr and environment."""
     os.setsid()  # its own group, as a cold worker's: the watchdog kills it whole
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
     # The caller's environment where it differs from the zygote's start (its TMPDIR,
-    # trace file); what vLLM's imports set in the zygote stays, as in a cold worker.
+    # trace file); what the kind's imports set in the zygote stays, as in a cold start.
     for name in set(env) | set(start_env):
         if env.get(name) != start_env.get(name):
             if name in env:
@@ -277,13 +284,12 @@ def child(fds: list[int], env: dict[str, str], start_env: dict[str, str]) -> Non
     sys.stdout = sys.__stdout__ = out
     err = io.TextIOWrapper(io.FileIO(2, "w"), encoding="utf-8", write_through=True)
     sys.stderr = sys.__stderr__ = err
-    from prefixlint.introspect.process.server import serve
-
-    serve()
 
 
 def main(argv: list[str]) -> None:
-    sock = Path(argv[0])
+    import importlib
+
+    sock, kind = Path(argv[0]), importlib.import_module(argv[1])
     lock = open(sock.with_suffix(".lock"), "a+", encoding="utf-8")  # noqa: SIM115 (held for life)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -292,11 +298,9 @@ def main(argv: list[str]) -> None:
     lock.truncate(0)
     lock.write(f"{os.getpid()}\n")
     lock.flush()
-    zygote = Zygote(sock, lock)
+    zygote = Zygote(sock, lock, kind)
     zygote.bind()  # callers may connect (and wait) while the imports run
-    from prefixlint.introspect.process.server import set_up
-
-    set_up()  # a failure ends it here, with the traceback in its log for the note
+    kind.set_up()  # a failure ends it here, with the traceback in its log for the note
     zygote.imported = imported_files({})
     zygote.watch_children()
     zygote.last = time.monotonic()

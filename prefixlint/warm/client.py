@@ -1,0 +1,169 @@
+"""The caller's side of a zygote (``zygote.py``): find or start the zygote of a key in a
+cache folder, ask it for a child, stop the zygotes of a folder. Standard library only: the
+command line's launcher (``cli.py``) imports it before anything else.
+
+A zygote's socket is named by its kind and a key of everything its imports depend on (the
+Python, the working folder, the environment less what differs from call to call; phase 2
+adds the installed packages and prefixlint's sources): a changed key is another socket, so
+a zygote is never reused across such a change, and the old one stops after its idle time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+WARM_ENV = "PREFIXLINT_WARM_WORKER"  # "0": no warm process of any kind
+IDLE_ENV = "PREFIXLINT_WARM_IDLE"  # seconds an unused zygote lives (default: 600)
+DEFAULT_IDLE = 600.0
+# Seconds a zygote may take for its imports before its first child.
+STARTUP_ALLOWANCE = 300.0
+# What differs from one call to the next without changing what the zygote imported:
+# left out of the key, and set in each child from the caller's environment.
+VOLATILE = ("TMPDIR", "TEMP", "TMP", "PWD", "OLDPWD", "SHLVL", "_", "COLUMNS", "LINES")
+VOLATILE_PREFIXES = ("PYTEST_", "PREFIXLINT_WORKER_", "PREFIXLINT_WARM_", "TERM", "SSH_")
+
+
+class WarmUnavailable(Exception):
+    """No warm process this time (the caller does the work itself)."""
+
+
+def warm_off() -> bool:
+    """``PREFIXLINT_WARM_WORKER=0`` (or no, false, off)."""
+    return os.environ.get(WARM_ENV, "1").strip().lower() in ("0", "no", "false", "off")
+
+
+def volatile(name: str) -> bool:
+    return name in VOLATILE or name.startswith(VOLATILE_PREFIXES)
+
+
+def key(cwd: str, env: dict[str, str], **more: Any) -> str:
+    """A short digest of the Python, the working folder (``python -m`` puts it first on
+    ``sys.path``), the environment less its volatile names, and ``more``."""
+    parts = {
+        "python": [sys.executable, sys.version, sys.prefix],
+        "cwd": cwd,
+        "env": sorted((k, v) for k, v in env.items() if not volatile(k)),
+        **more,
+    }
+    return hashlib.blake2b(json.dumps(parts).encode(), digest_size=8).hexdigest()
+
+
+def paths(folder: Path, name: str) -> dict[str, Path]:
+    base = folder.resolve() / f"zygote-{name}"
+    return {s: base.with_suffix(f".{s}") for s in ("sock", "lock", "log", "tmp")}
+
+
+def address(sock: Path) -> str:
+    """A path ``bind``/``connect`` accept: a unix socket path has ~107 bytes at most, so a
+    long one is reached through its folder's descriptor (kept open by the caller)."""
+    text = str(sock)
+    if len(text.encode()) < 100:
+        return text
+    fd = os.open(sock.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    _open_dirs.append(fd)  # the path stays valid while this process lives
+    return f"/proc/self/fd/{fd}/{sock.name}"
+
+
+_open_dirs: list[int] = []
+
+
+def connect(sock: Path) -> socket.socket | None:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(address(sock))
+        return s
+    except OSError:
+        s.close()
+        return None
+
+
+def read_line(conn: socket.socket, chunk: int = 1) -> str:
+    """One line from ``conn``, ``chunk`` bytes at a time. The client reads a reply one byte
+    at a time: the child's exit may follow at once; the zygote reads a request, the only
+    thing its caller sends, in large chunks."""
+    data = b""
+    while not data.endswith(b"\n"):
+        part = conn.recv(chunk)
+        if not part:
+            break
+        data += part
+    return data.decode()
+
+
+def start(files: dict[str, Path], kind: str, cwd: str, env: dict[str, str]) -> subprocess.Popen:
+    """Start the zygote of ``files`` (``kind``: the module that says what it imports and
+    what its children do); it outlives the caller."""
+    files["tmp"].mkdir(parents=True, exist_ok=True)
+    # its own temp root (the callers' differ, and each child gets its caller's)
+    zenv = {**env, "TMPDIR": str(files["tmp"])}
+    with open(files["log"], "w", encoding="utf-8") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "prefixlint.warm.zygote", str(files["sock"]), kind],
+            cwd=cwd,
+            env=zenv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,  # it outlives this command, and Ctrl-C is not for it
+        )
+
+
+def connect_or_start(
+    files: dict[str, Path], kind: str, cwd: str, env: dict[str, str]
+) -> socket.socket:
+    """A connection to the zygote of ``files``, started (and waited for) when none
+    listens."""
+    conn = connect(files["sock"])
+    if conn is not None:
+        return conn
+    files["sock"].parent.mkdir(parents=True, exist_ok=True)
+    started = start(files, kind, cwd, env)
+    end = time.monotonic() + 30  # it binds before it imports anything heavy
+    while time.monotonic() < end:
+        conn = connect(files["sock"])
+        if conn is not None:
+            return conn
+        if started.poll() not in (None, 0):  # 0: another zygote of this key won the lock
+            raise WarmUnavailable(f"the zygote exited; see {files['log']}")
+        time.sleep(0.05)
+    raise WarmUnavailable("the zygote did not start listening")
+
+
+def request_fork(conn: socket.socket, fds: list[int], request: dict[str, Any]) -> dict[str, Any]:
+    """Hand the zygote the child's stdin, stdout and stderr and ``request``; its answer:
+    ``{"pid": ...}`` or ``{"error": ..., "stale": ...}``."""
+    try:
+        socket.send_fds(conn, [b"F"], fds)
+        conn.sendall(json.dumps({"op": "fork", **request}).encode() + b"\n")
+        conn.settimeout(STARTUP_ALLOWANCE)
+        reply = read_line(conn)
+        conn.settimeout(None)
+        return json.loads(reply) if reply else {"error": "the zygote went away"}
+    except (OSError, ValueError) as e:
+        return {"error": f"the zygote did not answer: {e}"}
+
+
+def stop(folder: Path) -> int:
+    """Stop every zygote listening in ``folder`` (and the children it is serving); how
+    many there were."""
+    stopped = 0
+    for sock in sorted(folder.glob("zygote-*.sock")) if folder.is_dir() else []:
+        conn = connect(sock)
+        if conn is None:
+            continue
+        with conn:
+            with contextlib.suppress(OSError):
+                conn.sendall(b"S" + json.dumps({"op": "stop"}).encode() + b"\n")
+                conn.settimeout(30)
+                conn.recv(1)  # closed when it has stopped
+            stopped += 1
+    return stopped

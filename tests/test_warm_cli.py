@@ -1,0 +1,176 @@
+"""``prefixlint check`` from a warm process (``prefixlint/warm/cli.py``, issue 27): a later
+call is run by a child of a zygote that imported the static phase once, with the same
+output, exit code and files as a fresh process; the first call runs itself and starts the
+zygote; a zygote whose imported files changed is not used again; phase 2, --no-cache and
+``PREFIXLINT_WARM_WORKER=0`` run in the calling process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from prefixlint.warm import cli, client
+from prefixlint.warm.zygote import SERVED
+from tests.test_worker_lifetime import alive, wait_until
+
+FIXTURES = Path(__file__).parent / "fixtures"
+MODEL = """
+from torch import nn
+from vllm.model_executor.layers.linear import RowParallelLinear
+
+
+class ToyMLP(nn.Module):
+    def __init__(self, config, quant_config=None, prefix: str = "") -> None:
+        super().__init__()
+        self.down_proj = RowParallelLinear(8, 8, quant_config=quant_config)
+"""
+
+
+@pytest.mark.parametrize(
+    ("argv", "warm_env", "expected"),
+    [
+        (["check", "a.py"], "1", True),
+        (["check", "--format", "json", "--cache-dir", "c", "a.py"], "1", True),
+        (["check", "--introspect", "a.py"], "1", False),  # phase 2 has its own
+        (["check", "--no-cache", "a.py"], "1", False),  # reuses nothing
+        (["check", "a.py"], "0", False),
+        (["rules"], "1", False),
+        ([], "1", False),
+    ],
+)
+def test_which_calls_go_to_a_warm_process(monkeypatch, argv, warm_env, expected) -> None:
+    monkeypatch.setenv(client.WARM_ENV, warm_env)
+    assert cli.eligible(argv) is expected
+
+
+def test_the_cache_folder_is_checks_own(monkeypatch) -> None:
+    monkeypatch.delenv(cli.CACHE_DIR_ENV, raising=False)
+    assert cli.cache_folder(["check", "a.py"]) == Path(".prefixlint_cache")
+    assert cli.cache_folder(["check", "--cache-dir", "x", "a.py"]) == Path("x")
+    assert cli.cache_folder(["check", "--cache-dir=y", "a.py"]) == Path("y")
+    monkeypatch.setenv(cli.CACHE_DIR_ENV, "z")
+    assert cli.cache_folder(["check", "a.py"]) == Path("z")
+    from prefixlint.static.cache import CACHE_DIR_ENV
+
+    assert cli.CACHE_DIR_ENV == CACHE_DIR_ENV  # one name, spelt twice to stay light
+
+
+def test_the_zygote_imports_the_static_phase_and_no_torch() -> None:
+    code = (
+        "import sys; from prefixlint.warm import cli; cli.set_up(); "
+        "assert 'libcst' in sys.modules and 'prefixlint.rules.pfx301_missing_prefix' in "
+        "sys.modules; print(sorted(m for m in ('torch', 'vllm') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def _prefixlint(cwd: Path, *args: str, warm: bool = True, stdin: str = "", env=None):
+    environ = {**os.environ, **(env or {}), client.WARM_ENV: "1" if warm else "0"}
+    return subprocess.run(
+        [sys.executable, "-m", "prefixlint", *args],
+        cwd=cwd,
+        env=environ,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _served(cache: Path) -> int:
+    return sum(p.read_text().count(SERVED) for p in cache.glob("zygote-cli-*.log"))
+
+
+def _zygotes(cache: Path) -> set[int]:
+    return {int(t.split()[0]) for p in cache.glob("zygote-cli-*.lock") if (t := p.read_text())}
+
+
+@pytest.fixture
+def project(tmp_path: Path):
+    """A folder with a model file and its own cache folder; its zygotes stopped after."""
+    (tmp_path / "toy.py").write_text(MODEL)
+    cache = tmp_path / ".prefixlint_cache"
+    pids: set[int] = set()
+    yield tmp_path, cache, pids
+    pids |= _zygotes(cache)
+    client.stop(cache)
+    assert wait_until(lambda: not alive(pids), 10), f"zygotes left: {alive(pids)}"
+
+
+def _socket_up(cache: Path) -> bool:
+    return any(client.connect(s) for s in cache.glob("zygote-cli-*.sock"))
+
+
+def test_a_later_check_is_served_warm_with_the_same_output_and_exit(project) -> None:
+    folder, cache, pids = project
+    first = _prefixlint(folder, "check", "toy.py")  # runs here, starts the zygote
+    assert first.returncode == 1 and "PFX301" in first.stdout, first.stderr
+    assert wait_until(lambda: _socket_up(cache), 30), os.listdir(cache)
+    pids |= _zygotes(cache)
+    calls = [
+        ("check", "toy.py"),  # unchanged: from the results cache
+        ("check", "--format", "json", "toy.py"),
+        ("check", "--select", "PFX402", "toy.py"),  # exit 0
+        ("check", "missing.py"),  # exit 2, a clear error on stderr
+        ("check", "--select", "NOPE", "toy.py"),  # a usage error (exit 2)
+    ]
+    for args in calls:
+        served = _served(cache)
+        warm = _prefixlint(folder, *args)
+        assert _served(cache) == served + 1, (args, warm.stderr)  # a child ran it
+        cold = _prefixlint(folder, *args, warm=False)
+        assert (warm.returncode, warm.stdout, warm.stderr) == (
+            cold.returncode,
+            cold.stdout,
+            cold.stderr,
+        ), args
+    # An edited file is checked again, not answered from anything the zygote kept.
+    (folder / "toy.py").write_text(
+        MODEL.replace(
+            "quant_config=quant_config)", "quant_config=quant_config, prefix=f'{prefix}.down_proj')"
+        )
+    )
+    fixed = _prefixlint(folder, "check", "toy.py")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "PFX301" not in fixed.stdout
+    # --no-cache and PREFIXLINT_WARM_WORKER=0 run here.
+    served = _served(cache)
+    _prefixlint(folder, "check", "--no-cache", "toy.py")
+    _prefixlint(folder, "check", "toy.py", warm=False)
+    assert _served(cache) == served
+
+
+def test_a_zygote_whose_imports_changed_is_not_used_again(project) -> None:
+    """An edited prefixlint or libcst (an editable install): a child of the old zygote would
+    run the old code. The call runs here, and the next one is served by a new zygote."""
+    folder, cache, pids = project
+    site = folder / "site"
+    site.mkdir()
+    imported = site / "sitecustomize.py"  # every Python started with it imports it
+    imported.write_text("VERSION = 1\n")
+    env = {"PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    _prefixlint(folder, "check", "toy.py", env=env)
+    assert wait_until(lambda: _socket_up(cache), 30)
+    old = _zygotes(cache)
+    pids |= old
+    served = _served(cache)
+    assert _prefixlint(folder, "check", "toy.py", env=env).returncode == 1
+    assert _served(cache) == served + 1
+    imported.write_text("VERSION = 22\n")
+    here = _prefixlint(folder, "check", "toy.py", env=env)
+    assert here.returncode == 1 and "PFX301" in here.stdout
+    assert wait_until(lambda: not alive(old), 10)  # retired: it had no child running
+    _prefixlint(folder, "check", "toy.py", env=env)  # runs here, starts a new zygote
+    assert wait_until(lambda: _socket_up(cache), 30)
+    new = _zygotes(cache)
+    pids |= new
+    assert new and not new & old
+    served = _served(cache)
+    assert _prefixlint(folder, "check", "toy.py", env=env).returncode == 1
+    assert _served(cache) == served + 1
