@@ -458,3 +458,54 @@ def test_a_layout_that_fails_hides_no_finding_of_the_others(worker, tmp_path) ->
     assert "tp=1 build, which failed" in note.message and "Duplicate layer name" in note.message
     assert Path(note.filename).name == path.name
     assert report.results[0]["dryrun"] == "not verified"
+
+
+def test_a_fused_layers_mapping_is_blamed_only_when_it_is_wrong(tmp_path: Path) -> None:
+    """The quantization dry-run's reason for a fused layer whose parts the checkpoint lists:
+    the model's ``packed_modules_mapping`` entry when it is missing or names other parts;
+    never "is [q, k, v], not [q, k, v]" (the entry was right: the cause is elsewhere). The
+    site is the model's own mapping line, never a library's default (vLLM's
+    ``SupportsLoRA.packed_modules_mapping = {}``)."""
+    import importlib.util
+    import sys
+
+    from torch import nn
+    from vllm.model_executor.models.interfaces import SupportsLoRA
+
+    from prefixlint.introspect.dryrun.quant import packed_entry_wrong
+    from prefixlint.introspect.dryrun.sites import Sites
+
+    parts = ["q_proj", "k_proj", "v_proj"]
+    assert packed_entry_wrong({}, "qkv_proj", parts) == (
+        "`packed_modules_mapping` has no entry `'qkv_proj': ['q_proj', 'k_proj', 'v_proj']`"
+    )
+    assert packed_entry_wrong({"qkv_proj": ["q_proj", "v_proj"]}, "qkv_proj", parts) == (
+        "`packed_modules_mapping['qkv_proj']` is ['q_proj', 'v_proj'], not "
+        "['q_proj', 'k_proj', 'v_proj']"
+    )
+    assert (
+        packed_entry_wrong({"qkv_proj": ("q_proj", "k_proj", "v_proj")}, "qkv_proj", parts) is None
+    )
+
+    path = tmp_path / "mapped_model.py"
+    path.write_text(
+        "from torch import nn\n"
+        "from vllm.model_executor.models.interfaces import SupportsLoRA\n"
+        "\n"
+        "class Inherits(nn.Module, SupportsLoRA):\n"
+        "    pass\n"
+        "\n"
+        "class Own(nn.Module, SupportsLoRA):\n"
+        "    packed_modules_mapping = {'qkv_proj': ['q_proj', 'k_proj', 'v_proj']}\n"
+    )
+    spec = importlib.util.spec_from_file_location("mapped_model", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["mapped_model"] = module
+    try:
+        spec.loader.exec_module(module)
+        assert "packed_modules_mapping" in vars(SupportsLoRA)  # the default this is about
+        inherits = Sites(module.Inherits, nn.Module(), None)
+        assert inherits.packed_mapping() == (str(path), 4)  # the class, not interfaces.py
+        assert Sites(module.Own, nn.Module(), None).packed_mapping() == (str(path), 8)
+    finally:
+        sys.modules.pop("mapped_model", None)

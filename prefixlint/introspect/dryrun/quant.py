@@ -166,6 +166,17 @@ def _router(model_config: Any, module: nn.Module) -> bool:
     return getattr(module, "output_size", None) in experts - {None}
 
 
+def packed_entry_wrong(packed: Any, leaf: str, leaves: list[str]) -> str | None:
+    """How the model's ``packed_modules_mapping`` keeps the fused layer ``leaf`` from the
+    checkpoint's parts ``leaves``; None when its entry lists exactly those parts."""
+    entry = packed.get(leaf)
+    if entry is None:
+        return f"`packed_modules_mapping` has no entry `{leaf!r}: {leaves}`"
+    if list(entry) == leaves:
+        return None
+    return f"`packed_modules_mapping[{leaf!r}]` is {list(entry)}, not {leaves}"
+
+
 def _quant_mismatch(
     cls: type | None, path: str, module: nn.Module, layers: list[str], ignored: bool, sites: Sites
 ) -> Finding:
@@ -185,12 +196,14 @@ def _quant_mismatch(
             f"its prefix `{prefix}` is not its path, and the quantization config matches the prefix"
         )
     elif len(layers) > 1 and leaves != [leaf]:
-        entry = packed.get(leaf)
-        if entry is None:
-            why = f"`packed_modules_mapping` has no entry `{leaf!r}: {leaves}`"
+        wrong = packed_entry_wrong(packed, leaf, leaves)
+        if wrong is None:  # the model's entry lists the parts: the cause is not there
+            why = (
+                f"`packed_modules_mapping[{leaf!r}]` lists {leaves}, yet vLLM's "
+                "`is_layer_skipped` decides otherwise for this prefix"
+            )
         else:
-            why = f"`packed_modules_mapping[{leaf!r}]` is {list(entry)}, not {leaves}"
-        site = sites.packed_mapping()
+            why, site = wrong, sites.packed_mapping()
     elif layers != [path]:
         name = layers[0]
         why = (

@@ -28,7 +28,7 @@ from torch import nn
 
 from prefixlint.codes import CHECKPOINT_COVERAGE_CODE, QUANTIZATION_MISMATCH_CODE
 from prefixlint.introspect.builds.layout import BuildPlan, build_layout
-from prefixlint.introspect.dryrun.quant import written_layers
+from prefixlint.introspect.dryrun.quant import packed_entry_wrong, written_layers
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import Stream
 from prefixlint.introspect.dryrun.weights import module_leaf
@@ -414,13 +414,9 @@ def _cause(
             f"its prefix `{prefix}` is not its path, and the quantization config matches the prefix"
         )
     if len(layers) > 1 and leaves != [leaf] and getattr(module, "output_sizes", None):
-        entry = packed.get(leaf)
-        why = (
-            f"`packed_modules_mapping` has no entry `{leaf!r}: {leaves}`"
-            if entry is None
-            else f"`packed_modules_mapping[{leaf!r}]` is {list(entry)}, not {leaves}"
-        )
-        return sites.packed_mapping(), why
+        wrong = packed_entry_wrong(packed, leaf, leaves)
+        if wrong is not None:
+            return sites.packed_mapping(), wrong
     if layers != [path] and len(layers) == 1:
         return sites.module(path), (
             f"the checkpoint calls it `{layers[0]}` and the quantization config matches "

@@ -11,7 +11,7 @@ from typing import Any
 
 from torch import nn
 
-from prefixlint.introspect.finding import class_site
+from prefixlint.introspect.finding import class_site, model_code
 
 
 class Sites:
@@ -125,9 +125,13 @@ class Sites:
         return None
 
     def packed_mapping(self) -> tuple[str, int]:
+        """The model's own ``packed_modules_mapping`` line; the class's line when the
+        mapping it has is a library's (vLLM's ``SupportsLoRA`` default, say)."""
         for klass in getattr(self.cls, "__mro__", ()):
             if "packed_modules_mapping" in vars(klass):
                 file, start = source_site(klass)
+                if not model_code(file):
+                    continue
                 try:
                     lines, _ = inspect.getsourcelines(klass)
                 except (OSError, TypeError):
