@@ -7,6 +7,7 @@ zygote; a zygote whose imported files changed is not used again; phase 2, --no-c
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,8 @@ import pytest
 
 from prefixlint.warm import cli, client
 from prefixlint.warm.zygote import SERVED
-from tests.test_worker_lifetime import alive, wait_until
+from tests.conftest import requires_vllm
+from tests.test_worker_lifetime import HANGS, INTROSPECT, _env, alive, descendants, wait_until
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODEL = """
@@ -35,7 +37,8 @@ class ToyMLP(nn.Module):
     [
         (["check", "a.py"], "1", True),
         (["check", "--format", "json", "--cache-dir", "c", "a.py"], "1", True),
-        (["check", "--introspect", "a.py"], "1", False),  # phase 2 has its own
+        (["check", "--introspect", "a.py"], "1", True),  # its builds: phase 2's workers
+        (["check", "--introspect", "--no-warm-worker", "a.py"], "1", False),
         (["check", "--no-cache", "a.py"], "1", False),  # reuses nothing
         (["check", "a.py"], "0", False),
         (["rules"], "1", False),
@@ -174,3 +177,57 @@ def test_a_zygote_whose_imports_changed_is_not_used_again(project) -> None:
     served = _served(cache)
     assert _prefixlint(folder, "check", "toy.py", env=env).returncode == 1
     assert _served(cache) == served + 1
+
+
+def _last_child(cache: Path) -> int | None:
+    found = [
+        int(line.rsplit(" ", 1)[1])
+        for log in cache.glob("zygote-cli-*.log")
+        for line in log.read_text().splitlines()
+        if line.startswith(SERVED)
+    ]
+    return found[-1] if found else None
+
+
+@requires_vllm
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes in /proc")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_a_warm_check_introspect_that_ends_leaves_nothing_running(
+    project, sig: signal.Signals
+) -> None:
+    """``check --introspect`` served warm: its child runs phase 2 in phase 2's own warm
+    worker. Ctrl-C on the command reaches the child (exit 2, as a cold run); a command
+    that is killed takes its child with it, and the child's workers go with the child."""
+    folder, cache, pids = project
+    (folder / "slow.py").write_text(HANGS)
+    env = {**_env(folder), client.WARM_ENV: "1"}
+    _prefixlint(folder, "check", "slow.py", env=env)  # starts the zygote
+    assert wait_until(lambda: _socket_up(cache), 30)
+    pids |= _zygotes(cache)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "prefixlint", "check", "--introspect", "slow.py", *INTROSPECT],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert wait_until(lambda: (folder / "building").exists(), 300), "never built"
+        child = _last_child(cache)
+        assert child is not None and alive({child})
+        running = {child} | descendants(child)  # the child and its worker's watchdog
+        for sock in cache.glob("zygote-*.sock"):
+            if not sock.name.startswith("zygote-cli-"):  # phase 2's: its forked worker
+                zygote = int(sock.with_suffix(".lock").read_text().split()[0])
+                running |= descendants(zygote)
+                running.discard(zygote)  # the child started it; it outlives the command
+                pids.add(zygote)
+        assert len(running) >= 3, running
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == (-signal.SIGKILL if sig == signal.SIGKILL else 2), err
+    assert wait_until(lambda: not alive(running), 10), f"still running: {alive(running)}"

@@ -10,9 +10,11 @@ result is kept in it, so a child computes what a fresh process computes (the res
 fact caches on disk are the command's own). When no zygote listens, the call runs here and
 starts one for the next call; any failure before the child starts runs the command here.
 
-Only ``check`` without ``--introspect`` (phase 2 has its own warm worker), without
-``--no-cache`` (a run that must not reuse anything) and without ``PREFIXLINT_WARM_WORKER=0``;
-Linux and macOS. Standard library only until the command runs here.
+Only ``check`` (with ``--introspect`` too: the child is phase 2's client, its builds run in
+phase 2's own warm workers), not with ``--no-cache`` or ``--no-warm-worker`` (runs that must
+not reuse anything) or ``PREFIXLINT_WARM_WORKER=0``. Ctrl-C, SIGTERM and a hang-up are
+passed to the child; a caller that is killed takes its child with it (the zygote watches
+its connection). Linux and macOS. Standard library only until the command runs here.
 """
 
 from __future__ import annotations
@@ -30,9 +32,8 @@ from prefixlint.warm import client
 
 KIND = "prefixlint.warm.cli"
 CACHE_DIR_ENV = "PREFIXLINT_CACHE_DIR"  # as ``static.cache.CACHE_DIR_ENV`` (not imported: light)
-# Options after which ``check`` runs here: phase 2 has its own warm worker, and --no-cache
-# asks for a run that reuses nothing.
-COLD_OPTIONS = ("--introspect", "--no-cache", "--no-warm-worker")
+# Options after which ``check`` runs here: a run that asks to reuse nothing.
+COLD_OPTIONS = ("--no-cache", "--no-warm-worker")
 # What a static ``check`` imports: done once in the zygote (packages: every module).
 MODULES = (
     "prefixlint.cli",

@@ -111,21 +111,41 @@ class Zygote:
                 self.imported.update(imported_files(self.imported))
                 print(f"{WARMED} in {time.monotonic() - began:.1f} s", file=sys.stderr, flush=True)
                 self.last = time.monotonic()
-            if self.retired:
-                select.select([self.wakeup], [], [], 0.25)  # its children finish their jobs
-                with contextlib.suppress(OSError):
-                    os.read(self.wakeup, 512)
-                continue
-            if self.gone():
+            if not self.retired and self.gone():
                 return
-            ready, _, _ = select.select([self.listener, self.wakeup], [], [], 0.25)
-            if self.wakeup in ready:
-                with contextlib.suppress(OSError):
-                    os.read(self.wakeup, 512)
-            if self.listener in ready:
+            callers = list(self.children.values())
+            ready = self.wait([self.wakeup, *callers] + ([] if self.retired else [self.listener]))
+            self.orphans([c for c in callers if c in ready])
+            if self.listener in ready and not self.retired:
                 conn, _ = self.listener.accept()
                 if self.answer(conn) == "stop":
                     return
+
+    def wait(self, sources: list[Any]) -> list[Any]:
+        """What is ready within 0.25 s: a child's exit (the wake-up pipe, drained), a
+        caller's connection, a new caller."""
+        ready, _, _ = select.select(sources, [], [], 0.25)
+        if self.wakeup in ready:
+            with contextlib.suppress(OSError):
+                os.read(self.wakeup, 512)
+        return ready
+
+    def orphans(self, readable: list[socket.socket]) -> None:
+        """A caller sends nothing after its request: a readable connection is one whose
+        caller went away (killed, say). Its child goes too, as a cold process would have
+        (a static check over a large tree, or phase 2's builds, would run on unseen)."""
+        for pid, conn in list(self.children.items()):
+            if conn not in readable:
+                continue
+            try:
+                gone = conn.recv(1, socket.MSG_PEEK) == b""
+            except OSError:
+                gone = True
+            if gone:
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
 
     def answer(self, conn: socket.socket) -> str:
         conn.settimeout(10)
