@@ -106,27 +106,30 @@ def test_a_second_call_forks_from_the_same_zygote_with_the_cold_verdicts(
     assert found_cold  # llama.py's known finding: the comparison compares something
 
 
+def _list_call(folder: Path) -> dict:
+    """One job in a worker forked from the zygote in ``folder``; the zygote's answer."""
+    from prefixlint.introspect.process.client import Worker
+
+    worker = Worker(warm=folder)
+    try:
+        assert worker.run({"kind": "list"}, 300)
+    finally:
+        worker.close()
+    return worker.warm_info
+
+
 @requires_vllm
 @pytest.mark.slow
 def test_a_changed_prefixlint_starts_a_new_zygote_and_idle_ones_stop(
     cache, tmp_path: Path, monkeypatch
 ) -> None:
-    from prefixlint.introspect.process.client import Worker
 
     folder, pids = cache
     monkeypatch.setenv(warm.IDLE_ENV, "2")
 
-    def one_call() -> dict:
-        worker = Worker(warm=folder)
-        try:
-            assert worker.run({"kind": "list"}, 300)
-        finally:
-            worker.close()
-        return worker.warm_info
-
-    before = one_call()
+    before = _list_call(folder)
     monkeypatch.setattr(warm, "_sources_digest", lambda: "an edited prefixlint")
-    after = one_call()
+    after = _list_call(folder)
     pids |= {before["zygote"], after["zygote"]}
     assert before["zygote"] != after["zygote"]
     assert len(list(folder.glob("zygote-*.sock"))) <= 2
@@ -142,7 +145,6 @@ def test_a_file_the_zygote_imported_changed_a_new_zygote_serves(
 ) -> None:
     """An edited vLLM (an editable install keeps its version): a child of the old zygote
     would run the old code, so the old one retires and a new one imports the file anew."""
-    from prefixlint.introspect.process.client import Worker
 
     folder, pids = cache
     site = tmp_path / "site"
@@ -151,20 +153,12 @@ def test_a_file_the_zygote_imported_changed_a_new_zygote_serves(
     imported.write_text("VERSION = 1\n")
     monkeypatch.setenv("PYTHONPATH", str(site))
 
-    def one_call() -> dict:
-        worker = Worker(warm=folder)
-        try:
-            assert worker.run({"kind": "list"}, 300)
-        finally:
-            worker.close()
-        return worker.warm_info
-
-    before = one_call()
-    again = one_call()
+    before = _list_call(folder)
+    again = _list_call(folder)
     pids |= {before["zygote"]}
     assert again["zygote"] == before["zygote"]  # nothing changed: reused
     imported.write_text("VERSION = 22\n")
-    after = one_call()
+    after = _list_call(folder)
     pids |= {after["zygote"]}
     assert after["zygote"] != before["zygote"]
     assert wait_until(lambda: not alive({before["zygote"]}), 30)  # retired, then gone
