@@ -87,7 +87,7 @@ def test_install_step_installs_this_checkout() -> None:
     assert '"${REQUIREMENT:-$GITHUB_ACTION_PATH}"' in step["run"]
     assert step["env"]["REQUIREMENT"] == "${{ inputs.version }}"
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["scripts"]["prefixlint"] == "prefixlint.cli:main"
+    assert project["scripts"]["prefixlint"] == "prefixlint.warm.cli:main"  # runs prefixlint.cli
 
 
 def test_action_on_a_pull_request(pull_request: Path, github) -> None:
