@@ -57,9 +57,11 @@ def test_the_cache_folder_is_checks_own(monkeypatch) -> None:
     assert cli.cache_folder(["check", "--cache-dir=y", "a.py"]) == Path("y")
     monkeypatch.setenv(cli.CACHE_DIR_ENV, "z")
     assert cli.cache_folder(["check", "a.py"]) == Path("z")
-    from prefixlint.static.cache import CACHE_DIR_ENV
+    from prefixlint.static.cache import CACHE_DIR_ENV, ResultCache
 
     assert cli.CACHE_DIR_ENV == CACHE_DIR_ENV  # one name, spelt twice to stay light
+    assert cli.cache_folder(["check", "a.py"]) == ResultCache.folder_for(None)
+    assert cli.cache_folder(["check", "--cache-dir", "x", "a.py"]) == ResultCache.folder_for("x")
 
 
 def test_the_zygote_imports_the_static_phase_and_no_torch() -> None:

@@ -237,7 +237,7 @@ def _phase2(run: LintRun, opts: CheckOptions, changes: Any) -> tuple[list, str]:
         usage_error(CheckpointError),
         fresh_vllm_cache(opts.no_cache),
         # which classes are architectures reads vLLM's registry: from the fact cache
-        facts_in(None if opts.no_cache else (opts.cache_dir or ResultCache.default_folder())),
+        facts_in(None if opts.no_cache else ResultCache.folder_for(opts.cache_dir)),
     ):
         out = run_phase2(
             files,

@@ -50,8 +50,10 @@ class ResultCache:
         self._load()
 
     @classmethod
-    def default_folder(cls) -> Path:
-        return Path(os.environ.get(CACHE_DIR_ENV) or ".prefixlint_cache")
+    def folder_for(cls, cache_dir: Path | str | None = None) -> Path:
+        """A command's cache folder: ``--cache-dir``, else ``$PREFIXLINT_CACHE_DIR``, else
+        ``./.prefixlint_cache`` (phase 2's zygote lives there too)."""
+        return Path(cache_dir or os.environ.get(CACHE_DIR_ENV) or ".prefixlint_cache")
 
     def _load(self) -> None:
         try:

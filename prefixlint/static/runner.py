@@ -182,7 +182,7 @@ def run_static(
 ) -> RunResult:
     from prefixlint.static.vllm_source import facts_in
 
-    folder = str(cache_dir or ResultCache.default_folder()) if use_cache else None
+    folder = str(ResultCache.folder_for(cache_dir)) if use_cache else None
     # vLLM's registry and loader facts are kept beside the results: read once per release.
     with facts_in(Path(folder) if folder else None):
         return _run(files, config, codes, jobs, folder)

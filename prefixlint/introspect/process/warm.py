@@ -42,7 +42,7 @@ def warm_folder(off: bool, cache_dir: Path | None = None) -> Path | None:
         return None
     from prefixlint.static.cache import ResultCache
 
-    return cache_dir or ResultCache.default_folder()
+    return ResultCache.folder_for(cache_dir)
 
 
 def note_fallback(reason: str) -> None:
