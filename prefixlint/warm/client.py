@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -43,6 +44,15 @@ def warm_off() -> bool:
 
 def volatile(name: str) -> bool:
     return name in VOLATILE or name.startswith(VOLATILE_PREFIXES)
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL a child that leads its own process group (what it started goes too), and
+    the child itself should it not have made that group yet."""
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
 
 
 def key(cwd: str, env: dict[str, str], **more: Any) -> str:

@@ -32,7 +32,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from prefixlint.warm.client import DEFAULT_IDLE, IDLE_ENV, address, read_line
+from prefixlint.warm.client import DEFAULT_IDLE, IDLE_ENV, address, kill_group, read_line
 
 WARMED = "prefixlint zygote: warmed up"  # its log's line once the kind's warm-up ran
 SERVED = "prefixlint zygote: served"  # its log's line for each child it forks
@@ -142,10 +142,7 @@ class Zygote:
             except OSError:
                 gone = True
             if gone:
-                with contextlib.suppress(OSError):
-                    os.killpg(pid, signal.SIGKILL)
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
+                kill_group(pid)
 
     def answer(self, conn: socket.socket) -> str:
         conn.settimeout(10)
@@ -234,10 +231,7 @@ class Zygote:
 
     def stop_children(self) -> None:
         for pid in list(self.children):
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+            kill_group(pid)
         end = time.monotonic() + 10
         while self.children and time.monotonic() < end:
             self.reap()

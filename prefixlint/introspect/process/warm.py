@@ -114,10 +114,7 @@ class WarmProcess:
     def kill(self) -> None:
         if self.returncode is not None:
             return  # reaped by the zygote: its number may be another process's now
-        with contextlib.suppress(OSError):
-            os.killpg(self.pid, 9)
-        with contextlib.suppress(OSError):
-            os.kill(self.pid, 9)
+        client.kill_group(self.pid)
 
     def close(self) -> None:
         for f in (self.stdin, self.stdout, self.conn):
