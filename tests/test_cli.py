@@ -304,3 +304,16 @@ def test_introspect_takes_no_cache_and_no_source(project: Path, monkeypatch) -> 
     assert seen[0] and not Path(seen[0]).exists() and "VLLM_CACHE_ROOT" not in os.environ
     code, out = run(["introspect", "model.py:Model"], project)
     assert code == 1 and "|" in out and seen[1] is None, out
+
+
+def test_the_results_cache_is_keyed_by_prefixlint_own_source(tmp_path: Path) -> None:
+    """An edited or upgraded prefixlint (same version number) never serves old results."""
+    from prefixlint.static.cache import source_stamp
+
+    (tmp_path / "pkg").mkdir()
+    rule = tmp_path / "pkg" / "rule.py"
+    rule.write_text("SEVERITY = 'error'\n")
+    before = source_stamp(tmp_path)
+    assert source_stamp(tmp_path) == before
+    rule.write_text("SEVERITY = 'warning, now'\n")
+    assert source_stamp(tmp_path) != before

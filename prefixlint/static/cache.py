@@ -13,6 +13,7 @@ import json
 import os
 import tempfile
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,23 @@ def stat_key(path: str) -> list[int] | None:
     return [st.st_mtime_ns, st.st_size]
 
 
+def source_stamp(root: Path) -> str:
+    """A hash of the (path, mtime, size) of every Python file under ``root``."""
+    stats = sorted(
+        (str(path.relative_to(root)), *(stat_key(str(path)) or [])) for path in root.rglob("*.py")
+    )
+    return content_hash(json.dumps(stats).encode())
+
+
+@cache
+def code_version() -> str:
+    """prefixlint's version and a stamp of its own source files: cached results are keyed by
+    the code that made them, so an edited or upgraded prefixlint (an editable checkout, a
+    release that kept its version number) never serves a verdict its rules no longer give.
+    Once per process (~10 ms); a warm zygote retires when a file it imported changed."""
+    return f"{__version__}+{source_stamp(Path(__file__).resolve().parent.parent)}"
+
+
 @dataclass
 class Entry:
     digest: str
@@ -43,7 +61,7 @@ class Entry:
 class ResultCache:
     def __init__(self, folder: Path, fingerprint: dict[str, Any]) -> None:
         self.folder = folder
-        key = json.dumps({"version": __version__, **fingerprint}, sort_keys=True)
+        key = json.dumps({"version": code_version(), **fingerprint}, sort_keys=True)
         self.file = folder / f"results-{content_hash(key.encode())}.json"
         self.entries: dict[str, Entry] = {}
         self.dirty = False
@@ -107,7 +125,7 @@ class SummaryCache:
     def __init__(self, folder: Path) -> None:
         from prefixlint.static.index import SUMMARY_FORMAT
 
-        key = f"{__version__}/{SUMMARY_FORMAT}".encode()
+        key = f"{code_version()}/{SUMMARY_FORMAT}".encode()
         self.file = folder / f"summaries-{content_hash(key)}.json"
         self.folder = folder
         self._entries: dict[str, tuple[list[int], dict[str, Any]]] | None = None
@@ -161,7 +179,7 @@ class FactCache:
     that is missing is recorded as such (it may appear)."""
 
     def __init__(self, folder: Path, version: str) -> None:
-        key = f"{__version__}/{version}".encode()
+        key = f"{code_version()}/{version}".encode()
         self.file = folder / f"vllm-facts-{content_hash(key)}.json"
         self.folder = folder
         self.entries: dict[str, Any] = {}

@@ -157,6 +157,9 @@ def set_up() -> None:
         package = importlib.import_module(name)
         for module in pkgutil.walk_packages(package.__path__, f"{name}."):
             importlib.import_module(module.name)
+    from prefixlint.static.cache import code_version
+
+    code_version()  # the results cache's key, stamped once for every child
     import gc
 
     gc.collect()
