@@ -10,8 +10,10 @@ never imported.
 
 from __future__ import annotations
 
+import ast
 import functools
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -195,3 +197,59 @@ def is_drafter(rule: LintRule, cls: ClassSummary) -> bool:
     return sig is not None and any(
         sig.param(p) is not None for p in ("hidden_states", "previous_hidden_states")
     )
+
+
+def raising_method(rule: LintRule, cls: ClassSummary, method: str) -> str | None:
+    """The class along ``cls``'s resolvable bases (itself first) that defines ``method``
+    with a body that only raises ``NotImplementedError``: the author wrote the method and
+    said it is unsupported, which is not the same as having none (vLLM's interface checks
+    look for the attribute). None when no class does. The index counts such a body as a
+    stub, so its source is read here, only when a rule is about to say "has no"."""
+    mro, _ = interface_mro(rule, cls)
+    for entry in mro:
+        if entry.cls is None or is_protocol(entry.cls):
+            continue
+        sig = entry.cls.methods.get(method)
+        if sig is None or not sig.is_stub:
+            continue
+        if entry.module is rule.ctx.summary:
+            text = rule.ctx.source_text
+        else:
+            try:
+                text = Path(entry.module.path).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+        if _raises_not_implemented(text, entry.cls.name, method):
+            return entry.cls.name
+    return None
+
+
+def _raises_not_implemented(text: str, cls: str, method: str) -> bool:
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    for node in tree.body:
+        if not (isinstance(node, ast.ClassDef) and node.name == cls):
+            continue
+        for fn in node.body:
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name == method:
+                body = [
+                    s
+                    for s in fn.body
+                    if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+                ]
+                return (
+                    len(body) == 1
+                    and isinstance(body[0], ast.Raise)
+                    and body[0].exc is not None
+                    and _exception_name(body[0].exc) == "NotImplementedError"
+                )
+    return False
+
+
+def _exception_name(exc: ast.expr) -> str:
+    target = exc.func if isinstance(exc, ast.Call) else exc
+    if isinstance(target, ast.Attribute):
+        return target.attr
+    return target.id if isinstance(target, ast.Name) else ""
