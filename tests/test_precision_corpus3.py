@@ -76,3 +76,34 @@ class MyForConditionalGeneration(nn.Module, SupportsMultiModal):
     [(severity, message)] = found(code, MultiModalInterfaceIncomplete, "PFX503")
     assert severity == "error" and "implements no" not in message
     assert "`MyForConditionalGeneration.embed_multimodal` only raises" in message
+
+
+# -- a collective in a model that builds no vLLM layer: no layer owns its communication ---
+
+
+def test_collective_in_a_model_without_vllm_layers_is_a_note() -> None:
+    from prefixlint.rules.pfx401_direct_collective import DirectCollective
+
+    code = example(
+        """
+class ShardedMLP(nn.Module):
+    def __init__(self, hidden: int, prefix: str = ""):
+        super().__init__()
+        self.hidden = hidden
+        self.fc = nn.Linear(hidden, hidden)
+
+    def forward(self, x):
+        y = self.fc(x)
+        if y.shape[-1] != self.hidden:  # sharded: gather the pieces
+            y = tensor_model_parallel_all_gather(y)
+        return y
+"""
+    )
+    [(severity, message)] = found(code, DirectCollective, "PFX401")
+    assert severity == "note" and "no vLLM layer is built in this file" in message
+    # With a vLLM parallel layer in the file, the same call is the warning it was.
+    with_layer = code.replace(
+        "nn.Linear(hidden, hidden)", 'RowParallelLinear(hidden, hidden, prefix=f"{prefix}.fc")'
+    )
+    [(severity, _)] = found(with_layer, DirectCollective, "PFX401")
+    assert severity == "warning"
