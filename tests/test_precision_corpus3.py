@@ -107,3 +107,74 @@ class ShardedMLP(nn.Module):
     )
     [(severity, _)] = found(with_layer, DirectCollective, "PFX401")
     assert severity == "warning"
+
+
+# -- a registration outside register() that overwrites one of vLLM's own architectures ----
+
+
+def test_registration_outside_register_that_overwrites_vllm_is_found() -> None:
+    from prefixlint.rules.pfx504_plugin_registration import PluginRegistration
+
+    at_import = (
+        "from vllm import ModelRegistry\n\n"
+        'ModelRegistry.register_model("LlamaForCausalLM", "my_pkg.model:MyLlama")\n'
+    )
+    [(_, message)] = found(at_import, PluginRegistration, "PFX504")
+    assert "at import time" in message and "vLLM's own `LlamaForCausalLM`" in message
+    entry_point = (
+        "from vllm import ModelRegistry\n\n"
+        "def main():\n"
+        '    ModelRegistry.register_model("Qwen2ForCausalLM", "my_pkg.model:MyQwen")\n'
+    )
+    [(_, message)] = found(entry_point, PluginRegistration, "PFX504")
+    assert "in `main()`" in message and "`Qwen2ForCausalLM`" in message
+    # The plugin's own name outside register(), and a guarded overwrite: nothing.
+    own = at_import.replace('"LlamaForCausalLM"', '"MyLlamaForCausalLM"')
+    assert found(own, PluginRegistration, "PFX504") == []
+    guarded = (
+        "from vllm import ModelRegistry\n\n"
+        'if "LlamaForCausalLM" not in ModelRegistry.get_supported_archs():\n'
+        '    ModelRegistry.register_model("LlamaForCausalLM", "my_pkg.model:MyLlama")\n'
+    )
+    assert found(guarded, PluginRegistration, "PFX504") == []
+
+
+# -- a leading-dot name at the root when nothing under it reads the name ------------------
+
+_LEADING_DOT = example(
+    """
+class MyModel(nn.Module):
+    def __init__(self, *, vllm_config, prefix: str = ""):
+        super().__init__()
+        self.fc = RowParallelLinear(8, 8, prefix=f"{prefix}.fc")
+
+
+class MyForCausalLM(nn.Module):
+    def __init__(self, *, vllm_config, prefix: str = ""):
+        super().__init__()
+        self.model = MyModel(vllm_config=vllm_config, prefix=f"{prefix}.model")
+
+    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
+        return self.model(input_ids, positions, intermediate_tensors, inputs_embeds)
+"""
+)
+
+
+def test_leading_dot_at_the_root_is_a_note_when_nothing_below_reads_it() -> None:
+    from prefixlint.rules.pfx302_prefix_attribute_mismatch import PrefixAttributeMismatch
+
+    dots = [
+        (severity, message)
+        for severity, message in found(_LEADING_DOT, PrefixAttributeMismatch, "PFX302")
+        if "starts with a dot" in message
+    ]
+    assert [s for s, _ in dots] == ["note"], dots
+    assert "nothing `MyModel` builds takes a name from it" in dots[0][1]
+    # A layer under it that a quantization config reaches: the error it was.
+    read = _LEADING_DOT.replace("8, 8, prefix", "8, 8, quant_config=qc, prefix")
+    dots = [
+        s
+        for s, message in found(read, PrefixAttributeMismatch, "PFX302")
+        if "starts with a dot" in message
+    ]
+    assert dots == ["error"]

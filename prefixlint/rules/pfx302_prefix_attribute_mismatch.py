@@ -314,7 +314,10 @@ class MyForCausalLM(nn.Module, SupportsLoRA):
         ):
             return  # a stage or a sub-model gets its parent's name, never ""
         cls = owner.name.value
-        consumer = self.ctx.name_has_consumer(site)
+        # A config reaching the module is a consumer only when something under it looks a
+        # name up: a class of this file whose layers take no name from it reads none
+        # (third blind corpus: contested as an error).
+        consumer = self.ctx.name_has_consumer(site) and self._reads_below(site.callee, set())
         message = (
             f"prefix `{render(site.value or ())}` starts with a dot where `{cls}` is the root: "
             f'vLLM builds it with `prefix=""`, so the module is named `.{name}` and every '
@@ -327,7 +330,10 @@ class MyForCausalLM(nn.Module, SupportsLoRA):
                 "load"
             )
         else:
-            message += " (a note: nothing looks the name up yet, no `quant_config` reaches it)"
+            message += (
+                " (a note: nothing looks the name up yet: no `quant_config` reaches it, or "
+                f"nothing `{site.callee}` builds takes a name from it)"
+            )
         self.report(
             site.prefix_arg or site.call,
             message + f'; use `maybe_prefix(prefix, "{name}")`',
@@ -335,6 +341,27 @@ class MyForCausalLM(nn.Module, SupportsLoRA):
             site=site,
             fix=lambda: leading_dot_fix(site, self.ctx.uses_maybe_prefix),
         )
+
+    def _reads_below(self, callee: str, seen: set[str]) -> bool:
+        """Whether a module built by ``callee`` may look a name under its prefix up: true
+        unless ``callee`` is a class of this file whose every prefix-taking child is built
+        from the class's own prefix and neither has a consumer nor is such a class with
+        one. A prefix prefixlint cannot follow counts as read."""
+        name = callee.rsplit(".", 1)[-1]
+        if name not in self.ctx.summary.classes or "." in callee:
+            return True  # another file's class (vLLM's LlamaModel): assume it reads
+        if name in seen:
+            return False
+        seen.add(name)
+        for site in self.ctx.prefixes.sites:
+            owner = site.scope.class_node
+            if owner is None or owner.name.value != name or site.prefix_arg is None:
+                continue
+            if site.value is None or not is_known(site.value) or site.value[0][0] != "root":
+                return True
+            if self.ctx.name_has_consumer(site) and self._reads_below(site.callee, seen):
+                return True
+        return False
 
     def _check(self, site: Site) -> None:
         exp, value = site.expected, site.value
