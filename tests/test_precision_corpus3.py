@@ -178,3 +178,32 @@ def test_leading_dot_at_the_root_is_a_note_when_nothing_below_reads_it() -> None
         if "starts with a dot" in message
     ]
     assert dots == ["error"]
+
+
+# -- a plugin written for the V0 engine: it targets another vLLM ---------------------------
+
+_V0_PLUGIN = (
+    "from torch import nn\n"
+    "from vllm.attention import AttentionMetadata\n"
+    "from vllm.model_executor.sampling_metadata import SamplingMetadata\n\n"
+    "class MyForCausalLM(nn.Module):\n"
+    '    def __init__(self, *, vllm_config, prefix: str = ""):\n'
+    "        super().__init__()\n\n"
+    "    def forward(self, input_ids, positions, kv_caches, attn_metadata,\n"
+    "                intermediate_tensors=None, inputs_embeds=None):\n"
+    "        return input_ids\n"
+)
+
+
+def test_v0_plugin_is_said_to_target_another_vllm() -> None:
+    from prefixlint.rules.pfx201_forward_signature import ForwardSignature
+
+    [(severity, message)] = found(_V0_PLUGIN, ForwardSignature, "PFX201")
+    assert severity == "warning" and "targets another" in message
+    assert "`vllm.model_executor.sampling_metadata.SamplingMetadata`" in message
+    # The same forward in a file whose imports this vLLM has: today's contract applies.
+    today = _V0_PLUGIN.replace(
+        "from vllm.model_executor.sampling_metadata import SamplingMetadata\n", ""
+    ).replace("from vllm.attention import AttentionMetadata\n", "")
+    errors = [s for s, _ in found(today, ForwardSignature, "PFX201")]
+    assert errors and set(errors) == {"error"}

@@ -253,3 +253,20 @@ def _exception_name(exc: ast.expr) -> str:
     if isinstance(target, ast.Attribute):
         return target.attr
     return target.id if isinstance(target, ast.Name) else ""
+
+
+# V0's forward contract: the engine passed the KV caches and the attention metadata.
+V0_FORWARD_PARAMS = ("kv_caches", "attn_metadata")
+
+
+def removed_vllm_imports(ctx: FileContext) -> list[str]:
+    """The names the file imports from vLLM that the vLLM being read does not define (a
+    module or name a later release removed): evidence the file targets another vLLM."""
+    out = []
+    for local, (module, _) in sorted(ctx.summary.imports.items()):
+        if not module.startswith("vllm"):
+            continue
+        missing = ctx.resolver.unresolved_vllm(ctx.summary, local)
+        if missing is not None:
+            out.append(missing)
+    return out
