@@ -207,3 +207,79 @@ def test_v0_plugin_is_said_to_target_another_vllm() -> None:
     ).replace("from vllm.attention import AttentionMetadata\n", "")
     errors = [s for s, _ in found(today, ForwardSignature, "PFX201")]
     assert errors and set(errors) == {"error"}
+
+
+# -- a literal cache-layer name in a model that is only ever the top-level model ----------
+
+_TOP_LEVEL_ONLY = {
+    "lit/__init__.py": (
+        "def register():\n"
+        "    from vllm import ModelRegistry\n"
+        '    if "LitForCausalLM" not in ModelRegistry.get_supported_archs():\n'
+        '        ModelRegistry.register_model("LitForCausalLM", "lit.model:LitForCausalLM")\n'
+    ),
+    "lit/model.py": (
+        "from torch import nn\n"
+        "from vllm.config import VllmConfig\n"
+        "from vllm.model_executor.layers.attention import Attention\n"
+        "from vllm.model_executor.models.utils import maybe_prefix\n\n"
+        "class LitAttention(nn.Module):\n"
+        "    def __init__(self, layer_idx: int, cache_config=None, prefix: str = ''):\n"
+        "        super().__init__()\n"
+        "        self.attn = Attention(4, 8, 1.0, cache_config=cache_config,\n"
+        '                              prefix=f"model.layers.{layer_idx}.attn")\n\n'
+        "class LitModel(nn.Module):\n"
+        "    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ''):\n"
+        "        super().__init__()\n"
+        "        self.layers = nn.ModuleList(\n"
+        '            [LitAttention(i, prefix=f"{prefix}.layers.{i}") for i in range(2)]\n'
+        "        )\n\n"
+        "class LitForCausalLM(nn.Module):\n"
+        "    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ''):\n"
+        "        super().__init__()\n"
+        "        self.model = LitModel(\n"
+        '            vllm_config=vllm_config, prefix=maybe_prefix(prefix, "model"))\n\n'
+        "    def forward(self, input_ids, positions, intermediate_tensors=None,\n"
+        "                inputs_embeds=None):\n"
+        "        return self.model(input_ids)\n"
+    ),
+}
+
+
+def _lint_package(root, files: dict[str, str], name: str) -> list[tuple[str, str]]:
+    from prefixlint.rules.pfx303_prefix_not_derived import PrefixNotDerived
+    from prefixlint.static.engine import Linter
+    from prefixlint.static.resolve import ModuleLoader, Resolver
+
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    package = root / rel.split("/")[0]
+    linter = Linter([PrefixNotDerived], Resolver(ModuleLoader(roots=[package])))
+    path = root / name
+    return [(d.severity.value, d.message) for d in linter.lint_path(path, path.name)]
+
+
+def test_literal_cache_layer_name_in_a_top_level_only_model_is_a_warning(tmp_path) -> None:
+    [(severity, message)] = _lint_package(tmp_path / "a", _TOP_LEVEL_ONLY, "lit/model.py")
+    assert severity == "warning" and "spells the path from `LitForCausalLM`" in message
+    # A package that nests a model of its own (a stage): the literal breaks there, an error.
+    nested = dict(_TOP_LEVEL_ONLY)
+    nested["lit/__init__.py"] += '        ModelRegistry.register_model("LitVL", "lit.vl:LitVL")\n'
+    nested["lit/vl.py"] = (
+        "from torch import nn\n"
+        "from vllm.config import VllmConfig\n"
+        "from vllm.model_executor.models.utils import init_vllm_registered_model\n"
+        "from vllm.model_executor.models.utils import maybe_prefix\n\n"
+        "class LitVL(nn.Module):\n"
+        "    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ''):\n"
+        "        super().__init__()\n"
+        "        self.language_model = init_vllm_registered_model(\n"
+        "            vllm_config=vllm_config, architectures=['LitForCausalLM'],\n"
+        '            prefix=maybe_prefix(prefix, "language_model"))\n\n'
+        "    def forward(self, input_ids, positions, intermediate_tensors=None,\n"
+        "                inputs_embeds=None):\n"
+        "        return self.language_model(input_ids)\n"
+    )
+    [(severity, _)] = _lint_package(tmp_path / "b", nested, "lit/model.py")
+    assert severity == "error"
