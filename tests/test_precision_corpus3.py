@@ -283,3 +283,46 @@ def test_literal_cache_layer_name_in_a_top_level_only_model_is_a_warning(tmp_pat
     )
     [(severity, _)] = _lint_package(tmp_path / "b", nested, "lit/model.py")
     assert severity == "error"
+
+
+# -- cross-attention built without quant_config/cache_config, from a removed vLLM module --
+
+_CROSS = (
+    "from torch import nn\n"
+    "from vllm.attention import Attention, AttentionType\n"
+    "from vllm.model_executor.layers.linear import QKVParallelLinear\n\n"
+    "class MyCrossAttention(nn.Module):\n"
+    '    def __init__(self, config, prefix: str = ""):\n'
+    "        super().__init__()\n"
+    '        self.qkv_proj = QKVParallelLinear(8, 8, 2, prefix=f"{prefix}.qkv_proj")\n'
+    "        self.attn = Attention(4, 8, 1.0, attn_type=AttentionType.ENCODER_DECODER,\n"
+    '                              prefix=f"{prefix}.attn")\n\n'
+    "class MyDecoderLayer(nn.Module):\n"
+    '    def __init__(self, config, cache_config=None, quant_config=None, prefix: str = ""):\n'
+    "        super().__init__()\n"
+    '        self.cross_attn = MyCrossAttention(config, prefix=f"{prefix}.cross_attn")\n'
+)
+
+
+def test_cross_attention_that_takes_no_configs_is_found() -> None:
+    from prefixlint.rules.pfx405_quant_config_not_passed import QuantConfigNotPassed
+    from prefixlint.rules.pfx406_cache_config_not_passed import CacheConfigNotPassed
+
+    [(severity, message)] = found(_CROSS, QuantConfigNotPassed, "PFX405")
+    assert severity == "error" and "`MyCrossAttention` takes no `quant_config`" in message
+    assert "targets another vLLM" in message and "`vllm.attention.AttentionType`" in message
+    [(severity, message)] = found(_CROSS, CacheConfigNotPassed, "PFX406")
+    assert severity == "error" and "`MyCrossAttention` takes no `cache_config`" in message
+    # Handed down, nothing is reported.
+    passed = _CROSS.replace(
+        '    def __init__(self, config, prefix: str = ""):\n',
+        '    def __init__(self, config, cache_config=None, quant_config=None, prefix=""):\n',
+    ).replace(
+        "MyCrossAttention(config, prefix",
+        "MyCrossAttention(config, cache_config, quant_config, prefix",
+    )
+    passed = passed.replace("2, prefix=", "2, quant_config=quant_config, prefix=").replace(
+        "1.0, attn_type", "1.0, cache_config=cache_config, quant_config=quant_config, attn_type"
+    )
+    assert found(passed, QuantConfigNotPassed, "PFX405") == []
+    assert found(passed, CacheConfigNotPassed, "PFX406") == []

@@ -12,11 +12,13 @@ from prefixlint.static.layer_configs import (
     builds_layer,
     callee_symbols,
     config_fix,
+    cut_off,
     is_router,
     omitted,
     quantized_layer,
     vocabulary_layer,
 )
+from prefixlint.static.model_classes import other_vllm
 from prefixlint.static.prefix_sites import Site, dotted_name, is_layer_site
 from prefixlint.static.resolve import Symbol
 from prefixlint.static.rule import (
@@ -167,7 +169,10 @@ class Model(nn.Module):
         reach = Reach()
         decoder: set[str] | None = None
         for site in self.ctx.prefixes.sites:
-            if not is_layer_site(site) or not omitted(site, QUANT_CONFIG):
+            if is_layer_site(site) and not omitted(site, QUANT_CONFIG):
+                decoder = self._cut_off(site, reach, decoder)
+                continue
+            if not is_layer_site(site):
                 continue
             expression = reach.expression(site, QUANT_CONFIG, self._attributes(site))
             if expression is None:
@@ -183,6 +188,30 @@ class Model(nn.Module):
                 site=site,
                 fix=lambda site=site, e=expression: config_fix(site, QUANT_CONFIG, e),
             )
+
+    def _cut_off(self, site: Site, reach: Reach, decoder: set[str] | None) -> set[str] | None:
+        """A class of this file that takes no ``quant_config``, built where one is in
+        reach: the layers it builds can never get it (the third blind corpus's miss)."""
+        inner = [
+            s
+            for s in cut_off(self.ctx.prefixes.sites, site, QUANT_CONFIG)
+            if reach.expression(s, QUANT_CONFIG, self._attributes(s)) is None
+        ]
+        expression = reach.expression(site, QUANT_CONFIG, self._attributes(site)) if inner else None
+        if expression is None:
+            return decoder
+        decoder = self._decoder.compute(self) if decoder is None else decoder
+        severity, why = self._judge(site, decoder)
+        layers = ", ".join(sorted({f"`{s.callee}`" for s in inner}))
+        self.report(
+            site.call,
+            f"`{site.callee}` takes no `quant_config`, so the {layers} it builds never get one, "
+            f"while `{expression}` is in reach here{why}; give `{site.callee}` a "
+            f"`quant_config` parameter and pass it on{other_vllm(self.ctx)}",
+            severity=severity,
+            site=site,
+        )
+        return decoder
 
     def _attributes(self, site: Site) -> set[str]:
         cls = site.scope.class_node

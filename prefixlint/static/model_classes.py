@@ -270,3 +270,16 @@ def removed_vllm_imports(ctx: FileContext) -> list[str]:
         if missing is not None:
             out.append(missing)
     return out
+
+
+def other_vllm(ctx: FileContext) -> str:
+    """A clause that says the file targets another vLLM (it imports names the vLLM being
+    read does not define), for a finding judged against this one; empty otherwise."""
+    removed = removed_vllm_imports(ctx)
+    if not removed:
+        return ""
+    shown = ", ".join(f"`{n}`" for n in removed[:3]) + (", ..." if len(removed) > 3 else "")
+    return (
+        f" (the file imports {shown}, which this vLLM does not define: it targets another "
+        "vLLM, and is judged here against this one)"
+    )
