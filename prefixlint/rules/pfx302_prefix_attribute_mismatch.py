@@ -11,6 +11,7 @@ from prefixlint.static.prefix_sites import (
     Site,
     Value,
     builds_module,
+    dotted_name,
     has_variable,
     is_known,
     quant_reaches,
@@ -20,6 +21,7 @@ from prefixlint.static.renames import Renames, differing
 from prefixlint.static.root_prefix import leading_dot_fix, leading_dot_name
 from prefixlint.static.rule import PREFIX_CALLS, Invalid, LintRule, example
 from prefixlint.static.scope import Role
+from prefixlint.static.walk import walk
 
 # Conventions of vLLM's own layers, where the prefix names another attribute on purpose:
 # (attribute, prefix name). ``layers/mla.py`` stores ``MLAAttention`` at ``mla_attn`` with
@@ -344,12 +346,14 @@ class MyForCausalLM(nn.Module, SupportsLoRA):
 
     def _reads_below(self, callee: str, seen: set[str]) -> bool:
         """Whether a module built by ``callee`` may look a name under its prefix up: true
-        unless ``callee`` is a class of this file whose every prefix-taking child is built
-        from the class's own prefix and neither has a consumer nor is such a class with
-        one. A prefix prefixlint cannot follow counts as read."""
+        unless ``callee`` is a class of this file with its own ``__init__`` whose every
+        prefix-taking child is built from the class's own prefix and is either such a class
+        that reads none, or a layer no config reaches (none passed, by keyword or by
+        position). A prefix prefixlint cannot follow counts as read."""
         name = callee.rsplit(".", 1)[-1]
-        if name not in self.ctx.summary.classes or "." in callee:
-            return True  # another file's class (vLLM's LlamaModel): assume it reads
+        cls = self.ctx.summary.classes.get(name)
+        if cls is None or "." in callee or "__init__" not in cls.methods:
+            return True  # another file's class, or an inherited constructor: assume it reads
         if name in seen:
             return False
         seen.add(name)
@@ -359,7 +363,10 @@ class MyForCausalLM(nn.Module, SupportsLoRA):
                 continue
             if site.value is None or not is_known(site.value) or site.value[0][0] != "root":
                 return True
-            if self.ctx.name_has_consumer(site) and self._reads_below(site.callee, seen):
+            if site.callee.rsplit(".", 1)[-1] in self.ctx.summary.classes:
+                if self._reads_below(site.callee, seen):
+                    return True
+            elif self.ctx.name_has_consumer(site) or _passes_a_config(site.call):
                 return True
         return False
 
@@ -552,3 +559,14 @@ def _composed_match(parent: Site, child: Site) -> bool:
     want = parent.expected.render().replace("{prefix}", "", 1)
     want = "{prefix}" + want + child.expected.render().removeprefix("{prefix}")
     return got == want
+
+
+def _passes_a_config(call: cst.Call) -> bool:
+    """Any argument that names a quantization, cache or vLLM config (positional ones too)."""
+    return any(
+        isinstance(sub, (cst.Name, cst.Attribute))
+        and (dotted_name(sub) or "").rsplit(".", 1)[-1]
+        in ("quant_config", "cache_config", "vllm_config")
+        for arg in call.args
+        for sub in walk(arg.value)
+    )
