@@ -31,6 +31,8 @@ from prefixlint.static.rule import (
 )
 from prefixlint.static.vllm_facts import owns_engine_cache
 
+_RANK = {Severity.NOTE: 0, Severity.WARNING: 1, Severity.ERROR: 2}
+
 # The context manager vLLM's multimodal models build their towers under.
 TOWER_MARK = "_mark_tower_model"
 
@@ -201,7 +203,12 @@ class Model(nn.Module):
         if expression is None:
             return decoder
         decoder = self._decoder.compute(self) if decoder is None else decoder
+        # As severe as the worst of the layers left without it, judged where they are
+        # built (a router, a tower's projector: vLLM's convention), never above the block.
         severity, why = self._judge(site, decoder)
+        worst = max((self._judge(s, decoder) for s in inner), key=lambda j: _RANK[j[0]])
+        if _RANK[worst[0]] < _RANK[severity]:
+            severity, why = worst
         layers = ", ".join(sorted({f"`{s.callee}`" for s in inner}))
         self.report(
             site.call,

@@ -260,15 +260,21 @@ V0_FORWARD_PARAMS = ("kv_caches", "attn_metadata")
 
 
 def removed_vllm_imports(ctx: FileContext) -> list[str]:
-    """The names the file imports from vLLM that the vLLM being read does not define (a
-    module or name a later release removed): evidence the file targets another vLLM."""
-    out = []
-    for local, (module, _) in sorted(ctx.summary.imports.items()):
+    """The names the file imports from vLLM that the vLLM being read does not have: a
+    module it lacks, or a name its module binds nowhere (a variable or an alias the module
+    binds is there, whatever it is). Evidence the file targets another vLLM."""
+    loader, out = ctx.resolver.loader, []
+    for local, (module, attr) in sorted(ctx.summary.imports.items()):
         if not module.startswith("vllm"):
             continue
-        missing = ctx.resolver.unresolved_vllm(ctx.summary, local)
-        if missing is not None:
-            out.append(missing)
+        if ctx.resolver.unresolved_vllm(ctx.summary, local) is None:
+            continue
+        if attr is not None and loader.by_name(f"{module}.{attr}") is not None:
+            continue  # a submodule
+        found = loader.by_name(module)
+        if found is not None and (found.names is None or (attr or "") in found.names):
+            continue  # bound there (or cannot be known): not evidence
+        out.append(f"{module}.{attr}" if attr else module)
     return out
 
 
