@@ -326,3 +326,20 @@ def test_cross_attention_that_takes_no_configs_is_found() -> None:
     )
     assert found(passed, QuantConfigNotPassed, "PFX405") == []
     assert found(passed, CacheConfigNotPassed, "PFX406") == []
+
+
+def test_a_block_unquantized_on_purpose_is_a_note() -> None:
+    """vLLM's Inkling MTP depth layer: it passes ``quant_config=None`` to its block and
+    builds its projection without one (a bf16 draft layer)."""
+    from prefixlint.rules.pfx405_quant_config_not_passed import QuantConfigNotPassed
+
+    qkv = 'QKVParallelLinear(8, 8, 2, prefix=f"{prefix}.qkv_proj")\n'
+    chosen = _CROSS.replace(
+        qkv,
+        'QKVParallelLinear(8, 8, 2, quant_config=None, prefix=f"{prefix}.qkv_proj")\n'
+        '        self.o_proj = RowParallelLinear(8, 8, prefix=f"{prefix}.o_proj")\n',
+    ).replace("import QKVParallelLinear", "import QKVParallelLinear, RowParallelLinear")
+    assert chosen != _CROSS
+    [(severity, message)] = found(chosen, QuantConfigNotPassed, "PFX405")
+    assert severity == "note" and "unquantized on purpose" in message
+    assert "give `MyCrossAttention`" not in message

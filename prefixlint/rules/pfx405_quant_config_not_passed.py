@@ -209,16 +209,43 @@ class Model(nn.Module):
         worst = max((self._judge(s, decoder) for s in inner), key=lambda j: _RANK[j[0]])
         if _RANK[worst[0]] < _RANK[severity]:
             severity, why = worst
+        if self._unquantized_on_purpose(site.callee):
+            severity, why = (
+                Severity.NOTE,
+                (
+                    f" (a note: `{site.callee}` passes `quant_config=None` to a layer it builds, "
+                    "so it keeps its layers unquantized on purpose)"
+                ),
+            )
         layers = ", ".join(sorted({f"`{s.callee}`" for s in inner}))
+        advice = (
+            ""
+            if severity is Severity.NOTE
+            else f"; give `{site.callee}` a `quant_config` parameter and pass it on"
+        )
         self.report(
             site.call,
             f"`{site.callee}` takes no `quant_config`, so the {layers} it builds never get one, "
-            f"while `{expression}` is in reach here{why}; give `{site.callee}` a "
-            f"`quant_config` parameter and pass it on{other_vllm(self.ctx)}",
+            f"while `{expression}` is in reach here{why}{advice}{other_vllm(self.ctx)}",
             severity=severity,
             site=site,
         )
         return decoder
+
+    def _unquantized_on_purpose(self, callee: str) -> bool:
+        """The class passes ``quant_config=None`` to a layer it builds: its author chose."""
+        return any(
+            s.scope.class_node is not None
+            and s.scope.class_node.name.value == callee
+            and any(
+                a.keyword is not None
+                and a.keyword.value == QUANT_CONFIG
+                and isinstance(a.value, cst.Name)
+                and a.value.value == "None"
+                for a in s.call.args
+            )
+            for s in self.ctx.prefixes.sites
+        )
 
     def _attributes(self, site: Site) -> set[str]:
         cls = site.scope.class_node
