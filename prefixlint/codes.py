@@ -1,22 +1,25 @@
 """The one table of every code prefixlint reports, in every phase.
 
 Each code has its name, default severity, phase, one-line summary, whether ``--fix`` can
-repair it, whether it is on by default, and the source of its documentation: a static
-rule's docstring (``rule:module:Class``, imported only when the documentation is asked
-for), or the text itself for the phase-2 and phase-3 codes. The rule classes, the CLI
-(``rules``, ``rule``), every reporter (SARIF's rule catalog, URLs) and the generated
-``docs/rules.md`` read this table; it imports nothing but the ``Diagnostic`` types, so a
-warm run or a reporter never pays for libcst, torch or vLLM.
+repair it, whether it is on by default, and the source of its documentation, written once:
+a static rule's docstring (``rule:module:Class``, imported only when the documentation is
+asked for), a phase-2 check unit's docstring (``check``, read from its source file with
+``ast``, never imported: it needs torch), or the text itself for the other codes.
+The rule classes, the CLI (``rules``, ``rule``), every reporter (SARIF's rule catalog,
+URLs) and the generated ``docs/rules.md`` read this table; it imports nothing but the
+``Diagnostic`` types, so a warm run or a reporter never pays for libcst, torch or vLLM.
 
 Codes are a public contract: never renumber, only deprecate.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from prefixlint.diagnostic import Severity
 
@@ -48,7 +51,9 @@ class Code:
     phase: str
     summary: str
     fixable: bool = False
-    doc: str = ""  # "rule:module:Class" for a static rule, else the documentation itself
+    # "rule:module:Class" for a static rule, else the documentation itself (empty for a
+    # phase-2 code: its check unit's docstring is its documentation).
+    doc: str = ""
     default_enabled: bool = True
     # "module:Class" of the phase-2 check unit that reports it (never imported here: it
     # needs torch); tests/test_introspect_checks.py ties each to its entry in CHECKS.
@@ -76,11 +81,25 @@ class Code:
         return self.summary.rstrip(".") + "."
 
     def documentation(self) -> str:
+        if self.check and not self.doc:
+            return unit_docstring(self.check)
         if not self.doc.startswith("rule:"):
             return self.doc
         module, _, cls = self.doc.removeprefix("rule:").partition(":")
         rule = getattr(importlib.import_module(module), cls)
         return inspect.cleandoc(rule.__doc__ or "")
+
+
+def unit_docstring(target: str) -> str:
+    """The docstring of the class ``module:Class`` under this package, read from its source
+    with ``ast`` (a phase-2 unit imports torch; ``prefixlint rule`` must not)."""
+    module, _, cls = target.partition(":")
+    root = Path(__file__).parent
+    path = root.joinpath(*module.split(".")[1:]).with_suffix(".py")
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            return ast.get_docstring(node) or ""
+    raise LookupError(f"{target}: no such class in {path}")
 
 
 def github_anchor(heading: str) -> str:
@@ -313,17 +332,6 @@ CODES: dict[str, Code] = {
             Severity.NOTE,
             INTROSPECT,
             "Phase 2 could not build or check the target; nothing was verified",
-            doc=(
-                "A note, never a finding against the model: the build failed for a "
-                "reason outside the"
-                " model under check (config synthesis, a missing package or kernel, a "
-                "CUDA-only path,"
-                " no torch/vLLM in this environment). The message says why and what "
-                "would fix it (for"
-                " example `--config path/to/config.json`). It does not fail the run "
-                "unless `--strict`"
-                " is given."
-            ),
             check="prefixlint.introspect.checks.pfx600_not_verified:NotVerified",
         ),
         Code(
@@ -332,22 +340,6 @@ CODES: dict[str, Code] = {
             Severity.ERROR,
             INTROSPECT,
             ("A built module's prefix differs from its path in `named_modules()`"),
-            doc=(
-                "The prefix a module received at construction is compared with where it ends "
-                "up in the built model, over every build (layouts and explored config "
-                'variants). A layer built with the default `""` where its path is not empty '
-                "is a finding too. One finding per construction site, naming the first path "
-                "and where else it repeats. An error when a consumer looks the name up (a "
-                "`quant_config` reaches the module at its construction site, or the layer "
-                "registers itself by name for the KV cache and the forward context); a "
-                "note that says so when nothing does (shown with `--show-notes`, in JSON "
-                "and SARIF). A container built without `prefix` "
-                "is reported once, at its own construction. vLLM's conventions are accepted: "
-                "wrappers handing their own name to a child (MLA, MTP), MLA's `.attn` for "
-                "`mla_attn`, a draft model's `mtp`/`draft_model` namespace, attention layers "
-                "of one decoder layer given unique names on purpose. Reported at the line of "
-                "the model that built the module."
-            ),
             check="prefixlint.introspect.checks.pfx601_prefix_path:PrefixPath",
         ),
         Code(
@@ -356,12 +348,6 @@ CODES: dict[str, Code] = {
             Severity.ERROR,
             INTROSPECT,
             "Two layers are registered under one name",
-            doc=(
-                "vLLM's own 'Duplicate layer name' error, or two leaf layers (linear, attention, "
-                "embedding) given the same prefix: they would share one quantization "
-                "lookup and one "
-                "KV-cache slot. Usually a literal prefix, or a loop whose prefix lacks the index."
-            ),
             check="prefixlint.introspect.checks.pfx602_duplicate_name:DuplicateLayerName",
         ),
         Code(
@@ -370,10 +356,6 @@ CODES: dict[str, Code] = {
             Severity.WARNING,
             INTROSPECT,
             "Query or KV heads do not divide for a tensor-parallel size of the grid",
-            doc=(
-                "For each TP size of the grid, the query heads must divide by it and the KV heads "
-                "must divide by it or it by them. The message names the TP sizes that work."
-            ),
             check="prefixlint.introspect.checks.pfx603_heads_not_divisible:HeadsNotDivisible",
         ),
         Code(
@@ -382,10 +364,6 @@ CODES: dict[str, Code] = {
             Severity.ERROR,
             INTROSPECT,
             "The class raised, hung or crashed while being built for a layout",
-            doc=(
-                "Reported at the innermost frame in the model's own file. A hang or a crash of the "
-                "worker process is reported too, never a dead run."
-            ),
             check="prefixlint.introspect.checks.pfx604_construction_failed:ConstructionFailed",
         ),
         Code(
@@ -394,15 +372,6 @@ CODES: dict[str, Code] = {
             Severity.ERROR,
             INTROSPECT,
             ("A pipeline stage builds layers it does not own, or misses the head it needs"),
-            doc=(
-                "At pp > 1 every stage is checked (pp 2 and 4: first, middle and last "
-                "stages): layers outside the stage's range must be `PPMissingLayer` (as "
-                "`make_layers` builds them) and the last stage must hold `lm_head` (errors); "
-                "the embedding with parameters on a stage other than the first (and the last,"
-                " for a tied head), `lm_head` on a stage other than the last, the final norm "
-                "off the last stage are warnings: they cost memory, nothing breaks. Encoder "
-                "towers (vision, audio) are not split across stages and are not checked."
-            ),
             check="prefixlint.introspect.checks.pfx605_pipeline_stage:PipelineStage",
         ),
         Code(
@@ -411,26 +380,6 @@ CODES: dict[str, Code] = {
             Severity.ERROR,
             INTROSPECT,
             ("A declared capability does not hold in the built model"),
-            doc=(
-                "`SupportsPP` without a working `make_empty_intermediate_tensors`, or whose "
-                "buffers lack a key a stage's `forward` reads from `intermediate_tensors` or "
-                "hold one its `IntermediateTensors({...})` never sends (errors);"
-                " a `packed_modules_mapping` key that no build of any layout or explored "
-                "config variant made: an error when none of its keys was built (the mapping "
-                "does not describe the model), a warning per unbuilt key otherwise (nothing "
-                "is packed under it; a maintainer removes it), a note where the class builds "
-                "that module in a branch no explored config took or wraps a model its config "
-                "chooses (one table for all of them). A key with a dot (`attn.qkv`) is a "
-                "warning: vLLM looks a fused layer up by the last part of its prefix, so it "
-                "never applies. The other direction too: a fused `QKVParallelLinear` or "
-                "`MergedColumnParallelLinear` whose checkpoint holds the parts separately (as "
-                "the dry-run's checkpoint mapping or the model's own stacked-params tables "
-                "say) and that the mapping does not name, at the line that built it: an error "
-                "when quantization or LoRA looks the parts up through the table, a note "
-                "otherwise (nothing looks them up today). Fused MoE experts are matched by "
-                "their own prefix and the expert mapping, not by this table, and are not "
-                "checked."
-            ),
             check="prefixlint.introspect.checks.pfx606_interface:PipelineInterface",
         ),
         Code(
@@ -442,13 +391,6 @@ CODES: dict[str, Code] = {
                 "An attention layer's head counts differ from the per-rank counts of its QKV "
                 "projection"
             ),
-            doc=(
-                "At tensor-parallel size > 1 the QKV projection splits the heads across "
-                "ranks; the `Attention` beside it must be given the per-rank counts (`total "
-                "// tp_size`). Global counts there shape the KV cache and the attention "
-                "kernel for heads this rank does not hold. Reported at the line that built "
-                "the attention layer."
-            ),
             check="prefixlint.introspect.checks.pfx607_per_rank_heads:PerRankHeads",
         ),
         Code(
@@ -457,17 +399,6 @@ CODES: dict[str, Code] = {
             Severity.ERROR,
             INTROSPECT,
             "vLLM's own start-up validation refuses the model",
-            doc=(
-                "vLLM checks a model class when its module defines it, when it makes the "
-                "model config and when it binds the KV cache; a model that builds can still "
-                "fail there. Phase 2 calls vLLM's own validators as vLLM calls them: "
-                "`@support_torch_compile`'s inference of the dynamic dimensions of an "
-                "un-annotated `forward`, the model interface the runner needs "
-                "(`compute_logits` or a pooler, `embed_input_ids`, a `forward` taking "
-                "`input_ids` and `positions`), and `extract_layer_index` on the name of every "
-                "attention layer with a KV cache (one integer: its decoder layer's index). "
-                "Reported at the line that causes the refusal, with vLLM's message."
-            ),
             check="prefixlint.introspect.checks.pfx608_engine_start:EngineStart",
         ),
         Code(
@@ -479,36 +410,6 @@ CODES: dict[str, Code] = {
                 "A checkpoint tensor is never loaded, a parameter (or shard) never written, "
                 "or `load_weights` raises"
             ),
-            doc=(
-                "The reference `transformers` class of the same config is built on the meta "
-                "device; its `state_dict()` as `save_pretrained` writes it (tied copies "
-                "dropped, transformers' weight conversions reverted) is what a checkpoint "
-                "holds. Each tensor is streamed, as a meta tensor of the reference shape, "
-                "through the model's own `load_weights` (mapper, stacked-params mapping, tie "
-                "branch, skips included), and every write into a parameter is recorded with "
-                "the region it covers. Reported: a tensor never loaded (at the `load_weights`"
-                " that drops it), a parameter or a shard of a stacked parameter never written"
-                " (at the line that built the module, or at the mapping entry that sends "
-                "another tensor into its shard), and a `load_weights` that raises on a name. "
-                "Where there is no reference class (remote code, a vLLM-only architecture, a "
-                "plugin), the layout comes from the class of the config's model type, else "
-                "from the model itself (its parameters back through its stacked-params "
-                "tables, mappers and `packed_modules_mapping`); a loader that renames in code "
-                "is asked which names it takes (its own constant renamings undone, a shared "
-                "segment left out, a fused tensor read whole). On such a layout a parameter "
-                "left unwritten is a PFX600 note (not verified), the head's skip a warning, "
-                "a `load_weights` whose own code fails an error. Where a weight loader needs "
-                "real data, or refuses the whole layout, a PFX600 note says so; names the "
-                "model's own tables declare (a part its mapper's stacked entries, written or "
-                "built, a stacked-params table or `packed_modules_mapping` stack into a fused "
-                "layer it builds) are never another layout: a loader that refuses them while "
-                "every other name loads is an error at its line. Runs on the tp=1 "
-                "build; `--no-dryrun` turns it off. With `--checkpoint` (a folder or hub id), "
-                "the checkpoint's own tensors, read from its safetensors headers, are "
-                "streamed instead, through the model built under its quantization config; a "
-                "quantized tensor written into a parameter of another kind of dtype (fp8 "
-                "values cast into a bfloat16 weight) is reported too."
-            ),
             check="prefixlint.introspect.checks.pfx701_weight_loading:WeightLoading",
         ),
         Code(
@@ -517,26 +418,6 @@ CODES: dict[str, Code] = {
             Severity.ERROR,
             INTROSPECT,
             ("A layer's quantization method disagrees with the checkpoint's `ignored_layers`"),
-            doc=(
-                "Using the checkpoint-name to module mapping PFX701 recorded, the model is "
-                "built twice more under vLLM's real `Fp8Config`, whose `ignored_layers` name "
-                "alternate kinds of checkpoint linear layers (so every layer is checked once "
-                "ignored, once quantized). Every linear layer built with a quant config must "
-                "get `UnquantizedLinearMethod` exactly when all the checkpoint layers it "
-                "loads are ignored. A mismatch names the checkpoint layers, the module and "
-                "its prefix, and the cause: a prefix that is not the module's path, a "
-                "`packed_modules_mapping` without (or with a wrong) entry for a fused layer, "
-                "or a renamed layer no `hf_to_vllm_mapper` entry covers. Layers built with "
-                "`quant_config=None` (a model that opts a layer out) and fused MoE experts "
-                "are not judged. With `--checkpoint`, the model is built once under the "
-                "checkpoint's real quantization config (any method the installed vLLM builds"
-                " here; one it cannot is a PFX600 note), and every layer with a weight "
-                "quantization method (linear layers, heads, experts) must be quantized "
-                "exactly when the checkpoint stores it quantized (tensors an unquantized "
-                "layer has no parameter for, or a weight of a quantized dtype); a layer "
-                "built without its `quant_config` and a kind of layer the method cannot "
-                "quantize are named as causes too."
-            ),
             check="prefixlint.introspect.checks.pfx702_quantization:Quantization",
         ),
         Code(
@@ -545,27 +426,6 @@ CODES: dict[str, Code] = {
             Severity.ERROR,
             INTROSPECT,
             "vLLM's LoRA loader refuses or drops an adapter module the model should take",
-            doc=(
-                "For a model that declares `SupportsLoRA`, an adapter (`--lora`: a PEFT "
-                "folder or hub id, `adapter_config.json` and the safetensors header only; "
-                "without it, a synthetic adapter training every linear layer of the "
-                "checkpoint the dry-run streamed) is matched on the tp=1 meta build with "
-                "vLLM's own functions, as its LoRA loader and manager match it: the expected "
-                "names (`get_supported_lora_modules` with fused layers replaced by their "
-                "`packed_modules_mapping` parts), each adapter tensor's module "
-                "(`parse_fine_tuned_lora_name` under `hf_to_vllm_mapper.get_rename_mapper()`,"
-                " `lora_skip_prefixes`), and the module the manager gives it to "
-                "(`is_supported_lora_module`, the LoRA layers' `can_replace_layer`). "
-                "Reported at the model's line: a fused layer whose `packed_modules_mapping` "
-                "lacks a part the adapter trains (at the line that built it; a missing entry "
-                "PFX606 reports is confirmed there instead), a module the loader renames in "
-                "code but LoRA's renames do not reach, a target no module of the model is, a "
-                "module no LoRA layer can replace (its adapter weights are dropped "
-                "silently), an embedding `embedding_modules` does not list, a "
-                "`modules_to_save` classification head the model does not expose. What vLLM "
-                "refuses in the adapter itself (DoRA, a bias, other `modules_to_save`) is a "
-                "PFX600 note, as is a vLLM without these functions."
-            ),
             check="prefixlint.introspect.checks.pfx703_lora:LoraTargets",
         ),
         Code(

@@ -9,6 +9,7 @@ import libcst as cst
 from prefixlint.diagnostic import Severity
 from prefixlint.static.model_classes import (
     KWONLY,
+    V0_FORWARD_PARAMS,
     VARARGS,
     VARKW,
     is_draft_model,
@@ -16,6 +17,7 @@ from prefixlint.static.model_classes import (
     is_model_architecture,
     named_params,
     param_kinds,
+    removed_vllm_imports,
 )
 from prefixlint.static.rule import INTERFACE, Invalid, LintRule, Where, example
 
@@ -240,11 +242,34 @@ class MyForCausalLM(LlamaForCausalLM):
         sig = _Forward(node, params, f"`{class_node.name.value}.forward`", self.here(node))
         sig.multimodal = self.ctx.declares(class_node, "SupportsMultiModal")
         sig.cls = class_node.name.value
+        if self._targets_v0(sig):
+            return
         if not self._check_head(sig):
             return
         self._check_runner_keywords(sig)
         self._check_positional_order(sig)
         self._check_defaults(sig)
+
+    def _targets_v0(self, sig: _Forward) -> bool:
+        """A forward of vLLM's V0 contract (``kv_caches``, ``attn_metadata``) in a file that
+        imports what the vLLM being read no longer has: the file targets another vLLM, and
+        today's contract is not its contract (third blind corpus: contested as errors).
+        One warning says so instead of one error per parameter."""
+        v0 = [p for p in V0_FORWARD_PARAMS if p in sig.by_name]
+        removed = removed_vllm_imports(self.ctx) if v0 else []
+        if not removed:
+            return False
+        shown = ", ".join(f"`{n}`" for n in removed[:3]) + (", ..." if len(removed) > 3 else "")
+        self.report(
+            sig.node.name,
+            f"{sig.where} follows vLLM's V0 contract (`{'`, `'.join(v0)}`) and the file "
+            f"imports {shown}, which this vLLM does not define: the file targets another "
+            f"(older) vLLM, so it is not judged against today's `{_FORWARD_SHAPE}`; port it "
+            "to the V1 contract, or check it against the vLLM it was written for",
+            severity=Severity.WARNING,
+            site=sig.at,
+        )
+        return True
 
     def _check_head(self, sig: _Forward) -> bool:
         """input_ids, positions: the first two, positional (callers pass them positionally).

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from prefixlint.static.model_classes import is_draft_model, is_model_architecture
+from prefixlint.diagnostic import Severity
+from prefixlint.static.model_classes import (
+    is_draft_model,
+    is_model_architecture,
+    raising_method,
+)
 from prefixlint.static.rule import INTERFACE, Invalid, LintRule, example
 from prefixlint.static.vllm_facts import embed_method
 
@@ -133,6 +138,18 @@ class MyForCausalLM(nn.Module):
         cls = node.name.value
         inner = ""
         summary = self.ctx.class_summary(node)
+        owner = raising_method(self, summary, method) if summary is not None else None
+        if owner is not None:
+            # Written and declared unsupported: vLLM's interface check finds it and text
+            # generation runs; only the paths that embed separately raise (a note).
+            self.report(
+                node.name,
+                f"`{owner}.{method}` only raises `NotImplementedError`: text generation runs, "
+                "but prompt embeddings, multimodal input and speculative decoding call it "
+                "and fail",
+                severity=Severity.NOTE,
+            )
+            return
         if summary is not None and "model" in summary.attributes:
             inner = f": e.g. `return self.model.{method}(input_ids)`"
         self.report(

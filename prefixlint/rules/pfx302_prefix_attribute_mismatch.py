@@ -11,6 +11,7 @@ from prefixlint.static.prefix_sites import (
     Site,
     Value,
     builds_module,
+    dotted_name,
     has_variable,
     is_known,
     quant_reaches,
@@ -20,6 +21,7 @@ from prefixlint.static.renames import Renames, differing
 from prefixlint.static.root_prefix import leading_dot_fix, leading_dot_name
 from prefixlint.static.rule import PREFIX_CALLS, Invalid, LintRule, example
 from prefixlint.static.scope import Role
+from prefixlint.static.walk import walk
 
 # Conventions of vLLM's own layers, where the prefix names another attribute on purpose:
 # (attribute, prefix name). ``layers/mla.py`` stores ``MLAAttention`` at ``mla_attn`` with
@@ -314,7 +316,10 @@ class MyForCausalLM(nn.Module, SupportsLoRA):
         ):
             return  # a stage or a sub-model gets its parent's name, never ""
         cls = owner.name.value
-        consumer = self.ctx.name_has_consumer(site)
+        # A config reaching the module is a consumer only when something under it looks a
+        # name up: a class of this file whose layers take no name from it reads none
+        # (third blind corpus: contested as an error).
+        consumer = self.ctx.name_has_consumer(site) and self._reads_below(site.callee, set())
         message = (
             f"prefix `{render(site.value or ())}` starts with a dot where `{cls}` is the root: "
             f'vLLM builds it with `prefix=""`, so the module is named `.{name}` and every '
@@ -327,7 +332,10 @@ class MyForCausalLM(nn.Module, SupportsLoRA):
                 "load"
             )
         else:
-            message += " (a note: nothing looks the name up yet, no `quant_config` reaches it)"
+            message += (
+                " (a note: nothing looks the name up yet: no `quant_config` reaches it, or "
+                f"nothing `{site.callee}` builds takes a name from it)"
+            )
         self.report(
             site.prefix_arg or site.call,
             message + f'; use `maybe_prefix(prefix, "{name}")`',
@@ -335,6 +343,32 @@ class MyForCausalLM(nn.Module, SupportsLoRA):
             site=site,
             fix=lambda: leading_dot_fix(site, self.ctx.uses_maybe_prefix),
         )
+
+    def _reads_below(self, callee: str, seen: set[str]) -> bool:
+        """Whether a module built by ``callee`` may look a name under its prefix up: true
+        unless ``callee`` is a class of this file with its own ``__init__`` whose every
+        prefix-taking child is built from the class's own prefix and is either such a class
+        that reads none, or a layer no config reaches (none passed, by keyword or by
+        position). A prefix prefixlint cannot follow counts as read."""
+        name = callee.rsplit(".", 1)[-1]
+        cls = self.ctx.summary.classes.get(name)
+        if cls is None or "." in callee or "__init__" not in cls.methods:
+            return True  # another file's class, or an inherited constructor: assume it reads
+        if name in seen:
+            return False
+        seen.add(name)
+        for site in self.ctx.prefixes.sites:
+            owner = site.scope.class_node
+            if owner is None or owner.name.value != name or site.prefix_arg is None:
+                continue
+            if site.value is None or not is_known(site.value) or site.value[0][0] != "root":
+                return True
+            if site.callee.rsplit(".", 1)[-1] in self.ctx.summary.classes:
+                if self._reads_below(site.callee, seen):
+                    return True
+            elif self.ctx.name_has_consumer(site) or _passes_a_config(site.call):
+                return True
+        return False
 
     def _check(self, site: Site) -> None:
         exp, value = site.expected, site.value
@@ -525,3 +559,14 @@ def _composed_match(parent: Site, child: Site) -> bool:
     want = parent.expected.render().replace("{prefix}", "", 1)
     want = "{prefix}" + want + child.expected.render().removeprefix("{prefix}")
     return got == want
+
+
+def _passes_a_config(call: cst.Call) -> bool:
+    """Any argument that names a quantization, cache or vLLM config (positional ones too)."""
+    return any(
+        isinstance(sub, (cst.Name, cst.Attribute))
+        and (dotted_name(sub) or "").rsplit(".", 1)[-1]
+        in ("quant_config", "cache_config", "vllm_config")
+        for arg in call.args
+        for sub in walk(arg.value)
+    )

@@ -12,11 +12,13 @@ from prefixlint.static.layer_configs import (
     builds_layer,
     callee_symbols,
     config_fix,
+    cut_off,
     is_router,
     omitted,
     quantized_layer,
     vocabulary_layer,
 )
+from prefixlint.static.model_classes import other_vllm
 from prefixlint.static.prefix_sites import Site, dotted_name, is_layer_site
 from prefixlint.static.resolve import Symbol
 from prefixlint.static.rule import (
@@ -28,6 +30,8 @@ from prefixlint.static.rule import (
     example,
 )
 from prefixlint.static.vllm_facts import owns_engine_cache
+
+_RANK = {Severity.NOTE: 0, Severity.WARNING: 1, Severity.ERROR: 2}
 
 # The context manager vLLM's multimodal models build their towers under.
 TOWER_MARK = "_mark_tower_model"
@@ -167,7 +171,10 @@ class Model(nn.Module):
         reach = Reach()
         decoder: set[str] | None = None
         for site in self.ctx.prefixes.sites:
-            if not is_layer_site(site) or not omitted(site, QUANT_CONFIG):
+            if is_layer_site(site) and not omitted(site, QUANT_CONFIG):
+                decoder = self._cut_off(site, reach, decoder)
+                continue
+            if not is_layer_site(site):
                 continue
             expression = reach.expression(site, QUANT_CONFIG, self._attributes(site))
             if expression is None:
@@ -183,6 +190,62 @@ class Model(nn.Module):
                 site=site,
                 fix=lambda site=site, e=expression: config_fix(site, QUANT_CONFIG, e),
             )
+
+    def _cut_off(self, site: Site, reach: Reach, decoder: set[str] | None) -> set[str] | None:
+        """A class of this file that takes no ``quant_config``, built where one is in
+        reach: the layers it builds can never get it (the third blind corpus's miss)."""
+        inner = [
+            s
+            for s in cut_off(self.ctx.prefixes.sites, site, QUANT_CONFIG)
+            if reach.expression(s, QUANT_CONFIG, self._attributes(s)) is None
+        ]
+        expression = reach.expression(site, QUANT_CONFIG, self._attributes(site)) if inner else None
+        if expression is None:
+            return decoder
+        decoder = self._decoder.compute(self) if decoder is None else decoder
+        # As severe as the worst of the layers left without it, judged where they are
+        # built (a router, a tower's projector: vLLM's convention), never above the block.
+        severity, why = self._judge(site, decoder)
+        worst = max((self._judge(s, decoder) for s in inner), key=lambda j: _RANK[j[0]])
+        if _RANK[worst[0]] < _RANK[severity]:
+            severity, why = worst
+        if self._unquantized_on_purpose(site.callee):
+            severity, why = (
+                Severity.NOTE,
+                (
+                    f" (a note: `{site.callee}` passes `quant_config=None` to a layer it builds, "
+                    "so it keeps its layers unquantized on purpose)"
+                ),
+            )
+        layers = ", ".join(sorted({f"`{s.callee}`" for s in inner}))
+        advice = (
+            ""
+            if severity is Severity.NOTE
+            else f"; give `{site.callee}` a `quant_config` parameter and pass it on"
+        )
+        self.report(
+            site.call,
+            f"`{site.callee}` takes no `quant_config`, so the {layers} it builds never get one, "
+            f"while `{expression}` is in reach here{why}{advice}{other_vllm(self.ctx)}",
+            severity=severity,
+            site=site,
+        )
+        return decoder
+
+    def _unquantized_on_purpose(self, callee: str) -> bool:
+        """The class passes ``quant_config=None`` to a layer it builds: its author chose."""
+        return any(
+            s.scope.class_node is not None
+            and s.scope.class_node.name.value == callee
+            and any(
+                a.keyword is not None
+                and a.keyword.value == QUANT_CONFIG
+                and isinstance(a.value, cst.Name)
+                and a.value.value == "None"
+                for a in s.call.args
+            )
+            for s in self.ctx.prefixes.sites
+        )
 
     def _attributes(self, site: Site) -> set[str]:
         cls = site.scope.class_node

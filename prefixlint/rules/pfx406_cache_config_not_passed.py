@@ -9,11 +9,18 @@ from prefixlint.static.layer_configs import (
     builds_layer,
     callee_symbols,
     config_fix,
+    cut_off,
     omitted,
 )
+from prefixlint.static.model_classes import other_vllm
 from prefixlint.static.prefix_sites import Site, is_layer_site
 from prefixlint.static.rule import CONTRACT, PREFIX_CALLS, Invalid, LintRule, example
 from prefixlint.static.vllm_facts import owns_engine_cache
+
+_EFFECT = (
+    "the KV-cache dtype the user chose (`--kv-cache-dtype`) and the config's sliding "
+    "window are ignored, so the cache is kept in the model's dtype"
+)
 
 
 class CacheConfigNotPassed(LintRule):
@@ -129,12 +136,12 @@ class Layer(nn.Module):
     def leave_Module(self) -> None:
         reach = Reach()
         for site in self.ctx.prefixes.sites:
-            if not is_layer_site(site) or not omitted(site, CACHE_CONFIG):
+            if not is_layer_site(site):
                 continue
-            cls = site.scope.class_node
-            summary = self.ctx.summary.classes.get(cls.name.value) if cls is not None else None
-            attributes = summary.attributes if summary is not None else set()
-            expression = reach.expression(site, CACHE_CONFIG, attributes)
+            if not omitted(site, CACHE_CONFIG):
+                self._cut_off(site, reach)
+                continue
+            expression = reach.expression(site, CACHE_CONFIG, self._attributes(site))
             if expression is None:
                 continue
             severity, why = self._judge(site)
@@ -147,14 +154,40 @@ class Layer(nn.Module):
                 fix=lambda site=site, e=expression: config_fix(site, CACHE_CONFIG, e),
             )
 
+    def _attributes(self, site: Site) -> set[str]:
+        cls = site.scope.class_node
+        summary = self.ctx.summary.classes.get(cls.name.value) if cls is not None else None
+        return summary.attributes if summary is not None else set()
+
+    def _cut_off(self, site: Site, reach: Reach) -> None:
+        """A class of this file that takes no ``cache_config``, built where one is in
+        reach: the attention layers it builds can never get it."""
+        inner = [
+            s
+            for s in cut_off(self.ctx.prefixes.sites, site, CACHE_CONFIG)
+            if reach.expression(s, CACHE_CONFIG, self._attributes(s)) is None
+        ]
+        expression = reach.expression(site, CACHE_CONFIG, self._attributes(site)) if inner else None
+        if expression is None:
+            return
+        severity, why = self._judge(site)
+        if any(self.ctx.owns_cache(s.callee) for s in inner):  # read with vLLM's fallbacks
+            severity, why = Severity.ERROR, f": in the attention layers it builds, {_EFFECT}"
+        layers = ", ".join(sorted({f"`{s.callee}`" for s in inner}))
+        self.report(
+            site.call,
+            f"`{site.callee}` takes no `cache_config`, so the {layers} it builds never get one, "
+            f"while `{expression}` is in reach here{why}; give `{site.callee}` a "
+            f"`cache_config` parameter and pass it on{other_vllm(self.ctx)}",
+            severity=severity,
+            site=site,
+        )
+
     def _judge(self, site: Site) -> tuple[Severity, str]:
         """An error where the callee owns an engine cache or builds one, else a warning."""
         resolver, summary = self.ctx.resolver, self.ctx.summary
         symbols = callee_symbols(resolver, summary, site)
-        effect = (
-            "the KV-cache dtype the user chose (`--kv-cache-dtype`) and the config's sliding "
-            "window are ignored, so the cache is kept in the model's dtype"
-        )
+        effect = _EFFECT
         if any(owns_engine_cache(resolver, s) for s in symbols):
             return Severity.ERROR, f": {effect}"
         if any(

@@ -11,6 +11,7 @@ from prefixlint.static.model_classes import (
     interface_mro,
     is_drafter,
     is_protocol,
+    raising_method,
     top_level_class,
 )
 from prefixlint.static.resolve import Symbol
@@ -155,7 +156,17 @@ class MyForCausalLM(nn.Module, SupportsPP):
         # the inconsistency is real (vLLM's registry warns about it) but not an error.
         severity = Severity.WARNING if is_drafter(self, cls) else None
         has = self.ctx.resolver.class_has(symbol, "make_empty_intermediate_tensors")
-        if has is False:
+        owner = raising_method(self, cls, "make_empty_intermediate_tensors") if not has else None
+        if has is False and owner is not None:
+            self.report(
+                node.name,
+                f"`{name}` declares `SupportsPP` but its `make_empty_intermediate_tensors` "
+                f"(in `{owner}`) only raises `NotImplementedError`; later pipeline stages "
+                "call it at start-up",
+                severity=severity,
+                site=self.here(node),
+            )
+        elif has is False:
             self.report(
                 node.name,
                 f"`{name}` declares `SupportsPP` but has no `make_empty_intermediate_tensors` "

@@ -10,6 +10,7 @@ from prefixlint.static.model_classes import (
     is_draft_model,
     is_drafter,
     is_protocol,
+    raising_method,
     top_level_class,
 )
 from prefixlint.static.resolve import Symbol
@@ -127,9 +128,16 @@ class MyForConditionalGeneration(nn.Module, SupportsMultiModal):
         symbol = Symbol(self.ctx.summary, cls.name, cls=cls)
         has = [self.ctx.resolver.class_has(symbol, m) for m in _EMBED_METHODS]
         if all(h is False for h in has) and not self._embeds_elsewhere(cls):
+            owner = next(
+                (f"`{o}.{m}`" for m in _EMBED_METHODS if (o := raising_method(self, cls, m))),
+                None,
+            )
             self.report(
                 node.name,
-                f"`{cls.name}` declares `SupportsMultiModal` but implements no "
+                f"`{cls.name}` declares `SupportsMultiModal` but its {owner} only raises "
+                "`NotImplementedError`: media inputs never reach the model"
+                if owner
+                else f"`{cls.name}` declares `SupportsMultiModal` but implements no "
                 "`embed_multimodal`: the interface's stub returns nothing, so media inputs "
                 "never reach the model",
                 site=self.here(node),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import libcst as cst
 from prefixlint.static.index import bound_names
 from prefixlint.static.prefix_sites import dotted_name, string_value, target_names
 from prefixlint.static.rule import Invalid, LintRule
+from prefixlint.static.vllm_source import VllmSource
 from prefixlint.static.walk import walk
 
 # -- PFX504 ---------------------------------------------------------------------------------
@@ -167,6 +169,14 @@ def _module_names(path: Path) -> frozenset[str] | None:
     return _MODULE_CACHE[path]
 
 
+@functools.lru_cache(maxsize=8)
+def _vllm_architectures(source: VllmSource | None) -> frozenset[str]:
+    """The architecture names vLLM's own registry serves (read from its code)."""
+    if source is None:
+        return frozenset()
+    return frozenset(e.architecture for e in source.registry())
+
+
 class PluginRegistration(LintRule):
     """
     ## What it does
@@ -210,6 +220,7 @@ class PluginRegistration(LintRule):
 
     code = "PFX504"
     triggers = ("register_model",)
+    statement_triggers = ("register_model",)  # a registration at import time
 
     VALID = [
         """
@@ -349,7 +360,10 @@ def register():
         if not (callee.endswith("ModelRegistry.register_model") or callee == "register_model"):
             return
         functions = self.ctx.prefixes.function_stack
-        if self.ctx.prefixes.class_stack or not functions or functions[0].name.value != "register":
+        if self.ctx.prefixes.class_stack:
+            return
+        if not functions or functions[0].name.value != "register":
+            self._outside_register(node, functions[0] if functions else None)
             return
         arch = _argument(node, 0, "model_arch")
         target = _argument(node, 1, "model_cls")
@@ -366,11 +380,32 @@ def register():
         if target is not None:
             self._check_target(target)
 
-    def _guarded(self, node: cst.Call, arch: str, function: cst.FunctionDef) -> bool:
+    def _outside_register(self, node: cst.Call, function: cst.FunctionDef | None) -> None:
+        """A registration at import time, or in another function (a console entry point),
+        of an architecture vLLM itself serves: it replaces vLLM's model wherever it runs.
+        Only a literal name of vLLM's registry is judged (the third blind corpus's miss);
+        another name outside ``register()`` is the plugin's own business."""
+        arch = _argument(node, 0, "model_arch")
+        name = string_value(arch) if arch is not None else None
+        if name is None or name not in _vllm_architectures(self.ctx.resolver.loader.vllm):
+            return
+        if self._guarded(node, _code(arch), function):
+            return
+        where = f"in `{function.name.value}()`" if function is not None else "at import time"
+        self.report(
+            node,
+            f"`register_model({_code(arch)}, ...)` {where}, outside the plugin's "
+            f"`register()` and unguarded, replaces vLLM's own `{name}` in every process "
+            "that runs it (vLLM logs the overwrite only at DEBUG level); register a name of "
+            "the plugin's own, or guard it with `ModelRegistry.get_supported_archs()`",
+            site=self.here(),
+        )
+
+    def _guarded(self, node: cst.Call, arch: str, function: cst.FunctionDef | None) -> bool:
         """Any flow of the registry's architectures into a condition that holds ``node``
         back for a registered ``arch``: an enclosing ``if`` (or the ``else`` of one that
         tests presence), a loop over only the absent ones, or an early exit."""
-        names = registry_names(function)
+        names = registry_names(function) if function is not None else frozenset()
         for anchor in self.ctx.prefixes.anchors:
             if isinstance(anchor, cst.If):
                 if _guard_for(anchor.test, arch, True, names) and not _inside(node, anchor.orelse):
@@ -383,6 +418,8 @@ def register():
                     self._absent_only(n, function, names) for n in absent
                 ):
                     return True
+        if function is None:
+            return False
         # ``if arch in <registry>: return`` (or ``continue``) earlier on
         return any(
             isinstance(sub, cst.If)

@@ -71,6 +71,7 @@ class Linter:
         words = {w for rule in self.rules for w in rule.triggers}
         self.needs_prefix_calls = PREFIX_CALLS in words
         self.triggers = frozenset(words - {PREFIX_CALLS})
+        self.statement_triggers = frozenset(w for r in self.rules for w in r.statement_triggers)
 
     def _triggers_for(self, summary: ModuleSummary, text: str) -> Iterable[str]:
         if not self.needs_prefix_calls:
@@ -101,6 +102,7 @@ class Linter:
                 module,
                 is_package,
                 triggers_for=self._triggers_for,
+                statement_triggers=self.statement_triggers,
             )
         except SourceError as e:
             return [syntax_error(display, e)] if self.report_syntax_errors else []

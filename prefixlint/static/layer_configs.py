@@ -231,3 +231,27 @@ def builds_layer(
         if found is not None and (is_layer(found) or builds_layer(resolver, found, is_layer, seen)):
             return True
     return False
+
+
+def cut_off(sites: list[Site], site: Site, config: str) -> list[Site]:
+    """The layers a class of this file builds without ``config`` because the class takes
+    none (no ``config``, no ``vllm_config``, no ``**kwargs``), when ``site`` builds that
+    class: the builder may have the config in reach, but cannot hand it down (a
+    cross-attention block built as ``CrossAttention(config, prefix=...)``)."""
+    sig = site.signature
+    if sig.param(config) is not None or sig.param("vllm_config") is not None:
+        return []
+    if sig.has_var_keyword:
+        return []
+    name = site.callee.rsplit(".", 1)[-1]
+    if "." in site.callee:
+        return []
+    return [
+        s
+        for s in sites
+        if s.scope.class_node is not None
+        and s.scope.class_node.name.value == name
+        and s.scope.node is not None
+        and getattr(getattr(s.scope.node, "name", None), "value", None) == "__init__"
+        and omitted(s, config)
+    ]

@@ -10,8 +10,10 @@ never imported.
 
 from __future__ import annotations
 
+import ast
 import functools
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -194,4 +196,96 @@ def is_drafter(rule: LintRule, cls: ClassSummary) -> bool:
     sig = forward_of(rule, cls)
     return sig is not None and any(
         sig.param(p) is not None for p in ("hidden_states", "previous_hidden_states")
+    )
+
+
+def raising_method(rule: LintRule, cls: ClassSummary, method: str) -> str | None:
+    """The class along ``cls``'s resolvable bases (itself first) that defines ``method``
+    with a body that only raises ``NotImplementedError``: the author wrote the method and
+    said it is unsupported, which is not the same as having none (vLLM's interface checks
+    look for the attribute). None when no class does. The index counts such a body as a
+    stub, so its source is read here, only when a rule is about to say "has no"."""
+    mro, _ = interface_mro(rule, cls)
+    for entry in mro:
+        if entry.cls is None or is_protocol(entry.cls):
+            continue
+        sig = entry.cls.methods.get(method)
+        if sig is None or not sig.is_stub:
+            continue
+        if entry.module is rule.ctx.summary:
+            text = rule.ctx.source_text
+        else:
+            try:
+                text = Path(entry.module.path).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+        if _raises_not_implemented(text, entry.cls.name, method):
+            return entry.cls.name
+    return None
+
+
+def _raises_not_implemented(text: str, cls: str, method: str) -> bool:
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    for node in tree.body:
+        if not (isinstance(node, ast.ClassDef) and node.name == cls):
+            continue
+        for fn in node.body:
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name == method:
+                body = [
+                    s
+                    for s in fn.body
+                    if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+                ]
+                return (
+                    len(body) == 1
+                    and isinstance(body[0], ast.Raise)
+                    and body[0].exc is not None
+                    and _exception_name(body[0].exc) == "NotImplementedError"
+                )
+    return False
+
+
+def _exception_name(exc: ast.expr) -> str:
+    target = exc.func if isinstance(exc, ast.Call) else exc
+    if isinstance(target, ast.Attribute):
+        return target.attr
+    return target.id if isinstance(target, ast.Name) else ""
+
+
+# V0's forward contract: the engine passed the KV caches and the attention metadata.
+V0_FORWARD_PARAMS = ("kv_caches", "attn_metadata")
+
+
+def removed_vllm_imports(ctx: FileContext) -> list[str]:
+    """The names the file imports from vLLM that the vLLM being read does not have: a
+    module it lacks, or a name its module binds nowhere (a variable or an alias the module
+    binds is there, whatever it is). Evidence the file targets another vLLM."""
+    loader, out = ctx.resolver.loader, []
+    for local, (module, attr) in sorted(ctx.summary.imports.items()):
+        if not module.startswith("vllm"):
+            continue
+        if ctx.resolver.unresolved_vllm(ctx.summary, local) is None:
+            continue
+        if attr is not None and loader.by_name(f"{module}.{attr}") is not None:
+            continue  # a submodule
+        found = loader.by_name(module)
+        if found is not None and (found.names is None or (attr or "") in found.names):
+            continue  # bound there (or cannot be known): not evidence
+        out.append(f"{module}.{attr}" if attr else module)
+    return out
+
+
+def other_vllm(ctx: FileContext) -> str:
+    """A clause that says the file targets another vLLM (it imports names the vLLM being
+    read does not define), for a finding judged against this one; empty otherwise."""
+    removed = removed_vllm_imports(ctx)
+    if not removed:
+        return ""
+    shown = ", ".join(f"`{n}`" for n in removed[:3]) + (", ..." if len(removed) > 3 else "")
+    return (
+        f" (the file imports {shown}, which this vLLM does not define: it targets another "
+        "vLLM, and is judged here against this one)"
     )

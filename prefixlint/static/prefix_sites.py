@@ -18,7 +18,7 @@ import libcst as cst
 
 from prefixlint.static.index import KEYWORD_ONLY, FunctionSig, Param
 from prefixlint.static.resolve import DECODER_ATTENTION_LAYERS, LAYER_FACTORIES
-from prefixlint.static.walk import children
+from prefixlint.static.walk import children, walk
 
 # -- symbolic prefix values -------------------------------------------------------------
 
@@ -235,6 +235,10 @@ class PrefixAnalysis:
                     for t in small.targets:
                         if isinstance(t.target, cst.Name):
                             self.prefix_helpers.add(t.target.value)
+            # Calls made at import time (a registration): the rules see them, no site.
+            for sub in walk(stmt):
+                if isinstance(sub, cst.Call):
+                    self.hooks.on_call(sub, dotted_name(sub.func))
         if isinstance(stmt, cst.ClassDef):
             self._class(stmt)
         elif isinstance(stmt, cst.FunctionDef):

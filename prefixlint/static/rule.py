@@ -362,6 +362,9 @@ class LintRule:
     # Words that make a method body worth parsing for this rule (other methods keep only
     # their signature); ``PREFIX_CALLS`` stands for calls of prefix-taking callables.
     triggers: ClassVar[tuple[str, ...]] = ()
+    # Words that make a top-level statement that defines nothing (a call at import time,
+    # an ``if`` around one) worth parsing for this rule; by default only definitions are.
+    statement_triggers: ClassVar[tuple[str, ...]] = ()
     # What the rule checks, which decides where a finding is only a note (``scope.py``):
     # ``INTERFACE`` (what vLLM reads of the model it builds: notes on classes that are
     # not that root), ``CONTRACT`` (how vLLM runs model code: notes on classes no model of

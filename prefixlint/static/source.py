@@ -207,22 +207,31 @@ def _one_statement_per_line(stmts: list[ast.stmt]) -> bool:
     return True
 
 
+def _pattern(words: Iterable[str]) -> re.Pattern[str]:
+    ordered = sorted(set(words), key=len, reverse=True)
+    # No word: a pattern that never matches.
+    return re.compile("|".join(re.escape(w) for w in ordered) if ordered else r"(?!)")
+
+
 def sketch_items(
-    tree: ast.Module, lines: list[str], triggers: Iterable[str] = ()
+    tree: ast.Module,
+    lines: list[str],
+    triggers: Iterable[str] = (),
+    statement_triggers: Iterable[str] = (),
 ) -> list[tuple[str, LineMap, int, int, str]]:
     """The sketch of each relevant top-level statement: (text, line map, first, last, name).
 
     ``triggers`` are the words that make a method worth parsing in full: the rules of the
-    run declare them (``LintRule.triggers``).
+    run declare them (``LintRule.triggers``); ``statement_triggers`` those that make a
+    top-level statement that defines nothing worth parsing (``LintRule.statement_triggers``).
     """
-    words = sorted(set(triggers), key=len, reverse=True)
-    # No word: nothing beyond the always-parsed methods (a pattern that never matches).
-    trigger = re.compile("|".join(re.escape(w) for w in words) if words else r"(?!)")
+    trigger = _pattern(triggers)
+    statement = _pattern(statement_triggers)
     out: list[tuple[str, LineMap, int, int, str]] = []
 
-    def matters(node: ast.stmt) -> bool:
+    def matters(node: ast.stmt, pattern: re.Pattern[str] = trigger) -> bool:
         first, last = _start(node), node.end_lineno or node.lineno
-        return trigger.search("\n".join(lines[first - 1 : last])) is not None
+        return pattern.search("\n".join(lines[first - 1 : last])) is not None
 
     def emit(sketch: _Sketch, first: int, last: int, name: str) -> None:
         out.append(
@@ -264,7 +273,7 @@ def sketch_items(
             isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.If, ast.Try))
             and node_is_def_container(node)
             and matters(node)
-        ):
+        ) or (isinstance(node, (ast.Expr, ast.If, ast.Try)) and matters(node, statement)):
             sketch.verbatim(first, last)
             emit(sketch, first, last, name)
     return out
@@ -285,6 +294,7 @@ def parse_file(
     module: str | None,
     is_package: bool,
     triggers_for: Callable[[ModuleSummary, str], Iterable[str]] | None = None,
+    statement_triggers: Iterable[str] = (),
 ) -> ParsedFile:
     """Decode (unless ``data`` is text already), index and sketch one file. Raises
     SourceError for unusable input.
@@ -297,7 +307,9 @@ def parse_file(
     tree = parse_ast(text)
     summary = summarize(tree, path, module, is_package)
     lines = split_lines(text)
-    specs = sketch_items(tree, lines, triggers_for(summary, text) if triggers_for else ())
+    specs = sketch_items(
+        tree, lines, triggers_for(summary, text) if triggers_for else (), statement_triggers
+    )
     items: list[Item] = []
     for sketch_text, line_map, first, last, name in specs:
         try:

@@ -18,6 +18,13 @@ class NotVerified(Check):
     `dryrun/` (a layout no loader took); `ConstructionFailed` gives one for a stage too
     small to tell.
 
+    ## Details
+    A note, never a finding against the model: the build failed for a reason outside the
+    model under check (config synthesis, a missing package or kernel, a CUDA-only path,
+    no torch/vLLM in this environment). The message says why and what would fix it (for
+    example `--config path/to/config.json`). It does not fail the run unless `--strict`
+    is given.
+
     ## Why is this bad?
     It is not: it says where a pass would be a guess, with the fix (`--config`, a GPU
     machine, a package).

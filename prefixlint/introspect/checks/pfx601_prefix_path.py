@@ -20,6 +20,20 @@ class PrefixPath(BuildCheck):
     built model (every layout and explored config variant), one finding per construction
     site.
 
+    ## Details
+    The prefix a module received at construction is compared with where it ends up in
+    the built model, over every build (layouts and explored config variants). A layer
+    built with the default `""` where its path is not empty is a finding too. One
+    finding per construction site, naming the first path and where else it repeats. An
+    error when a consumer looks the name up (a `quant_config` reaches the module at its
+    construction site, or the layer registers itself by name for the KV cache and the
+    forward context); a note that says so when nothing does (shown with `--show-notes`,
+    in JSON and SARIF). A container built without `prefix` is reported once, at its own
+    construction. vLLM's conventions are accepted: wrappers handing their own name to a
+    child (MLA, MTP), MLA's `.attn` for `mla_attn`, a draft model's `mtp`/`draft_model`
+    namespace, attention layers of one decoder layer given unique names on purpose.
+    Reported at the line of the model that built the module.
+
     ## Why is this bad?
     Quantization, the KV cache and the forward context look a layer up by its prefix: a
     name that is not the path gets the wrong quantization or no cache slot.

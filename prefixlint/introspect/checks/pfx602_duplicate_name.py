@@ -25,6 +25,11 @@ class DuplicateLayerName(FailureCheck):
     Reads vLLM's own "Duplicate layer name" error raised while the model was built, and
     finds the model's frame that made the duplicate.
 
+    ## Details
+    vLLM's own 'Duplicate layer name' error, or two leaf layers (linear, attention,
+    embedding) given the same prefix: they would share one quantization lookup and one
+    KV-cache slot. Usually a literal prefix, or a loop whose prefix lacks the index.
+
     ## Why is this bad?
     Two attention layers under one name share one KV-cache slot and one quantization
     lookup; vLLM refuses to start.

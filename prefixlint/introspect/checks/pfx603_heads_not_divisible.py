@@ -23,6 +23,10 @@ class HeadsNotDivisible(FailureCheck):
     checkpoint's count), a warning in vLLM's own model files, whose fixed counts belong to
     sub-modules of a fixed shape (a vision tower) that no config here describes.
 
+    ## Details
+    For each TP size of the grid, the query heads must divide by it and the KV heads
+    must divide by it or it by them. The message names the TP sizes that work.
+
     ## Why is this bad?
     vLLM refuses to start the model at that `--tensor-parallel-size`; a count fixed in the
     code builds a model whose shapes are not the checkpoint's.

@@ -41,6 +41,10 @@ class ConstructionFailed(FailureCheck):
     module its own package lacks (`from .layerz import ...`), are PFX604 at that line; a
     top-level package that is not installed here (an optional dependency) is a note.
 
+    ## Details
+    Reported at the innermost frame in the model's own file. A hang or a crash of the
+    worker process is reported too, never a dead run.
+
     ## Why is this bad?
     vLLM cannot build the model for that layout.
 

@@ -39,6 +39,15 @@ class PipelineStage(BuildCheck):
     first stage (and the last, for a tied head), `lm_head` or the final norm off the last
     are warnings.
 
+    ## Details
+    At pp > 1 every stage is checked (pp 2 and 4: first, middle and last stages): layers
+    outside the stage's range must be `PPMissingLayer` (as `make_layers` builds them)
+    and the last stage must hold `lm_head` (errors); the embedding with parameters on a
+    stage other than the first (and the last, for a tied head), `lm_head` on a stage
+    other than the last, the final norm off the last stage are warnings: they cost
+    memory, nothing breaks. Encoder towers (vision, audio) are not split across stages
+    and are not checked.
+
     ## Why is this bad?
     A stage that builds every layer holds the whole model's weights on each GPU; a last
     stage without a head computes no logits.

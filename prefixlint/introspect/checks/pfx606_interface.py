@@ -28,6 +28,24 @@ class PipelineInterface(TargetCheck):
     stage's `forward` sends (`IntermediateTensors({...})`) and reads
     (`intermediate_tensors["..."]`).
 
+    ## Details
+    `SupportsPP` without a working `make_empty_intermediate_tensors`, or whose buffers
+    lack a key a stage's `forward` reads from `intermediate_tensors` or hold one its
+    `IntermediateTensors({...})` never sends (errors); a `packed_modules_mapping` key
+    that no build of any layout or explored config variant made: an error when none of
+    its keys was built (the mapping does not describe the model), a warning per unbuilt
+    key otherwise (nothing is packed under it; a maintainer removes it), a note where
+    the class builds that module in a branch no explored config took or wraps a model
+    its config chooses (one table for all of them). A key with a dot (`attn.qkv`) is a
+    warning: vLLM looks a fused layer up by the last part of its prefix, so it never
+    applies. The other direction too: a fused `QKVParallelLinear` or
+    `MergedColumnParallelLinear` whose checkpoint holds the parts separately (as the
+    dry-run's checkpoint mapping or the model's own stacked-params tables say) and that
+    the mapping does not name, at the line that built it: an error when quantization or
+    LoRA looks the parts up through the table, a note otherwise (nothing looks them up
+    today). Fused MoE experts are matched by their own prefix and the expert mapping,
+    not by this table, and are not checked.
+
     ## Why is this bad?
     A later pipeline stage receives its inputs in those tensors: the first pipeline-parallel
     run fails (a `KeyError` on a key the buffers lack).

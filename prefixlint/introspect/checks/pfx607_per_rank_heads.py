@@ -14,6 +14,12 @@ class PerRankHeads(BuildCheck):
     At tp > 1, compares the head counts an `Attention` layer was given with the per-rank
     counts of the QKV projection beside it.
 
+    ## Details
+    At tensor-parallel size > 1 the QKV projection splits the heads across ranks; the
+    `Attention` beside it must be given the per-rank counts (`total // tp_size`). Global
+    counts there shape the KV cache and the attention kernel for heads this rank does
+    not hold. Reported at the line that built the attention layer.
+
     ## Why is this bad?
     Global counts shape the KV cache and the attention kernel for heads this rank does not
     hold.

@@ -39,6 +39,16 @@ class EngineStart(Check):
     `extract_layer_index` on every KV-cache layer's name. The pipeline calls
     `import_failure`, `interface_refusal` and `layer_index_refusals` where vLLM would.
 
+    ## Details
+    vLLM checks a model class when its module defines it, when it makes the model config
+    and when it binds the KV cache; a model that builds can still fail there. Phase 2
+    calls vLLM's own validators as vLLM calls them: `@support_torch_compile`'s inference
+    of the dynamic dimensions of an un-annotated `forward`, the model interface the
+    runner needs (`compute_logits` or a pooler, `embed_input_ids`, a `forward` taking
+    `input_ids` and `positions`), and `extract_layer_index` on the name of every
+    attention layer with a KV cache (one integer: its decoder layer's index). Reported
+    at the line that causes the refusal, with vLLM's message.
+
     ## Why is this bad?
     A model that builds can still never start: vLLM refuses it at start-up.
 

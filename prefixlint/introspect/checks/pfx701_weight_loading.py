@@ -17,6 +17,34 @@ class WeightLoading(Check):
     its judgement live in `dryrun/` (`streaming.py`, `weights.py`; `selflayout.py` and
     `checkpoint_run.py` for the other layouts), each reported at the model's line.
 
+    ## Details
+    The reference `transformers` class of the same config is built on the meta device;
+    its `state_dict()` as `save_pretrained` writes it (tied copies dropped,
+    transformers' weight conversions reverted) is what a checkpoint holds. Each tensor
+    is streamed, as a meta tensor of the reference shape, through the model's own
+    `load_weights` (mapper, stacked-params mapping, tie branch, skips included), and
+    every write into a parameter is recorded with the region it covers. Reported: a
+    tensor never loaded (at the `load_weights` that drops it), a parameter or a shard of
+    a stacked parameter never written (at the line that built the module, or at the
+    mapping entry that sends another tensor into its shard), and a `load_weights` that
+    raises on a name. Where there is no reference class (remote code, a vLLM-only
+    architecture, a plugin), the layout comes from the class of the config's model type,
+    else from the model itself (its parameters back through its stacked-params tables,
+    mappers and `packed_modules_mapping`); a loader that renames in code is asked which
+    names it takes (its own constant renamings undone, a shared segment left out, a
+    fused tensor read whole). On such a layout a parameter left unwritten is a PFX600
+    note (not verified), the head's skip a warning, a `load_weights` whose own code
+    fails an error. Where a weight loader needs real data, or refuses the whole layout,
+    a PFX600 note says so; names the model's own tables declare (a part its mapper's
+    stacked entries, written or built, a stacked-params table or
+    `packed_modules_mapping` stack into a fused layer it builds) are never another
+    layout: a loader that refuses them while every other name loads is an error at its
+    line. Runs on the tp=1 build; `--no-dryrun` turns it off. With `--checkpoint` (a
+    folder or hub id), the checkpoint's own tensors, read from its safetensors headers,
+    are streamed instead, through the model built under its quantization config; a
+    quantized tensor written into a parameter of another kind of dtype (fp8 values cast
+    into a bfloat16 weight) is reported too.
+
     ## Why is this bad?
     A tensor never loaded leaves a parameter random; a loader that raises stops the load.
 

@@ -19,6 +19,24 @@ class Quantization(Check):
     layer; `check --introspect` folds it into the static PFX405 at the same line). In `dryrun/`
     (`quant.py`, `realquant.py`), reported at the line that built the layer.
 
+    ## Details
+    Using the checkpoint-name to module mapping PFX701 recorded, the model is built
+    twice more under vLLM's real `Fp8Config`, whose `ignored_layers` name alternate
+    kinds of checkpoint linear layers (so every layer is checked once ignored, once
+    quantized). Every linear layer built with a quant config must get
+    `UnquantizedLinearMethod` exactly when all the checkpoint layers it loads are
+    ignored. A mismatch names the checkpoint layers, the module and its prefix, and the
+    cause: a prefix that is not the module's path, a `packed_modules_mapping` without
+    (or with a wrong) entry for a fused layer, or a renamed layer no `hf_to_vllm_mapper`
+    entry covers. Layers built with `quant_config=None` (a model that opts a layer out)
+    and fused MoE experts are not judged. With `--checkpoint`, the model is built once
+    under the checkpoint's real quantization config (any method the installed vLLM
+    builds here; one it cannot is a PFX600 note), and every layer with a weight
+    quantization method (linear layers, heads, experts) must be quantized exactly when
+    the checkpoint stores it quantized (tensors an unquantized layer has no parameter
+    for, or a weight of a quantized dtype); a layer built without its `quant_config` and
+    a kind of layer the method cannot quantize are named as causes too.
+
     ## Why is this bad?
     A layer looked up under the wrong name is quantized when the checkpoint holds it
     unquantized (or the reverse): loading fails or the output is wrong.

@@ -19,6 +19,27 @@ class LoraTargets(Check):
     `dryrun/lora.py`, reported at the line of the model that built the layer, renamed the
     checkpoint layer, or declares the class.
 
+    ## Details
+    For a model that declares `SupportsLoRA`, an adapter (`--lora`: a PEFT folder or hub
+    id, `adapter_config.json` and the safetensors header only; without it, a synthetic
+    adapter training every linear layer of the checkpoint the dry-run streamed) is
+    matched on the tp=1 meta build with vLLM's own functions, as its LoRA loader and
+    manager match it: the expected names (`get_supported_lora_modules` with fused layers
+    replaced by their `packed_modules_mapping` parts), each adapter tensor's module
+    (`parse_fine_tuned_lora_name` under `hf_to_vllm_mapper.get_rename_mapper()`,
+    `lora_skip_prefixes`), and the module the manager gives it to
+    (`is_supported_lora_module`, the LoRA layers' `can_replace_layer`). Reported at the
+    model's line: a fused layer whose `packed_modules_mapping` lacks a part the adapter
+    trains (at the line that built it; a missing entry PFX606 reports is confirmed there
+    instead), a module the loader renames in code but LoRA's renames do not reach, a
+    target no module of the model is, a module no LoRA layer can replace (its adapter
+    weights are dropped silently), an embedding `embedding_modules` does not list, a
+    `modules_to_save` classification head the model does not expose. What vLLM refuses
+    in the adapter itself (DoRA, a bias, other `modules_to_save`) is a PFX600 note, as
+    is a vLLM without these functions. A router's module is a warning, not an error:
+    adapters train routers only with `all-linear`. Tower modules vLLM wraps only on
+    request are notes.
+
     ## Why is this bad?
     vLLM finds an adapter's targets by module name: a target the model cannot map makes
     `--enable-lora` refuse the adapter at load, on a GPU, and a module it maps to a layer
