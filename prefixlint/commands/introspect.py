@@ -139,13 +139,8 @@ def introspect(
     # The layout table goes to stderr in every format: JSON on stdout stays parseable.
     for one in result.results:
         _echo_result(one)
-    report(
-        result.diagnostics,
-        output_format,
-        len(result.results),
-        output,
-        show_source=not no_source,
-    )
+    shown = not no_source
+    report(result.diagnostics, output_format, len(result.results), output, show_source=shown)
     exit_for(result.diagnostics, fail_on, strict)
 
 
