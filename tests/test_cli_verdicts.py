@@ -122,3 +122,21 @@ def test_introspect_writes_its_report_to_output(tmp_path: Path) -> None:
     assert [d["code"] for d in json.loads(out.read_text())] == ["PFX001"]
     bad = CliRunner().invoke(main, ["introspect", "broken.py", "-o", str(tmp_path)])
     assert bad.exit_code == 2 and "is a folder" in bad.output
+
+
+def test_a_malformed_config_is_a_usage_error(tmp_path: Path) -> None:
+    """Issue 40: ``--config`` that is not JSON is the user's input error: exit 2 with the
+    parse error (it was a note suggesting `--config`, exit 0), before any build."""
+    (tmp_path / "config.json").write_text('{"hidden_size": 64,, "num_hidden_layers": 2}')
+    (tmp_path / "list.json").write_text("[1, 2]")
+    for given, said in [
+        (tmp_path / "config.json", "Expecting property name"),
+        (tmp_path, "Expecting property name"),  # a folder holding it
+        (tmp_path / "list.json", "not a JSON object"),
+        (tmp_path / "missing.json", "missing.json"),
+    ]:
+        result = CliRunner().invoke(
+            main, ["introspect", "LlamaForCausalLM", "--config", str(given), "--no-dryrun"]
+        )
+        assert result.exit_code == 2, (given, result.output)
+        assert said in result.output and "Traceback" not in result.output, result.output

@@ -26,6 +26,7 @@ from prefixlint.commands.common import (
     exit_for,
     fresh_vllm_cache,
     int_list,
+    readable_config,
     report,
     writable,
 )
@@ -34,7 +35,10 @@ from prefixlint.commands.common import (
 @click.command()
 @click.argument("target")
 @click.option(
-    "--config", "config_path", help="config.json (or a folder holding one) to build with."
+    "--config",
+    "config_path",
+    callback=readable_config,
+    help="config.json (or a folder holding one) to build with.",
 )
 @click.option("--tp", default="1,2,4,8", show_default=True, help="Tensor-parallel sizes.")
 @click.option("--pp", default="2,4", show_default=True, help="Pipeline sizes (SupportsPP only).")
