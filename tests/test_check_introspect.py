@@ -58,6 +58,16 @@ def test_plugin_phase2_findings_ignore_and_noqa(tmp_path: Path) -> None:
         i for i, text in enumerate(models.read_text().splitlines(), 1) if "self.mlp = " in text
     )
     args = ("check", "--no-cache", "--introspect", "--tp", "1", "--pp", "2", "--format", "json")
+
+    def findings_of(done) -> list:
+        return [f for f in json.loads(done.stdout) if f["severity"] != "note"]
+
+    # One noqa per site across phases (issue 40): the noqa comment for PFX302 on the call's
+    # `prefix=` line silences phase 2's PFX601 of that statement, reported at its first line.
+    done = prefixlint(*args, "myplugin", cwd=tmp_path)
+    assert done.returncode == 0 and findings_of(done) == [], done.stdout
+    models.write_text(models.read_text().replace("  # noqa: PFX302", ""))
+    args = (*args, "--select", "PFX6")  # phase 2's finding alone
     done = prefixlint(*args, "myplugin", cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     found = json.loads(done.stdout)
@@ -69,9 +79,6 @@ def test_plugin_phase2_findings_ignore_and_noqa(tmp_path: Path) -> None:
     assert "MyQwenModel" not in done.stderr.split("building")[1].split("\n")[0]
 
     # --ignore takes phase-2 codes; so does a noqa comment on the reported line.
-    def findings_of(done) -> list:
-        return [f for f in json.loads(done.stdout) if f["severity"] != "note"]
-
     done = prefixlint(*args, "--ignore", "PFX601", "myplugin", cwd=tmp_path)
     assert done.returncode == 0 and findings_of(done) == [], done.stderr
     lines = models.read_text().splitlines()
