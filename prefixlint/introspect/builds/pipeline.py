@@ -143,7 +143,10 @@ def run_target(
         try:
             cls = load_class(registry, target.arch)
         except (Exception, SystemExit) as e:
-            return _refused(skipped(result, e, started), startup.import_failure(e))
+            own = startup.import_failure(e) or startup.unresolved_registration(
+                registry, target.arch
+            )
+            return _refused(skipped(result, e, started), own)
     arch_for_config = target.arch.removesuffix("__prefixlint")
     try:
         plan, source = _target_config(
