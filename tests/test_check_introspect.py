@@ -171,3 +171,21 @@ def test_one_finding_per_site_across_phases(tmp_path: Path) -> None:
     [pp] = at_class
     assert [e["code"] for e in pp["data"]["runtime"]] == ["PFX606"]
     assert "phase 2 confirms it: PFX606" in pp["message"]
+
+
+@requires_vllm
+def test_a_malformed_shipped_config_is_a_finding_at_it(tmp_path: Path) -> None:
+    """Issue 40: the plugin ships a ``config.json`` that is not JSON: a finding at that
+    file's line, exit 1 (it was silently replaced by a guessed config: "All checks
+    passed")."""
+    models = make_plugin(tmp_path)
+    shipped = models.parent / "config.json"
+    shipped.write_text('{\n  "architectures": ["MyQwen2ForCausalLM"],\n  "hidden_size": 64,,\n}\n')
+    args = ("check", "--no-cache", "--introspect", "--tp", "1", "--pp", "1", "--no-dryrun")
+    done = prefixlint(*args, "--format", "json", "myplugin", cwd=tmp_path)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    errors = [f for f in json.loads(done.stdout) if f["severity"] == "error"]
+    assert [(Path(f["filename"]).name, f["location"]["row"]) for f in errors] == [
+        ("config.json", 3)
+    ], errors
+    assert "not valid JSON" in errors[0]["message"]

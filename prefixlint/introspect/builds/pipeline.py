@@ -153,7 +153,8 @@ def run_target(
             result, target, cls, registry, (config, config_table, config_base, checkpoint)
         )
     except Exception as e:
-        return _refused(skipped(result, e, started), startup.interface_refusal(cls, e))
+        own = startup.interface_refusal(cls, e) or startup.malformed_config(e)
+        return _refused(skipped(result, e, started), own)
 
     if layouts:
         plan = _prepared(result, plan, layouts[0], cls, source, (arch_for_config, registry, target))

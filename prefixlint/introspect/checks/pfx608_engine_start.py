@@ -108,6 +108,22 @@ def import_failure(error: BaseException) -> Finding | None:
     return Finding(CODE, "error", message, file, line)
 
 
+def malformed_config(error: BaseException) -> Finding | None:
+    """An error at the line of a ``config.json`` the plugin ships that is not JSON
+    (``targets/plugins.MalformedConfig``): vLLM cannot read it as a model's config, and a
+    build with a guess in its place would check another model."""
+    from prefixlint.introspect.targets.plugins import MalformedConfig
+
+    if not isinstance(error, MalformedConfig):
+        return None
+    message = (
+        f"`{error.path.name}` shipped with the model's package is not valid JSON: "
+        f"{error.reason}; vLLM cannot read it as the model's config, and nothing was built "
+        "with a guessed one in its place"
+    )
+    return Finding(CODE, "error", message, str(error.path), error.line)
+
+
 def unresolved_registration(registry: Any, arch: str) -> Finding | None:
     """An error at the registration line when the plugin registers ``arch`` as
     ``"module:Class"`` and the module, which imports, defines no such class: the user's
