@@ -18,6 +18,7 @@ from typing import Any
 
 from prefixlint.codes import NOT_VERIFIED_CODE, url_for
 from prefixlint.diagnostic import Diagnostic, Position, Severity
+from prefixlint.noqa import SAME_DEFECT
 from prefixlint.paths import display_path
 
 INTERNAL_SUFFIX = "__prefixlint"  # phase 2's name for a class that shadows a registered one
@@ -341,7 +342,8 @@ def polish(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
                 text = ""
             files[d.filename] = (text.splitlines(), statement_spans(text))
         source, spans = files[d.filename]
-        if is_suppressed(d, source):
+        statement = innermost(spans, d.location.row)
+        if is_suppressed(d, source, statement[::2] if statement else None):
             continue
         d = replace(d, message=public_name(d.message))
         row = d.location.row
@@ -394,10 +396,7 @@ def innermost(spans: list[tuple[int, int, int, int]], row: int) -> tuple[int, in
 
 # A phase-2 check that sees, at one site, the defect a static rule reports there: one
 # finding, the static one (its span and fix are exact), with the run-time evidence added.
-SAME_DEFECT: dict[str, tuple[str, ...]] = {
-    "PFX601": ("PFX301", "PFX302", "PFX303", "PFX304"),  # a prefix that is not the path
-    "PFX606": ("PFX501",),  # SupportsPP without a working make_empty_intermediate_tensors
-}
+# (``noqa.SAME_DEFECT``: the same table lets one noqa comment silence both)
 # PFX606 of this group is the method's check (other groups: packed_modules_mapping keys);
 # PFX501 names the method when that is what it misses (else: forward's parameter).
 _PP_METHOD = "make_empty_intermediate_tensors"
@@ -423,9 +422,12 @@ def _same_place(a: Diagnostic, b: Diagnostic) -> bool:
 
 
 def _folds_into(runtime: Diagnostic, site: Diagnostic, evidence: list[Diagnostic]) -> bool:
+    if runtime.code == "PFX702" and site.code == "PFX405" and _same_place(site, runtime):
+        # a layer built without `quant_config` (PFX405) is what the quantization dry-run
+        # finds treated otherwise at that statement, whatever it says of it
+        return True
     if runtime.code == "PFX702" and UNTHREADED in runtime.message:
-        # a layer built without `quant_config`: PFX405 says so at the same statement
-        return site.code == "PFX405" and _same_place(site, runtime)
+        return False  # only PFX405 names a layer never given `quant_config`
     if runtime.code == "PFX702":
         # The dry-run reports a quantization mismatch at the construction site only when
         # the module's prefix is not its path: where phase 2 found that prefix wrong

@@ -143,14 +143,18 @@ def run_target(
         try:
             cls = load_class(registry, target.arch)
         except (Exception, SystemExit) as e:
-            return _refused(skipped(result, e, started), startup.import_failure(e))
+            own = startup.import_failure(e) or startup.unresolved_registration(
+                registry, target.arch
+            )
+            return _refused(skipped(result, e, started), own)
     arch_for_config = target.arch.removesuffix("__prefixlint")
     try:
         plan, source = _target_config(
             result, target, cls, registry, (config, config_table, config_base, checkpoint)
         )
     except Exception as e:
-        return _refused(skipped(result, e, started), startup.interface_refusal(cls, e))
+        own = startup.interface_refusal(cls, e) or startup.malformed_config(e)
+        return _refused(skipped(result, e, started), own)
 
     if layouts:
         plan = _prepared(result, plan, layouts[0], cls, source, (arch_for_config, registry, target))

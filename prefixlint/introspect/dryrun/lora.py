@@ -31,7 +31,7 @@ from torch import nn
 from prefixlint.codes import LORA_TARGET_UNMAPPED_CODE, NOT_VERIFIED_CODE
 from prefixlint.introspect.dryrun import _base_build, _served_as_embedding
 from prefixlint.introspect.dryrun.sites import Sites
-from prefixlint.introspect.finding import Finding, class_site
+from prefixlint.introspect.finding import Finding, class_site, describe_error
 from prefixlint.introspect.targets.adapter import Adapter, read_adapter
 from prefixlint.introspect.targets.checkpoint import CheckpointError
 
@@ -554,7 +554,7 @@ def run(
         with set_current_vllm_config(base.vllm_config):
             findings = _judged(cls, base, chosen, mapping, api)
     except Exception as e:  # vLLM's matching on meta: a gap, never a lost target
-        failed = f"vLLM's matching failed on the meta build: {type(e).__name__}: {str(e)[:200]}"
+        failed = f"vLLM's matching failed on the meta build: {describe_error(e)}"
         return LoraRun("not verified", failed, [_note(failed, site)])
     return LoraRun("verified", why, findings)
 
@@ -590,7 +590,7 @@ def _under_lora(
         return base, ""
     rebuilt = build_layout(base.plan, base.layout, lora_config=api["LoRAConfig"]())
     if rebuilt.error is not None:
-        error = f"{type(rebuilt.error).__name__}: {str(rebuilt.error)[:200]}"
+        error = describe_error(rebuilt.error)
         return base, f"matched on the build without a LoRA config (with one: {error})"
     return rebuilt, ""
 

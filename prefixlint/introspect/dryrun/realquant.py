@@ -32,7 +32,7 @@ from prefixlint.introspect.dryrun.quant import packed_entry_wrong, written_layer
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import Stream
 from prefixlint.introspect.dryrun.weights import module_leaf
-from prefixlint.introspect.finding import Finding
+from prefixlint.introspect.finding import Finding, describe_error
 from prefixlint.introspect.targets.checkpoint import Checkpoint
 
 # safetensors dtype names -> torch attribute names (the format's table; a dtype this
@@ -182,11 +182,6 @@ def _ignore_lists(quant_config: Any) -> str:
             more = f" and {len(value) - 4} more" if len(value) > 4 else ""
             return f"`{attr}` {shown or 'empty'}{more}"
     return ""
-
-
-def describe_error(error: BaseException | None) -> str:
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return f"{type(error).__name__}: {text}"[:240]
 
 
 # -- parameters vLLM defaults -----------------------------------------------------------------
