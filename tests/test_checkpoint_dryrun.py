@@ -266,6 +266,47 @@ def test_a_sharded_checkpoint_and_its_hub_manifest_verify_alike(worker, tmp_path
     assert "`org/tiny`" in hub.results[0]["dryrun_reason"]
 
 
+def run_moe(worker, tmp_path, name: str, **checkpoint):
+    folder = tiny_checkpoints.write_moe(tmp_path / f"ckpt_{name}", **checkpoint)
+    path, text = model_copy(tmp_path, "qwen2_moe", name, [])
+    report = introspect(
+        f"{path}:Qwen2MoeForCausalLM", tp=(1,), pp=(1,), worker=worker, checkpoint=str(folder)
+    )
+    assert report.error is None, report.error
+    [result] = report.results
+    assert result["dryrun"] == "verified", result["dryrun_reason"]
+    return report, text
+
+
+@pytest.mark.parametrize("experts", ["fused", "split"])
+def test_unquantized_experts_an_fp8_checkpoint_ignores_are_no_finding(
+    worker, tmp_path, experts
+) -> None:
+    """Issue 40: experts stored in bfloat16 and listed in `ignored_layers` (as transformers
+    5 saves them, `experts.gate_up_proj` with no scale, or one tensor per expert) are
+    what vLLM builds: no "stores it quantized" error, no mapper advice."""
+    report, _ = run_moe(worker, tmp_path, f"moe_{experts}", experts=experts)
+    assert dry_run_diagnostics(report) == [], [d.message for d in report.diagnostics]
+
+
+@pytest.mark.parametrize("experts", ["fused", "split"])
+def test_unquantized_experts_an_fp8_checkpoint_does_not_ignore_are_an_error(
+    worker, tmp_path, experts
+) -> None:
+    """The same experts left out of `ignored_layers`: vLLM builds them FP8 and their
+    scales stay unwritten, an error at the experts' line."""
+    report, text = run_moe(
+        worker, tmp_path, f"moe_q_{experts}", experts=experts, ignore_experts=False
+    )
+    found = [(d.code, d.location.row) for d in dry_run_diagnostics(report)]
+    assert found == [("PFX702", line_of(text, "Qwen2MoeSparseMoeBlock", "self.experts ="))], [
+        d.message for d in report.diagnostics
+    ]
+    [d] = dry_run_diagnostics(report)
+    assert "is quantized (Fp8MoEMethod) although the checkpoint stores it unquantized" in d.message
+    assert "hf_to_vllm_mapper" not in d.message
+
+
 @pytest.mark.slow
 def test_the_command_line_takes_the_checkpoint_from_the_option_and_the_table(tmp_path) -> None:
     """``introspect --checkpoint`` says which parts of the check ran; ``check --introspect``
