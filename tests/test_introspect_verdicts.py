@@ -318,3 +318,28 @@ def test_a_failure_only_pipeline_stages_reach_is_the_models(worker, tmp_path: Pa
     assert not [d for d in report.diagnostics if d.code == "PFX600" and "building `" in d.message]
     [own] = [d for d in report.diagnostics if d.code == "PFX604"]
     assert "PPMissingLayer" in own.message and "pp=2" in own.message
+
+
+# issue 40: a layer index read from a prefix shape the model does not have
+# (`model.layers.0`: its second part is `layers`), under a synthesised config that vLLM's
+# own class of the same architecture builds
+PREFIX_INDEX = (
+    "        self.hidden_size = config.hidden_size\n",
+    "        self.hidden_size = config.hidden_size\n"
+    '        self.layer_idx = int(prefix.split(".")[1])\n',
+)
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_a_failure_vllms_own_class_does_not_have_is_the_models(worker, tmp_path: Path) -> None:
+    """vLLM's LlamaForCausalLM builds with the synthesised config that the copy fails
+    with: the config explains nothing, the failure is PFX604 at the copy's line."""
+    from prefixlint.introspect import introspect
+
+    path, text = llama_copy(tmp_path, "idx", replace_in_class("LlamaDecoderLayer", *PREFIX_INDEX))
+    line = line_in_class(text, "LlamaDecoderLayer", "self.layer_idx = int(")
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    found = [(d.code, d.severity.value, d.location.row) for d in report.diagnostics]
+    assert ("PFX604", "error", line) in found, [d.message for d in report.diagnostics]
+    assert report.results[0]["category"] == "finding"
