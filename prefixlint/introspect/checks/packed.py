@@ -148,43 +148,57 @@ def missing_entries(
                 nested[leaf] = _nested_only(cls, model, path, leaf, parts)
             continue
         quantized = passes_quant_config(*site)
-        users = [u for u, yes in (("quantization", quantized), ("LoRA", lora)) if yes]
-        name = getattr(cls, "__name__", "the model")
-        entry = f"`{leaf!r}: {parts!r}`"
-        # no table at all (issue 30): the same miss, for every fused layer of the model
-        gap = (
-            f"`{name}.packed_modules_mapping` has no entry for `{leaf}`"
-            if table
-            else f"`{name}` has no `packed_modules_mapping` at all"
-        )
-        message = (
-            f"`{path}` is a fused `{type(module).__name__}` whose checkpoint holds "
-            f"{', '.join(f'`{p}`' for p in parts)} separately, and {gap}: "
-        )
-        if users:
-            misses = " or ".join(
-                {"quantization": "an `ignored_layers` entry", "LoRA": "a LoRA adapter"}[u]
-                for u in users
-            )
-            verb = "look" if len(users) > 1 else "looks"
-            message += (
-                f"{' and '.join(users)} {verb} the parts up through it, so {misses} of a "
-                f"part misses this layer; add {entry}"
-            )
-            severity = "error"
-        else:
-            message += (
-                f"add {entry} (a note: no `quant_config` reaches it and `{name}` does not "
-                "support LoRA, so nothing looks the parts up yet)"
-            )
-            severity = "note"  # no consumer today (issue 20's severity)
-        file, line = _table_line(cls)
-        if file:
-            message += f" (the table is at {file.rsplit('/', 1)[-1]}:{line})"
-        out[site] = Finding(
-            INTERFACE_INCONSISTENT_CODE, severity, message, *site, group=f"packed:{leaf}"
-        )
+        out[site] = _missing(cls, path, module, leaf, parts, bool(table), (quantized, lora), site)
     return list(out.values()) + list(nested.values())
+
+
+def _missing(
+    cls: type | None,
+    path: str,
+    module: nn.Module,
+    leaf: str,
+    parts: list[str],
+    has_table: bool,
+    consumers: tuple[bool, bool],
+    site: tuple[str, int],
+) -> Finding:
+    """The finding of a fused layer the table lacks; ``consumers``: whether quantization
+    and LoRA look its parts up (an error), else a note."""
+    quantized, lora = consumers
+    users = [u for u, yes in (("quantization", quantized), ("LoRA", lora)) if yes]
+    name = getattr(cls, "__name__", "the model")
+    entry = f"`{leaf!r}: {parts!r}`"
+    # no table at all (issue 30): the same miss, for every fused layer of the model
+    gap = (
+        f"`{name}.packed_modules_mapping` has no entry for `{leaf}`"
+        if has_table
+        else f"`{name}` has no `packed_modules_mapping` at all"
+    )
+    message = (
+        f"`{path}` is a fused `{type(module).__name__}` whose checkpoint holds "
+        f"{', '.join(f'`{p}`' for p in parts)} separately, and {gap}: "
+    )
+    if users:
+        misses = " or ".join(
+            {"quantization": "an `ignored_layers` entry", "LoRA": "a LoRA adapter"}[u]
+            for u in users
+        )
+        verb = "look" if len(users) > 1 else "looks"
+        message += (
+            f"{' and '.join(users)} {verb} the parts up through it, so {misses} of a "
+            f"part misses this layer; add {entry}"
+        )
+        severity = "error"
+    else:
+        message += (
+            f"add {entry} (a note: no `quant_config` reaches it and `{name}` does not "
+            "support LoRA, so nothing looks the parts up yet)"
+        )
+        severity = "note"  # no consumer today (issue 20's severity)
+    file, line = _table_line(cls)
+    if file:
+        message += f" (the table is at {file.rsplit('/', 1)[-1]}:{line})"
+    return Finding(INTERFACE_INCONSISTENT_CODE, severity, message, *site, group=f"packed:{leaf}")
 
 
 def _nested_only(
