@@ -266,9 +266,9 @@ def test_a_sharded_checkpoint_and_its_hub_manifest_verify_alike(worker, tmp_path
     assert "`org/tiny`" in hub.results[0]["dryrun_reason"]
 
 
-def run_moe(worker, tmp_path, name: str, **checkpoint):
+def run_moe(worker, tmp_path, name: str, edits=(), **checkpoint):
     folder = tiny_checkpoints.write_moe(tmp_path / f"ckpt_{name}", **checkpoint)
-    path, text = model_copy(tmp_path, "qwen2_moe", name, [])
+    path, text = model_copy(tmp_path, "qwen2_moe", name, list(edits))
     report = introspect(
         f"{path}:Qwen2MoeForCausalLM", tp=(1,), pp=(1,), worker=worker, checkpoint=str(folder)
     )
@@ -305,6 +305,30 @@ def test_unquantized_experts_an_fp8_checkpoint_does_not_ignore_are_an_error(
     [d] = dry_run_diagnostics(report)
     assert "is quantized (Fp8MoEMethod) although the checkpoint stores it unquantized" in d.message
     assert "hf_to_vllm_mapper" not in d.message
+
+
+# the routed experts built without the quantization config
+EXPERTS_UNQUANTIZED = (
+    "Qwen2MoeSparseMoeBlock",
+    'quant_config=quant_config,\n            prefix=f"{prefix}.experts",',
+    'quant_config=None,\n            prefix=f"{prefix}.experts",',
+)
+
+
+def test_fp8_experts_are_clean_and_experts_built_unquantized_are_an_error(worker, tmp_path) -> None:
+    """FP8 experts (a float8 weight and scales per projection) under vLLM's Fp8MoEMethod
+    are clean; the same checkpoint on a copy that builds the experts without
+    `quant_config` is an error at the experts' line."""
+    report, _ = run_moe(worker, tmp_path, "moe_fp8", experts="split", fp8_experts=True)
+    assert dry_run_diagnostics(report) == [], [d.message for d in report.diagnostics]
+    report, text = run_moe(
+        worker, tmp_path, "moe_fp8_none", [EXPERTS_UNQUANTIZED], experts="split", fp8_experts=True
+    )
+    line = line_of(text, "Qwen2MoeSparseMoeBlock", "self.experts =")
+    errors = [(d.code, d.location.row) for d in dry_run_diagnostics(report) if d.code == "PFX702"]
+    assert errors == [("PFX702", line)], [d.message for d in report.diagnostics]
+    [d] = [d for d in dry_run_diagnostics(report) if d.code == "PFX702"]
+    assert "left unquantized although the checkpoint stores it quantized" in d.message
 
 
 @pytest.mark.slow

@@ -208,7 +208,9 @@ def _save(folder: Path, tensors: dict[str, Any], shards: int, save_file: Any) ->
 MOE = {"hidden": 64, "moe": 32, "shared": 64, "experts": 4, "kv": 32, "vocab": 256}
 
 
-def write_moe(folder: Path, experts: str = "fused", *, ignore_experts: bool = True) -> Path:
+def write_moe(
+    folder: Path, experts: str = "fused", *, ignore_experts: bool = True, fp8_experts: bool = False
+) -> Path:
     """A 2-layer ``Qwen2MoeForCausalLM`` FP8 checkpoint (attention and shared expert in
     float8_e4m3fn with scalar scales; router, shared-expert gate and head bfloat16 and
     in ``ignored_layers``). ``experts``: how the routed experts are stored, unquantized:
@@ -216,7 +218,8 @@ def write_moe(folder: Path, experts: str = "fused", *, ignore_experts: bool = Tr
     ``mlp.experts.down_proj``, one 3-d bfloat16 tensor each, no ``.weight``), ``split``
     one ``experts.N.gate_proj.weight`` per expert; ``ignore_experts``: whether
     ``ignored_layers`` lists them (the fused layer by name, or each expert's
-    projections)."""
+    projections); ``fp8_experts``: one FP8 ``weight`` with scales per expert's projection
+    instead (``split``, not ignored)."""
     import torch
     from safetensors.torch import save_file
     from transformers import Qwen2MoeConfig
@@ -271,6 +274,9 @@ def write_moe(folder: Path, experts: str = "fused", *, ignore_experts: bool = Tr
             continue
         for e in range(n):
             for proj, shape in (("gate_proj", (m, h)), ("up_proj", (m, h)), ("down_proj", (h, m))):
+                if fp8_experts:
+                    fp8(f"{p}.mlp.experts.{e}.{proj}", shape)
+                    continue
                 plain(f"{p}.mlp.experts.{e}.{proj}.weight", shape)
                 ignored += [f"{p}.mlp.experts.{e}.{proj}"] if ignore_experts else []
     config.quantization_config = {
