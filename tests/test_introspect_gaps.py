@@ -205,3 +205,15 @@ def test_a_missing_environment_variable_is_not_verified(worker, tmp_path: Path) 
     assert "environment variable `MY_MODEL_HOME`" in diag.message
     assert "--config" not in diag.message and "synthesised config" not in diag.message
     assert report.results[0]["category"] == "environment"
+
+
+def test_a_module_level_cuda_only_import_is_not_verified(worker, tmp_path: Path) -> None:
+    """The model's file imports a CUDA-only package at module level: not an error that
+    stops the command (exit 2), a "not verified" note at the import with the advice."""
+    path, text = llama_copy(tmp_path, "top_cuda", lambda t: "import flash_attn  # noqa\n" + t)
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    assert report.error is None, report.error
+    [diag] = report.diagnostics
+    assert (diag.code, diag.severity.value, diag.location.row) == ("PFX600", "note", 1)
+    assert "`flash_attn` is CUDA-only" in diag.message, diag.message
+    assert report.results[0]["category"] == "environment"
