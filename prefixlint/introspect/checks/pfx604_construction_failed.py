@@ -38,8 +38,12 @@ class ConstructionFailed(FailureCheck):
     integer it is compared with and one past it, never below 1; a flag flipped). A test of
     a parameter, a local or `self` (which may hold a config value), a raise under `except`,
     a loop or `match`, and an error an operation raised (an index, a `None`) stay notes.
-    So does nothing when the same config built every unsplit layout and only pipeline
-    stages failed, in the model's own frames: that failure is the model's (issue 40).
+    Two more kinds of evidence make such a failure the model's (issue 40): the same config
+    built every unsplit layout and only pipeline stages failed, in the model's own frames;
+    or the class is an out-of-tree one and vLLM's own class of its architecture builds
+    with the same config (unless the failure is a `raise`/`assert` on a config value, or
+    reads a config attribute the config lacks). The hub (files downloaded offline) and an
+    unset environment variable are notes of this machine, with their own advice.
 
     Importing the model's module: a module-level raise in its file, and an import of a
     module its own package lacks (`from .layerz import ...`), are PFX604 at that line; a
