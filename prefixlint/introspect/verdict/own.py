@@ -392,6 +392,8 @@ def _config_lacks(error: BaseException | None) -> bool:
 
 
 def _in_vllm(cls: type) -> bool:
-    module = importlib.import_module(cls.__module__) if cls.__module__ else None
-    file = getattr(module, "__file__", None) or ""
+    """The class is defined in the installed vLLM's files (never imported here)."""
+    import sys
+
+    file = getattr(sys.modules.get(cls.__module__ or ""), "__file__", None) or ""
     return bool(vllm_root()) and file.startswith(vllm_root())
