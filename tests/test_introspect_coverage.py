@@ -378,3 +378,39 @@ def test_coverage_in_json_and_zoo_summary(tmp_path: Path) -> None:
     without = run_zoo(jobs=1, only=["Lfm2ForCausalLM"], progress=False, explore_budget=0)
     missing = without.counts()["coverage"]["not_executed"]
     assert missing and all("lfm2.py" in m for m in missing)
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "introspect"
+
+
+def test_a_nested_models_table_is_not_what_quantization_reads(worker, tmp_path: Path) -> None:
+    """Issue 40: a top-level class that wraps its own language model has no
+    `packed_modules_mapping`; the nested class's table serves LoRA
+    (`get_packed_modules_mapping` walks the modules), but vLLM's quantization set-up
+    (`configure_quant_config`) reads only the top-level class's (neither mixes in
+    `SupportsQuant`): each fused leaf a `quant_config` reaches is an error at the
+    top-level class. The same wrapper with the table copied up is clean (so is wrapping
+    vLLM's Llama, a `SupportsQuant`, whose `__new__` adds its table)."""
+    import shutil
+
+    path = tmp_path / "nested_packed.py"
+    shutil.copy(FIXTURES / "nested_packed.py", path)
+    report = introspect(f"{path}:WrappedLlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    packed = sorted((d for d in report.diagnostics if d.code == "PFX606"), key=lambda d: d.message)
+    # at the class that needs the table, in the plugin's file (the layers are vLLM's)
+    line = line_of(path.read_text(), "class WrappedLlamaForCausalLM(")
+    found = [(Path(d.filename).name, d.location.row, d.severity.value) for d in packed]
+    assert found == [(path.name, line, "error")] * 2, [d.message for d in report.diagnostics]
+    assert "`gate_up_proj`" in packed[0].message and "`qkv_proj`" in packed[1].message
+    assert all("`WrappedLlamaForCausalLM`" in d.message for d in packed)
+    assert all("SupportsQuant" in d.message for d in packed)
+
+    table = (
+        "class WrappedLlamaForCausalLM(nn.Module):\n"
+        "    packed_modules_mapping = InnerLanguageModel.packed_modules_mapping\n"
+    )
+    fixed = path.read_text().replace("class WrappedLlamaForCausalLM(nn.Module):\n", table)
+    path = tmp_path / "nested_packed_fixed.py"
+    path.write_text(fixed)
+    report = introspect(f"{path}:WrappedLlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    assert [d for d in report.diagnostics if d.code == "PFX606"] == []

@@ -272,3 +272,20 @@ def test_lazy_registration_of_the_installed_vllm() -> None:
     by_class = SimpleNamespace(ModelRegistry=SimpleNamespace(models={"M": itself}))
     assert vllm_api.lazy_registration(by_class, "M") is None
     assert vllm_api.lazy_registration(SimpleNamespace(ModelRegistry=object()), "M") is None
+
+
+@requires_vllm
+def test_supports_quant_class_of_the_installed_vllm_and_without_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``SupportsQuant`` (0.32 and 0.33: ``models.interfaces``), whose ``__new__`` adds a
+    class's ``packed_modules_mapping`` to the quantization config; None where a vLLM has
+    no such mixin (then ``checks/packed.py`` reads LoRA's table for both)."""
+    from vllm.model_executor.models.interfaces import SupportsQuant
+    from vllm.model_executor.models.llama import LlamaForCausalLM, LlamaModel
+
+    mixin = vllm_api.supports_quant_class()
+    assert mixin is SupportsQuant
+    assert issubclass(LlamaForCausalLM, mixin) and not issubclass(LlamaModel, mixin)
+    layout(monkeypatch, {"vllm.model_executor.models.interfaces": SimpleNamespace()})
+    assert vllm_api.supports_quant_class() is None

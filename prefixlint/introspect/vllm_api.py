@@ -425,3 +425,12 @@ def transformers_version() -> tuple[int, ...]:
 
         return tuple(int(p) for p in re.findall(r"\d+", transformers.__version__)[:3])
     return ()
+
+
+def supports_quant_class() -> type | None:
+    """vLLM's ``SupportsQuant`` mixin, whose ``__new__`` adds a class's own
+    ``packed_modules_mapping`` to the quantization config (``configure_quant_config``
+    reads only the top-level class's otherwise); None where this vLLM has none."""
+    module = _module("vllm.model_executor.models.interfaces")
+    found = getattr(module, "SupportsQuant", None) if module is not None else None
+    return found if isinstance(found, type) else None

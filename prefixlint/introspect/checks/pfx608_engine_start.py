@@ -340,13 +340,37 @@ def unloadable(spec: str, error: BaseException) -> list[dict[str, Any]] | None:
     from prefixlint.introspect.verdict.outcome import TargetResult
 
     finding = import_failure(error)
-    if finding is None:
-        return None
     arch = spec.rpartition(":")[2] if ":" in spec else Path(spec).stem
+    if finding is None:
+        return _package_missing_here(spec, arch, error)
     result = TargetResult(target=spec, arch=arch, status="skipped", category="finding")
     result.reason = _first_line(error)
     result.findings.append(finding)
     data = asdict(result)
     data["layouts"] = []
     data["class_file"], data["class_line"] = finding.file, finding.line
+    return [data]
+
+
+def _package_missing_here(
+    spec: str, arch: str, error: BaseException
+) -> list[dict[str, Any]] | None:
+    """The model's file imports a top-level package this machine lacks (a CUDA-only
+    kernel package, an optional dependency): a skipped target of this environment, whose
+    "not verified" note (``skipped_findings``) stands at the import with the advice. None
+    for any other failure."""
+    from dataclasses import asdict
+
+    from prefixlint.introspect.verdict.outcome import TargetResult
+
+    frames = list(traceback.walk_tb(error.__traceback__))
+    model = [(f, n) for f, n in frames if model_code(f.f_code.co_filename)]
+    if not isinstance(error, ModuleNotFoundError) or not error.name or not model:
+        return None
+    frame, line = model[-1]
+    result = TargetResult(target=spec, arch=arch, status="skipped", category="environment")
+    result.reason = f"needs package {error.name}"
+    data = asdict(result)
+    data["layouts"] = []
+    data["class_file"], data["class_line"] = frame.f_code.co_filename, line
     return [data]

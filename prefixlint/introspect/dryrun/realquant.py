@@ -239,17 +239,28 @@ def unquantized_leaves(model: nn.Module) -> set[str]:
     } or {"weight", "bias"}
 
 
+# what a quantization format stores beside a layer's values: scales (``weight_scale``,
+# ``input_scale``, ``weight_scale_inv``, AWQ's ``scales``) and zero points (``qzeros``,
+# ``weight_zero_point``); a tensor of another name is the layer's values, whatever its name
+# (transformers 5 saves fused experts as ``experts.gate_up_proj``, no ``.weight``)
+SCALE_MARKS = ("scale", "zero")
+
+
 def stored_quantized(
     layout: dict[str, tuple[tuple[int, ...], torch.dtype]], layer: str, plain: set[str]
 ) -> tuple[bool, str]:
-    """Whether the checkpoint stores ``layer`` quantized, and what it holds for it."""
+    """Whether the checkpoint stores ``layer`` quantized, and what it holds for it: read
+    from the tensors' dtypes (fp8, fp4, integer codes) and from scale tensors beside them,
+    never from a tensor's name alone."""
     start = f"{layer}."
     held = {n[len(start) :]: dtype for n, (_, dtype) in layout.items() if n.startswith(start)}
-    extra = sorted(k for k in held if k not in plain)
+    scales = sorted(k for k in held if any(m in module_leaf(k) for m in SCALE_MARKS))
     narrow = sorted(k for k, d in held.items() if dtype_kind(d) != "float")
-    what = ", ".join(f"{_name(d)} `{k}`" for k, d in sorted(held.items()) if k in plain)
+    extra = sorted(k for k in held if k not in plain and (k in scales or k in narrow))
+    values = sorted(k for k in held if k not in extra)
+    what = ", ".join(f"{_name(held[k])} `{k}`" for k in values)
     what += f" with {', '.join(f'`{k}`' for k in extra)}" if extra else ", no scales"
-    return bool(extra or narrow), what.lstrip(", ")
+    return bool(scales or narrow), what.lstrip(", ")
 
 
 @dataclass
@@ -359,7 +370,7 @@ def method_findings(
             alike.setdefault(held, []).append(f"`{layer}`")
         holds = "; ".join(f"{', '.join(names)}: {held}" for held, names in alike.items())
         site, why = _cause(cls, path, module, layers, sites, expected, quant)
-        prefix = getattr(module, "prefix", path)
+        prefix = matched_prefix(module, path)[0]
         if quantized:
             name = type(module.quant_method).__name__
             what = f"`{path}` is quantized ({name}) although the checkpoint stores it unquantized"
@@ -391,7 +402,7 @@ def _cause(
     """The model's line responsible, and why: the module built without the quantization
     config, a kind of layer the method never quantizes, a prefix that is not its path, a
     fused layer's mapping, a renamed layer."""
-    prefix = getattr(module, "prefix", path)
+    prefix, path = matched_prefix(module, path)
     leaf = module_leaf(path)
     leaves = list(dict.fromkeys(module_leaf(n) for n in layers))
     packed = getattr(cls, "packed_modules_mapping", None) or {}
@@ -417,7 +428,26 @@ def _cause(
             f"the checkpoint calls it `{layers[0]}` and the quantization config matches "
             f"that name; no `hf_to_vllm_mapper` entry renames it to `{path}`"
         )
+    if not stored and quant.described:
+        return sites.module(path), (
+            f"no entry of the checkpoint's {quant.described} matches `{prefix}` as vLLM "
+            "matches it, so vLLM quantizes it and its scales are never loaded"
+        )
     return sites.module(path), "vLLM's quantization config decides otherwise for this prefix"
+
+
+def matched_prefix(module: nn.Module, path: str) -> tuple[str, str]:
+    """The prefix vLLM's quantization config matches for ``module``, and the path of the
+    module that prefix names. Routed experts are matched by their fused MoE layer's name
+    (``RoutedExperts(layer_name, ...)`` under ``FusedMoE``: ``mlp.experts``, not
+    ``mlp.experts.routed_experts``), which ``is_layer_skipped`` looks up in every
+    ``ignored_layers`` entry that names ``experts``."""
+    prefix = getattr(module, "prefix", path)
+    name = vars(module).get("layer_name")
+    owner = path.rpartition(".")[0]
+    if isinstance(name, str) and name != prefix and name == owner:
+        return name, owner
+    return prefix, path
 
 
 def _takes_quant_config(module: nn.Module) -> bool:

@@ -13,7 +13,7 @@ from prefixlint.introspect.builds.modelconfig import MISSING_FILES_WORDS
 from prefixlint.introspect.builds.parallel import Layout
 from prefixlint.introspect.configs import ConfigGap
 from prefixlint.introspect.finding import Finding
-from prefixlint.introspect.verdict.gaps import describe
+from prefixlint.introspect.verdict.gaps import describe, environment_reason
 
 
 @dataclass
@@ -107,6 +107,8 @@ def classify(error: BaseException | None, findings: list[Finding], synthesised: 
         return ""
     text = str(error)
     if isinstance(error, ImportError) or any(w in text for w in ENVIRONMENT_WORDS):
+        return "environment"
+    if environment_reason(error):  # the hub (offline) or an unset variable
         return "environment"
     # the checks judged a failure the model's (a PFX604 error: verdict/own.py's evidence)
     if any(
