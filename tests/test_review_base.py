@@ -1,0 +1,222 @@
+"""Base against head (issue 39): bugs replayed as pull requests in a temp git repository.
+
+The base commit is a copy of the installed vLLM's model file (made at test time, as
+``vllm_copy`` does); the head commit applies the bug. A finding the change causes is
+reported wherever it sits, and off the diff it points at the nearest changed line of its
+function or class; a finding that was there at the base is left out and counted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from prefixlint.basediff import SiteIndex, anchor_line, site_key
+from prefixlint.basediff_builds import compare_builds
+from prefixlint.check_introspect import Phase2Result, note
+from prefixlint.diagnostic import Diagnostic, Severity
+from prefixlint.diffbase import ChangedLines
+from tests.conftest import requires_vllm
+from tests.test_diffbase import findings, git, invoke
+
+pytestmark = requires_vllm
+LLAMA = "vllm/model_executor/models/llama.py"
+# LlamaForCausalLM.forward's signature and call (vLLM 0.32).
+FORWARD = (
+    "        input_ids: torch.Tensor | None,\n"
+    "        positions: torch.Tensor,\n"
+    "        intermediate_tensors: IntermediateTensors | None = None,\n"
+    "        inputs_embeds: torch.Tensor | None = None,\n"
+    "    ) -> torch.Tensor | IntermediateTensors:\n"
+    "        model_output = self.model(\n"
+    "            input_ids, positions, intermediate_tensors, inputs_embeds\n"
+    "        )"
+)
+PP_ATTRIBUTE = (
+    "        self.make_empty_intermediate_tensors = (\n"
+    "            self.model.make_empty_intermediate_tensors\n"
+    "        )\n"
+)
+GATE_UP_QUANT = "            quant_config=quant_config,\n            disable_tp=disable_tp,\n"
+# vLLM's own old defect: LlamaModel's embed_tokens takes quant_config without a prefix.
+EMBED = (
+    "            self.embed_tokens = VocabParallelEmbedding(\n                self.vocab_size,\n"
+)
+
+
+def replay(vllm_copy, tmp_path: Path, edit, name: str = "llama.py") -> Path:
+    """A repository whose ``base`` tag holds vLLM's ``name`` and whose HEAD applies ``edit``."""
+    target = vllm_copy(name)
+    git(tmp_path, "init", "-q", "-b", "main")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-q", "-m", "base")
+    git(tmp_path, "tag", "base")
+    text = target.read_text()
+    changed = edit(text)
+    assert changed != text, "the bug's edit does not apply to this vLLM"
+    target.write_text(changed)
+    git(tmp_path, "commit", "-q", "-am", "the pull request")
+    return tmp_path
+
+
+def row_of(repo: Path, needle: str, path: str = LLAMA) -> int:
+    lines = (repo / path).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if needle in line)
+
+
+def caused(repo: Path) -> list[tuple[str, int, int | None]]:
+    new = findings(["--diff-base", "base"], repo)
+    return [
+        (f["code"], f["location"]["row"], f.get("data", {}).get("changed_line"))
+        for f in new
+        if f["severity"] != "note"
+    ]
+
+
+def review(repo: Path) -> tuple[int, dict]:
+    code, out = invoke(["review", "--no-cache", "-j", "1", "--diff-base", "base"], repo)
+    assert code in (0, 1), out
+    return code, json.loads(out)
+
+
+def test_a_removed_quant_config_is_reported_at_its_construction_statement(
+    vllm_copy, tmp_path: Path
+) -> None:
+    repo = replay(
+        vllm_copy,
+        tmp_path,
+        lambda s: s.replace(GATE_UP_QUANT, "            disable_tp=disable_tp,\n", 1),
+    )
+    statement = row_of(repo, "self.gate_up_proj = MergedColumnParallelLinear(")
+    assert caused(repo) == [("PFX405", statement, None)]  # the deletion is in its span
+    code, payload = review(repo)
+    assert code == 1 and [c["body"][:10] for c in payload["comments"]] == ["**PFX405**"]
+
+
+def test_a_removed_method_is_reported_at_the_class_header(vllm_copy, tmp_path: Path) -> None:
+    repo = replay(vllm_copy, tmp_path, lambda s: s.replace(PP_ATTRIBUTE, ""))
+    header = row_of(repo, "class LlamaForCausalLM(")
+    base = git(repo, "show", f"base:{LLAMA}")
+    deleted_after = base[: base.index(PP_ATTRIBUTE)].count("\n")  # the row above it
+    found = caused(repo)
+    # the class header is unchanged, and the change's: it points at the deletion
+    assert ("PFX501", header, deleted_after) in found, found
+    # the subclasses lose it too (their own headers, no changed line in them)
+    subclasses = [r for c, r, at in found if c == "PFX501" and at is None]
+    assert subclasses and all(r > header for r in subclasses)
+    code, payload = review(repo)
+    assert code == 1
+    [comment] = [c for c in payload["comments"] if "PFX501" in c["body"]]
+    assert comment["line"] == deleted_after
+    assert f"At `{LLAMA}:{header}`" in comment["body"]
+    for row in subclasses:  # listed in the body at their own lines
+        assert f"`{LLAMA}:{row}` **PFX501**" in payload["body"]
+
+
+def test_a_renamed_parameter_on_another_signature_line_keeps_the_pfx201(
+    vllm_copy, tmp_path: Path
+) -> None:
+    rename = FORWARD.replace("intermediate_tensors", "inter")
+    repo = replay(vllm_copy, tmp_path, lambda s: s.replace(FORWARD, rename))
+    renamed = row_of(repo, "        inter: IntermediateTensors | None = None,")
+    found = caused(repo)
+    assert ("PFX201", renamed - 4, renamed) in found, found  # at `def forward(`
+    _, payload = review(repo)
+    assert [c["line"] for c in payload["comments"] if "PFX201" in c["body"]] == [renamed]
+
+
+def test_an_old_defect_gets_no_comment_when_an_unrelated_edit_touches_it(
+    vllm_copy, tmp_path: Path
+) -> None:
+    edit = EMBED.replace("self.vocab_size,", "config.vocab_size,")
+    repo = replay(vllm_copy, tmp_path, lambda s: s.replace(EMBED, edit))
+    old = row_of(repo, "self.embed_tokens = VocabParallelEmbedding(")
+    whole = findings([], repo)
+    # the old defect is on the edited statement: a filter by lines would keep it
+    assert any(f["code"] == "PFX301" and f["location"]["row"] == old for f in whole)
+    assert caused(repo) == []
+    code, payload = review(repo)
+    assert code == 0 and payload["comments"] == []
+    assert "the change causes no finding" in payload["body"]
+    assert "finding the change did not cause" in payload["body"]
+
+
+def test_a_benign_refactor_gets_no_comment(vllm_copy, tmp_path: Path) -> None:
+    """A helper added above everything (every line moves) and a local renamed."""
+
+    def refactor(text: str) -> str:
+        helper = "\n\ndef _unused_helper(x: int) -> int:\n    return x + 1\n"
+        at = text.index("\nclass LlamaMLP(")
+        text = text[:at] + helper + text[at:]
+        return text.replace("model_output = self.model(", "hidden = self.model(").replace(
+            "        return model_output\n", "        return hidden\n", 1
+        )
+
+    repo = replay(vllm_copy, tmp_path, refactor)
+    assert caused(repo) == []
+    code, payload = review(repo)
+    assert code == 0 and payload["comments"] == []
+
+
+def test_an_added_file_has_no_base_and_a_deleted_file_gives_nothing(
+    vllm_copy, tmp_path: Path
+) -> None:
+    repo = replay(vllm_copy, tmp_path, lambda s: s + "\n# touched\n")
+    legacy = Path(__file__).parent / "fixtures" / "diffbase" / "legacy.py"
+    (repo / LLAMA).with_name("mine.py").write_text(legacy.read_text())  # PFX301 at line 7
+    git(repo, "rm", "-q", LLAMA)
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "add mine.py, delete llama.py")
+    found = findings(["--diff-base", "base"], repo)
+    assert [(f["filename"], f["code"], f["location"]["row"]) for f in found] == [
+        ("vllm/model_executor/models/mine.py", "PFX301", 7)
+    ]
+
+
+def test_identity_ignores_lines_and_words_and_anchors_in_the_same_scope(tmp_path: Path) -> None:
+    before = (
+        "class A:\n    def f(self):\n        self.x = g(\n            1,\n"
+        "            prefix='a',\n        )\n"
+    )
+    after = "\n\n# moved\n" + before.replace("'a'", "'b'")
+    b, a = SiteIndex(before), SiteIndex(after)
+    at = lambda row, text: Diagnostic.at_line("PFX302", text, "m.py", row)  # noqa: E731
+    assert site_key(at(5, "one"), "m.py", b) == site_key(at(8, "two"), "m.py", a)
+    assert site_key(at(3, "x"), "m.py", b) != site_key(at(5, "x"), "m.py", b)  # prefix=
+    changes = ChangedLines(tmp_path, "b" * 40, "h" * 40, lines={"m.py": {6}})
+    assert anchor_line(changes, "m.py", b, 2) == 6  # the header of f: inside f
+    changes.lines = {"m.py": set()}
+    assert anchor_line(changes, "m.py", b, 2) is None  # nothing changed in A
+
+
+def test_a_layout_built_at_the_base_and_failing_at_head_is_pfx604(tmp_path: Path) -> None:
+    model = str(tmp_path / "m.py")
+
+    def built(*statuses: str) -> Phase2Result:
+        layouts = {f"tp{i}": (s, "" if s == "built" else "boom") for i, s in enumerate(statuses)}
+        return Phase2Result(
+            builds={"MyForCausalLM": {"file": model, "line": 3, "layouts": layouts}}
+        )
+
+    gap = note(model, 9, "`MyForCausalLM` not verified: a config gap", "MyForCausalLM")
+    [found] = compare_builds(built("built", "built"), built("built", "failed"), [gap])
+    assert (found.code, found.severity, found.location.row) == ("PFX604", Severity.WARNING, 9)
+    assert found.data["layouts"] == ["tp1"] and "boom" in found.message
+    # nothing lost, or head's build already has an error there: left as it is
+    assert compare_builds(built("built"), built("built"), [gap]) == [gap]
+    error = Diagnostic.at_line("PFX601", "x", model, 5, data={"architecture": "MyForCausalLM"})
+    assert compare_builds(built("built"), built("failed"), [error]) == [error]
+
+
+@pytest.mark.slow
+def test_phase_2_compares_base_and_head_builds(vllm_copy, tmp_path: Path) -> None:
+    """The whole flow with real builds: the removed PP attribute is kept at the class
+    header, and phase 2's findings of vLLM's old defects in the file are left out."""
+    repo = replay(vllm_copy, tmp_path, lambda s: s.replace(PP_ATTRIBUTE, ""))
+    header = row_of(repo, "class LlamaForCausalLM(")
+    args = ["--diff-base", "base", "--introspect", "--tp", "1,2", "--pp", "2"]
+    new = findings(args, repo)
+    kept = [(f["code"], f["location"]["row"]) for f in new if f["severity"] != "note"]
+    assert ("PFX501", header) in kept, kept
+    assert all(code == "PFX501" for code, _ in kept), kept  # nothing the base had
