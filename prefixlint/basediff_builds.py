@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from prefixlint.check_introspect import Phase2Result
-from prefixlint.codes import url_for
+from prefixlint.codes import CHECKPOINT_COVERAGE_CODE, url_for
 from prefixlint.diagnostic import Diagnostic, Position, Severity
 from prefixlint.paths import display_path
 
@@ -31,9 +32,9 @@ def lost_layouts(
         if now is None:
             continue
         lost = {
-            name: now["layouts"][name][1]
-            for name, (status, _) in then["layouts"].items()
-            if status == "built" and now["layouts"].get(name, ("built", ""))[0] != "built"
+            name: now["layouts"][name].get("reason") or ""
+            for name, layout in then["layouts"].items()
+            if layout.get("status") == "built" and _status(now, name) not in ("built", None)
         }
         if not lost:
             continue
@@ -64,8 +65,76 @@ def lost_layouts(
     return out
 
 
+def _status(build: dict[str, Any], layout: str) -> str | None:
+    return (build["layouts"].get(layout) or {}).get("status")
+
+
+# how many names a finding lists of each kind; ``data`` has them all
+SHOWN_NAMES = 5
+
+
+def changed_parameters(
+    base: Phase2Result, head: Phase2Result, found: list[Diagnostic]
+) -> list[Diagnostic]:
+    """A parameter the base's build had and head's lacks, gains, or has in another shape,
+    on a layout built at both (the first such layout): a checkpoint written for the base
+    no longer loads as it did. PFX701 (a warning) at head's class."""
+    out = list(found)
+    for arch, then in base.builds.items():
+        now = head.builds.get(arch)
+        both = [
+            n
+            for n, lay in (now or {}).get("layouts", {}).items()
+            if lay.get("status") == "built" and _status(then, n) == "built"
+        ]
+        if now is None or not both:
+            continue
+        layout = both[0]
+        before, after = then["layouts"][layout]["params"], now["layouts"][layout]["params"]
+        gone = sorted(set(before) - set(after))
+        added = sorted(set(after) - set(before))
+        reshaped = sorted(n for n in set(before) & set(after) if before[n] != after[n])
+        if not (gone or added or reshaped):
+            continue
+        said = [
+            f"{what} {_names(names)}"
+            for what, names in (("gone", gone), ("new", added), ("reshaped", reshaped))
+            if names
+        ]
+        pos = Position(int(now["line"]), 1)
+        out.append(
+            Diagnostic(
+                CHECKPOINT_COVERAGE_CODE,
+                f"`{arch}` ({layout}) has other parameters than at the base, with the same "
+                f"config: {'; '.join(said)}: a checkpoint written for the base does not load "
+                "into it as it did",
+                Severity.WARNING,
+                display_path(Path(now["file"])),
+                pos,
+                pos,
+                phase="introspect",
+                url=url_for(CHECKPOINT_COVERAGE_CODE),
+                data={
+                    "architecture": arch,
+                    "group": "base-parameters",
+                    "layout": layout,
+                    "gone": gone,
+                    "new": added,
+                    "reshaped": {n: [before[n], after[n]] for n in reshaped},
+                },
+            )
+        )
+    return out
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(f"`{n}`" for n in names[:SHOWN_NAMES])
+    more = len(names) - SHOWN_NAMES
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
 Comparison = Callable[[Phase2Result, Phase2Result, list[Diagnostic]], list[Diagnostic]]
-COMPARISONS: tuple[Comparison, ...] = (lost_layouts,)
+COMPARISONS: tuple[Comparison, ...] = (lost_layouts, changed_parameters)
 
 
 def compare_builds(

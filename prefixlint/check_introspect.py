@@ -241,10 +241,7 @@ def run_phase2(
             out.builds[public_name(str(result.get("arch")))] = {
                 "file": str(cand.path),
                 "line": cand.line,
-                "layouts": {
-                    str(lay.get("name")): (lay.get("status"), lay.get("reason") or "")
-                    for lay in layouts
-                },
+                "layouts": {str(lay.get("name")): lay for lay in layouts},
             }
             progress(
                 f"phase 2: {public_name(str(result.get('arch')))}: {result.get('status')}, "

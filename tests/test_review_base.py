@@ -194,7 +194,10 @@ def test_a_layout_built_at_the_base_and_failing_at_head_is_pfx604(tmp_path: Path
     model = str(tmp_path / "m.py")
 
     def built(*statuses: str) -> Phase2Result:
-        layouts = {f"tp{i}": (s, "" if s == "built" else "boom") for i, s in enumerate(statuses)}
+        layouts = {
+            f"tp{i}": {"status": s, "reason": "" if s == "built" else "boom", "params": {}}
+            for i, s in enumerate(statuses)
+        }
         return Phase2Result(
             builds={"MyForCausalLM": {"file": model, "line": 3, "layouts": layouts}}
         )
@@ -215,8 +218,34 @@ def test_phase_2_compares_base_and_head_builds(vllm_copy, tmp_path: Path) -> Non
     header, and phase 2's findings of vLLM's old defects in the file are left out."""
     repo = replay(vllm_copy, tmp_path, lambda s: s.replace(PP_ATTRIBUTE, ""))
     header = row_of(repo, "class LlamaForCausalLM(")
-    args = ["--diff-base", "base", "--introspect", "--tp", "1,2", "--pp", "2"]
-    new = findings(args, repo)
+    report = tmp_path / "report.json"  # stdout: the CLI runner mixes in phase 2's progress
+    args = ["check", "--no-cache", "--format", "json", "-o", str(report), "--diff-base", "base"]
+    code, out = invoke([*args, "--introspect", "--tp", "1,2", "--pp", "2"], repo)
+    assert code == 1, out
+    new = json.loads(report.read_text())
     kept = [(f["code"], f["location"]["row"]) for f in new if f["severity"] != "note"]
     assert ("PFX501", header) in kept, kept
     assert all(code == "PFX501" for code, _ in kept), kept  # nothing the base had
+
+
+def test_parameters_that_changed_between_base_and_head_are_pfx701(tmp_path: Path) -> None:
+    model = str(tmp_path / "m.py")
+
+    def built(params: dict, status: str = "built") -> Phase2Result:
+        layouts = {"tp1_pp1": {"status": status, "reason": "", "params": params}}
+        return Phase2Result(
+            builds={"MyForCausalLM": {"file": model, "line": 3, "layouts": layouts}}
+        )
+
+    base = {"lm_head.weight": [8, 4], "model.norm.weight": [4], "model.gate.weight": [2, 4]}
+    head = {"lm_head.weight": [8, 4], "model.norm.weight": [8], "model.router.weight": [2, 4]}
+    [found] = compare_builds(built(base), built(head), [])
+    assert (found.code, found.severity, found.location.row) == ("PFX701", Severity.WARNING, 3)
+    assert found.data["gone"] == ["model.gate.weight"]
+    assert found.data["new"] == ["model.router.weight"]
+    assert found.data["reshaped"] == {"model.norm.weight": [[4], [8]]}
+    assert "`model.gate.weight`" in found.message
+    # the same parameters: nothing; no layout built at both: the lost layout only
+    assert compare_builds(built(base), built(dict(base)), []) == []
+    lost = compare_builds(built(base), built(head, status="failed"), [])
+    assert [d.code for d in lost] == ["PFX604"]
