@@ -37,6 +37,7 @@ class BaseTree:
 
     folder: Path
     files: dict[str, Path] = field(default_factory=dict)  # head repo path -> base copy
+    keep: bool = False  # a folder of the results cache: kept for the next run
 
     def head_path(self, base_file: str | Path) -> str | None:
         """The head repo path of a base copy, or None."""
@@ -44,7 +45,8 @@ class BaseTree:
         return next((h for h, c in self.files.items() if c.resolve() == target), None)
 
     def close(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
+        if not self.keep:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _git_bytes(args: list[str], cwd: Path) -> bytes:
@@ -77,13 +79,29 @@ def base_paths(changes: ChangedLines) -> dict[str, str | None]:
     return out
 
 
-def materialise(changes: ChangedLines, head_paths: list[str]) -> BaseTree:
+def materialise(
+    changes: ChangedLines, head_paths: list[str], cache: Path | None = None
+) -> BaseTree:
     """The base copies of ``head_paths`` (repo-relative) that existed at the base, each
-    with its package folder and the ``__init__.py`` files above it, in one ``git archive``."""
-    tree = BaseTree(Path(tempfile.mkdtemp(prefix="prefixlint-base-")))
+    with its package folder and the ``__init__.py`` files above it, in one ``git archive``.
+    ``cache``: the results cache folder: the copies go to ``base/<commit>`` there and stay
+    (a base commit never changes), so a later run finds them, and the static phase's
+    cached results for them (keyed by path); None: a temporary folder."""
     at_base = base_paths(changes)
     wanted = {h: at_base[h] for h in head_paths if at_base.get(h)}
+    if cache is None:
+        tree = BaseTree(Path(tempfile.mkdtemp(prefix="prefixlint-base-")))
+    else:
+        tree = BaseTree((cache / "base" / changes.base).resolve(), keep=True)
+        ignore = cache / ".gitignore"  # as the results cache writes it: not a change
+        if not ignore.exists():
+            cache.mkdir(parents=True, exist_ok=True)
+            ignore.write_text("# Automatically created by prefixlint.\n*\n")
     if not wanted:
+        return tree
+    copies = {h: tree.folder / old for h, old in wanted.items()}  # type: ignore[operator]
+    if tree.keep and all(c.is_file() for c in copies.values()):
+        tree.files = copies  # extracted by an earlier run, with their package folders
         return tree
     folders, inits = set(), set()
     for old in wanted.values():
@@ -104,10 +122,29 @@ def materialise(changes: ChangedLines, head_paths: list[str]) -> BaseTree:
         names += [prefix + n for n in raw.decode("utf-8", "surrogateescape").split("\0") if n]
     files = sorted({n for n in names if n.endswith(".py")} | set(wanted.values()))  # type: ignore[arg-type]
     archive = _git_bytes(["archive", "--format=tar", changes.base, "--", *files], changes.root)
+    # into a fresh folder, then moved in place: a run that reads the cache meanwhile
+    # sees whole files or none
+    tree.folder.parent.mkdir(parents=True, exist_ok=True)
+    fresh = Path(tempfile.mkdtemp(prefix="prefixlint-base-", dir=tree.folder.parent))
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(tree.folder, filter="data")
-    tree.files = {h: tree.folder / old for h, old in wanted.items()}  # type: ignore[operator]
+        tar.extractall(fresh, filter="data")
+    _merge(fresh, tree.folder)
+    tree.files = copies
     return tree
+
+
+def _merge(fresh: Path, folder: Path) -> None:
+    """Move the files of ``fresh`` into ``folder`` (those it lacks), then remove ``fresh``."""
+    if not folder.exists():
+        fresh.rename(folder)
+        return
+    for path in sorted(fresh.rglob("*")):
+        target = folder / path.relative_to(fresh)
+        if path.is_dir():
+            target.mkdir(exist_ok=True)
+        elif not target.exists():
+            path.replace(target)
+    shutil.rmtree(fresh, ignore_errors=True)
 
 
 # -- identity ---------------------------------------------------------------------------

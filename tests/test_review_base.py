@@ -249,3 +249,20 @@ def test_parameters_that_changed_between_base_and_head_are_pfx701(tmp_path: Path
     assert compare_builds(built(base), built(dict(base)), []) == []
     lost = compare_builds(built(base), built(head, status="failed"), [])
     assert [d.code for d in lost] == ["PFX604"]
+
+
+def test_the_base_copies_stay_in_the_results_cache_for_the_next_run(
+    vllm_copy, tmp_path: Path
+) -> None:
+    repo = replay(vllm_copy, tmp_path, lambda s: s.replace(PP_ATTRIBUTE, ""))
+
+    def run() -> list:
+        code, out = invoke(["check", "-j", "1", "--format", "json", "--diff-base", "base"], repo)
+        assert code == 1, out
+        return json.loads(out)
+
+    first = run()
+    copy = repo / ".prefixlint_cache" / "base" / git(repo, "rev-parse", "base") / LLAMA
+    assert copy.read_text() == git(repo, "show", f"base:{LLAMA}") + "\n"
+    assert git(repo, "status", "--porcelain") == ""  # the cache is no change of the repo
+    assert run() == first and {f["code"] for f in first} == {"PFX501"}

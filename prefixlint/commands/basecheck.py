@@ -34,7 +34,10 @@ def findings_of_change(
         path = changes.repo_path(str(f))
         if path is not None and changes.file_changed(path):
             changed.append(path)
-    tree = materialise(changes, changed)
+    from prefixlint.static.cache import ResultCache
+
+    cache = None if opts.no_cache else ResultCache.folder_for(opts.cache_dir)
+    tree = materialise(changes, changed, cache)
     try:
         head_found = [] if head_phase2 is None else head_phase2.diagnostics
         base_found: list[Diagnostic] = []
