@@ -38,6 +38,7 @@ PP_ATTRIBUTE = (
     "            self.model.make_empty_intermediate_tensors\n"
     "        )\n"
 )
+WIDER = "output_sizes=[intermediate_size] * 3,"
 GATE_UP_QUANT = "            quant_config=quant_config,\n            disable_tp=disable_tp,\n"
 # vLLM's own old defect: LlamaModel's embed_tokens takes quant_config without a prefix.
 EMBED = (
@@ -214,18 +215,32 @@ def test_a_layout_built_at_the_base_and_failing_at_head_is_pfx604(tmp_path: Path
 
 @pytest.mark.slow
 def test_phase_2_compares_base_and_head_builds(vllm_copy, tmp_path: Path) -> None:
-    """The whole flow with real builds: the removed PP attribute is kept at the class
-    header, and phase 2's findings of vLLM's old defects in the file are left out."""
-    repo = replay(vllm_copy, tmp_path, lambda s: s.replace(PP_ATTRIBUTE, ""))
+    """The whole flow with real builds of the copy (not the installed llama.py): the
+    removed PP attribute is kept at the class header with phase 2's PFX606 as evidence,
+    the widened projection is a reshaped parameter, and phase 2's finding of vLLM's old
+    defect in the file (embed_tokens' prefix, PFX601) is left out."""
+
+    def edit(text: str) -> str:
+        text = text.replace(PP_ATTRIBUTE, "")
+        return text.replace("output_sizes=[intermediate_size] * 2,", WIDER, 1)
+
+    repo = replay(vllm_copy, tmp_path, edit)
     header = row_of(repo, "class LlamaForCausalLM(")
     report = tmp_path / "report.json"  # stdout: the CLI runner mixes in phase 2's progress
     args = ["check", "--no-cache", "--format", "json", "-o", str(report), "--diff-base", "base"]
     code, out = invoke([*args, "--introspect", "--tp", "1,2", "--pp", "2"], repo)
     assert code == 1, out
-    new = json.loads(report.read_text())
-    kept = [(f["code"], f["location"]["row"]) for f in new if f["severity"] != "note"]
-    assert ("PFX501", header) in kept, kept
-    assert all(code == "PFX501" for code, _ in kept), kept  # nothing the base had
+    new = [f for f in json.loads(report.read_text()) if f["severity"] != "note"]
+    [pp] = [f for f in new if f["code"] == "PFX501" and f["location"]["row"] == header]
+    assert "PFX606" in {r["code"] for r in pp["data"]["runtime"]}
+    [reshaped] = [
+        f
+        for f in new
+        if f.get("data", {}).get("group") == "base-parameters" and f["location"]["row"] == header
+    ]
+    assert reshaped["severity"] == "warning"
+    assert "model.layers.0.mlp.gate_up_proj.weight" in reshaped["data"]["reshaped"]
+    assert not [f for f in new if f["code"] == "PFX601"], new  # the base had it
 
 
 def test_parameters_that_changed_between_base_and_head_are_pfx701(tmp_path: Path) -> None:
