@@ -23,7 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
-from prefixlint.diagnostic import Diagnostic
+from prefixlint.diagnostic import Diagnostic, Severity
 from prefixlint.diffbase import ChangedLines, DiffError
 
 # ``data`` key of a finding of the change whose own lines are off the diff: the changed
@@ -127,7 +127,10 @@ def materialise(
     tree.folder.parent.mkdir(parents=True, exist_ok=True)
     fresh = Path(tempfile.mkdtemp(prefix="prefixlint-base-", dir=tree.folder.parent))
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(fresh, filter="data")
+        if hasattr(tarfile, "data_filter"):  # Python 3.11.4+: no link or path outside
+            tar.extractall(fresh, filter="data")
+        else:  # git's own archive of the repository's files
+            tar.extractall(fresh)
     _merge(fresh, tree.folder)
     tree.files = copies
     return tree
@@ -308,7 +311,7 @@ def judge(
         key = site_key(d, path, index)
         if before[key] > 0:
             before[key] -= 1
-            not_caused += d.shown_by_default
+            not_caused += d.severity is not Severity.NOTE  # findings, not notes
             continue
         if not changes.touches(d, cwd):
             line = anchor_line(changes, path, index, d.location.row)

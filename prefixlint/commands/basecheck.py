@@ -25,9 +25,12 @@ def findings_of_change(
     the base: the changed files are materialised at the base and checked the same way
     (phase 2 too, with head's configs, when ``head_phase2`` is given). Sets
     ``changes.not_caused``."""
+    import click
+
     from prefixlint.basediff import judge, materialise
     from prefixlint.basediff_builds import compare_builds
     from prefixlint.check_introspect import one_per_site
+    from prefixlint.diffbase import DiffError
 
     changed = []
     for f in run.files:
@@ -37,7 +40,10 @@ def findings_of_change(
     from prefixlint.static.cache import ResultCache
 
     cache = None if opts.no_cache else ResultCache.folder_for(opts.cache_dir)
-    tree = materialise(changes, changed, cache)
+    try:
+        tree = materialise(changes, changed, cache)
+    except (DiffError, OSError) as e:
+        raise click.UsageError(f"--diff-base: cannot check out the base's files: {e}") from None
     try:
         head_found = [] if head_phase2 is None else head_phase2.diagnostics
         base_found: list[Diagnostic] = []
