@@ -281,3 +281,19 @@ def test_the_base_copies_stay_in_the_results_cache_for_the_next_run(
     assert copy.read_text() == git(repo, "show", f"base:{LLAMA}") + "\n"
     assert git(repo, "status", "--porcelain") == ""  # the cache is no change of the repo
     assert run() == first and {f["code"] for f in first} == {"PFX501"}
+
+
+def test_review_exits_1_on_the_change_s_warning_only_with_fail_on_warning(
+    vllm_copy, tmp_path: Path
+) -> None:
+    from tests.test_real_bugs import SILENT_CASES
+
+    [(_, file, edit, *_)] = [c for c in SILENT_CASES if c[0] == "nn-linear-router-in-moe-block"]
+    repo = replay(vllm_copy, tmp_path, edit, name=file)
+    args = ["review", "--no-cache", "-j", "1", "--diff-base", "base"]
+    code, out = invoke(args, repo)
+    payload = json.loads(out)
+    assert code == 0 and [c["body"][:10] for c in payload["comments"]] == ["**PFX402**"]
+    assert "0 errors, 1 warning" in payload["body"]
+    code, out = invoke([*args, "--fail-on", "warning"], repo)
+    assert code == 1 and json.loads(out) == payload
