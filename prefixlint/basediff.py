@@ -240,9 +240,13 @@ class SiteIndex:
 def site_key(d: Diagnostic, path: str, index: SiteIndex) -> tuple[str, ...]:
     """A finding's identity across base and head: code, file, scope and statement key, and
     the structured facts of its ``data`` that name what it is about (never a line)."""
+    from prefixlint.check_introspect import public_name
+
     scope, key = index.key_at(d.location.row)
+    # public names: a base copy may be built as an out-of-tree class (``X__prefixlint``)
+    # where head's file is the registry's own
     about = tuple(
-        f"{k}={d.data[k]}"
+        f"{k}={public_name(str(d.data[k]))}"
         for k in ("architecture", "group", "tp", "pp")
         if isinstance(d.data.get(k), (str, int))
     )

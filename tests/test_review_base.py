@@ -297,3 +297,14 @@ def test_review_exits_1_on_the_change_s_warning_only_with_fail_on_warning(
     assert "0 errors, 1 warning" in payload["body"]
     code, out = invoke([*args, "--fail-on", "warning"], repo)
     assert code == 1 and json.loads(out) == payload
+
+
+def test_identity_reads_architectures_by_their_public_name() -> None:
+    index = SiteIndex("class A:\n    pass\n")
+    at = Diagnostic.at_line("PFX601", "m", "m.py", 1, data={"architecture": "AForCausalLM"})
+    internal = Diagnostic.at_line(
+        "PFX601", "m", "m.py", 1, data={"architecture": "AForCausalLM__prefixlint"}
+    )
+    other = Diagnostic.at_line("PFX601", "m", "m.py", 1, data={"architecture": "BForCausalLM"})
+    assert site_key(at, "m.py", index) == site_key(internal, "m.py", index)
+    assert site_key(at, "m.py", index) != site_key(other, "m.py", index)
