@@ -137,6 +137,8 @@ def test_an_old_defect_gets_no_comment_when_an_unrelated_edit_touches_it(
     # the old defect is on the edited statement: a filter by lines would keep it
     assert any(f["code"] == "PFX301" and f["location"]["row"] == old for f in whole)
     assert caused(repo) == []
+    code, text = invoke(["check", "--no-cache", "-j", "1", "--diff-base", "base"], repo)
+    assert code == 0 and "1 finding the change did not cause" in text
     code, payload = review(repo)
     assert code == 0 and payload["comments"] == []
     assert "the change causes no finding" in payload["body"]

@@ -166,6 +166,13 @@ def check(paths: tuple[Path, ...], **options: Any) -> None:
             head_phase2,
             lambda files, configs_for: _phase2(run, opts, None, files, configs_for),
         )
+        if changes.not_caused and opts.output_format == "text":  # the others: data only
+            n = changes.not_caused
+            click.echo(
+                f"prefixlint: {n} finding{'s' if n != 1 else ''} the change did not cause "
+                f"(already at the base {changes.base[:12]}) left out",
+                err=True,
+            )
     elif head_phase2 is not None:
         from prefixlint.check_introspect import one_per_site
 
