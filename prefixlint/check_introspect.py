@@ -60,6 +60,9 @@ class Candidate:
 class Phase2Result:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     built: int = 0  # classes phase 2 built on at least one layout
+    # architecture -> its build: where its class is, and each layout's status and reason
+    # (what ``basediff_phase2`` compares between base and head)
+    builds: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def registered_classes(text: str) -> dict[str, str]:
@@ -236,6 +239,11 @@ def run_phase2(
             layouts = result.get("layouts", [])
             built = sum(layout.get("status") == "built" for layout in layouts)
             out.built += bool(built)
+            out.builds[public_name(str(result.get("arch")))] = {
+                "file": str(cand.path),
+                "line": cand.line,
+                "layouts": {str(lay.get("name")): lay for lay in layouts},
+            }
             progress(
                 f"phase 2: {public_name(str(result.get('arch')))}: {result.get('status')}, "
                 f"{built}/{len(layouts)} layouts built "

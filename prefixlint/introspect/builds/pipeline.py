@@ -230,7 +230,10 @@ def _build_layouts(result: TargetResult, plan: BuildPlan, layouts: list[Layout])
         build = build_layout(plan, layout)
         builds.append(build)
         status = "built" if build.error is None else "failed"
-        result.layouts.append(LayoutOutcome(layout, status, build.seconds, _describe(build.error)))
+        outcome = LayoutOutcome(layout, status, build.seconds, _describe(build.error))
+        if build.model is not None and build.error is None:
+            outcome.params = {n: list(p.shape) for n, p in build.model.named_parameters()}
+        result.layouts.append(outcome)
     stood_in = stand_ins_used([b.model for b in builds])
     if stood_in:  # said, as every guess is (kernels.py)
         result.config_source += (

@@ -22,6 +22,9 @@ class LayoutOutcome:
     status: str  # "built", "failed", "skipped"
     seconds: float = 0.0
     reason: str = ""
+    # a built layout's parameters, name -> shape (per rank): what a review compares
+    # between a pull request's base and head (``basediff_builds``)
+    params: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass
