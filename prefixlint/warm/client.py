@@ -150,16 +150,20 @@ def connect_or_start(
 
 def request_fork(conn: socket.socket, fds: list[int], request: dict[str, Any]) -> dict[str, Any]:
     """Hand the zygote the child's stdin, stdout and stderr and ``request``; its answer:
-    ``{"pid": ...}`` or ``{"error": ..., "stale": ...}``."""
+    ``{"pid": ...}`` or ``{"error": ..., "stale": ...}``. ``stale`` (connect again, once:
+    a new zygote serves) also when the connection was reset or closed unanswered: the
+    zygote retired or stopped between the connect and the request."""
     try:
         socket.send_fds(conn, [b"F"], fds)
         conn.sendall(json.dumps({"op": "fork", **request}).encode() + b"\n")
         conn.settimeout(STARTUP_ALLOWANCE)
         reply = read_line(conn)
         conn.settimeout(None)
-        return json.loads(reply) if reply else {"error": "the zygote went away"}
-    except (OSError, ValueError) as e:
+        return json.loads(reply) if reply else {"error": "the zygote went away", "stale": True}
+    except TimeoutError as e:
         return {"error": f"the zygote did not answer: {e}"}
+    except (OSError, ValueError) as e:
+        return {"error": f"the zygote did not answer: {e}", "stale": True}
 
 
 def stop(folder: Path) -> int:

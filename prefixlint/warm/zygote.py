@@ -166,22 +166,31 @@ class Zygote:
             if moved:
                 # A child would run the old code (an edited vLLM, an editable install):
                 # the caller starts a new zygote, which imports the files as they are now.
-                reply = {"error": f"{moved} changed since the zygote imported it", "stale": True}
-                with contextlib.suppress(OSError):
-                    conn.sendall(json.dumps(reply).encode() + b"\n")
-                self.retire()
+                # Retired first: the caller's next connect cannot reach this one again.
+                self.retire(f"{moved} changed since the zygote imported it")
+                _answer_stale(conn, f"{moved} changed since the zygote imported it")
             conn.close()
             return ""
         self.fork(conn, fds, request)
         return "fork"
 
-    def retire(self) -> None:
+    def retire(self, reason: str) -> None:
         """Serve no one else and leave the key to a new zygote: its socket, lock, log and
-        temp folder are the new one's from now on; the children running finish."""
+        temp folder are the new one's from now on; the children running finish. Callers
+        that connected meanwhile (in the listener's backlog) are told to start the new
+        one, never left with a reset connection (which would send them to a cold start)."""
         self.retired = True
         if not self.gone():
             with contextlib.suppress(OSError):
                 self.sock.unlink()
+        self.listener.setblocking(False)
+        while True:
+            try:
+                waiting, _ = self.listener.accept()
+            except OSError:
+                break
+            _answer_stale(waiting, reason)
+            waiting.close()
         self.listener.close()
         self.lock.close()
 
@@ -236,6 +245,13 @@ class Zygote:
         while self.children and time.monotonic() < end:
             self.reap()
             time.sleep(0.02)
+
+
+def _answer_stale(conn: socket.socket, reason: str) -> None:
+    """Tell a caller this zygote retired: it connects again, to a new one."""
+    with contextlib.suppress(OSError):
+        conn.setblocking(True)
+        conn.sendall(json.dumps({"error": reason, "stale": True}).encode() + b"\n")
 
 
 def _same_user(conn: socket.socket) -> bool:
