@@ -12,9 +12,12 @@ os.environ.setdefault("PREFIXLINT_WARM_WORKER", "0")
 # A test that turns them on uses a warm folder of its own, never the user's (whose bound on
 # live zygotes would retire the user's own).
 if "PREFIXLINT_WARM_DIR" not in os.environ:
+    import atexit
+    import shutil as _shutil
     import tempfile
 
     os.environ["PREFIXLINT_WARM_DIR"] = tempfile.mkdtemp(prefix="prefixlint-warm-tests-")
+    atexit.register(_shutil.rmtree, os.environ["PREFIXLINT_WARM_DIR"], ignore_errors=True)
 
 import importlib.util
 import itertools
