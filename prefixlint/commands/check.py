@@ -276,7 +276,7 @@ def _phase2(
             explore_budget=10.0 if opts.explore_budget is None else opts.explore_budget,
             checkpoints=found,
             # --no-cache: an empty vLLM cache folder, which a zygote started elsewhere lacks
-            warm=warm_folder(opts.no_warm_worker or opts.no_cache, opts.cache_dir),
+            warm=warm_folder(opts.no_warm_worker or opts.no_cache),
         )
     verified = (
         f"phase 2 built {out.built} architecture class{'es' if out.built != 1 else ''}"
