@@ -471,6 +471,30 @@ CODES: dict[str, Code] = {
             check="prefixlint.introspect.checks.pfx608_engine_start:EngineStart",
         ),
         Code(
+            "PFX609",
+            "output-mismatch",
+            Severity.ERROR,
+            INTROSPECT,
+            "A module computes other values than transformers' model of the same config",
+            doc=(
+                "The model is built with real float32 weights on the CPU (tp=1, pp=1) and "
+                "loaded through its own `load_weights` from the checkpoint transformers' "
+                "class of the same config writes (random weights of a fixed seed, plus a "
+                "tied head's duplicate and the rotary buffers real checkpoints carry). Both "
+                "models run one sequence; the outputs of every module matched by checkpoint "
+                "name (embeddings, decoder layers, attention, MLP, norms) and the logits are "
+                "compared. The first module whose output diverges beyond a relative "
+                "tolerance of 1e-3 while its input agrees is reported at the line that built "
+                "it, with the size of the difference and the input. vLLM's attention backend "
+                "is replaced by a reference attention that honours what the model passes to "
+                "`Attention` (heads, scale, window, soft-cap). Where it cannot run (no "
+                "transformers class, a layer the reference cannot run, a pooling or "
+                "multimodal model), a PFX600 note says why. `--no-compare` turns it off. "
+                "See docs/compare.md."
+            ),
+            check="prefixlint.introspect.checks.pfx609_output_mismatch:OutputMismatch",
+        ),
+        Code(
             "PFX701",
             "checkpoint-coverage",
             Severity.ERROR,

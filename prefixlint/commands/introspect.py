@@ -17,6 +17,7 @@ from prefixlint.commands.checkpoints import (
 )
 from prefixlint.commands.common import (
     FORMATS,
+    NO_COMPARE,
     NO_DRYRUN,
     NO_SOURCE_HELP,
     NO_WARM_WORKER,
@@ -42,6 +43,7 @@ from prefixlint.commands.common import (
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds per build.")
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
 @NO_DRYRUN
+@NO_COMPARE
 @NO_WARM_WORKER
 @CHECKPOINT
 @click.option(
@@ -71,6 +73,7 @@ def introspect(
     timeout: float,
     strict: bool,
     no_dryrun: bool,
+    no_compare: bool,
     no_warm_worker: bool,
     checkpoint: str | None,
     lora: str | None,
@@ -123,6 +126,7 @@ def introspect(
             config_base=base,
             timeout=timeout,
             dryrun=not no_dryrun,
+            compare=not no_compare,
             explore_budget=explore_budget,
             checkpoint=found.explicit.folder if found.explicit else None,
             checkpoints=by_class,
@@ -180,6 +184,8 @@ def _echo_result(result: dict[str, Any]) -> None:
             f"({result.get('dryrun_seconds', 0):.2f}s)",
             err=True,
         )
+    if result.get("compare"):
+        click.echo(f"  comparison with transformers: {_compared(result['compare'])}", err=True)
     if result.get("lora"):
         why = f": {result['lora_reason']}" if result.get("lora_reason") else ""
         click.echo(f"  LoRA dry-run: {result['lora']}{why}", err=True)
@@ -229,3 +235,15 @@ def _echo_coverage(result: dict) -> None:
     for variant in result.get("variants", []):
         what = ", ".join(f"{k}={v}" for k, v in variant["overrides"].items())
         click.echo(f"  variant {what}: {variant['status']}", err=True)
+
+
+def _compared(facts: dict) -> str:
+    """compare/facts.py ``Comparison.to_json`` in words."""
+    status = facts.get("status", "")
+    if facts.get("reason"):
+        detail = f" ({facts['detail']})" if facts.get("detail") else ""
+        return f"{status}: {facts['reason'].replace('_', ' ')}{detail}"
+    first = f", first at `{facts['first']}`" if facts.get("first") else ""
+    return (
+        f"{status} ({facts.get('compared', 0)} boundaries{first}; {facts.get('seconds', 0):.2f}s)"
+    )

@@ -413,3 +413,37 @@ def transformers_version() -> tuple[int, ...]:
 
         return tuple(int(p) for p in re.findall(r"\d+", transformers.__version__)[:3])
     return ()
+
+
+# -- running a model (the comparison with transformers) --------------------------------------
+
+
+def attention_classes() -> tuple[type | None, type | None]:
+    """(vLLM's ``Attention`` layer, the base of every layer that reads attention metadata
+    (``AttentionLayerBase``)): ``vllm.model_executor.layers.attention`` (0.32, 0.33), then
+    ``vllm.attention.layer`` (older layouts)."""
+    module = _module("vllm.model_executor.layers.attention")
+    attention = getattr(module, "Attention", None) if module else None
+    base = getattr(module, "AttentionLayerBase", None) if module else None
+    if attention is None:
+        older = _module("vllm.attention.layer")
+        attention = getattr(older, "Attention", None) if older else None
+    if base is None:
+        older = _module("vllm.model_executor.layers.attention_layer_base")
+        base = getattr(older, "AttentionLayerBase", None) if older else None
+    return attention, base
+
+
+def forward_context() -> Any:
+    """``set_forward_context(attn_metadata, vllm_config)`` (``vllm.forward_context``, 0.32
+    and 0.33): the context a model's forward reads its layers from (MoE layers find
+    themselves in it by name); the attention metadata is None: attention runs the
+    comparison's own reference (``compare/attention.py``)."""
+    return importlib.import_module("vllm.forward_context").set_forward_context
+
+
+def process_weights_after_loading() -> Any:
+    """The loader's step after ``load_weights`` (``model_loader.utils``, 0.32 and 0.33):
+    quantization methods and CPU linears prepare their weights there."""
+    module = importlib.import_module("vllm.model_executor.model_loader.utils")
+    return module.process_weights_after_loading
