@@ -148,7 +148,9 @@ PLANTED = [
         "MixtralMoE",
         "renormalize=True",
         "renormalize=False",
-        ("MixtralDecoderLayer", "self.block_sparse_moe = MixtralMoE("),
+        # transformers 5 names the block `mlp` (the checkpoint `block_sparse_moe`): no
+        # module of its matches vLLM's block by name, the decoder layer is the first
+        ("MixtralModel", "lambda prefix: MixtralDecoderLayer("),
     ),
     (
         "qwen2_moe.py",
@@ -164,15 +166,15 @@ PLANTED = [
         "OlmoeMoE",
         "renormalize=False",
         "renormalize=True",
-        ("OlmoeDecoderLayer", "self.mlp = OlmoeMoE("),
+        ("OlmoeMoE", "self.experts = FusedMoEFactory("),
     ),
     (
         "opt.py",
         "OPTForCausalLM",
-        "OPTLearnedPositionalEmbedding",
-        "self.offset = 2",
-        "self.offset = 1",
-        ("OPTDecoder", "self.embed_positions = OPTLearnedPositionalEmbedding("),
+        "OPTDecoderLayer",
+        "hidden_states = residual + hidden_states",
+        "hidden_states = residual - hidden_states",
+        ("OPTDecoder", "lambda prefix: OPTDecoderLayer("),
     ),
 ]
 

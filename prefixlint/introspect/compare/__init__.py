@@ -163,10 +163,11 @@ def _run(cls: type | None, real: Any, ref: reference.Reference, context: Any, na
 def _sites(build: Any, names: dict[str, str]) -> dict[str, tuple[str, int]]:
     """The model's line that built each compared module (the recorder's), and for the
     logits the head's."""
+    # a layer a vLLM factory builds (FusedMoEFactory) is recorded at the model's line too
     by_module = {
         id(r.module): (r.site_file, r.site_line)
         for r in build.recorder.records.values()
-        if not r.by_library
+        if r.site_file
     }
     out = {}
     for path in [*names, "lm_head"]:
