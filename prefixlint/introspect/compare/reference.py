@@ -44,9 +44,9 @@ def reference_class(hf_config: Any, cls: type | None) -> type | None:
 def build(ref_cls: type, hf_config: Any) -> Reference:
     """The reference model in float32 with seeded weights, eager attention (it honours a
     soft-cap and a sliding window as written), and its checkpoint."""
-    from prefixlint.introspect.dryrun.layouts import _reference_config, quiet
+    from prefixlint.introspect.dryrun.layouts import quiet, reference_config
 
-    config = copy.deepcopy(_reference_config(hf_config))
+    config = copy.deepcopy(reference_config(hf_config))
     for c in (config, getattr(config, "text_config", None)):
         if c is not None:
             c._attn_implementation = "eager"

@@ -426,6 +426,19 @@ def _built_row(worker: Worker, arch: str, group: str, params: dict, timeout: flo
         )
 
 
+def _job_params(
+    tp: list[int] | None, pp: list[int] | None, dryrun: bool, budget: float, compare: bool
+) -> dict[str, Any]:
+    """The options a row depends on: sent with each build, kept in the journal's header."""
+    return {
+        "tp": tp or [1],
+        "pp": pp or [1],
+        "dryrun": dryrun,
+        "explore_budget": budget,
+        "compare": compare,
+    }
+
+
 def run_zoo(
     jobs: int = 1,
     shard: tuple[int, int] = (0, 1),
@@ -442,18 +455,11 @@ def run_zoo(
     warm: Path | None = None,
 ) -> ZooSummary:
     """Build the selected architectures, ``jobs`` at a time. Each finished row goes to
-    ``journal`` (or, with ``resume``, is appended to that journal, whose architectures
-    are not built again). ``warm``: the cache folder of the zygote the workers fork from
-    (None: cold workers). Ctrl-C stops the builds and returns what finished, with
-    ``interrupted`` set."""
+    ``journal`` (with ``resume``, appended to that journal, whose architectures are not
+    built again). ``warm``: the cache folder of the zygote the workers fork from (None:
+    cold workers). Ctrl-C stops the builds and returns what finished, ``interrupted``."""
     started = time.perf_counter()
-    params = {
-        "tp": tp or [1],
-        "pp": pp or [1],
-        "dryrun": dryrun,
-        "explore_budget": explore_budget,
-        "compare": compare,
-    }
+    params = _job_params(tp, pp, dryrun, explore_budget, compare)
     previous = read_journal(resume, params) if resume is not None else []
     groups, archs = _selected(only, shard, warm)
     done_before = {r.arch: r for r in previous if r.arch in set(archs)}
