@@ -244,6 +244,8 @@ def _compared(facts: dict) -> str:
         detail = f" ({facts['detail']})" if facts.get("detail") else ""
         return f"{status}: {facts['reason'].replace('_', ' ')}{detail}"
     first = f", first at `{facts['first']}`" if facts.get("first") else ""
+    if facts.get("extras_refused"):  # loaded again without the names real checkpoints add
+        first += f"; loaded without the checkpoint extras it refused: {facts['extras_refused']}"
     return (
         f"{status} ({facts.get('compared', 0)} boundaries{first}; {facts.get('seconds', 0):.2f}s)"
     )

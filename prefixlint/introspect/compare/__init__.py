@@ -61,7 +61,9 @@ def _compare(cls: type | None, plan: Any, builds: list[Any], enabled: bool) -> C
     loaded = _load(real.model, ref, model_config, context)
     if isinstance(loaded, Comparison):
         return loaded
-    return _run(cls, real, ref, context, ref_cls.__name__)
+    result = _run(cls, real, ref, context, ref_cls.__name__)
+    result.extras_refused = loaded
+    return result
 
 
 def _not_comparable(plan: Any, builds: list[Any]) -> Comparison | None:
@@ -97,7 +99,9 @@ def _context(build: Any) -> Any:
     return context
 
 
-def _load(model: Any, ref: reference.Reference, model_config: Any, context: Any) -> Any:
+def _load(
+    model: Any, ref: reference.Reference, model_config: Any, context: Any
+) -> Comparison | str:
     """The reference checkpoint through the model's own ``load_weights``, then the
     loader's after-loading step. The names real checkpoints add (``reference._extras``)
     are offered first; a loader that refuses them is loaded again without (the extras are
@@ -111,13 +115,15 @@ def _load(model: Any, ref: reference.Reference, model_config: Any, context: Any)
             with context():
                 model.load_weights(iter(list(state.items())))
                 vllm_api.process_weights_after_loading()(model, model_config, torch.device("cpu"))
-            return None
+            return _words(error)  # what the extras raised, "" when they loaded
         except Exception as e:
             error = e
     return Comparison.not_run(Reason.LOAD_FAILED, _words(error))
 
 
-def _run(cls: type | None, real: Any, ref: reference.Reference, context: Any, name: str) -> Any:
+def _run(
+    cls: type | None, real: Any, ref: reference.Reference, context: Any, name: str
+) -> Comparison:
     model, vllm_config = real.model, real.vllm_config
     names = boundaries.matched(model, ref.model, cls)
     if not names:

@@ -66,6 +66,10 @@ class Comparison:
     tolerance: float = TOLERANCE
     boundaries: list[Boundary] = field(default_factory=list)  # in completion order
     first: Boundary | None = None  # the first boundary that diverges with agreeing input
+    # what the loader raised on the names real checkpoints add (reference._extras) before
+    # it loaded without them; "" when it skipped them. A fact, not yet a finding: whether
+    # a family's real checkpoints carry them is not known here (docs/compare.md)
+    extras_refused: str = ""
     seconds: float = 0.0
 
     @classmethod
@@ -80,6 +84,8 @@ class Comparison:
         if self.status is not Status.NOT_RUN:
             out["compared"] = len(self.boundaries)
             out["tolerance"] = self.tolerance
+        if self.extras_refused:
+            out["extras_refused"] = self.extras_refused
         if self.first is not None:
             out["first"] = self.first.path
             out["max_abs"] = self.first.max_abs
