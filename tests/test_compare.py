@@ -233,3 +233,60 @@ def test_a_refactor_that_keeps_the_arithmetic_gives_nothing(worker, tmp_path) ->
     [result] = report.results
     assert result["compare"]["status"] == "equal", result["compare"]
     assert not [d for d in report.diagnostics if d.code == "PFX609"]
+
+
+def _llama_config(folder: Path, **values) -> str:
+    from transformers import LlamaConfig
+
+    base = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, vocab_size=384)
+    base.update(num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    folder.mkdir(exist_ok=True)
+    LlamaConfig(**{**base, **values}).save_pretrained(folder)
+    return str(folder)
+
+
+# config variants: (config values, the planted bug's class, old, new, finding's class, needle)
+VARIANTS = [
+    (
+        {"attention_bias": True},  # the flag read, then the biases dropped by the layer
+        "LlamaAttention",
+        "            bias=bias,\n            quant_config=quant_config,\n"
+        '            prefix=f"{prefix}.qkv_proj",',
+        "            bias=False,\n            quant_config=quant_config,\n"
+        '            prefix=f"{prefix}.qkv_proj",',
+        # transformers' q, k and v projections side by side are the fused layer's output
+        ("LlamaAttention", "self.qkv_proj = QKVParallelLinear("),
+    ),
+    (
+        {"tie_word_embeddings": True},  # the tie removed: the head stays unloaded
+        "LlamaForCausalLM",
+        "                self.lm_head = self.lm_head.tie_weights(self.model.embed_tokens)",
+        "                pass",
+        ("LlamaForCausalLM", "self.lm_head = ParallelLMHead("),  # logits: the head's line
+    ),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", VARIANTS, ids=["attention_bias", "tie_word_embeddings"])
+def test_a_config_variant_s_bug_gives_pfx609_and_its_clean_copy_nothing(worker, tmp_path, case):
+    from prefixlint.introspect import introspect
+
+    values, cls, old, new, (at_cls, at) = case
+    config = _llama_config(tmp_path / "config", **values)
+    path, text = model_copy(tmp_path, "llama.py", _replace(cls, old, new))
+    clean, _ = model_copy(tmp_path, "llama.py", lambda t: t)
+    for target, broken in ((path, True), (clean, False)):
+        report = introspect(
+            f"{target}:LlamaForCausalLM",
+            tp=(1,),
+            pp=(1,),
+            config=config,
+            worker=worker,
+            dryrun=False,
+            explore_budget=0.0,
+        )
+        found = [(d.code, d.location.row) for d in report.diagnostics if d.code == "PFX609"]
+        expected = [("PFX609", _line(text, at_cls, at))] if broken else []
+        assert found == expected, [d.message for d in report.diagnostics]
+        assert report.results[0]["compare"]["status"] == ("differs" if broken else "equal")

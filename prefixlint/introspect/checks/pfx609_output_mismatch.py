@@ -104,7 +104,7 @@ def _message(first: Boundary, comparison: Comparison) -> str:
         "the logits differ from transformers' while the final hidden states agree: the "
         "head or `compute_logits`"
         if first.path == "logits"
-        else f"`{first.path}` computes other values than transformers' `{first.reference_path}`"
+        else f"`{first.path}` computes other values than transformers' {_named(first)}"
     )
     agrees = (
         " while its input agrees"
@@ -117,6 +117,13 @@ def _message(first: Boundary, comparison: Comparison) -> str:
         f"(`{comparison.reference}`'s checkpoint through `load_weights`), float32 on the CPU, "
         f"input ids {ids} at positions 0..{len(comparison.input_ids) - 1}"
     )
+
+
+def _named(first: Boundary) -> str:
+    parts = first.reference_path.split("+")
+    if len(parts) == 1:
+        return f"`{parts[0]}`"
+    return ", ".join(f"`{p}`" for p in parts) + " side by side"
 
 
 def _percent(value: Any) -> str:

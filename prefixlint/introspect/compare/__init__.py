@@ -58,11 +58,11 @@ def _compare(cls: type | None, plan: Any, builds: list[Any], enabled: bool) -> C
     if unsupported:
         return Comparison.not_run(Reason.UNSUPPORTED_LAYER, ", ".join(unsupported))
     context = _context(real)
-    loaded = _load(real.model, ref, model_config, context)
-    if isinstance(loaded, Comparison):
-        return loaded
+    refused = _load(real.model, ref, model_config, context)
+    if refused is not None:
+        return refused
     result = _run(cls, real, ref, context, ref_cls.__name__)
-    result.extras_refused = loaded
+    result.extras_refused = _probe_extras(builds, ref)
     return result
 
 
@@ -101,24 +101,33 @@ def _context(build: Any) -> Any:
 
 def _load(
     model: Any, ref: reference.Reference, model_config: Any, context: Any
-) -> Comparison | str:
-    """The reference checkpoint through the model's own ``load_weights``, then the
-    loader's after-loading step. The names real checkpoints add (``reference._extras``)
-    are offered first; a loader that refuses them is loaded again without (the extras are
-    said in the Comparison's detail)."""
-    attempts = [ref.checkpoint]
-    if ref.extras:
-        attempts.append({k: v for k, v in ref.checkpoint.items() if k not in ref.extras})
-    error: BaseException | None = None
-    for state in attempts:
-        try:
-            with context():
-                model.load_weights(iter(list(state.items())))
-                vllm_api.process_weights_after_loading()(model, model_config, torch.device("cpu"))
-            return _words(error)  # what the extras raised, "" when they loaded
-        except Exception as e:
-            error = e
-    return Comparison.not_run(Reason.LOAD_FAILED, _words(error))
+) -> Comparison | None:
+    """The reference checkpoint as ``save_pretrained`` writes it (without the extras: a
+    tied head must come from the embedding, as for most tied checkpoints) through the
+    model's own ``load_weights``, then the loader's after-loading step."""
+    state = {k: v for k, v in ref.checkpoint.items() if k not in ref.extras}
+    try:
+        with context():
+            model.load_weights(iter(list(state.items())))
+            vllm_api.process_weights_after_loading()(model, model_config, torch.device("cpu"))
+    except Exception as e:
+        return Comparison.not_run(Reason.LOAD_FAILED, _words(e))
+    return None
+
+
+def _probe_extras(builds: list[Any], ref: reference.Reference) -> str:
+    """What the loader raises on the names real checkpoints add (``reference._extras``),
+    streamed alone, as meta tensors, through the meta tp=1 build; "" when it takes them."""
+    base = next(b for b in builds if b.error is None and b.layout.tp == b.layout.pp == 1)
+    extras = [(k, ref.checkpoint[k].to("meta")) for k in ref.extras]
+    if not extras or base.model is None:
+        return ""
+    try:
+        with _context(base)():
+            base.model.load_weights(iter(extras))
+    except Exception as e:
+        return _words(e)
+    return ""
 
 
 def _run(
@@ -138,22 +147,24 @@ def _run(
             context(),
             vllm_api.forward_context()(None, vllm_config),
             attention.reference_attention(),
-            boundaries.hooked(model, names, ours),
+            boundaries.hooked(model, {p: boundaries.key(v) for p, v in names.items()}, ours),
         ):
             hidden = model(input_ids=ids, positions=positions)
             logits = model.compute_logits(hidden)
     except Exception as e:
         return Comparison.not_run(Reason.FORWARD_FAILED, _words(e))
     try:
-        with torch.no_grad(), boundaries.hooked(ref.model, {v: v for v in names.values()}, theirs):
+        parts = {p: p for v in names.values() for p in v}
+        with torch.no_grad(), boundaries.hooked(ref.model, parts, theirs):
             out = ref.model(input_ids=ids[None], position_ids=positions[None], use_cache=False)
+        boundaries.join_parts(theirs, names)
     except Exception as e:
         return Comparison.not_run(Reason.REFERENCE_FAILED, f"{name}: {_words(e)}")
     if isinstance(logits, torch.Tensor) and getattr(out, "logits", None) is not None:
         ours.outputs[boundaries.LOGITS] = logits.float()
         theirs.outputs[boundaries.LOGITS] = out.logits.float()
     sites = _sites(real, names)
-    inverse = {v: k for k, v in names.items()}
+    inverse = {boundaries.key(v): k for k, v in names.items()}
     found = boundaries.boundaries(ours, theirs, inverse, sites)
     first = boundaries.first_divergent(found, TOLERANCE)
     status = Status.DIFFERS if first is not None else Status.EQUAL

@@ -17,12 +17,14 @@ from prefixlint.introspect.dryrun.divergence import vllm_name
 LOGITS = "logits"  # the boundary of compute_logits: no module of its own in either model
 
 
-def matched(model: nn.Module, reference: nn.Module, cls: type | None) -> dict[str, str]:
-    """vLLM module path -> transformers module path, matched by the checkpoint name: a
+def matched(model: nn.Module, reference: nn.Module, cls: type | None) -> dict[str, tuple[str, ...]]:
+    """vLLM module path -> transformers module paths, matched by the checkpoint name: a
     transformers module's weights, mapped by the class's ``hf_to_vllm_mapper``, land in
-    the vLLM module of that path (vLLM's prefix is its attribute path)."""
-    ours = {name for name, _ in model.named_modules() if name}
-    out: dict[str, str] = {}
+    the vLLM module of that path (vLLM's prefix is its attribute path). A fused module
+    (``qkv_proj``) gets its parts in the order of ``packed_modules_mapping``, whose outputs
+    it computes side by side at tp=1."""
+    ours = [name for name, _ in model.named_modules() if name]  # parents first
+    theirs: dict[str, list[str]] = {}
     for name, module in reference.named_modules():
         # a module without weights (an activation, a rotary embedding) has no checkpoint
         # name, and vLLM's of the same name may compute another thing (SiluAndMul)
@@ -30,8 +32,22 @@ def matched(model: nn.Module, reference: nn.Module, cls: type | None) -> dict[st
             continue
         mapped = vllm_name(cls, f"{name}.weight")
         path = mapped.removesuffix(".weight") if mapped.endswith(".weight") else name
-        if path in ours and path not in out:
-            out[path] = name
+        theirs.setdefault(path, []).append(name)
+    packed = getattr(model, "packed_modules_mapping", None) or {}
+    known = {n for n, _ in reference.named_modules()}
+    out: dict[str, tuple[str, ...]] = {}
+    for path in ours:
+        parent, _, leaf = path.rpartition(".")
+        parts = packed.get(leaf) if isinstance(packed, dict) else None
+        if isinstance(parts, (list, tuple)) and len(parts) > 1:
+            base = out.get(parent, (parent,))[0]
+            fused = tuple(f"{base}.{p}" if base else p for p in parts)
+            if all(f in known for f in fused):
+                out[path] = fused
+                continue
+        names = theirs.get(path, [])
+        if len(names) == 1:
+            out[path] = (names[0],)
     return out
 
 
@@ -105,13 +121,16 @@ def hooked(root: nn.Module, paths: dict[str, str], seen: Seen) -> Iterator[None]
             handle.remove()
 
 
-def difference(ours: torch.Tensor | None, theirs: torch.Tensor | None) -> tuple[float, float]:
+def difference(
+    ours: torch.Tensor | None, theirs: torch.Tensor | None, padded: bool = False
+) -> tuple[float, float]:
     """(max |ours - theirs|, that over max |theirs|); NaN where the shapes do not line
-    up (nothing compared). A batch dimension of one and vocabulary padding are dropped."""
+    up (nothing compared). A batch dimension of one is dropped, and with ``padded`` (the
+    logits) the columns of vLLM's vocabulary padding."""
     if ours is None or theirs is None:
         return float("nan"), float("nan")
     a, b = ours.squeeze(0), theirs.squeeze(0)
-    if a.dim() == b.dim() and a.shape[:-1] == b.shape[:-1] and a.shape[-1] > b.shape[-1]:
+    if padded and a.dim() == b.dim() and a.shape[:-1] == b.shape[:-1]:
         a = a[..., : b.shape[-1]]  # logits over a padded vocabulary
     if a.numel() != b.numel():
         return float("nan"), float("nan")
@@ -121,21 +140,36 @@ def difference(ours: torch.Tensor | None, theirs: torch.Tensor | None) -> tuple[
     return delta, delta / scale
 
 
+def join_parts(seen: Seen, names: dict[str, tuple[str, ...]]) -> None:
+    """The outputs of a fused module's transformers parts side by side, under the key the
+    vLLM module recorded (``key``); its input is the first part's."""
+    for parts in names.values():
+        if len(parts) < 2 or not all(p in seen.outputs for p in parts):
+            continue
+        outputs = [seen.outputs[p] for p in parts]
+        seen.outputs[key(parts)] = torch.cat(outputs, -1)
+        seen.inputs[key(parts)] = seen.inputs.get(parts[0])
+
+
+def key(parts: tuple[str, ...]) -> str:
+    return "+".join(parts)
+
+
 def boundaries(
     ours: Seen, theirs: Seen, names: dict[str, str], sites: dict[str, tuple[str, int]]
 ) -> list[Boundary]:
     """Every boundary both models computed, in the order the model completed them."""
     out = []
-    for key in ours.outputs:
-        if key not in theirs.outputs:
+    for name in ours.outputs:
+        if name not in theirs.outputs:
             continue
-        max_abs, max_rel = difference(ours.outputs[key], theirs.outputs[key])
+        max_abs, max_rel = difference(ours.outputs[name], theirs.outputs[name], name == LOGITS)
         if max_abs != max_abs:  # NaN: shapes that do not line up
             continue
-        _, input_rel = difference(ours.inputs.get(key), theirs.inputs.get(key))
+        _, input_rel = difference(ours.inputs.get(name), theirs.inputs.get(name))
         given = None if input_rel != input_rel else input_rel
-        path = names.get(key, key)
-        out.append(Boundary(path, key, max_abs, max_rel, given, sites.get(path, ("", 0))))
+        path = names.get(name, name)
+        out.append(Boundary(path, name, max_abs, max_rel, given, sites.get(path, ("", 0))))
     return out
 
 

@@ -66,9 +66,9 @@ class Comparison:
     tolerance: float = TOLERANCE
     boundaries: list[Boundary] = field(default_factory=list)  # in completion order
     first: Boundary | None = None  # the first boundary that diverges with agreeing input
-    # what the loader raised on the names real checkpoints add (reference._extras) before
-    # it loaded without them; "" when it skipped them. A fact, not yet a finding: whether
-    # a family's real checkpoints carry them is not known here (docs/compare.md)
+    # what the loader raised on the names real checkpoints add (reference._extras),
+    # streamed alone; "" when it took them. A fact, not yet a finding: whether a family's
+    # real checkpoints carry them is not known here (docs/compare.md)
     extras_refused: str = ""
     seconds: float = 0.0
 
