@@ -23,6 +23,7 @@ _FIXES = {
     Reason.FORWARD_FAILED: "`prefixlint smoke` runs it through the engine",
     Reason.NO_BUILD: "fix the build first",
     Reason.NOTHING_MATCHED: "name the modules as the checkpoint does",
+    Reason.TOO_LARGE: "give a smaller config with --config",
 }
 
 

@@ -21,6 +21,9 @@ from prefixlint.introspect.compare.facts import TOLERANCE, Boundary, Comparison,
 __all__ = ["TOLERANCE", "Boundary", "Comparison", "Reason", "Status", "compare"]
 
 TOKENS = 9  # one sequence: long enough for a sliding window of the tiny config to matter
+# Parameters of the meta build above which the comparison does not run: a config synthesis
+# could not shrink (GPT-2's `n_embd`) costs tens of seconds on two CPU cores, twice over.
+MAX_PARAMETERS = 30_000_000
 
 
 def compare(cls: type | None, plan: Any, builds: list[Any], enabled: bool = True) -> Comparison:
@@ -76,8 +79,12 @@ def _not_comparable(plan: Any, builds: list[Any]) -> Comparison | None:
         return Comparison.not_run(Reason.NOT_GENERATIVE, "a multimodal model")
     if model_config.dtype != torch.float32:
         return Comparison.not_run(Reason.BUILD_FAILED, f"built in {model_config.dtype} only")
-    if not any(b.error is None and b.layout.tp == 1 and b.layout.pp == 1 for b in builds):
+    base = next((b for b in builds if b.error is None and b.layout.tp == b.layout.pp == 1), None)
+    if base is None or base.model is None:
         return Comparison.not_run(Reason.NO_BUILD)
+    size = sum(p.numel() for p in base.model.parameters())
+    if size > MAX_PARAMETERS:
+        return Comparison.not_run(Reason.TOO_LARGE, f"{size / 1e6:.0f}M parameters")
     return None
 
 

@@ -34,6 +34,7 @@ class Reason(enum.Enum):
     UNSUPPORTED_LAYER = "a layer the CPU reference cannot run"
     FORWARD_FAILED = "the model's forward could not run on the CPU"
     NOTHING_MATCHED = "no module of the model matches one of transformers by name"
+    TOO_LARGE = "the config is too large to run twice on the CPU within the time budget"
 
 
 @dataclass(frozen=True)
