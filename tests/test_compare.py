@@ -290,3 +290,23 @@ def test_a_config_variant_s_bug_gives_pfx609_and_its_clean_copy_nothing(worker, 
         expected = [("PFX609", _line(text, at_cls, at))] if broken else []
         assert found == expected, [d.message for d in report.diagnostics]
         assert report.results[0]["compare"]["status"] == ("differs" if broken else "equal")
+
+
+@pytest.mark.slow
+def test_no_compare_turns_it_off_without_a_note(worker, tmp_path) -> None:
+    from prefixlint.introspect import introspect
+
+    old, new = "self.scaling = self.head_dim**-0.5", "self.scaling = self.head_dim**-0.4"
+    path, _ = model_copy(tmp_path, "llama.py", _replace("LlamaAttention", old, new))
+    report = introspect(
+        f"{path}:LlamaForCausalLM",
+        tp=(1,),
+        pp=(1,),
+        worker=worker,
+        dryrun=False,
+        explore_budget=0.0,
+        compare=False,
+    )
+    assert report.results[0]["compare"]["reason"] == "disabled"
+    assert not [d for d in report.diagnostics if d.code == "PFX609"]
+    assert not [d for d in report.diagnostics if "comparison" in d.message]
