@@ -455,7 +455,10 @@ def test_a_plugin_s_tower_config_is_not_the_model_s(tower_first, worker, tmp_pat
     assert "ToyLMConfig" in result["config_source"], result
     assert result["status"] == "built", result
     found = [(d.code, d.severity.value, d.message) for d in report.diagnostics]
-    assert not [f for f in found if f[0] == "PFX600" or f[1] != "note"], found
+    assert not [f for f in found if f[1] != "note"], found
+    # the one PFX600: transformers has no class for a toy plugin to compare with (issue 38)
+    assert result["compare"]["reason"] == "no_reference", result["compare"]
+    assert len([f for f in found if f[0] == "PFX600"]) == 1, found
 
 
 AUTO_LOADER = "        return AutoWeightsLoader(self).load_weights(weights)"
