@@ -310,3 +310,25 @@ def test_no_compare_turns_it_off_without_a_note(worker, tmp_path) -> None:
     assert report.results[0]["compare"]["reason"] == "disabled"
     assert not [d for d in report.diagnostics if d.code == "PFX609"]
     assert not [d for d in report.diagnostics if "comparison" in d.message]
+
+
+def test_a_cpu_router_that_ignores_the_correction_bias_is_a_gap_of_this_machine() -> None:
+    """vLLM's CPU MoE router drops ``e_score_correction_bias`` without grouped top-k
+    (Ernie 4.5 MoE): the comparison does not run there (a PFX600 note), it is no PFX609."""
+    import torch
+    from torch import nn
+    from vllm.model_executor.layers.fused_moe.router.cpu_router import CPURouter
+
+    from prefixlint.introspect import vllm_api
+
+    def layer(**kw) -> nn.Module:
+        holder = nn.Module()
+        holder.router = CPURouter(top_k=2, global_num_experts=4, **kw)
+        return holder
+
+    bias = torch.zeros(4)
+    assert vllm_api.cpu_router_drops_bias(layer(e_score_correction_bias=bias))
+    grouped = dict(use_grouped_topk=True, num_expert_group=2, topk_group=1)
+    assert not vllm_api.cpu_router_drops_bias(layer(e_score_correction_bias=bias, **grouped))
+    assert not vllm_api.cpu_router_drops_bias(layer())
+    assert not vllm_api.cpu_router_drops_bias(nn.Linear(2, 2))

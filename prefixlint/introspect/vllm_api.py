@@ -447,3 +447,19 @@ def process_weights_after_loading() -> Any:
     quantization methods and CPU linears prepare their weights there."""
     module = importlib.import_module("vllm.model_executor.model_loader.utils")
     return module.process_weights_after_loading
+
+
+def cpu_router_drops_bias(module: Any) -> bool:
+    """A fused-MoE layer whose CPU router (``fused_moe/router/cpu_router.py`` ``CPURouter``,
+    0.32) would ignore its ``e_score_correction_bias``: without grouped top-k, softmax
+    scoring takes ``_softmax_topk``, which never reads the bias. On a GPU the bias is used;
+    on this machine the layer computes something else than the model says."""
+    router = getattr(module, "router", None)
+    if router is None or type(router).__name__ != "CPURouter":
+        return False
+    return (
+        getattr(router, "e_score_correction_bias", None) is not None
+        and not getattr(router, "use_grouped_topk", False)
+        and getattr(router, "scoring_func", "") == "softmax"
+        and getattr(router, "custom_routing_function", None) is None
+    )
