@@ -135,9 +135,12 @@ def worker(site: Path):
 
 
 def _clean(report) -> None:
-    found = [(d.code, d.severity.value, d.message) for d in report.diagnostics]
-    assert report.error is None and not found, found
     [result] = report.results
+    found = [(d.code, d.severity.value, d.message) for d in report.diagnostics]
+    # transformers has no class for the toy's model type: the comparison with it (issue
+    # 38) cannot run, and says so in one PFX600 note; nothing else
+    assert result["compare"]["reason"] == "no_reference", result["compare"]
+    assert report.error is None and [f[:2] for f in found] == [("PFX600", "note")], found
     assert result["status"] == "built", result
     assert result["config_source"].startswith("synthesised (prefixlint_toy:"), result
     assert result["dryrun"] == "verified", result
@@ -167,6 +170,9 @@ def test_installed_plugin_passes_check_introspect_strict(site: Path, tmp_path: P
         "--strict",
         "--tp",
         "1",
+        # transformers has no class for the toy's model type: the comparison's PFX600 note
+        # would fail --strict (tests/test_compare.py covers the comparison)
+        "--no-compare",
         "--format",
         "json",
         str(site / "prefixlint_toy"),
