@@ -191,6 +191,7 @@ def run_phase2(
     progress: Callable[[str], None] = lambda text: None,
     dryrun: bool = True,
     explore_budget: float = 10.0,
+    compare: bool = True,
     checkpoints: Any = None,
     warm: Path | None = None,
 ) -> Phase2Result:
@@ -227,6 +228,7 @@ def run_phase2(
             timeout=timeout,
             worker=worker,
             dryrun=dryrun,
+            compare=compare,
             explore_budget=explore_budget,
             checkpoint=checkpoint_of.get(i),
         )

@@ -402,6 +402,14 @@ CODES: dict[str, Code] = {
             check="prefixlint.introspect.checks.pfx608_engine_start:EngineStart",
         ),
         Code(
+            "PFX609",
+            "output-mismatch",
+            Severity.ERROR,
+            INTROSPECT,
+            "A module computes other values than transformers' model of the same config",
+            check="prefixlint.introspect.checks.pfx609_output_mismatch:OutputMismatch",
+        ),
+        Code(
             "PFX701",
             "checkpoint-coverage",
             Severity.ERROR,

@@ -210,7 +210,7 @@ def test_a_missing_environment_variable_is_not_verified(worker, tmp_path: Path) 
 def test_a_module_level_cuda_only_import_is_not_verified(worker, tmp_path: Path) -> None:
     """The model's file imports a CUDA-only package at module level: not an error that
     stops the command (exit 2), a "not verified" note at the import with the advice."""
-    path, text = llama_copy(tmp_path, "top_cuda", lambda t: "import flash_attn  # noqa\n" + t)
+    path, _text = llama_copy(tmp_path, "top_cuda", lambda t: "import flash_attn  # noqa\n" + t)
     report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
     assert report.error is None, report.error
     [diag] = report.diagnostics

@@ -135,9 +135,12 @@ def worker(site: Path):
 
 
 def _clean(report) -> None:
-    found = [(d.code, d.severity.value, d.message) for d in report.diagnostics]
-    assert report.error is None and not found, found
     [result] = report.results
+    found = [(d.code, d.severity.value, d.message) for d in report.diagnostics]
+    # transformers has no class for the toy's model type: the comparison with it (issue
+    # 38) cannot run, and says so in one PFX600 note; nothing else
+    assert result["compare"]["reason"] == "no_reference", result["compare"]
+    assert report.error is None and [f[:2] for f in found] == [("PFX600", "note")], found
     assert result["status"] == "built", result
     assert result["config_source"].startswith("synthesised (prefixlint_toy:"), result
     assert result["dryrun"] == "verified", result
@@ -167,6 +170,9 @@ def test_installed_plugin_passes_check_introspect_strict(site: Path, tmp_path: P
         "--strict",
         "--tp",
         "1",
+        # transformers has no class for the toy's model type: the comparison's PFX600 note
+        # would fail --strict (tests/test_compare.py covers the comparison)
+        "--no-compare",
         "--format",
         "json",
         str(site / "prefixlint_toy"),
@@ -455,7 +461,10 @@ def test_a_plugin_s_tower_config_is_not_the_model_s(tower_first, worker, tmp_pat
     assert "ToyLMConfig" in result["config_source"], result
     assert result["status"] == "built", result
     found = [(d.code, d.severity.value, d.message) for d in report.diagnostics]
-    assert not [f for f in found if f[0] == "PFX600" or f[1] != "note"], found
+    assert not [f for f in found if f[1] != "note"], found
+    # the one PFX600: transformers has no class for a toy plugin to compare with (issue 38)
+    assert result["compare"]["reason"] == "no_reference", result["compare"]
+    assert len([f for f in found if f[0] == "PFX600"]) == 1, found
 
 
 AUTO_LOADER = "        return AutoWeightsLoader(self).load_weights(weights)"

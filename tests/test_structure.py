@@ -281,7 +281,8 @@ def test_private_crossings_are_found(tmp_path: Path) -> None:
 
 def test_introspect_has_few_top_level_entries() -> None:
     entries = [p for p in INTROSPECT.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()]
-    assert len(entries) <= 13, sorted(p.name for p in entries)
+    # 14: the comparison with transformers is a stage of its own (compare/, issue 38)
+    assert len(entries) <= 14, sorted(p.name for p in entries)
 
 
 def test_architecture_tree_is_fresh() -> None:

@@ -22,6 +22,7 @@ from prefixlint.commands.common import (
     EXIT_OK,
     FORMATS,
     NO_CACHE_HELP,
+    NO_COMPARE,
     NO_DRYRUN,
     NO_SOURCE_HELP,
     NO_WARM_WORKER,
@@ -101,6 +102,7 @@ from prefixlint.commands.lint import CheckOptions, LintRun, lint
 @click.option("--show-notes", is_flag=True, help=SHOW_NOTES_HELP)
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
 @NO_DRYRUN
+@NO_COMPARE
 @NO_WARM_WORKER
 @CHECKPOINT
 @click.option(
@@ -226,6 +228,7 @@ def _refuse_conflicts(opts: CheckOptions) -> None:
             if getattr(opts, n) is not None
         ]
         given += ["--no-dryrun"] if opts.no_dryrun else []
+        given += ["--no-compare"] if opts.no_compare else []
         given += ["--no-warm-worker"] if opts.no_warm_worker else []
         given += ["--checkpoint"] if opts.checkpoint else []
         if given:
@@ -273,6 +276,7 @@ def _phase2(
             configs_for or _configs_for,
             progress,
             dryrun=not opts.no_dryrun,
+            compare=not opts.no_compare,
             explore_budget=10.0 if opts.explore_budget is None else opts.explore_budget,
             checkpoints=found,
             # --no-cache: an empty vLLM cache folder, which a zygote started elsewhere lacks

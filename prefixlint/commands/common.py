@@ -28,6 +28,12 @@ NO_WARM_WORKER = click.option(
     help="Phase 2 in a fresh worker process (imports torch and vLLM, ~8 s) instead of one "
     "forked from the warm zygote kept in the cache folder (PREFIXLINT_WARM_WORKER=0 too).",
 )
+NO_COMPARE = click.option(
+    "--no-compare",
+    is_flag=True,
+    help="Phase 2 without the comparison of the model's outputs with transformers' "
+    "(PFX609; docs/compare.md).",
+)
 NO_DRYRUN = click.option(
     "--no-dryrun",
     is_flag=True,

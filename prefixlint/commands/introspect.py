@@ -17,6 +17,7 @@ from prefixlint.commands.checkpoints import (
 )
 from prefixlint.commands.common import (
     FORMATS,
+    NO_COMPARE,
     NO_DRYRUN,
     NO_SOURCE_HELP,
     NO_WARM_WORKER,
@@ -47,6 +48,7 @@ from prefixlint.commands.common import (
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds per build.")
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
 @NO_DRYRUN
+@NO_COMPARE
 @NO_WARM_WORKER
 @CHECKPOINT
 @click.option(
@@ -77,6 +79,7 @@ def introspect(
     timeout: float,
     strict: bool,
     no_dryrun: bool,
+    no_compare: bool,
     no_warm_worker: bool,
     checkpoint: str | None,
     lora: str | None,
@@ -108,13 +111,7 @@ def introspect(
         adapter = resolve_adapter(lora).folder if lora else None
     table, base = config_table()
     found = checkpoints(checkpoint)
-    with usage_error(CheckpointError):
-        # --checkpoint for every class of TARGET; else the table's entry of each class
-        by_class = {
-            name: one
-            for name in target_classes(target)
-            if (one := found.for_class(None, name)) is not None
-        }
+    by_class = _checkpoints_by_class(target, found)
     # the worker starts inside the fresh vLLM cache folder, so it is the one it sees (with
     # --no-cache never a warm one: a zygote started elsewhere has another folder)
     with (
@@ -131,6 +128,7 @@ def introspect(
             config_base=base,
             timeout=timeout,
             dryrun=not no_dryrun,
+            compare=not no_compare,
             explore_budget=explore_budget,
             checkpoint=found.explicit.folder if found.explicit else None,
             checkpoints=by_class,
@@ -146,6 +144,18 @@ def introspect(
     shown = not no_source
     report(result.diagnostics, output_format, len(result.results), output, show_source=shown)
     exit_for(result.diagnostics, fail_on, strict)
+
+
+def _checkpoints_by_class(target: str, found: Any) -> dict[str, Any]:
+    """--checkpoint for every class of TARGET; else the table's entry of each class."""
+    from prefixlint.introspect.targets.checkpoint import CheckpointError
+
+    with usage_error(CheckpointError):
+        return {
+            name: one
+            for name in target_classes(target)
+            if (one := found.for_class(None, name)) is not None
+        }
 
 
 def _unreadable(target: str, no_cache: bool) -> list:
@@ -189,6 +199,8 @@ def _echo_result(result: dict[str, Any]) -> None:
             f"({result.get('dryrun_seconds', 0):.2f}s)",
             err=True,
         )
+    if result.get("compare"):
+        click.echo(f"  comparison with transformers: {_compared(result['compare'])}", err=True)
     if result.get("lora"):
         why = f": {result['lora_reason']}" if result.get("lora_reason") else ""
         click.echo(f"  LoRA dry-run: {result['lora']}{why}", err=True)
@@ -238,3 +250,17 @@ def _echo_coverage(result: dict) -> None:
     for variant in result.get("variants", []):
         what = ", ".join(f"{k}={v}" for k, v in variant["overrides"].items())
         click.echo(f"  variant {what}: {variant['status']}", err=True)
+
+
+def _compared(facts: dict) -> str:
+    """compare/facts.py ``Comparison.to_json`` in words."""
+    status = facts.get("status", "")
+    if facts.get("reason"):
+        detail = f" ({facts['detail']})" if facts.get("detail") else ""
+        return f"{status}: {facts['reason'].replace('_', ' ')}{detail}"
+    first = f", first at `{facts['first']}`" if facts.get("first") else ""
+    if facts.get("extras_refused"):  # loaded again without the names real checkpoints add
+        first += f"; loaded without the checkpoint extras it refused: {facts['extras_refused']}"
+    return (
+        f"{status} ({facts.get('compared', 0)} boundaries{first}; {facts.get('seconds', 0):.2f}s)"
+    )

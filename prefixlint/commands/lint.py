@@ -31,6 +31,7 @@ class CheckOptions:
     show_notes: bool = False
     with_introspect: bool = False
     no_dryrun: bool = False
+    no_compare: bool = False
     no_warm_worker: bool = False
     checkpoint: str | None = None
     explore_budget: float | None = None

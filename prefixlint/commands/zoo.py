@@ -13,6 +13,7 @@ from prefixlint.commands.common import (
     EXIT_FINDINGS,
     EXIT_OK,
     FORMATS,
+    NO_COMPARE,
     NO_DRYRUN,
     NO_WARM_WORKER,
     STRICT_HELP,
@@ -47,6 +48,7 @@ from prefixlint.commands.common import (
 )
 @click.option("--only", multiple=True, help="Restrict to these architectures (repeatable).")
 @NO_DRYRUN
+@NO_COMPARE
 @NO_WARM_WORKER
 @click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the report here.")
 @click.option(
@@ -79,6 +81,7 @@ def zoo(
     timeout: float,
     only: tuple[str, ...],
     no_dryrun: bool,
+    no_compare: bool,
     no_warm_worker: bool,
     output: Path | None,
     journal: Path | None,
@@ -118,6 +121,7 @@ def zoo(
                 only=list(only),
                 progress=output_format == "text" or output is not None,
                 dryrun=not no_dryrun,
+                compare=not no_compare,
                 explore_budget=explore_budget,
                 journal=journal,
                 resume=resume,

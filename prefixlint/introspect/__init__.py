@@ -169,6 +169,7 @@ def introspect(
     checkpoint: str | None = None,
     checkpoints: dict[str, str] | None = None,
     lora: str | None = None,
+    compare: bool = True,
 ) -> IntrospectReport:
     """Build ``target`` (an architecture of the installed registry, ``module:Class`` or
     ``path/to/file.py[:Class]``) for each layout in a worker process and check it.
@@ -193,6 +194,7 @@ def introspect(
         "checkpoint": checkpoint,
         "checkpoints": checkpoints or {},
         "lora": lora,
+        "compare": compare,
     }
     try:
         answer = worker.run(job, timeout)

@@ -434,3 +434,53 @@ def supports_quant_class() -> type | None:
     module = _module("vllm.model_executor.models.interfaces")
     found = getattr(module, "SupportsQuant", None) if module is not None else None
     return found if isinstance(found, type) else None
+
+
+# -- running a model (the comparison with transformers) --------------------------------------
+
+
+def attention_classes() -> tuple[type | None, type | None]:
+    """(vLLM's ``Attention`` layer, the base of every layer that reads attention metadata
+    (``AttentionLayerBase``)): ``vllm.model_executor.layers.attention`` (0.32, 0.33), then
+    ``vllm.attention.layer`` (older layouts)."""
+    module = _module("vllm.model_executor.layers.attention")
+    attention = getattr(module, "Attention", None) if module else None
+    base = getattr(module, "AttentionLayerBase", None) if module else None
+    if attention is None:
+        older = _module("vllm.attention.layer")
+        attention = getattr(older, "Attention", None) if older else None
+    if base is None:
+        older = _module("vllm.model_executor.layers.attention_layer_base")
+        base = getattr(older, "AttentionLayerBase", None) if older else None
+    return attention, base
+
+
+def forward_context() -> Any:
+    """``set_forward_context(attn_metadata, vllm_config)`` (``vllm.forward_context``, 0.32
+    and 0.33): the context a model's forward reads its layers from (MoE layers find
+    themselves in it by name); the attention metadata is None: attention runs the
+    comparison's own reference (``compare/attention.py``)."""
+    return importlib.import_module("vllm.forward_context").set_forward_context
+
+
+def process_weights_after_loading() -> Any:
+    """The loader's step after ``load_weights`` (``model_loader.utils``, 0.32 and 0.33):
+    quantization methods and CPU linears prepare their weights there."""
+    module = importlib.import_module("vllm.model_executor.model_loader.utils")
+    return module.process_weights_after_loading
+
+
+def cpu_router_drops_bias(module: Any) -> bool:
+    """A fused-MoE layer whose CPU router (``fused_moe/router/cpu_router.py`` ``CPURouter``,
+    0.32) would ignore its ``e_score_correction_bias``: without grouped top-k, softmax
+    scoring takes ``_softmax_topk``, which never reads the bias. On a GPU the bias is used;
+    on this machine the layer computes something else than the model says."""
+    router = getattr(module, "router", None)
+    if router is None or type(router).__name__ != "CPURouter":
+        return False
+    return (
+        getattr(router, "e_score_correction_bias", None) is not None
+        and not getattr(router, "use_grouped_topk", False)
+        and getattr(router, "scoring_func", "") == "softmax"
+        and getattr(router, "custom_routing_function", None) is None
+    )

@@ -67,8 +67,14 @@ class Build:
 
 
 def build_layout(
-    plan: BuildPlan, layout: Layout, quant_config: Any = None, lora_config: Any = None
+    plan: BuildPlan,
+    layout: Layout,
+    quant_config: Any = None,
+    lora_config: Any = None,
+    meta: bool = True,
 ) -> Build:
+    """``meta=False``: parameters real, on the CPU (the comparison with transformers runs
+    the model)."""
     from vllm.model_executor.model_loader.utils import initialize_model
 
     set_default_torch_dtype = vllm_api.set_default_torch_dtype()
@@ -97,7 +103,7 @@ def build_layout(
             fake_parallel_state(layout, moe=True),
             set_default_torch_dtype(model_config.dtype),
             torch.device("cpu"),
-            meta_parameters(),
+            meta_parameters() if meta else contextlib.nullcontext(),
             recorder.active(),
             model_runner_v2(plan),
         ):

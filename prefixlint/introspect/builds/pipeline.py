@@ -130,8 +130,10 @@ def run_target(
     deadline: float | None = None,
     checkpoint: str | None = None,
     lora: str | None = None,
+    compare: bool = True,
 ) -> TargetResult:
-    """``checkpoint``: a checkpoint folder whose layout and quantization config the
+    """``compare``: run the comparison with transformers (``compare/``, PFX609).
+    ``checkpoint``: a checkpoint folder whose layout and quantization config the
     dry-run checks (``checkpoint_run.py``); its config.json is the build config unless
     ``config`` is given. ``lora``: a PEFT adapter folder the LoRA dry-run matches
     (``dryrun/lora.py``; without one, a synthetic adapter)."""
@@ -177,6 +179,8 @@ def run_target(
     result.findings += startup.layer_index_refusals(builds, model_config, cls)
     given = (checkpoint, lora)
     _dry_run(result, cls, plan, builds, dryrun, deadline, given, explored)
+    if not checkpoint:  # a real checkpoint's config: its weights are not transformers'
+        _compare(result, cls, plan, builds, compare)
     result.findings = in_user_code(result.findings, cls, builds)  # a plugin's, not vLLM's
     failed = [b for b in builds if b.error is not None]
     if len(failed) == len(builds) and builds:
@@ -428,6 +432,21 @@ def _dry_run(
     result.dryrun, result.dryrun_reason = outcome.status, outcome.reason
     result.lora, result.lora_reason = adapted.status, adapted.reason
     result.dryrun_seconds = time.perf_counter() - started
+
+
+def _compare(
+    result: TargetResult, cls: type | None, plan: BuildPlan, builds: list[Build], enabled: bool
+) -> None:
+    """The comparison with transformers (``compare/``) on a real CPU build, its facts
+    kept in ``result.compare`` and turned into PFX609 (or a PFX600 note) by its unit."""
+    from prefixlint.introspect.checks.pfx609_output_mismatch import OutputMismatch
+    from prefixlint.introspect.compare import compare
+
+    if not any(b.error is None for b in builds):
+        return
+    comparison = compare(cls, plan, builds, enabled)
+    result.compare = comparison.to_json()
+    result.findings += OutputMismatch().findings(comparison, cls)
 
 
 def _checkpoint_config(folder: str) -> str:

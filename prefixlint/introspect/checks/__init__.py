@@ -33,6 +33,7 @@ from prefixlint.introspect.checks.pfx605_pipeline_stage import PipelineStage
 from prefixlint.introspect.checks.pfx606_interface import PackedMappingKeys, PipelineInterface
 from prefixlint.introspect.checks.pfx607_per_rank_heads import PerRankHeads
 from prefixlint.introspect.checks.pfx608_engine_start import EngineStart
+from prefixlint.introspect.checks.pfx609_output_mismatch import OutputMismatch
 from prefixlint.introspect.checks.pfx701_weight_loading import WeightLoading
 from prefixlint.introspect.checks.pfx702_quantization import Quantization
 from prefixlint.introspect.checks.pfx703_lora import LoraTargets
@@ -52,6 +53,7 @@ CHECKS: tuple[Check, ...] = (
     PipelineInterface(),
     PackedMappingKeys(),
     EngineStart(),
+    OutputMismatch(),
     WeightLoading(),
     Quantization(),
     LoraTargets(),

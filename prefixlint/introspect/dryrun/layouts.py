@@ -58,7 +58,7 @@ def exported_names() -> dict[str, str]:
     return {n.lower(): n for n in dir(transformers) if n[:1].isupper()}
 
 
-def _reference_config(hf_config: Any) -> Any:
+def reference_config(hf_config: Any) -> Any:
     """A copy of the config the reference class accepts: a ``pad_token_id`` beyond a shrunk
     vocabulary is clamped into it (it names a row, no size; vLLM never reads it)."""
 
@@ -95,7 +95,7 @@ def reference(hf_config: Any, cls: type | None = None) -> tuple[list[Reference],
         )
     try:
         with torch.device("meta"), quiet():
-            ref = ref_cls(_reference_config(hf_config))
+            ref = ref_cls(reference_config(hf_config))
         state = ref.state_dict()
         from transformers import modeling_utils as mu
 

@@ -105,6 +105,7 @@ def build_targets(job: dict[str, Any], targets: list[Any]) -> list[dict[str, Any
             checkpoint=job.get("checkpoint")
             or (job.get("checkpoints") or {}).get(target.arch.removesuffix("__prefixlint")),
             lora=job.get("lora"),
+            compare=job.get("compare", True),
         )
         data = asdict(result)
         data["layouts"] = [

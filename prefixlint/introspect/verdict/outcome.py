@@ -43,6 +43,9 @@ class TargetResult:
     dryrun_seconds: float = 0.0
     lora: str = ""  # PFX703: verified | not verified | off | "" (nothing built)
     lora_reason: str = ""
+    # the comparison with transformers (compare/facts.py Comparison.to_json): status,
+    # reason, boundaries compared, the first divergent module; {} when nothing was built
+    compare: dict[str, Any] = field(default_factory=dict)
     coverage: dict[str, Any] = field(default_factory=dict)  # see coverage.py
     variants: list[dict[str, Any]] = field(default_factory=list)  # see explore.py
 

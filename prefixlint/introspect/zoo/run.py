@@ -45,6 +45,8 @@ class Row:
     dryrun_seconds: float = 0.0
     lora: str = ""  # PFX703: verified | not verified | off | "" (not built)
     lora_reason: str = ""
+    # the comparison with transformers (compare/facts.py): status, reason, first divergent
+    compare: dict[str, Any] = field(default_factory=dict)
     notes: list[dict[str, Any]] = field(default_factory=list)  # PFX600: not verified
     coverage: dict[str, Any] = field(default_factory=dict)  # construction sites (coverage.py)
     variants: list[dict[str, Any]] = field(default_factory=list)
@@ -134,6 +136,7 @@ class ZooSummary:
             "worker_peak_rss_mb": self.worker_peak_rss_mb,
             "heaviest_architectures": self.heaviest(),
             "coverage": registry_share(self.rows),
+            "comparison": compared_counts(self.rows),
             "text_generation_coverage": registry_share(self.rows, ("text_generation_models",)),
         }
 
@@ -259,6 +262,7 @@ class ZooSummary:
             f"{c['built']} of all builds ({(c['dryrun_ratio'] or 0) * 100:.1f}%); median "
             f"{c['median_dryrun_seconds']} s"
         )
+        lines.append(compared_line(c["comparison"]))
         for key, n in c["by_category"].items():
             lines.append(f"  {key}: {n}")
         if self.worker_peak_rss_mb:
@@ -317,6 +321,7 @@ def _row(arch: str, group: str, answer: Any, seconds: float) -> Row:
         dryrun_seconds=result.get("dryrun_seconds", 0.0),
         lora=result.get("lora", ""),
         lora_reason=result.get("lora_reason", ""),
+        compare=result.get("compare", {}),
         coverage=result.get("coverage", {}),
         variants=result.get("variants", []),
     )
@@ -422,6 +427,19 @@ def _built_row(worker: Worker, arch: str, group: str, params: dict, timeout: flo
         )
 
 
+def _job_params(
+    tp: list[int] | None, pp: list[int] | None, dryrun: bool, budget: float, compare: bool
+) -> dict[str, Any]:
+    """The options a row depends on: sent with each build, kept in the journal's header."""
+    return {
+        "tp": tp or [1],
+        "pp": pp or [1],
+        "dryrun": dryrun,
+        "explore_budget": budget,
+        "compare": compare,
+    }
+
+
 def run_zoo(
     jobs: int = 1,
     shard: tuple[int, int] = (0, 1),
@@ -433,16 +451,16 @@ def run_zoo(
     dryrun: bool = True,
     explore_budget: float = 0.0,
     journal: Path | None = None,
+    compare: bool = True,
     resume: Path | None = None,
     warm: Path | None = None,
 ) -> ZooSummary:
     """Build the selected architectures, ``jobs`` at a time. Each finished row goes to
-    ``journal`` (or, with ``resume``, is appended to that journal, whose architectures
-    are not built again). ``warm``: the cache folder of the zygote the workers fork from
-    (None: cold workers). Ctrl-C stops the builds and returns what finished, with
-    ``interrupted`` set."""
+    ``journal`` (with ``resume``, appended to that journal, whose architectures are not
+    built again). ``warm``: the cache folder of the zygote the workers fork from (None:
+    cold workers). Ctrl-C stops the builds and returns what finished, ``interrupted``."""
     started = time.perf_counter()
-    params = {"tp": tp or [1], "pp": pp or [1], "dryrun": dryrun, "explore_budget": explore_budget}
+    params = _job_params(tp, pp, dryrun, explore_budget, compare)
     previous = read_journal(resume, params) if resume is not None else []
     groups, archs = _selected(only, shard, warm)
     done_before = {r.arch: r for r in previous if r.arch in set(archs)}
@@ -500,4 +518,40 @@ def run_zoo(
         planned=len(archs),
         interrupted=interrupted,
         worker_peak_rss_mb=[round(w.peak_rss_mb, 1) for w in workers],
+    )
+
+
+def compared_counts(rows: list[Row]) -> dict[str, Any]:
+    """The comparison with transformers over the built rows: how many compared, equal,
+    differ, and did not run by reason, in all and per group."""
+
+    def count(some: list[Row]) -> dict[str, Any]:
+        facts = [r.compare for r in some if r.compare]
+        by = Counter(f.get("status", "") for f in facts)
+        reasons = Counter(f.get("reason", "") for f in facts if f.get("status") == "not run")
+        return {
+            "compared": by.get("equal", 0) + by.get("differs", 0),
+            "equal": by.get("equal", 0),
+            "differs": by.get("differs", 0),
+            "not_run": dict(sorted(reasons.items())),
+            "differs_at": sorted(
+                f"{r.arch}: {r.compare.get('first')}"
+                for r in some
+                if r.compare.get("status") == "differs"
+            ),
+        }
+
+    groups = sorted({r.group for r in rows})
+    return {
+        "all": count(rows),
+        "by_group": {g: count([r for r in rows if r.group == g]) for g in groups},
+    }
+
+
+def compared_line(c: dict[str, Any]) -> str:
+    every = c["all"]
+    not_run = ", ".join(f"{k} {n}" for k, n in every["not_run"].items()) or "none"
+    return (
+        f"comparison with transformers (PFX609): {every['compared']} compared, "
+        f"{every['equal']} equal, {every['differs']} differ; not run: {not_run}"
     )

@@ -1,0 +1,138 @@
+"""PFX609: a module computes other values than transformers' model of the same config."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from prefixlint.codes import NOT_VERIFIED_CODE
+from prefixlint.introspect.checks.base import Case, Check
+from prefixlint.introspect.compare.facts import Boundary, Comparison, Reason, Status
+from prefixlint.introspect.finding import Finding, class_site
+
+CODE = "PFX609"
+_SHOWN_IDS = 12
+
+# what a user can do about each gap (the PFX600 note's fix)
+_FIXES = {
+    Reason.NO_REFERENCE: "compare with `prefixlint smoke` on a real checkpoint instead",
+    Reason.REFERENCE_FAILED: "give a config transformers' class accepts with --config",
+    Reason.NOT_GENERATIVE: "`prefixlint smoke` runs it through the engine",
+    Reason.BUILD_FAILED: "give a float32-capable config with --config",
+    Reason.LOAD_FAILED: "PFX701 says which names the loader refuses",
+    Reason.UNSUPPORTED_LAYER: "`prefixlint smoke` runs it through the engine",
+    Reason.FORWARD_FAILED: "`prefixlint smoke` runs it through the engine",
+    Reason.NO_BUILD: "fix the build first",
+    Reason.NOTHING_MATCHED: "name the modules as the checkpoint does",
+    Reason.TOO_LARGE: "give a smaller config with --config",
+}
+
+
+class OutputMismatch(Check):
+    """## What it does
+    Runs the model beside transformers' implementation of the same config, with the same
+    weights and tokens, and compares what every module computes. The model is built with
+    real float32 weights on the CPU (tp=1, pp=1), loaded through its own `load_weights` from
+    the checkpoint transformers' class writes (seeded random weights, plus a tied head's
+    duplicate `lm_head.weight` and the `rotary_emb.inv_freq` buffers older checkpoints
+    carry). Modules are matched by checkpoint name (vLLM's prefix is its attribute path,
+    through `hf_to_vllm_mapper`): embeddings, each decoder layer (`hidden + residual` where
+    vLLM defers the residual add), attention, MLP, norms, and the logits. The first module
+    whose output differs by more than 1e-3 of its largest value while its input agrees is
+    reported at the line of the model that built it. Logits that differ after an agreeing
+    final norm point at the head or `compute_logits`. The facts come from
+    `introspect/compare/`; docs/compare.md gives the design and the tolerance.
+
+    ## Details
+    vLLM's attention backend is replaced by a reference attention that honours what the
+    model passes to `Attention` (heads, scale, window, soft-cap). Where the comparison
+    cannot run (no transformers class, a layer the reference cannot run, a pooling or
+    multimodal model, a config too large to run on CPU), a PFX600 note says why.
+    `--no-compare` turns it off.
+
+    ## Why is this bad?
+    The model builds, loads and serves, with wrong outputs: a softmax scale written wrong,
+    a dropped bias, a residual added twice, a config flag ignored. No name-level check sees
+    such a bug; only outputs do.
+
+    ## Example
+    `self.scaling = self.head_dim**-0.5` written `self.head_dim**-0.4` in the attention
+    module: its output differs from transformers' while its input agrees.
+
+    ## Fix
+    Make the module compute what the reference does (read the transformers class of the
+    model type beside it). `--no-compare` turns the comparison off; where it cannot run, a
+    PFX600 note says why.
+    """
+
+    code = CODE
+    examples: ClassVar[tuple[Case, ...]] = (
+        Case(
+            "LlamaAttention",
+            "self.scaling = self.head_dim**-0.5",
+            "self.scaling = self.head_dim**-0.4",
+            "self.self_attn = attn_layer_type(",
+            at_cls="LlamaDecoderLayer",
+        ),
+        Case(
+            "LlamaMLP",
+            "x, _ = self.down_proj(x)",
+            "x, _ = self.down_proj(-x)",
+            "self.mlp = LlamaMLP(",
+            at_cls="LlamaDecoderLayer",
+        ),
+    )
+
+    def findings(self, comparison: Comparison, cls: type | None) -> list[Finding]:
+        """PFX609 at the construction line of the first divergent module; a PFX600 note
+        where the comparison could not run (never when it was turned off)."""
+        if comparison.status is Status.NOT_RUN:
+            return self._not_run(comparison, cls)
+        first = comparison.first
+        if comparison.status is not Status.DIFFERS or first is None:
+            return []
+        file, line = first.site if first.site[0] else class_site(cls)
+        return [Finding(CODE, "error", _message(first, comparison), file, line)]
+
+    def _not_run(self, comparison: Comparison, cls: type | None) -> list[Finding]:
+        reason = comparison.reason
+        if reason is None or reason is Reason.DISABLED:
+            return []
+        detail = f" ({comparison.detail})" if comparison.detail else ""
+        fix = _FIXES.get(reason, "")
+        message = (
+            f"not verified: the comparison with transformers did not run: {reason.value}"
+            f"{detail}" + (f"; {fix}" if fix else "")
+        )
+        return [Finding(NOT_VERIFIED_CODE, "note", message, *class_site(cls))]
+
+
+def _message(first: Boundary, comparison: Comparison) -> str:
+    ids = list(comparison.input_ids[:_SHOWN_IDS])
+    what = (
+        "the logits differ from transformers' while the final hidden states agree: the "
+        "head or `compute_logits`"
+        if first.path == "logits"
+        else f"`{first.path}` computes other values than transformers' {_named(first)}"
+    )
+    agrees = (
+        " while its input agrees"
+        if first.input_rel is not None and first.input_rel <= comparison.tolerance
+        else ""
+    )
+    return (
+        f"{what}{agrees}: max |difference| {first.max_abs:.3g} ({_percent(first.max_rel)} of "
+        f"its largest value; tolerance {_percent(comparison.tolerance)}), same weights "
+        f"(`{comparison.reference}`'s checkpoint through `load_weights`), float32 on the CPU, "
+        f"input ids {ids} at positions 0..{len(comparison.input_ids) - 1}"
+    )
+
+
+def _named(first: Boundary) -> str:
+    parts = first.reference_path.split("+")
+    if len(parts) == 1:
+        return f"`{parts[0]}`"
+    return ", ".join(f"`{p}`" for p in parts) + " side by side"
+
+
+def _percent(value: Any) -> str:
+    return f"{value * 100:.3g}%"

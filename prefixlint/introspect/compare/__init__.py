@@ -1,0 +1,223 @@
+"""The comparison with transformers: the model built with real weights on the CPU, loaded
+through its own ``load_weights`` from transformers' checkpoint of the same config, run on
+one sequence beside transformers' model, compared module by module. Returns typed facts
+(``facts.py``); ``checks/pfx609_output_mismatch.py`` turns them into findings.
+
+Exports: ``compare``, ``Comparison``, ``Status``, ``Reason``, ``Boundary``, ``TOLERANCE``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+import torch
+
+from prefixlint.introspect import vllm_api
+from prefixlint.introspect.compare import attention, boundaries, reference
+from prefixlint.introspect.compare.facts import TOLERANCE, Boundary, Comparison, Reason, Status
+
+__all__ = ["TOLERANCE", "Boundary", "Comparison", "Reason", "Status", "compare"]
+
+TOKENS = 9  # one sequence: long enough for a sliding window of the tiny config to matter
+# Parameters of the meta build above which the comparison does not run: a config synthesis
+# could not shrink (GPT-2's `n_embd`) costs tens of seconds on two CPU cores, twice over.
+MAX_PARAMETERS = 30_000_000
+
+
+def compare(cls: type | None, plan: Any, builds: list[Any], enabled: bool = True) -> Comparison:
+    started = time.perf_counter()
+    try:
+        result = _compare(cls, plan, builds, enabled)
+    except Exception as e:  # a gap of this stage, never a lost target
+        result = Comparison.not_run(Reason.FORWARD_FAILED, _words(e))
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _compare(cls: type | None, plan: Any, builds: list[Any], enabled: bool) -> Comparison:
+    if not enabled:
+        return Comparison.not_run(Reason.DISABLED)
+    gap = _not_comparable(plan, builds)
+    if gap is not None:
+        return gap
+    model_config = plan.model_config
+    ref_cls = reference.reference_class(model_config.hf_config, cls)
+    if ref_cls is None:
+        return Comparison.not_run(Reason.NO_REFERENCE)
+    try:
+        ref = reference.build(ref_cls, model_config.hf_config)
+    except Exception as e:
+        return Comparison.not_run(Reason.REFERENCE_FAILED, f"{ref_cls.__name__}: {_words(e)}")
+    from prefixlint.introspect.builds.layout import build_layout
+    from prefixlint.introspect.builds.parallel import Layout
+
+    torch.manual_seed(reference.SEED)
+    real = build_layout(plan, Layout(), meta=False)
+    if real.error is not None or real.model is None:
+        return Comparison.not_run(Reason.BUILD_FAILED, _words(real.error))
+    unsupported = attention.unsupported_layers(real.model)
+    if unsupported:
+        return Comparison.not_run(Reason.UNSUPPORTED_LAYER, ", ".join(unsupported))
+    biased = [n for n, m in real.model.named_modules() if vllm_api.cpu_router_drops_bias(m)]
+    if biased:  # vLLM's CPU backend, not the model: what the engine computes on a GPU
+        detail = f"vLLM's CPU MoE router ignores `e_score_correction_bias` at `{biased[0]}`"
+        return Comparison.not_run(Reason.UNSUPPORTED_LAYER, detail)
+    context = _context(real)
+    refused = _load(real.model, ref, model_config, context)
+    if refused is not None:
+        return refused
+    result = _run(cls, real, ref, context, ref_cls.__name__)
+    result.extras_refused = _probe_extras(builds, ref)
+    return result
+
+
+def _not_comparable(plan: Any, builds: list[Any]) -> Comparison | None:
+    model_config = plan.model_config
+    if plan.draft_spec is not None:
+        return Comparison.not_run(Reason.NOT_GENERATIVE, "a speculative draft")
+    if getattr(model_config, "runner_type", "generate") != "generate":
+        return Comparison.not_run(Reason.NOT_GENERATIVE, "a pooling model")
+    if getattr(model_config, "is_multimodal_model", False):
+        return Comparison.not_run(Reason.NOT_GENERATIVE, "a multimodal model")
+    if model_config.dtype != torch.float32:
+        return Comparison.not_run(Reason.BUILD_FAILED, f"built in {model_config.dtype} only")
+    base = next((b for b in builds if b.error is None and b.layout.tp == b.layout.pp == 1), None)
+    if base is None or base.model is None:
+        return Comparison.not_run(Reason.NO_BUILD)
+    size = sum(p.numel() for p in base.model.parameters())
+    if size > MAX_PARAMETERS:
+        return Comparison.not_run(Reason.TOO_LARGE, f"{size / 1e6:.0f}M parameters")
+    return None
+
+
+def _context(build: Any) -> Any:
+    from vllm.config import set_current_vllm_config
+
+    from prefixlint.introspect.builds.parallel import fake_parallel_state
+
+    @contextlib.contextmanager
+    def context() -> Any:
+        with (
+            fake_parallel_state(build.layout, moe=True),
+            set_current_vllm_config(build.vllm_config),
+            vllm_api.set_default_torch_dtype()(torch.float32),
+            torch.no_grad(),
+            _eager(),
+        ):
+            yield
+
+    return context
+
+
+def _eager() -> Any:
+    """A model's own ``@torch.compile`` functions (Cohere's layer norm) run eagerly: one
+    sequence costs no compilation (3 s on two cores, 38 s under load)."""
+    stance = getattr(torch.compiler, "set_stance", None)  # torch >= 2.6
+    return stance("force_eager") if stance is not None else contextlib.nullcontext()
+
+
+def _load(
+    model: Any, ref: reference.Reference, model_config: Any, context: Any
+) -> Comparison | None:
+    """The reference checkpoint as ``save_pretrained`` writes it (without the extras: a
+    tied head must come from the embedding, as for most tied checkpoints) through the
+    model's own ``load_weights``, then the loader's after-loading step."""
+    state = {k: v for k, v in ref.checkpoint.items() if k not in ref.extras}
+    try:
+        with context():
+            model.load_weights(iter(list(state.items())))
+            vllm_api.process_weights_after_loading()(model, model_config, torch.device("cpu"))
+    except Exception as e:
+        return Comparison.not_run(Reason.LOAD_FAILED, _words(e))
+    return None
+
+
+def _probe_extras(builds: list[Any], ref: reference.Reference) -> str:
+    """What the loader raises on the names real checkpoints add (``reference._extras``),
+    streamed alone, as meta tensors, through the meta tp=1 build; "" when it takes them."""
+    base = next(b for b in builds if b.error is None and b.layout.tp == b.layout.pp == 1)
+    extras = [(k, ref.checkpoint[k].to("meta")) for k in ref.extras]
+    if not extras or base.model is None:
+        return ""
+    try:
+        with _context(base)():
+            base.model.load_weights(iter(extras))
+    except Exception as e:
+        return _words(e)
+    return ""
+
+
+def _run(
+    cls: type | None, real: Any, ref: reference.Reference, context: Any, name: str
+) -> Comparison:
+    model, vllm_config = real.model, real.vllm_config
+    names = boundaries.matched(model, ref.model, cls)
+    if not names:
+        return Comparison.not_run(Reason.NOTHING_MATCHED)
+    vocab = int(getattr(ref.model.config, "vocab_size", 0) or 0) or 32
+    generator = torch.Generator().manual_seed(reference.SEED)
+    ids = torch.randint(0, vocab, (TOKENS,), generator=generator)
+    positions = torch.arange(TOKENS)
+    ours, theirs = boundaries.Seen(), boundaries.Seen()
+    try:
+        with (
+            context(),
+            vllm_api.forward_context()(None, vllm_config),
+            attention.reference_attention(),
+            boundaries.hooked(model, {p: boundaries.key(v) for p, v in names.items()}, ours),
+        ):
+            hidden = model(input_ids=ids, positions=positions)
+            logits = model.compute_logits(hidden)
+    except Exception as e:
+        return Comparison.not_run(Reason.FORWARD_FAILED, _words(e))
+    try:
+        parts = {p: p for v in names.values() for p in v}
+        with torch.no_grad(), boundaries.hooked(ref.model, parts, theirs):
+            out = ref.model(input_ids=ids[None], position_ids=positions[None], use_cache=False)
+        boundaries.join_parts(theirs, names)
+    except Exception as e:
+        return Comparison.not_run(Reason.REFERENCE_FAILED, f"{name}: {_words(e)}")
+    if isinstance(logits, torch.Tensor) and getattr(out, "logits", None) is not None:
+        ours.outputs[boundaries.LOGITS] = logits.float()
+        theirs.outputs[boundaries.LOGITS] = out.logits.float()
+    sites = _sites(real, names)
+    inverse = {boundaries.key(v): k for k, v in names.items()}
+    found = boundaries.boundaries(ours, theirs, inverse, sites)
+    first = boundaries.first_divergent(found, TOLERANCE)
+    status = Status.DIFFERS if first is not None else Status.EQUAL
+    return Comparison(
+        status,
+        reference=name,
+        input_ids=tuple(int(i) for i in ids),
+        boundaries=found,
+        first=first,
+    )
+
+
+def _sites(build: Any, names: dict[str, str]) -> dict[str, tuple[str, int]]:
+    """The model's line that built each compared module (the recorder's), and for the
+    logits the head's."""
+    # a layer a vLLM factory builds (FusedMoEFactory) is recorded at the model's line too
+    by_module = {
+        id(r.module): (r.site_file, r.site_line)
+        for r in build.recorder.records.values()
+        if r.site_file
+    }
+    out = {}
+    for path in [*names, "lm_head"]:
+        with contextlib.suppress(AttributeError):
+            site = by_module.get(id(build.model.get_submodule(path)))
+            if site is not None:
+                out[path] = site
+    if "lm_head" in out:
+        out[boundaries.LOGITS] = out["lm_head"]
+    return out
+
+
+def _words(error: BaseException | None) -> str:
+    if error is None:
+        return ""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:200] if text else ''}"

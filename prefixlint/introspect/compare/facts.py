@@ -1,0 +1,94 @@
+"""What the comparison with transformers found, as typed facts: its status, why it did not
+run, the input, the tolerance, and each compared module boundary. Never a finding: the
+check unit (``checks/pfx609_output_mismatch.py``) turns these into one."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+# Relative tolerance: max |vLLM - transformers| over max |transformers| at a boundary.
+# Both run in float32 on the CPU with the same weights; what differs is only the order of
+# sums (fused QKV and gate-up matmuls, a fused residual add, RoPE spelled another way),
+# which costs a few float32 ulps per op: ~1e-6 relative after a few layers of the tiny
+# config. A planted one-token bug moves outputs by 1e-2 or more (docs/compare.md).
+TOLERANCE = 1e-3
+
+
+class Status(enum.Enum):
+    EQUAL = "equal"  # every compared boundary within the tolerance
+    DIFFERS = "differs"  # some boundary beyond it
+    NOT_RUN = "not run"
+
+
+class Reason(enum.Enum):
+    """Why the comparison did not run: a gap of the tool or the machine, never the model's."""
+
+    DISABLED = "turned off (--no-compare)"
+    NO_REFERENCE = "transformers has no class for this architecture"
+    REFERENCE_FAILED = "the transformers reference could not be built or run"
+    NOT_GENERATIVE = "not a text model this comparison runs (pooling or multimodal input)"
+    NO_BUILD = "no tp=1/pp=1 build of the model"
+    BUILD_FAILED = "the model could not be built with real weights on the CPU"
+    LOAD_FAILED = "the reference weights could not be loaded"
+    UNSUPPORTED_LAYER = "a layer the CPU reference cannot run"
+    FORWARD_FAILED = "the model's forward could not run on the CPU"
+    NOTHING_MATCHED = "no module of the model matches one of transformers by name"
+    TOO_LARGE = "the config is too large to run twice on the CPU within the time budget"
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """One module boundary compared: the vLLM path, transformers' path, and the largest
+    absolute and relative difference of its output (and of its input, where both took
+    one tensor)."""
+
+    path: str
+    reference_path: str
+    max_abs: float
+    max_rel: float
+    input_rel: float | None = None
+    site: tuple[str, int] = ("", 0)  # the model's line that built it
+
+    def differs(self, tolerance: float) -> bool:
+        return self.max_rel > tolerance
+
+    def input_agrees(self, tolerance: float) -> bool:
+        return self.input_rel is None or self.input_rel <= tolerance
+
+
+@dataclass
+class Comparison:
+    status: Status
+    reason: Reason | None = None
+    detail: str = ""  # what failed, in words, for a NOT_RUN
+    reference: str = ""  # the transformers class
+    input_ids: tuple[int, ...] = ()
+    tolerance: float = TOLERANCE
+    boundaries: list[Boundary] = field(default_factory=list)  # in completion order
+    first: Boundary | None = None  # the first boundary that diverges with agreeing input
+    # what the loader raised on the names real checkpoints add (reference._extras),
+    # streamed alone; "" when it took them. A fact, not yet a finding: whether a family's
+    # real checkpoints carry them is not known here (docs/compare.md)
+    extras_refused: str = ""
+    seconds: float = 0.0
+
+    @classmethod
+    def not_run(cls, reason: Reason, detail: str = "") -> Comparison:
+        return cls(Status.NOT_RUN, reason, detail)
+
+    def to_json(self) -> dict:
+        out: dict = {"status": self.status.value, "seconds": round(self.seconds, 3)}
+        if self.reason is not None:
+            out["reason"] = self.reason.name.lower()
+            out["detail"] = self.detail
+        if self.status is not Status.NOT_RUN:
+            out["compared"] = len(self.boundaries)
+            out["tolerance"] = self.tolerance
+        if self.extras_refused:
+            out["extras_refused"] = self.extras_refused
+        if self.first is not None:
+            out["first"] = self.first.path
+            out["max_abs"] = self.first.max_abs
+            out["max_rel"] = self.first.max_rel
+        return out

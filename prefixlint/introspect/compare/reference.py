@@ -1,0 +1,124 @@
+"""The reference: transformers' class for the same config, float32, with random weights of
+a fixed seed, and the checkpoint it writes (``save_pretrained``'s tensors), with what real
+checkpoints of a family carry that transformers drops."""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+SEED = 0
+# 1-D parameters (norm weights, biases) get noise of this size: transformers initialises
+# biases to zero and norm weights to one, where a dropped bias or a norm's ``1 + w``
+# spelled ``w`` would not show.
+VECTOR_NOISE = 0.1
+# tensor names that older checkpoints carry and the model's loader must skip
+ROTARY_EXTRAS = ("rotary_emb.inv_freq",)
+
+
+@dataclass
+class Reference:
+    model: nn.Module
+    checkpoint: dict[str, torch.Tensor]
+    extras: list[str] = field(default_factory=list)  # names added that transformers drops
+
+
+def reference_class(hf_config: Any, cls: type | None) -> type | None:
+    from prefixlint.introspect.dryrun.layouts import reference_class as known
+
+    archs = [
+        a.removesuffix("__prefixlint")
+        for a in (getattr(hf_config, "architectures", None) or [])
+        if isinstance(a, str)
+    ]
+    if cls is not None and cls.__name__ not in archs:
+        archs.append(cls.__name__)
+    return known(archs)
+
+
+def build(ref_cls: type, hf_config: Any) -> Reference:
+    """The reference model in float32 with seeded weights, eager attention (it honours a
+    soft-cap and a sliding window as written), and its checkpoint."""
+    from prefixlint.introspect.dryrun.layouts import quiet, reference_config
+
+    config = copy.deepcopy(reference_config(hf_config))
+    for c in (config, getattr(config, "text_config", None)):
+        if c is not None:
+            c._attn_implementation = "eager"
+            _unused_window(c)
+    torch.manual_seed(SEED)
+    with quiet():
+        model = ref_cls(config).float().eval()
+    _randomise(model)
+    state = _saved(model)
+    extras = _extras(model, state)
+    return Reference(model, state, extras)
+
+
+def _unused_window(config: Any) -> None:
+    """transformers makes a sliding-window mask for every model with ``layer_types``
+    (Qwen2-MoE), and refuses a ``sliding_window`` of None even where no layer slides (a
+    checkpoint's config always has a number): give it the context length."""
+    kinds = getattr(config, "layer_types", None)
+    if not isinstance(kinds, list) or "sliding_attention" in kinds:
+        return
+    if hasattr(config, "sliding_window") and config.sliding_window is None:
+        config.sliding_window = getattr(config, "max_position_embeddings", None) or 4096
+
+
+def _randomise(model: nn.Module) -> None:
+    """Weights whose products keep the activations' size (std 1/sqrt(fan-in)), so that a
+    wrong scale, a dropped bias or a wrong norm moves the outputs by far more than float32
+    rounding does."""
+    generator = torch.Generator().manual_seed(SEED)
+    with torch.no_grad():
+        for p in model.parameters():
+            if not p.is_floating_point():
+                continue
+            if p.dim() >= 2:
+                p.normal_(0.0, 1.0 / math.sqrt(p.shape[-1]), generator=generator)
+            else:
+                p.add_(torch.randn(p.shape, generator=generator) * VECTOR_NOISE)
+
+
+def _saved(model: nn.Module) -> dict[str, torch.Tensor]:
+    """What ``save_pretrained`` writes: tied copies dropped, ignored keys dropped,
+    transformers' own weight conversions reverted."""
+    from transformers import modeling_utils as mu
+
+    state = model.state_dict()  # the tensors themselves: ties are found by identity
+    for key in getattr(model, "_keys_to_ignore_on_save", None) or ():
+        state.pop(key, None)
+    if hasattr(mu, "remove_tied_weights_from_state_dict"):
+        state = mu.remove_tied_weights_from_state_dict(state, model)
+    if hasattr(mu, "revert_weight_conversion"):
+        state = mu.revert_weight_conversion(model, state)
+    return {k: v.detach().clone() for k, v in state.items()}
+
+
+def _extras(model: nn.Module, state: dict[str, torch.Tensor]) -> list[str]:
+    """Names real checkpoints carry and transformers drops, added to ``state``: a tied
+    head's duplicate ``lm_head.weight`` (many hub checkpoints hold both), and per attention
+    layer the ``rotary_emb.inv_freq`` buffer checkpoints saved before transformers 4.38
+    hold."""
+    added: list[str] = []
+    head = getattr(model, "lm_head", None)
+    weight = getattr(head, "weight", None)
+    if isinstance(weight, torch.Tensor) and "lm_head.weight" not in state:
+        state["lm_head.weight"] = weight.detach().clone()
+        added.append("lm_head.weight")
+    rotary = next((m for n, m in model.named_modules() if n.endswith("rotary_emb")), None)
+    inv_freq = getattr(rotary, "inv_freq", None)
+    if not isinstance(inv_freq, torch.Tensor):
+        return added
+    for name, _ in model.named_modules():
+        if name.endswith(".self_attn") and any(k.startswith(name + ".") for k in state):
+            for extra in ROTARY_EXTRAS:
+                state[f"{name}.{extra}"] = inv_freq.detach().clone()
+                added.append(f"{name}.{extra}")
+    return added
