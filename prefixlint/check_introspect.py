@@ -401,16 +401,16 @@ SAME_DEFECT: dict[str, tuple[str, ...]] = {
 # PFX606 of this group is the method's check (other groups: packed_modules_mapping keys);
 # PFX501 names the method when that is what it misses (else: forward's parameter).
 _PP_METHOD = "make_empty_intermediate_tensors"
-# The quantization dry-run's words for a layer that never received `quant_config`
-# (introspect/dryrun/quant.py `unthreaded`), the run-time side of PFX405.
-UNTHREADED = "was built without `quant_config`"
+# The quantization dry-run's kind of finding for a layer that never received
+# `quant_config` (introspect/dryrun/quant.py `unthreaded`), the run-time side of PFX405.
+UNTHREADED = "unthreaded"
 
 
 def _same_defect(static: Diagnostic, runtime: Diagnostic) -> bool:
     if static.phase != "static" or static.code not in SAME_DEFECT.get(runtime.code, ()):
         return False
     if runtime.code == "PFX606" and (
-        runtime.data.get("group") != "pp" or _PP_METHOD not in static.message
+        runtime.data.get("group") != "pp" or static.data.get("about") != _PP_METHOD
     ):
         return False
     return _same_place(static, runtime)
@@ -423,7 +423,7 @@ def _same_place(a: Diagnostic, b: Diagnostic) -> bool:
 
 
 def _folds_into(runtime: Diagnostic, site: Diagnostic, evidence: list[Diagnostic]) -> bool:
-    if runtime.code == "PFX702" and UNTHREADED in runtime.message:
+    if runtime.code == "PFX702" and runtime.data.get("kind") == UNTHREADED:
         # a layer built without `quant_config`: PFX405 says so at the same statement
         return site.code == "PFX405" and _same_place(site, runtime)
     if runtime.code == "PFX702":

@@ -463,7 +463,10 @@ def dtype_findings(
             f"checkpoint tensor `{tag}` ({_name(layout[tag][1])}) is written into "
             f"`{t.name}` ({_name(t.tensor.dtype)}): the stored values are cast, not dequantized"
         )
-        out.append(Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *sites.module(path)))
+        facts = {"kind": "cast", "tensor": tag, "subject": tag}
+        out.append(
+            Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *sites.module(path), facts=facts)
+        )
     return out
 
 
@@ -536,7 +539,11 @@ def name_folded_scales(findings: list[Finding], folded: dict[str, list[str]]) ->
     """Say, in the finding of the weight's shard, which scales miss the same slot."""
     for path, leaves in folded.items():
         for f in findings:
-            if f.code == "PFX701" and f"of `{path}.weight` is never written" in f.message:
+            if (
+                f.code == "PFX701"
+                and f.facts.get("param") == f"{path}.weight"
+                and (f.facts.get("kind") == "unwritten-part")
+            ):
                 names = ", ".join(f"`{leaf}`" for leaf in sorted(leaves))
                 f.message += f"; so is that shard's slot of its {names}"
                 break
