@@ -195,8 +195,9 @@ def _target_config(
     config, config_table, config_base, checkpoint = given
     arch_for_config = target.arch.removesuffix("__prefixlint")
     from_checkpoint = bool(checkpoint and not config)
-    if from_checkpoint:
+    if from_checkpoint:  # said before it is read: a checkpoint that cannot be read is skipped
         result.config_source = f"checkpoint {checkpoint} (its config.json)"
+        result.synthesised = False
         config = _checkpoint_config(str(checkpoint))
     draft = None
     if not config and not (config_table and arch_for_config in config_table):
