@@ -8,7 +8,7 @@ split over the cores as prefixlint does; ``ast.parse`` in one process), prefixli
 CPU seconds, the ratios, and the wall time of checking one file (a copy of llama.py) with no
 cache, and once edited with a cache folder that knows vLLM (the pre-commit case), each a
 fresh process (``PREFIXLINT_WARM_WORKER=0``); then that pre-commit case again served by
-the folder's warm process (``prefixlint/warm/cli.py``: a zygote that imported the static
+the environment's warm process (``prefixlint/warm/cli.py``: a zygote that imported the static
 phase forks the check), unchanged and edited (median of five edits). The
 machine is shared (other engineers run tests on its 2 cores): wall seconds move from run
 to run, so compare ratios of one run, and CPU seconds, which load does not move. It says
@@ -41,7 +41,7 @@ import libcst as cst
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from prefixlint.static.discovery import installed_vllm_model_dirs  # noqa: E402
-from prefixlint.warm.client import WARM_ENV, connect, stop  # noqa: E402
+from prefixlint.warm.client import DIR_ENV, WARM_ENV, connect, stop  # noqa: E402
 
 
 def parse_all(paths: list[str]) -> int:
@@ -102,11 +102,13 @@ def _warm_process(one: list[str], copy: Path, cache: Path, cwd: str) -> dict[str
     the file unchanged, then edited before each of five calls. The zygote is started by a
     first call and stopped at the end."""
     os.environ[WARM_ENV] = "1"
+    warm = cache / "warm"  # the bench's own warm folder (the user's zygotes are left alone)
+    os.environ[DIR_ENV] = str(warm)
     try:
         timed(one, cwd)  # runs itself and starts the zygote
         end = time.monotonic() + 60
         while time.monotonic() < end and not any(
-            connect(s) for s in cache.glob("zygote-cli-*.sock")
+            connect(s) for s in warm.glob("zygote-cli-*.sock")
         ):
             time.sleep(0.1)
         timed(one, cwd)  # its first child
@@ -117,8 +119,9 @@ def _warm_process(one: list[str], copy: Path, cache: Path, cwd: str) -> dict[str
             edited.append(timed(one, cwd)[0])
         return {"unchanged": unchanged, "edited": edited}
     finally:
-        stop(cache)
+        stop(warm)
         os.environ[WARM_ENV] = "0"
+        del os.environ[DIR_ENV]
 
 
 def main() -> None:

@@ -5,7 +5,7 @@
 Copies vLLM's llama.py into a fresh folder (relative imports made absolute, as an
 out-of-tree plugin file), then runs ``prefixlint check --introspect`` on it, each call a
 new command: cold (``--no-warm-worker --no-cache``), the first warm call (starts the
-zygote in the folder's cache), the second warm call (forks from it; the file unchanged, so
+zygote in the bench's warm folder), the second warm call (forks from it; the file unchanged, so
 the static phase's results come from the cache, as for a user's second run) and a third
 after the file was edited (a comment appended: static phase and phase 2 both run again).
 ``--pause`` seconds pass between calls, as between a person's commands (the zygote warms
@@ -69,6 +69,8 @@ def main() -> None:
     errors: list[str] = []
     with tempfile.TemporaryDirectory(prefix="prefixlint-bench-") as tmp:
         folder = Path(tmp)
+        # the bench's own warm folder: a zygote of the user's would not be a first call
+        os.environ.setdefault("PREFIXLINT_WARM_DIR", str(folder / "warm"))
         model = llama_copy(folder)
         steps = [
             ("cold worker", ("--no-warm-worker", "--no-cache")),
@@ -88,7 +90,7 @@ def main() -> None:
                 errors.append(err)
         finally:
             if not args.keep:
-                stop(folder / ".prefixlint_cache")
+                stop(Path(os.environ["PREFIXLINT_WARM_DIR"]))
     for err in errors:
         for line in err.splitlines():
             if "warm worker" in line:

@@ -18,6 +18,7 @@ from typing import Any
 
 from prefixlint.codes import NOT_VERIFIED_CODE, url_for
 from prefixlint.diagnostic import Diagnostic, Position, Severity
+from prefixlint.noqa import SAME_DEFECT
 from prefixlint.paths import display_path
 
 INTERNAL_SUFFIX = "__prefixlint"  # phase 2's name for a class that shadows a registered one
@@ -59,6 +60,9 @@ class Candidate:
 class Phase2Result:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     built: int = 0  # classes phase 2 built on at least one layout
+    # architecture -> its build: where its class is, and each layout's status and reason
+    # (what ``basediff_phase2`` compares between base and head)
+    builds: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def registered_classes(text: str) -> dict[str, str]:
@@ -235,6 +239,11 @@ def run_phase2(
             layouts = result.get("layouts", [])
             built = sum(layout.get("status") == "built" for layout in layouts)
             out.built += bool(built)
+            out.builds[public_name(str(result.get("arch")))] = {
+                "file": str(cand.path),
+                "line": cand.line,
+                "layouts": {str(lay.get("name")): lay for lay in layouts},
+            }
             progress(
                 f"phase 2: {public_name(str(result.get('arch')))}: {result.get('status')}, "
                 f"{built}/{len(layouts)} layouts built "
@@ -341,7 +350,8 @@ def polish(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
                 text = ""
             files[d.filename] = (text.splitlines(), statement_spans(text))
         source, spans = files[d.filename]
-        if is_suppressed(d, source):
+        statement = innermost(spans, d.location.row)
+        if is_suppressed(d, source, statement[::2] if statement else None):
             continue
         d = replace(d, message=public_name(d.message))
         row = d.location.row
@@ -394,10 +404,7 @@ def innermost(spans: list[tuple[int, int, int, int]], row: int) -> tuple[int, in
 
 # A phase-2 check that sees, at one site, the defect a static rule reports there: one
 # finding, the static one (its span and fix are exact), with the run-time evidence added.
-SAME_DEFECT: dict[str, tuple[str, ...]] = {
-    "PFX601": ("PFX301", "PFX302", "PFX303", "PFX304"),  # a prefix that is not the path
-    "PFX606": ("PFX501",),  # SupportsPP without a working make_empty_intermediate_tensors
-}
+# (``noqa.SAME_DEFECT``: the same table lets one noqa comment silence both)
 # PFX606 of this group is the method's check (other groups: packed_modules_mapping keys);
 # PFX501 names the method when that is what it misses (else: forward's parameter).
 _PP_METHOD = "make_empty_intermediate_tensors"
@@ -423,9 +430,12 @@ def _same_place(a: Diagnostic, b: Diagnostic) -> bool:
 
 
 def _folds_into(runtime: Diagnostic, site: Diagnostic, evidence: list[Diagnostic]) -> bool:
+    if runtime.code == "PFX702" and site.code == "PFX405" and _same_place(site, runtime):
+        # a layer built without `quant_config` (PFX405) is what the quantization dry-run
+        # finds treated otherwise at that statement, whatever it says of it
+        return True
     if runtime.code == "PFX702" and runtime.data.get("kind") == UNTHREADED:
-        # a layer built without `quant_config`: PFX405 says so at the same statement
-        return site.code == "PFX405" and _same_place(site, runtime)
+        return False  # only PFX405 names a layer never given `quant_config`
     if runtime.code == "PFX702":
         # The dry-run reports a quantization mismatch at the construction site only when
         # the module's prefix is not its path: where phase 2 found that prefix wrong

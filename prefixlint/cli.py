@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rule": ("prefixlint.commands.rules", "rule"),
     "rules": ("prefixlint.commands.rules", "rules"),
     "smoke": ("prefixlint.smoke.cli", "smoke"),
+    "warm": ("prefixlint.commands.warm", "warm"),
     "zoo": ("prefixlint.commands.zoo", "zoo"),
 }
 

@@ -38,6 +38,9 @@ class ChangedLines:
     # repo-relative path -> new-side rows after which old lines were deleted (0: before
     # the first row). A deletion inside a finding's span changes that finding.
     deleted_after: dict[str, set[int]] = field(default_factory=dict)
+    # After the comparison with the base (``basediff.judge``): how many of head's findings
+    # were already there (None: no comparison ran, lines only).
+    not_caused: int | None = None
 
     def repo_path(self, filename: str, cwd: Path | None = None) -> str | None:
         """A finding's filename as a repository-relative POSIX path, or None if outside."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from types import TracebackType
-from typing import Any
+from typing import IO, Any
 
 
 class Progress:
@@ -52,3 +52,20 @@ class Progress:
         """A finished step that stays on screen (a terminal too)."""
         if self.enabled:
             self.console.print(text, markup=False, soft_wrap=True)
+
+
+def step(stream: IO[str], text: str) -> None:
+    """One step of a counted run (the zoo's ``[n/total] arch``): on a terminal, a line that
+    rewrites itself; elsewhere one line per step, as a CI log needs (carriage returns there
+    make one long line)."""
+    if stream.isatty():
+        stream.write(f"\r{text:<72}")
+    else:
+        stream.write(text + "\n")
+    stream.flush()
+
+
+def end_steps(stream: IO[str]) -> None:
+    """Close the self-rewriting line of :func:`step` (nothing to close off a terminal)."""
+    if stream.isatty():
+        stream.write("\n")

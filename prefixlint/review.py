@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from prefixlint.basediff import CHANGED_LINE
 from prefixlint.codes import lookup
 from prefixlint.diagnostic import Diagnostic, Edit, Severity, default_view
 from prefixlint.diffbase import ChangedLines
@@ -26,6 +27,12 @@ DEFAULT_API_URL = "https://api.github.com"
 OFF_DIFF_HEADING = (
     "Run-time findings in the changed files, at lines this change does not touch (a build "
     "reports at the construction site, which an edit elsewhere in the file can break):"
+)
+# With the base compared (``basediff``): every finding listed is the change's.
+CAUSED_HEADING = (
+    "Findings this change causes at lines it does not touch (new against the base, with "
+    "the same checks; a comment on the nearest changed line of the same function or class "
+    "points here when there is one):"
 )
 
 
@@ -97,9 +104,15 @@ def build_review(
             continue
         line = changes.first_changed(path, d.location.row, d.end_location.row)
         if line is None:
+            compared = changes.not_caused is not None  # every finding left is the change's
             runtime = d.phase != "static"
-            if runtime and changes.file_changed(path):
+            if compared or (runtime and changes.file_changed(path)):
                 off_diff.append((path, d))
+            if compared and d.data.get(CHANGED_LINE) is not None:
+                where = f"`{path}:{d.location.row}`"
+                body = comment_body(d) + f"\n\nAt {where}, a line this change does not touch."
+                anchor = {"path": path, "side": "RIGHT", "line": d.data[CHANGED_LINE]}
+                comments.append(anchor | {"body": body})
             continue
         suggestion = _suggestion(d, sources)
         text = None
@@ -112,7 +125,14 @@ def build_review(
         comments.append(comment | {"line": line, "body": comment_body(d, text)})
     body = summary(kept + [d for _, d in off_diff], changes)
     if off_diff:
-        body += "\n\n" + _off_diff_list(off_diff)
+        heading = OFF_DIFF_HEADING if changes.not_caused is None else CAUSED_HEADING
+        body += "\n\n" + _off_diff_list(off_diff, heading)
+    if changes.not_caused:
+        n = changes.not_caused
+        body += (
+            f"\n\n{n} finding{'s' if n != 1 else ''} the change did not cause (already at "
+            f"the base {changes.base[:12]}) left out."
+        )
     if unposted:
         body += (
             f'\n\n{unposted} "not verified" note{"s" if unposted != 1 else ""} on the files '
@@ -126,17 +146,19 @@ def build_review(
     }
 
 
-def _off_diff_list(found: list[tuple[str, Diagnostic]]) -> str:
+def _off_diff_list(found: list[tuple[str, Diagnostic]], heading: str) -> str:
     rows = "\n".join(
         f"- `{path}:{d.location.row}` **{d.code}** {' '.join(d.message.split())}"
         for path, d in found
     )
-    return f"{OFF_DIFF_HEADING}\n{rows}"
+    return f"{heading}\n{rows}"
 
 
 def worth_posting(payload: dict[str, Any]) -> bool:
     """A review with a comment, or with run-time findings listed in its body."""
-    return bool(payload.get("comments")) or OFF_DIFF_HEADING in str(payload.get("body", ""))
+    body = str(payload.get("body", ""))
+    listed = any(heading in body for heading in (OFF_DIFF_HEADING, CAUSED_HEADING))
+    return bool(payload.get("comments")) or listed
 
 
 def _all_changed(changes: ChangedLines, path: str, first: int, last: int) -> bool:
@@ -148,11 +170,16 @@ def _all_changed(changes: ChangedLines, path: str, first: int, last: int) -> boo
 
 def summary(diagnostics: list[Diagnostic], changes: ChangedLines) -> str:
     base = changes.base[:12]
+    compared = changes.not_caused is not None
     if not diagnostics:
+        if compared:
+            return f"prefixlint: the change causes no finding (compared with the base {base})."
         return f"prefixlint: no findings on the lines changed since {base}."
     # Phase 2 and smoke report a changed file's findings wherever they are in it.
     where = (
-        "in the files changed"
+        "caused by the change"
+        if compared
+        else "in the files changed"
         if any(d.phase != "static" for d in diagnostics)
         else "on the lines changed"
     )

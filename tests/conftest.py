@@ -9,6 +9,15 @@ os.environ.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
 # Commands the tests run start cold workers (as before the warm worker): no zygote outlives
 # the tests. tests/test_warm_worker.py turns it on, and stops its zygotes.
 os.environ.setdefault("PREFIXLINT_WARM_WORKER", "0")
+# A test that turns them on uses a warm folder of its own, never the user's (whose bound on
+# live zygotes would retire the user's own).
+if "PREFIXLINT_WARM_DIR" not in os.environ:
+    import atexit
+    import shutil as _shutil
+    import tempfile
+
+    os.environ["PREFIXLINT_WARM_DIR"] = tempfile.mkdtemp(prefix="prefixlint-warm-tests-")
+    atexit.register(_shutil.rmtree, os.environ["PREFIXLINT_WARM_DIR"], ignore_errors=True)
 
 import importlib.util
 import itertools

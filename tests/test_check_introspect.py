@@ -58,6 +58,16 @@ def test_plugin_phase2_findings_ignore_and_noqa(tmp_path: Path) -> None:
         i for i, text in enumerate(models.read_text().splitlines(), 1) if "self.mlp = " in text
     )
     args = ("check", "--no-cache", "--introspect", "--tp", "1", "--pp", "2", "--format", "json")
+
+    def findings_of(done) -> list:
+        return [f for f in json.loads(done.stdout) if f["severity"] != "note"]
+
+    # One noqa per site across phases (issue 40): the noqa comment for PFX302 on the call's
+    # `prefix=` line silences phase 2's PFX601 of that statement, reported at its first line.
+    done = prefixlint(*args, "myplugin", cwd=tmp_path)
+    assert done.returncode == 0 and findings_of(done) == [], done.stdout
+    models.write_text(models.read_text().replace("  # noqa: PFX302", ""))
+    args = (*args, "--select", "PFX6")  # phase 2's finding alone
     done = prefixlint(*args, "myplugin", cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     found = json.loads(done.stdout)
@@ -69,9 +79,6 @@ def test_plugin_phase2_findings_ignore_and_noqa(tmp_path: Path) -> None:
     assert "MyQwenModel" not in done.stderr.split("building")[1].split("\n")[0]
 
     # --ignore takes phase-2 codes; so does a noqa comment on the reported line.
-    def findings_of(done) -> list:
-        return [f for f in json.loads(done.stdout) if f["severity"] != "note"]
-
     done = prefixlint(*args, "--ignore", "PFX601", "myplugin", cwd=tmp_path)
     assert done.returncode == 0 and findings_of(done) == [], done.stderr
     lines = models.read_text().splitlines()
@@ -164,3 +171,21 @@ def test_one_finding_per_site_across_phases(tmp_path: Path) -> None:
     [pp] = at_class
     assert [e["code"] for e in pp["data"]["runtime"]] == ["PFX606"]
     assert "phase 2 confirms it: PFX606" in pp["message"]
+
+
+@requires_vllm
+def test_a_malformed_shipped_config_is_a_finding_at_it(tmp_path: Path) -> None:
+    """Issue 40: the plugin ships a ``config.json`` that is not JSON: a finding at that
+    file's line, exit 1 (it was silently replaced by a guessed config: "All checks
+    passed")."""
+    models = make_plugin(tmp_path)
+    shipped = models.parent / "config.json"
+    shipped.write_text('{\n  "architectures": ["MyQwen2ForCausalLM"],\n  "hidden_size": 64,,\n}\n')
+    args = ("check", "--no-cache", "--introspect", "--tp", "1", "--pp", "1", "--no-dryrun")
+    done = prefixlint(*args, "--format", "json", "myplugin", cwd=tmp_path)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    errors = [f for f in json.loads(done.stdout) if f["severity"] == "error"]
+    assert [(Path(f["filename"]).name, f["location"]["row"]) for f in errors] == [
+        ("config.json", 3)
+    ], errors
+    assert "not valid JSON" in errors[0]["message"]

@@ -266,6 +266,71 @@ def test_a_sharded_checkpoint_and_its_hub_manifest_verify_alike(worker, tmp_path
     assert "`org/tiny`" in hub.results[0]["dryrun_reason"]
 
 
+def run_moe(worker, tmp_path, name: str, edits=(), **checkpoint):
+    folder = tiny_checkpoints.write_moe(tmp_path / f"ckpt_{name}", **checkpoint)
+    path, text = model_copy(tmp_path, "qwen2_moe", name, list(edits))
+    report = introspect(
+        f"{path}:Qwen2MoeForCausalLM", tp=(1,), pp=(1,), worker=worker, checkpoint=str(folder)
+    )
+    assert report.error is None, report.error
+    [result] = report.results
+    assert result["dryrun"] == "verified", result["dryrun_reason"]
+    return report, text
+
+
+@pytest.mark.parametrize("experts", ["fused", "split"])
+def test_unquantized_experts_an_fp8_checkpoint_ignores_are_no_finding(
+    worker, tmp_path, experts
+) -> None:
+    """Issue 40: experts stored in bfloat16 and listed in `ignored_layers` (as transformers
+    5 saves them, `experts.gate_up_proj` with no scale, or one tensor per expert) are
+    what vLLM builds: no "stores it quantized" error, no mapper advice."""
+    report, _ = run_moe(worker, tmp_path, f"moe_{experts}", experts=experts)
+    assert dry_run_diagnostics(report) == [], [d.message for d in report.diagnostics]
+
+
+@pytest.mark.parametrize("experts", ["fused", "split"])
+def test_unquantized_experts_an_fp8_checkpoint_does_not_ignore_are_an_error(
+    worker, tmp_path, experts
+) -> None:
+    """The same experts left out of `ignored_layers`: vLLM builds them FP8 and their
+    scales stay unwritten, an error at the experts' line."""
+    report, text = run_moe(
+        worker, tmp_path, f"moe_q_{experts}", experts=experts, ignore_experts=False
+    )
+    found = [(d.code, d.location.row) for d in dry_run_diagnostics(report)]
+    assert found == [("PFX702", line_of(text, "Qwen2MoeSparseMoeBlock", "self.experts ="))], [
+        d.message for d in report.diagnostics
+    ]
+    [d] = dry_run_diagnostics(report)
+    assert "is quantized (Fp8MoEMethod) although the checkpoint stores it unquantized" in d.message
+    assert "hf_to_vllm_mapper" not in d.message
+
+
+# the routed experts built without the quantization config
+EXPERTS_UNQUANTIZED = (
+    "Qwen2MoeSparseMoeBlock",
+    'quant_config=quant_config,\n            prefix=f"{prefix}.experts",',
+    'quant_config=None,\n            prefix=f"{prefix}.experts",',
+)
+
+
+def test_fp8_experts_are_clean_and_experts_built_unquantized_are_an_error(worker, tmp_path) -> None:
+    """FP8 experts (a float8 weight and scales per projection) under vLLM's Fp8MoEMethod
+    are clean; the same checkpoint on a copy that builds the experts without
+    `quant_config` is an error at the experts' line."""
+    report, _ = run_moe(worker, tmp_path, "moe_fp8", experts="split", fp8_experts=True)
+    assert dry_run_diagnostics(report) == [], [d.message for d in report.diagnostics]
+    report, text = run_moe(
+        worker, tmp_path, "moe_fp8_none", [EXPERTS_UNQUANTIZED], experts="split", fp8_experts=True
+    )
+    line = line_of(text, "Qwen2MoeSparseMoeBlock", "self.experts =")
+    errors = [(d.code, d.location.row) for d in dry_run_diagnostics(report) if d.code == "PFX702"]
+    assert errors == [("PFX702", line)], [d.message for d in report.diagnostics]
+    [d] = [d for d in dry_run_diagnostics(report) if d.code == "PFX702"]
+    assert "left unquantized although the checkpoint stores it quantized" in d.message
+
+
 @pytest.mark.slow
 def test_the_command_line_takes_the_checkpoint_from_the_option_and_the_table(tmp_path) -> None:
     """``introspect --checkpoint`` says which parts of the check ran; ``check --introspect``

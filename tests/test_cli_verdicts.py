@@ -83,3 +83,60 @@ def test_introspect_of_a_class_that_is_not_a_model_is_one_line(tmp_path: Path) -
         env={**os.environ, "PYTHONPATH": str(CHECKOUT)},
     )
     assert done.returncode == 2 and "has no 'Missing'" in done.stderr, done.stderr
+
+
+@requires_vllm
+def test_zoo_progress_is_one_line_per_architecture_in_a_log(tmp_path: Path) -> None:
+    """stderr that is not a terminal (a CI log, a pipe) gets one progress line per
+    architecture, never carriage returns that make the whole run one long line."""
+    env = {**os.environ, "PREFIXLINT_WARM_WORKER": "0"}
+    args = ["zoo", "--no-dryrun", "--explore-budget", "0", "-o", str(tmp_path / "zoo.txt")]
+    args += ["--only", "LlamaForCausalLM", "--only", "Qwen2ForCausalLM"]
+    done = subprocess.run(
+        [sys.executable, "-m", "prefixlint", *args, "--journal", str(tmp_path / "zoo.jsonl")],
+        capture_output=True,  # bytes: text mode would turn the carriage returns into lines
+        cwd=tmp_path,
+        env=env,
+        timeout=600,
+    )
+    err = done.stderr.decode()
+    assert "\r" not in err, err
+    lines = err.split("\n")
+    assert any(line.startswith("[1/2] ") for line in lines), err
+    assert any(line.startswith("[2/2] ") for line in lines), err
+
+
+def test_introspect_writes_its_report_to_output(tmp_path: Path) -> None:
+    """``introspect -o FILE``, as ``check`` and ``zoo`` take it: the report goes to FILE."""
+    (tmp_path / "broken.py").write_text("class M(:\n")
+    out = tmp_path / "report.json"
+    old = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        result = CliRunner().invoke(
+            main, ["introspect", "broken.py", "--format", "json", "-o", str(out)]
+        )
+    finally:
+        os.chdir(old)
+    assert result.exit_code == 1, result.output
+    assert [d["code"] for d in json.loads(out.read_text())] == ["PFX001"]
+    bad = CliRunner().invoke(main, ["introspect", "broken.py", "-o", str(tmp_path)])
+    assert bad.exit_code == 2 and "is a folder" in bad.output
+
+
+def test_a_malformed_config_is_a_usage_error(tmp_path: Path) -> None:
+    """Issue 40: ``--config`` that is not JSON is the user's input error: exit 2 with the
+    parse error (it was a note suggesting `--config`, exit 0), before any build."""
+    (tmp_path / "config.json").write_text('{"hidden_size": 64,, "num_hidden_layers": 2}')
+    (tmp_path / "list.json").write_text("[1, 2]")
+    for given, said in [
+        (tmp_path / "config.json", "Expecting property name"),
+        (tmp_path, "Expecting property name"),  # a folder holding it
+        (tmp_path / "list.json", "not a JSON object"),
+        (tmp_path / "missing.json", "missing.json"),
+    ]:
+        result = CliRunner().invoke(
+            main, ["introspect", "LlamaForCausalLM", "--config", str(given), "--no-dryrun"]
+        )
+        assert result.exit_code == 2, (given, result.output)
+        assert said in result.output and "Traceback" not in result.output, result.output

@@ -211,7 +211,7 @@ def test_review_has_exactly_one_comment_at_the_new_line(repo: Path) -> None:
     (repo / "pkg" / "models" / "head.py").write_text(BUGGY_MODEL)
     git(repo, "commit", "-q", "-am", "one bug")
     code, out = invoke(["review", "--no-cache", "--diff-base", "base"], repo / "pkg")
-    assert code == 0, out
+    assert code == 1, out  # the change adds an error (--fail-on error)
     payload = json.loads(out)
     assert payload["commit_id"] == git(repo, "rev-parse", "HEAD")
     assert payload["event"] == "COMMENT"
@@ -263,7 +263,7 @@ def test_review_suggestion_for_a_single_line_fix(repo: Path) -> None:
 def test_review_without_findings(repo: Path) -> None:
     code, out = invoke(["review", "--no-cache", "--diff-base", "HEAD"], repo)
     payload = json.loads(out)
-    assert code == 0 and payload["comments"] == [] and "no findings" in payload["body"]
+    assert code == 0 and payload["comments"] == [] and "no finding" in payload["body"]
 
 
 def test_review_post_sends_the_review(repo: Path, github) -> None:
@@ -278,7 +278,7 @@ def test_review_post_sends_the_review(repo: Path, github) -> None:
     }
     args = ["review", "--no-cache", "--diff-base", "base", "--post", "--api-url", url]
     code, out = invoke(args, repo, env)
-    assert code == 0, out
+    assert code == 1, out  # posted, and the change adds an error
     [request] = handler.received
     assert request["method"] == "POST"
     assert request["path"] == "/repos/octo/models/pulls/7/reviews"
@@ -355,14 +355,19 @@ def test_a_deleted_argument_reports_the_call_it_was_deleted_from(repo: Path) -> 
     diff = git(repo, "diff", "-U0", "with-mlp")
     assert "@@ -12 +11,0 @@" in diff
     new = findings(["--diff-base", "with-mlp"], repo)
+    # The base has neither: the unused `prefix` parameter (PFX102, on the unchanged
+    # signature) is the change's too, and points at the changed line of its function.
     assert [(f["code"], f["filename"], f["location"]["row"]) for f in new] == [
-        ("PFX301", "pkg/models/mlp.py", 8)
+        ("PFX102", "pkg/models/mlp.py", 6),
+        ("PFX301", "pkg/models/mlp.py", 8),
     ]
+    assert new[0]["data"] == {"changed_line": 11} and "data" not in new[1]
     code, out = invoke(["review", "--no-cache", "--diff-base", "with-mlp"], repo)
-    assert code == 0, out
-    [comment] = json.loads(out)["comments"]
+    assert code == 1, out
+    comments = json.loads(out)["comments"]
     # The row above the deletion: inside the call, and shown by GitHub as diff context.
-    assert (comment["path"], comment["line"]) == ("pkg/models/mlp.py", 11)
+    assert [(c["path"], c["line"]) for c in comments] == [("pkg/models/mlp.py", 11)] * 2
+    assert [("At `pkg/models/mlp.py:6`" in c["body"]) for c in comments] == [True, False]
     # A deletion next to a one-line finding does not make that finding new.
     changes = changed_lines("with-mlp", repo)
     assert changes.deleted_after == {"pkg/models/mlp.py": {11}}

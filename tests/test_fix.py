@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from prefixlint.diagnostic import Severity
 from prefixlint.rules import RULES_BY_CODE
 from prefixlint.static.engine import Linter
 from prefixlint.static.fix import fix_file, fix_source, unified_diff
@@ -36,6 +37,11 @@ def prefix_findings(path: Path, text: str | None = None) -> list:
     return Linter(PREFIX_RULES, resolver()).lint_bytes(data, path, path.name)
 
 
+def shown(found: list) -> list:
+    """The findings shown by default (a note carries no fix: mixtral's router is one)."""
+    return [d for d in found if d.severity is not Severity.NOTE]
+
+
 def fixed(path: Path, text: str | None = None):
     return fix_source(
         text if text is not None else path.read_text(), str(path), resolver=resolver()
@@ -47,7 +53,7 @@ def check_fixed(path: Path, expected: str, applied: list[str]) -> None:
     result = fixed(path)
     assert [a.code for a in result.applied] == applied, result
     assert result.new_code == expected, unified_diff(expected, result.new_code, "x")
-    assert prefix_findings(path, result.new_code) == []
+    assert shown(prefix_findings(path, result.new_code)) == []
     again = fixed(path, result.new_code)
     assert again.applied == [] and again.new_code == result.new_code
 
@@ -243,11 +249,13 @@ def test_other_real_files_restored(vllm_copy) -> None:
             and line.strip().endswith('",')
             and "{" not in line.strip()[len('prefix=f"{prefix}') :]
             and after.strip().startswith(")")
+            # a layer quant_config reaches: its missing prefix is shown, so it is fixed
+            and any("quant_config=" in x for x in all_lines[max(0, i - 6) : i])
         ][:4]
         assert len(picked) >= 2, name
         text = "".join(x for i, x in enumerate(all_lines) if i not in picked)
         broken = vllm_copy(name, lambda _, text=text: text)
-        assert len(prefix_findings(broken)) == len(picked)
+        assert len(shown(prefix_findings(broken))) == len(picked)
         want = list(all_lines)
         for i in picked:
             line = all_lines[i]
@@ -257,11 +265,34 @@ def test_other_real_files_restored(vllm_copy) -> None:
         check_fixed(broken, "".join(want), ["PFX301"] * len(picked))
 
 
+def test_a_note_carries_no_fix(vllm_copy) -> None:
+    """Fixes only from findings that are shown: qwen2_moe.py builds its router
+    (``GateLinear``) without ``quant_config`` by vLLM's design, a PFX405 note; fixing the
+    file must not add it (an FP8 checkpoint would no longer load), in fix_source or in
+    ``check --diff``/``--fix``."""
+    clean = vllm_copy("qwen2_moe.py")
+    linter = Linter([RULES_BY_CODE["PFX405"]], resolver())
+    notes = linter.lint_bytes(clean.read_bytes(), clean, clean.name)
+    assert notes and all(d.severity is Severity.NOTE for d in notes)
+    assert all(d.fix is None for d in notes)
+    result = fix_source(clean.read_text(), str(clean), resolver=resolver())
+    assert result.applied == [] and result.new_code == clean.read_text()
+    diff, outcome = fix_file(clean, write=False)
+    assert diff == "" and outcome.applied == []
+    from click.testing import CliRunner
+
+    from prefixlint.cli import main
+
+    out = CliRunner().invoke(main, ["check", "--diff", "--no-cache", str(clean)])
+    assert out.exit_code == 0 and "+" not in out.stdout, out.output
+
+
 # -- synthetic cases: layouts, skipped findings, noqa ---------------------------------------
 
 HEADER = """\
 from torch import nn
 from vllm.model_executor.layers.linear import RowParallelLinear
+from vllm.model_executor.layers.linear import RowParallelLinear as Row
 """
 
 
@@ -276,31 +307,34 @@ def assert_clean(code: str) -> None:
 @pytest.mark.parametrize(
     ("before", "after"),
     [
-        ("RowParallelLinear(8, 8)", 'RowParallelLinear(8, 8, prefix=f"{prefix}.proj")'),
-        ("RowParallelLinear()", 'RowParallelLinear(prefix=f"{prefix}.proj")'),
+        ("Attention(8, 8)", 'Attention(8, 8, prefix=f"{prefix}.proj")'),
+        ("Attention()", 'Attention(prefix=f"{prefix}.proj")'),
         (
-            "RowParallelLinear(\n            8,\n            8,  # sizes\n        )",
-            "RowParallelLinear(\n            8,\n            8,  # sizes\n"
+            "Attention(\n            8,\n            8,  # sizes\n        )",
+            "Attention(\n            8,\n            8,  # sizes\n"
             '            prefix=f"{prefix}.proj",\n        )',
         ),
         (
-            "RowParallelLinear(\n            8\n        )",
-            'RowParallelLinear(\n            8, prefix=f"{prefix}.proj"\n        )',
+            "Attention(\n            8\n        )",
+            'Attention(\n            8, prefix=f"{prefix}.proj"\n        )',
         ),
         (
-            "RowParallelLinear(8,\n                                      8)",
-            "RowParallelLinear(8,\n                                      8,\n"
+            "Attention(8,\n                                      8)",
+            "Attention(8,\n                                      8,\n"
             '                                      prefix=f"{prefix}.proj")',
         ),
         (
-            "RowParallelLinear(input_size = 8)",
-            'RowParallelLinear(input_size = 8, prefix = f"{prefix}.proj")',
+            "Attention(input_size = 8)",
+            'Attention(input_size = 8, prefix = f"{prefix}.proj")',
         ),
     ],
     ids=["one-line", "no-args", "per-line-comment", "collapsed", "aligned", "spaced-equals"],
 )
 def test_layouts(before: str, after: str) -> None:
     template = """
+from vllm.model_executor.layers.attention import Attention
+
+
 class M(nn.Module):
     def __init__(self, prefix: str = ""):
         super().__init__()
@@ -320,17 +354,17 @@ from vllm.model_executor.models.utils import maybe_prefix
 class M(nn.Module):
     def __init__(self, layer_prefix: str = ""):
         super().__init__()
-        self.proj = RowParallelLinear(8, 8)
-        self.seq = nn.Sequential(RowParallelLinear(8, 8), nn.ReLU(), RowParallelLinear(8, 8))
+        self.proj = Row(8, 8, quant_config=qc)
+        self.seq = nn.Sequential(Row(8, 8, quant_config=qc), nn.ReLU(), Row(8, 8, quant_config=qc))
 """
     result = fix(body)
     assert result.new_code == HEADER + body.replace(
-        "RowParallelLinear(8, 8)\n",
-        'RowParallelLinear(8, 8, prefix=maybe_prefix(layer_prefix, "proj"))\n',
+        "Row(8, 8, quant_config=qc)\n",
+        'Row(8, 8, quant_config=qc, prefix=maybe_prefix(layer_prefix, "proj"))\n',
     ).replace(
-        "nn.Sequential(RowParallelLinear(8, 8), nn.ReLU(), RowParallelLinear(8, 8))",
-        'nn.Sequential(RowParallelLinear(8, 8, prefix=maybe_prefix(layer_prefix, "seq.0")), '
-        'nn.ReLU(), RowParallelLinear(8, 8, prefix=maybe_prefix(layer_prefix, "seq.2")))',
+        "nn.Sequential(Row(8, 8, quant_config=qc), nn.ReLU(), Row(8, 8, quant_config=qc))",
+        'nn.Sequential(Row(8, 8, quant_config=qc, prefix=maybe_prefix(layer_prefix, "seq.0")), '
+        'nn.ReLU(), Row(8, 8, quant_config=qc, prefix=maybe_prefix(layer_prefix, "seq.2")))',
     )
     assert_clean(result.new_code)
 
@@ -343,11 +377,11 @@ from vllm.model_executor.models.utils import maybe_prefix
 class M(nn.Module):
     def __init__(self, prefix: str = ""):
         super().__init__()
-        self.a = RowParallelLinear(8, 8, prefix=prefix + '.x')
-        self.b = RowParallelLinear(8, 8, prefix="{}.x".format(prefix))
-        self.c = RowParallelLinear(8, 8, prefix=maybe_prefix(prefix, 'x'))
+        self.a = Row(8, 8, quant_config=qc, prefix=prefix + '.x')
+        self.b = Row(8, 8, quant_config=qc, prefix="{}.x".format(prefix))
+        self.c = Row(8, 8, quant_config=qc, prefix=maybe_prefix(prefix, 'x'))
         self.d = nn.ModuleList(
-            [RowParallelLinear(8, 8, prefix=maybe_prefix(prefix, f"x.{i}")) for i in range(2)]
+            [Row(8, 8, quant_config=qc, prefix=maybe_prefix(prefix, f"x.{i}")) for i in range(2)]
         )
 """
     result = fix(body)
@@ -362,26 +396,26 @@ SKIPPED = """
 class M(nn.Module):
     def __init__(self, prefix: str = "", **kwargs):
         super().__init__()
-        local = RowParallelLinear(8, 8)
+        local = Row(8, 8, quant_config=qc)
         self.grid = nn.ModuleList(
-            [RowParallelLinear(8, 8) for i in range(2) for j in range(2)]
+            [Row(8, 8, quant_config=qc) for i in range(2) for j in range(2)]
         )
-        self.named = nn.ModuleList([RowParallelLinear(8, 8) for name in names])
-        self.joined = RowParallelLinear(8, 8, prefix=".".join([prefix, "other"]))
+        self.named = nn.ModuleList([Row(8, 8, quant_config=qc) for name in names])
+        self.joined = Row(8, 8, quant_config=qc, prefix=".".join([prefix, "other"]))
         self.stacked = nn.ModuleList()
         for i in range(2):
-            self.stacked.append(RowParallelLinear(8, 8))
+            self.stacked.append(Row(8, 8, quant_config=qc))
         self.ok = RowParallelLinear(8, 8, **kwargs)
 
     def build(self, config):
-        self.late = RowParallelLinear(8, 8)
+        self.late = Row(8, 8, quant_config=qc)
 
 
 class Shifted(nn.Module):
     def __init__(self, prefix: str = ""):
         super().__init__()
         prefix = f"{prefix}.inner"
-        self.proj = RowParallelLinear(8, 8)
+        self.proj = Row(8, 8, quant_config=qc)
 """
 
 
@@ -392,21 +426,22 @@ def test_unsafe_cases_are_skipped_with_a_reason() -> None:
     offset = HEADER.count("\n")
     lines = (HEADER + SKIPPED).splitlines()
     reasons = {lines[line - 1].strip(): why for line, why in result.skipped}
-    assert "not stored at a `self` attribute" in reasons["local = RowParallelLinear(8, 8)"]
+    assert "not stored at a `self` attribute" in reasons["local = Row(8, 8, quant_config=qc)"]
     assert (
-        "nested loops" in reasons["[RowParallelLinear(8, 8) for i in range(2) for j in range(2)]"]
+        "nested loops"
+        in reasons["[Row(8, 8, quant_config=qc) for i in range(2) for j in range(2)]"]
     )
     assert (
         "not over `range(n)`"
-        in reasons["self.named = nn.ModuleList([RowParallelLinear(8, 8) for name in names])"]
+        in reasons["self.named = nn.ModuleList([Row(8, 8, quant_config=qc) for name in names])"]
     )
     assert (
         "built from other parts"
-        in reasons['self.joined = RowParallelLinear(8, 8, prefix=".".join([prefix, "other"]))']
+        in reasons['self.joined = Row(8, 8, quant_config=qc, prefix=".".join([prefix, "other"]))']
     )
-    assert "`.append`" in reasons["self.stacked.append(RowParallelLinear(8, 8))"]
-    assert "no `prefix` parameter" in reasons["self.late = RowParallelLinear(8, 8)"]
-    assert "reassigned" in reasons["self.proj = RowParallelLinear(8, 8)"]
+    assert "`.append`" in reasons["self.stacked.append(Row(8, 8, quant_config=qc))"]
+    assert "no `prefix` parameter" in reasons["self.late = Row(8, 8, quant_config=qc)"]
+    assert "reassigned" in reasons["self.proj = Row(8, 8, quant_config=qc)"]
     assert len(result.skipped) == 7 and all(line > offset for line, _ in result.skipped)
     # ``**kwargs`` may carry the prefix: not even a finding, so nothing to skip.
     assert not any("kwargs" in line for line in reasons)
@@ -417,15 +452,15 @@ def test_noqa_and_code_selection() -> None:
 class M(nn.Module):
     def __init__(self, prefix: str = ""):
         super().__init__()
-        self.a = RowParallelLinear(8, 8)  # noqa: PFX301
-        self.b = RowParallelLinear(8, 8, prefix=f"{prefix}.x")
-        self.c = RowParallelLinear(8, 8)
+        self.a = Row(8, 8, quant_config=qc)  # noqa: PFX301
+        self.b = Row(8, 8, quant_config=qc, prefix=f"{prefix}.x")
+        self.c = Row(8, 8, quant_config=qc)
 """
     only_302 = fix(body, codes=["PFX302"])
-    assert [(a.code, a.line) for a in only_302.applied] == [("PFX302", 8)]
+    assert [(a.code, a.line) for a in only_302.applied] == [("PFX302", 9)]
     both = fix(body)
-    assert [(a.code, a.line) for a in both.applied] == [("PFX302", 8), ("PFX301", 9)]
-    assert "self.a = RowParallelLinear(8, 8)  # noqa: PFX301" in both.new_code
+    assert [(a.code, a.line) for a in both.applied] == [("PFX302", 9), ("PFX301", 10)]
+    assert "self.a = Row(8, 8, quant_config=qc)  # noqa: PFX301" in both.new_code
     with pytest.raises(ValueError, match="PFX303"):
         fix(body, codes=["PFX303"])
 
@@ -439,7 +474,7 @@ def test_line_endings_and_encoding_kept(tmp_path: Path) -> None:
             "class M(nn.Module):\n"
             "    def __init__(self, prefix: str = ''):\n"
             "        super().__init__()\n"
-            "        self.caf\u00e9 = RowParallelLinear(8, 8)\n"
+            "        self.caf\u00e9 = Row(8, 8, quant_config=qc)\n"
         )
     ).replace("\n", "\r\n")
     path = tmp_path / "crlf.py"
@@ -448,7 +483,8 @@ def test_line_endings_and_encoding_kept(tmp_path: Path) -> None:
     assert [a.code for a in result.applied] == ["PFX301"]
     data = path.read_bytes()
     assert data == body.replace(
-        "RowParallelLinear(8, 8)\r\n", 'RowParallelLinear(8, 8, prefix=f"{prefix}.caf\u00e9")\r\n'
+        "Row(8, 8, quant_config=qc)\r\n",
+        'Row(8, 8, quant_config=qc, prefix=f"{prefix}.caf\u00e9")\r\n',
     ).encode("latin-1")
 
 
@@ -465,11 +501,11 @@ def test_form_feed_does_not_shift_the_fix() -> None:
 class MLP(nn.Module):
     def __init__(self, hidden, prefix: str = ""):\x0c
         super().__init__()
-        self.down_proj = RowParallelLinear(hidden, hidden, bias=False)
+        self.down_proj = RowParallelLinear(hidden, hidden, bias=False, quant_config=qc)
 """
     result = fix(body)
     assert [a.code for a in result.applied] == ["PFX301"]
-    assert 'bias=False, prefix=f"{prefix}.down_proj")' in result.new_code
+    assert 'bias=False, quant_config=qc, prefix=f"{prefix}.down_proj")' in result.new_code
     assert "\x0c" in result.new_code
     diff = unified_diff(HEADER + body, result.new_code, "m.py")
     assert "No newline" not in diff and diff.count("\n+ ") + diff.count("\n+\t") <= 1

@@ -172,7 +172,7 @@ def test_heads_not_divisible_names_working_sizes(worker, tmp_path: Path) -> None
     report = introspect("LlamaForCausalLM", tp=(1, 3), pp=(1,), config=str(tmp_path), worker=worker)
     [diag] = [d for d in report.diagnostics if not known_defect(d)]
     assert diag.code == "PFX603" and diag.severity.value == "warning"
-    assert "tensor parallel size 3" in diag.message and "1, 2, 4, 8" in diag.message
+    assert "in layout tp=3" in diag.message and "1, 2, 4, 8" in diag.message
     assert diag.filename.endswith("llama.py")
     statuses = [(lay["tp"], lay["status"]) for lay in report.results[0]["layouts"]]
     assert statuses == [(1, "built"), (3, "failed")]

@@ -133,3 +133,41 @@ def test_buffers_compared_with_what_a_stage_sends_and_reads(tmp_path) -> None:
     found = [f.message for f in buffer_mismatches(module.Stage(["residual"]))]
     assert any("reads `intermediate_tensors['hidden_states']`" in m for m in found), found
     assert not buffer_mismatches(module.Stage(["hidden_states"]))
+
+
+@pytest.mark.slow
+def test_a_failure_names_its_layout_and_heads_list_every_size_once(worker, tmp_path) -> None:
+    """Issue 40: PFX604 of a build that failed in one layout names it (tp=2), and heads that
+    divide for neither tp=3 nor tp=5 are one PFX603 naming both sizes, not one per size."""
+    planted = (
+        "        self.config = config\n"
+        "        if get_tensor_model_parallel_world_size() == 2:\n"
+        '            raise RuntimeError("planted")\n'
+    )
+    path, _ = llama_copy(
+        tmp_path,
+        "fails_at_tp2",
+        replace_in_class("LlamaModel", "        self.config = config\n", planted),
+    )
+    config = _config(tmp_path / "config", (("num_attention_heads", 8), ("num_key_value_heads", 8)))
+    report = _build(worker, f"{path}:LlamaForCausalLM", (1, 2), (1,), config, False)
+    [failed] = [d for d in report.diagnostics if d.code == "PFX604"]
+    assert "tp=2" in failed.message, failed.message
+
+    config = _config(tmp_path / "heads", (("num_attention_heads", 32), ("num_key_value_heads", 8)))
+    report = _build(worker, "LlamaForCausalLM", (1, 3, 5), (1,), config, False)
+    [heads] = [d for d in report.diagnostics if d.code == "PFX603"]
+    assert "tp=3" in heads.message and "tp=5" in heads.message, heads.message
+
+
+def test_an_error_is_kept_whole() -> None:
+    """Issue 40: PFX701 cut vLLM's error mid-name. The first line is kept whole; a line
+    longer than any real error is cut after a whole word, never inside a name."""
+    from prefixlint.introspect.finding import describe_error
+
+    name = "model.layers.0.mlp.experts.w13_weight_scale_inv"
+    error = KeyError(f"{'x' * 230} parameter {name} is not in the model")
+    assert name in describe_error(error)
+    huge = describe_error(ValueError(", ".join(f"{name}.{i}" for i in range(100))))
+    assert huge.endswith(" ...") and huge.split(", ")[-1].startswith(f"{name}.")
+    assert all(part.startswith(name) for part in huge[len("ValueError: ") : -4].split(", "))

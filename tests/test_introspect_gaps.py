@@ -198,3 +198,46 @@ def test_zoo_summary_per_group_and_strict(monkeypatch, tmp_path: Path) -> None:
     assert [r["level"] for r in json.loads(out)["runs"][0]["results"]] == ["note"]
     code, _ = run(["zoo", "--strict"], tmp_path)
     assert code == 1  # ... unless --strict
+
+
+# issue 40: the hub and the environment are "not verified" with their own cause and advice,
+# never blamed on the synthesised config (with `--config` as the advice) nor the model's
+HUB = (
+    "        from huggingface_hub import hf_hub_download\n"
+    '        hf_hub_download("org/companion-files", "vocab.json")\n'
+)
+ENV = '        import os\n        self.home = os.environ["MY_MODEL_HOME"]\n'
+
+
+def test_a_constructor_downloading_from_the_hub_offline_is_not_verified(
+    worker, tmp_path: Path
+) -> None:
+    path, _ = planted(tmp_path, "hub_files", HUB)
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    [diag] = [d for d in report.diagnostics if d.code in ("PFX600", "PFX604")]
+    assert (diag.code, diag.severity.value) == ("PFX600", "note"), diag.message
+    assert "Hugging Face Hub" in diag.message and "org/companion-files" in diag.message
+    assert "--config" not in diag.message and "synthesised config" not in diag.message
+    assert report.results[0]["category"] == "environment"
+
+
+def test_a_missing_environment_variable_is_not_verified(worker, tmp_path: Path) -> None:
+    path, _ = planted(tmp_path, "env_var", ENV)
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    [diag] = [d for d in report.diagnostics if d.code in ("PFX600", "PFX604")]
+    assert (diag.code, diag.severity.value) == ("PFX600", "note"), diag.message
+    assert "environment variable `MY_MODEL_HOME`" in diag.message
+    assert "--config" not in diag.message and "synthesised config" not in diag.message
+    assert report.results[0]["category"] == "environment"
+
+
+def test_a_module_level_cuda_only_import_is_not_verified(worker, tmp_path: Path) -> None:
+    """The model's file imports a CUDA-only package at module level: not an error that
+    stops the command (exit 2), a "not verified" note at the import with the advice."""
+    path, text = llama_copy(tmp_path, "top_cuda", lambda t: "import flash_attn  # noqa\n" + t)
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    assert report.error is None, report.error
+    [diag] = report.diagnostics
+    assert (diag.code, diag.severity.value, diag.location.row) == ("PFX600", "note", 1)
+    assert "`flash_attn` is CUDA-only" in diag.message, diag.message
+    assert report.results[0]["category"] == "environment"

@@ -290,3 +290,56 @@ def test_a_module_its_own_package_lacks_is_the_models_error(tmp_path: Path) -> N
     assert (finding.code, finding.file, finding.line) == ("PFX604", str(package / "model.py"), 3)
     assert "`toyown_pkg.layerz`" in finding.message
     assert import_failure(_import_error(tmp_path, "toyown_pkg.other")) is None
+
+
+# issue 40: a layer loop that assumes every layer is built on this stage (no
+# `PPMissingLayer`): the tensor-parallel layouts build with the synthesised config, the
+# pipeline stages fail at the loop
+PP_LOOP = (
+    "        )\n        if get_pp_group().is_last_rank:\n",
+    "        )\n        self.attns = [layer.self_attn for layer in self.layers]\n"
+    "        if get_pp_group().is_last_rank:\n",
+)
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_a_failure_only_pipeline_stages_reach_is_the_models(worker, tmp_path: Path) -> None:
+    """The same synthesised config builds every tensor-parallel layout; the pipeline
+    stages fail in the model's own loop: PFX604 at the loop, naming the layouts, and the
+    target is not "not verified"."""
+    from prefixlint.introspect import introspect
+
+    path, text = llama_copy(tmp_path, "pp_loop", replace_in_class("LlamaModel", *PP_LOOP))
+    loop = line_in_class(text, "LlamaModel", "self.attns = [")
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1, 2), pp=(1, 2), worker=worker)
+    found = [(d.code, d.severity.value, d.location.row) for d in report.diagnostics]
+    assert ("PFX604", "error", loop) in found, [d.message for d in report.diagnostics]
+    assert not [d for d in report.diagnostics if d.code == "PFX600" and "building `" in d.message]
+    [own] = [d for d in report.diagnostics if d.code == "PFX604"]
+    assert "PPMissingLayer" in own.message and "pp=2" in own.message
+
+
+# issue 40: a layer index read from a prefix shape the model does not have
+# (`model.layers.0`: its second part is `layers`), under a synthesised config that vLLM's
+# own class of the same architecture builds
+PREFIX_INDEX = (
+    "        self.hidden_size = config.hidden_size\n",
+    "        self.hidden_size = config.hidden_size\n"
+    '        self.layer_idx = int(prefix.split(".")[1])\n',
+)
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_a_failure_vllms_own_class_does_not_have_is_the_models(worker, tmp_path: Path) -> None:
+    """vLLM's LlamaForCausalLM builds with the synthesised config that the copy fails
+    with: the config explains nothing, the failure is PFX604 at the copy's line."""
+    from prefixlint.introspect import introspect
+
+    path, text = llama_copy(tmp_path, "idx", replace_in_class("LlamaDecoderLayer", *PREFIX_INDEX))
+    line = line_in_class(text, "LlamaDecoderLayer", "self.layer_idx = int(")
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    found = [(d.code, d.severity.value, d.location.row) for d in report.diagnostics]
+    assert ("PFX604", "error", line) in found, [d.message for d in report.diagnostics]
+    assert report.results[0]["category"] == "finding"

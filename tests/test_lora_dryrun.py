@@ -264,3 +264,27 @@ def test_a_fused_layer_trained_whole_that_the_mapping_splits_says_so(worker) -> 
     assert "`model.layers.0.mlp.gate_up_proj`" in message and "whole" in message, message
     assert "maps `gate_up_proj` to ['gate_proj', 'up_proj']" in message, message
     assert "no module" not in message, message
+
+
+# issue 40: the synthetic adapter trains the embeddings and the head where the model lists
+# them in `embedding_modules` (vLLM's embedding LoRA), so an embedding the list does not
+# expose under its name is caught
+EMBEDDINGS = (
+    "LlamaForCausalLM",
+    '        "embed_tokens": "input_embeddings",\n',
+    '        "embed_in": "input_embeddings",\n',
+)
+
+
+@requires_vllm
+def test_the_synthetic_adapter_trains_the_embeddings_the_model_lists(worker, tmp_path) -> None:
+    path, text = llama_copy(tmp_path, "embed_in", replace_in_class(*EMBEDDINGS))
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    [result] = report.results
+    assert result["lora"] == "verified", result["lora_reason"]
+    found = lora_findings(report)
+    line = line_in_class(text, "LlamaForCausalLM", "class LlamaForCausalLM")
+    assert [(d.code, d.location.row) for d in found] == [("PFX703", line)], [
+        d.message for d in found
+    ]
+    assert "`embed_tokens`" in found[0].message and "embedding_modules" in found[0].message

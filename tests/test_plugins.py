@@ -618,3 +618,26 @@ def test_a_project_folder_named_as_the_package_never_shadows_the_installed_plugi
     assert done.returncode == 0, done.stdout + done.stderr
     assert "the project folder, not the installed plugin" not in done.stdout + done.stderr
     assert "not an architecture" not in done.stderr, done.stderr
+
+
+@requires_vllm
+@requires_install
+def test_a_registration_naming_a_missing_class_is_an_error_at_its_line(tmp_path: Path) -> None:
+    """Issue 40: ``register()`` names ``module:Class`` and the module has no such class:
+    the user's defect, an error at the registration line, exit 1 (it was "not verified ...
+    the synthesised config", exit 0)."""
+    model = source_copy(tmp_path, "missing")
+    init = model.parent / "__init__.py"
+    good = '"toy_missing.model:ToyMissingForCausalLM"'
+    assert good in init.read_text()
+    init.write_text(init.read_text().replace(good, '"toy_missing.model:ToyMisingForCausalLM"'))
+    line = line_of(init, "toy_missing.model:ToyMisingForCausalLM")
+    site = install(tmp_path / "site", model.parent.parent)
+    args = ("introspect", "ToyMissingForCausalLM", "--tp", "1", "--pp", "1", "--no-dryrun")
+    done = run_prefixlint(*args, "--format", "json", cwd=tmp_path, site=site, timeout=600)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    errors = [f for f in json.loads(done.stdout) if f["severity"] == "error"]
+    assert [(Path(f["filename"]).name, f["location"]["row"]) for f in errors] == [
+        ("__init__.py", line)
+    ], errors
+    assert "ToyMisingForCausalLM" in errors[0]["message"]

@@ -214,3 +214,39 @@ def test_a_layer_never_given_quant_config_is_one_finding_across_phases(tmp_path:
     assert merged.data["runtime"][0]["code"] == "PFX702"
     other = finding("PFX302", model, 10, phase="static")
     assert len(one_per_site([other], [pfx702])) == 2
+
+
+def test_one_noqa_per_site_across_phases(tmp_path: Path) -> None:
+    """Issue 40: ``# noqa: PFX302`` on the ``prefix=`` line of a multi-line call hides the
+    static finding; phase 2's PFX601 for the same site, reported at the statement's first
+    line, is hidden too (a noqa anywhere on the statement, for the code or a static code of
+    the same defect); a noqa for an unrelated code hides nothing."""
+    model = tmp_path / "m.py"
+    model.write_text(
+        MODEL.replace('prefix=f"{prefix}.head",', 'prefix=f"{prefix}.head",  # noqa: PFX302')
+    )
+    assert polish([finding("PFX601", model, 7)]) == []
+    assert polish([finding("PFX602", model, 7)]) == []  # a duplicate name from that prefix
+    [kept] = polish([finding("PFX607", model, 7)])  # another defect of the statement
+    assert kept.code == "PFX607"
+    model.write_text(MODEL.replace("            1,\n", "            1,  # noqa: PFX601\n"))
+    assert polish([finding("PFX601", model, 7)]) == []
+    model.write_text(MODEL.replace("            1,\n", "            1,  # noqa: PFX405\n"))
+    assert len(polish([finding("PFX601", model, 7)])) == 1
+
+
+def test_static_and_phase2_findings_on_one_statement_are_one(tmp_path: Path) -> None:
+    """Issue 40: a literal prefix (PFX303, a note) and phase 2's duplicate name (PFX602, an
+    error) at one statement are one finding, an error; so are PFX405 and any PFX702 of
+    the statement (not only the dry-run's "built without `quant_config`")."""
+    model = tmp_path / "m.py"
+    model.write_text(MODEL)
+    pfx303 = replace(finding("PFX303", model, 10, phase="static"), severity=Severity.NOTE)
+    [pfx602] = polish([finding("PFX602", model, 7)])
+    [merged] = one_per_site([pfx303], [pfx602])
+    assert merged.code == "PFX303" and merged.severity == Severity.ERROR
+    assert [r["code"] for r in merged.data["runtime"]] == ["PFX602"]
+    pfx405 = replace(finding("PFX405", model, 7, 11, phase="static"), severity=Severity.NOTE)
+    [pfx702] = polish([finding("PFX702", model, 7)])
+    [merged] = one_per_site([pfx405], [pfx702])
+    assert merged.code == "PFX405" and merged.severity == Severity.ERROR

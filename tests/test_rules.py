@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from prefixlint.codes import FIXABLE
+from prefixlint.diagnostic import Severity
 from prefixlint.rules import ALL_RULES
 from prefixlint.static.fix import apply_fixes
 from prefixlint.static.rule import Invalid, LintRule, example
@@ -36,6 +37,8 @@ def test_invalid(rule: type[LintRule], case: Invalid) -> None:
         assert case.file_line() in [d.location.row for d in found], [d.location for d in found]
     if case.contains is not None:
         assert any(case.contains in d.message for d in found), [d.message for d in found]
+    # fixes only from findings that are shown: a note (fine by design) never carries one
+    assert all(d.fix is None for d in found if d.severity is Severity.NOTE)
     if case.fixed is not None:  # Fixit's expected_replacement: the finding's own fix
         assert all(d.fix is not None for d in found), [d.no_fix for d in found]
         fixed, _ = apply_fixes(case.code, found)

@@ -599,3 +599,52 @@ def test_a_roots_layer_swap_named_by_its_path_is_a_warning(tmp_path: Path) -> No
         "model.layers.{layer_id}.mlp": ["warning"],
         "model.blocks.{layer_id}.mlp": ["error"],
     }
+
+
+def test_the_decoders_own_attention_written_by_hand_is_an_error(tmp_path: Path) -> None:
+    """Issue 40: the decoder's attention class builds vLLM's ``Attention`` (its KV cache)
+    and then computes a softmax over ``q @ k^T`` itself: the cache is never written or read,
+    so every decode step attends to its own token only. An error that says so, never the
+    note of an inner sequence (the talker's code predictor above stays one)."""
+    model = """
+        import torch
+        from torch import nn
+        from vllm.model_executor.layers.attention import Attention
+
+        class MoeAttention(nn.Module):
+            def __init__(self, dim: int, prefix: str = ""):
+                super().__init__()
+                self.attn = Attention(4, dim // 4, 1.0, prefix=f"{prefix}.attn")
+
+            def forward(self, q, k, v):
+                scores = torch.matmul(q, k.transpose(-1, -2)) * 0.5
+                probs = torch.softmax(scores, dim=-1)
+                return torch.matmul(probs, v)
+
+        class MoeDecoderLayer(nn.Module):
+            def __init__(self, dim: int, prefix: str = ""):
+                super().__init__()
+                self.self_attn = MoeAttention(dim, prefix=f"{prefix}.self_attn")
+
+        class MoeForCausalLM(nn.Module):
+            def __init__(self, *, vllm_config, prefix: str = ""):
+                super().__init__()
+                self.layer = MoeDecoderLayer(16, prefix=f"{prefix}.layer")
+    """
+    write(
+        tmp_path / "dist",
+        {
+            "moe/__init__.py": """
+                def register():
+                    from vllm import ModelRegistry
+                    ModelRegistry.register_model("MoeArch", "moe.model:MoeForCausalLM")
+            """,
+            "moe/model.py": model,
+        },
+    )
+    path = tmp_path / "dist" / "moe" / "model.py"
+    linter = Linter(ALL_RULES, Resolver(ModuleLoader(roots=[path.parent.parent])))
+    [found] = [d for d in linter.lint_path(path, "m") if d.code == "PFX403"]
+    assert found.severity.value == "error", found.message
+    assert "`self.attn`" in found.message and "KV cache" in found.message, found.message
+    assert "codebooks" not in found.message

@@ -259,3 +259,33 @@ def test_lora_rename_mapper_layouts() -> None:
     )  # a vLLM before get_rename_mapper: passed whole
     assert vllm_api.lora_rename_mapper(older) is older.hf_to_vllm_mapper
     assert vllm_api.lora_rename_mapper(SimpleNamespace()) is None
+
+
+@requires_vllm
+def test_lazy_registration_of_the_installed_vllm() -> None:
+    """vLLM's own architectures are registered as ``module:Class`` strings (lazily); a
+    class registered itself, or a registry without a ``models`` table, has none."""
+    registry = vllm_api.registry_module(in_process=True)
+    module_name, class_name = vllm_api.lazy_registration(registry, "LlamaForCausalLM") or ("", "")
+    assert module_name.endswith(".llama") and class_name == "LlamaForCausalLM"
+    itself = SimpleNamespace(model_cls=object)
+    by_class = SimpleNamespace(ModelRegistry=SimpleNamespace(models={"M": itself}))
+    assert vllm_api.lazy_registration(by_class, "M") is None
+    assert vllm_api.lazy_registration(SimpleNamespace(ModelRegistry=object()), "M") is None
+
+
+@requires_vllm
+def test_supports_quant_class_of_the_installed_vllm_and_without_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``SupportsQuant`` (0.32 and 0.33: ``models.interfaces``), whose ``__new__`` adds a
+    class's ``packed_modules_mapping`` to the quantization config; None where a vLLM has
+    no such mixin (then ``checks/packed.py`` reads LoRA's table for both)."""
+    from vllm.model_executor.models.interfaces import SupportsQuant
+    from vllm.model_executor.models.llama import LlamaForCausalLM, LlamaModel
+
+    mixin = vllm_api.supports_quant_class()
+    assert mixin is SupportsQuant
+    assert issubclass(LlamaForCausalLM, mixin) and not issubclass(LlamaModel, mixin)
+    layout(monkeypatch, {"vllm.model_executor.models.interfaces": SimpleNamespace()})
+    assert vllm_api.supports_quant_class() is None

@@ -50,18 +50,26 @@ def test_which_calls_go_to_a_warm_process(monkeypatch, argv, warm_env, expected)
     assert cli.eligible(argv) is expected
 
 
-def test_the_cache_folder_is_checks_own(monkeypatch) -> None:
-    monkeypatch.delenv(cli.CACHE_DIR_ENV, raising=False)
-    assert cli.cache_folder(["check", "a.py"]) == Path(".prefixlint_cache")
-    assert cli.cache_folder(["check", "--cache-dir", "x", "a.py"]) == Path("x")
-    assert cli.cache_folder(["check", "--cache-dir=y", "a.py"]) == Path("y")
-    monkeypatch.setenv(cli.CACHE_DIR_ENV, "z")
-    assert cli.cache_folder(["check", "a.py"]) == Path("z")
-    from prefixlint.static.cache import CACHE_DIR_ENV, ResultCache
-
-    assert cli.CACHE_DIR_ENV == CACHE_DIR_ENV  # one name, spelt twice to stay light
-    assert cli.cache_folder(["check", "a.py"]) == ResultCache.folder_for(None)
-    assert cli.cache_folder(["check", "--cache-dir", "x", "a.py"]) == ResultCache.folder_for("x")
+def test_the_warm_folder_is_the_users_never_the_working_folders(monkeypatch, tmp_path) -> None:
+    """One zygote serves every folder of an environment: it lives in the user's folder,
+    and the working folder is not in its key (a run there writes nothing)."""
+    monkeypatch.delenv(client.DIR_ENV, raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert client.home() == tmp_path / "prefixlint"
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "c"))
+    assert client.home() == tmp_path / "c" / "prefixlint" / "warm"
+    monkeypatch.setenv(client.DIR_ENV, str(tmp_path / "w"))
+    assert client.home() == tmp_path / "w"
+    env = {"PATH": "/bin"}
+    monkeypatch.chdir(tmp_path)
+    here = cli.zygote_files()
+    (tmp_path / "other").mkdir()
+    monkeypatch.chdir(tmp_path / "other")
+    assert cli.zygote_files() == here
+    assert here["sock"].parent == tmp_path / "w"
+    assert client.key(env) == client.key({**env, "PWD": "/elsewhere"})
+    assert client.key(env) != client.key({**env, "PYTHONPATH": "/x"})
 
 
 def test_the_zygote_imports_the_static_phase_and_no_torch() -> None:
@@ -97,10 +105,11 @@ def _zygotes(cache: Path) -> set[int]:
 
 
 @pytest.fixture
-def project(tmp_path: Path):
+def project(tmp_path: Path, monkeypatch):
     """A folder with a model file and its own cache folder; its zygotes stopped after."""
     (tmp_path / "toy.py").write_text(MODEL)
-    cache = tmp_path / ".prefixlint_cache"
+    cache = tmp_path / "warm"  # the test's own warm folder
+    monkeypatch.setenv(client.DIR_ENV, str(cache))
     pids: set[int] = set()
     yield tmp_path, cache, pids
     pids |= _zygotes(cache)
@@ -171,7 +180,7 @@ def test_a_zygote_whose_imports_changed_is_not_used_again(project) -> None:
     here = _prefixlint(folder, "check", "toy.py", env=env)
     assert here.returncode == 1 and "PFX301" in here.stdout
     assert wait_until(lambda: not alive(old), 10)  # retired: it had no child running
-    _prefixlint(folder, "check", "toy.py", env=env)  # runs here, starts a new zygote
+    # the call that ran here started a new zygote, once it had done its work
     assert wait_until(lambda: _socket_up(cache), 30)
     new = _zygotes(cache)
     pids |= new
@@ -233,3 +242,54 @@ def test_a_warm_check_introspect_that_ends_leaves_nothing_running(
         proc.kill()
     assert proc.returncode == (-signal.SIGKILL if sig == signal.SIGKILL else 2), err
     assert wait_until(lambda: not alive(running), 10), f"still running: {alive(running)}"
+
+
+def test_a_usage_error_starts_nothing_and_writes_nothing(project) -> None:
+    """A run that fails before it does any work (exit 2) leaves no cache folder in the
+    working folder and starts no warm process; a run that did its work starts one, in the
+    user's warm folder, not the working folder."""
+    folder, cache, pids = project
+    for args in (("check", "toy.py", "--diff-base", "main"), ("check", "missing.py")):
+        done = _prefixlint(folder, *args)
+        assert done.returncode == 2, done.stderr
+    assert not (folder / ".prefixlint_cache").exists()
+    assert not _zygotes(cache) and not list(cache.glob("zygote-*.sock"))
+    assert _prefixlint(folder, "check", "toy.py").returncode == 1
+    assert wait_until(lambda: _socket_up(cache), 30)
+    pids |= _zygotes(cache)
+    assert len(pids) == 1
+
+
+def test_warm_processes_are_bounded_listed_and_stopped(project, monkeypatch) -> None:
+    """One zygote per environment, whatever the folder; at most PREFIXLINT_WARM_MAX live,
+    the least recently used retiring for a new one; ``warm status`` lists each with its
+    memory and last folder, ``warm stop --all`` stops them."""
+    import json
+
+    folder, cache, pids = project
+    monkeypatch.setenv("PREFIXLINT_WARM_MAX", "2")
+    for sub in ("a", "b"):  # two folders, one environment: one zygote
+        (folder / sub).mkdir()
+        (folder / sub / "toy.py").write_text(MODEL)
+        _prefixlint(folder / sub, "check", "toy.py")
+        assert wait_until(lambda: _socket_up(cache), 30)
+    pids |= _zygotes(cache)
+    assert len(pids) == 1
+    first = next(iter(pids))
+    for n in ("1", "2"):  # two more environments: the bound of 2 retires the first
+        _prefixlint(folder, "check", "toy.py", env={"PREFIXLINT_TEST_ENV": n})
+        known = set(pids)
+        assert wait_until(lambda known=known: _zygotes(cache) - known, 30), n
+        pids |= _zygotes(cache)
+    assert wait_until(lambda: not alive({first}), 10), "the least recently used still lives"
+    shown = _prefixlint(folder, "warm", "status", "--json")
+    rows = json.loads(shown.stdout)["processes"]
+    assert len(rows) == 2 and first not in {r["pid"] for r in rows}
+    assert all(r["kind"] == "check" and 0 < r["rss_mb"] < 500 for r in rows)
+    assert all(r["idle_limit_s"] == cli.IDLE for r in rows)
+    text = _prefixlint(folder, "warm", "status").stdout
+    assert "2 warm process(es)" in text and str(rows[0]["pid"]) in text
+    stopped = _prefixlint(folder, "warm", "stop", "--all")
+    assert "stopped 2" in stopped.stdout, stopped.stdout + stopped.stderr
+    assert wait_until(lambda: not alive(pids), 10)
+    assert "no warm process" in _prefixlint(folder, "warm", "status").stdout

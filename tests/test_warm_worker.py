@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from prefixlint.introspect.process import warm
+from prefixlint.warm import client
 from prefixlint.warm.zygote import WARMED
 from tests.conftest import requires_vllm
 from tests.test_introspect import llama_copy
@@ -34,22 +35,21 @@ def cache(tmp_path: Path):
 
 def test_the_key_changes_with_what_the_zygote_imported(monkeypatch, tmp_path: Path) -> None:
     env = {"PATH": "/bin", "VLLM_LOGGING_LEVEL": "ERROR", "TMPDIR": "/tmp/a"}
-    base = warm.key("/work", env)
-    assert warm.key("/work", {**env, "TMPDIR": "/tmp/b", "PYTEST_CURRENT_TEST": "x"}) == base
-    assert warm.key("/work", {**env, "VLLM_LOGGING_LEVEL": "DEBUG"}) != base
-    assert warm.key("/elsewhere", env) != base
+    base = warm.key(env)
+    assert warm.key({**env, "TMPDIR": "/tmp/b", "PYTEST_CURRENT_TEST": "x"}) == base
+    assert warm.key({**env, "PWD": "/elsewhere"}) == base  # every folder: one zygote
+    assert warm.key({**env, "VLLM_LOGGING_LEVEL": "DEBUG"}) != base
     monkeypatch.setattr(warm, "_sources_digest", lambda: "another prefixlint")
-    assert warm.key("/work", env) != base
+    assert warm.key(env) != base
 
 
 def test_warm_workers_are_off_by_flag_or_environment(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.delenv(warm.WARM_ENV, raising=False)
-    monkeypatch.delenv("PREFIXLINT_CACHE_DIR", raising=False)
-    assert warm.warm_folder(False, tmp_path) == tmp_path
-    assert warm.warm_folder(False) == Path(".prefixlint_cache")
-    assert warm.warm_folder(True, tmp_path) is None
+    monkeypatch.setenv(client.DIR_ENV, str(tmp_path))
+    assert warm.warm_folder(False) == tmp_path
+    assert warm.warm_folder(True) is None
     monkeypatch.setenv(warm.WARM_ENV, "0")
-    assert warm.warm_folder(False, tmp_path) is None
+    assert warm.warm_folder(False) is None
 
 
 def _build(worker, model: Path) -> list[dict]:

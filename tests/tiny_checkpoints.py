@@ -201,3 +201,90 @@ def _save(folder: Path, tensors: dict[str, Any], shards: int, save_file: Any) ->
         weight_map.update(dict.fromkeys(chunk, file))
     index = {"metadata": {"total_size": 0}, "weight_map": weight_map}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
+# -- a tiny Qwen2-MoE FP8 checkpoint ------------------------------------------------------------
+
+MOE = {"hidden": 64, "moe": 32, "shared": 64, "experts": 4, "kv": 32, "vocab": 256}
+
+
+def write_moe(
+    folder: Path, experts: str = "fused", *, ignore_experts: bool = True, fp8_experts: bool = False
+) -> Path:
+    """A 2-layer ``Qwen2MoeForCausalLM`` FP8 checkpoint (attention and shared expert in
+    float8_e4m3fn with scalar scales; router, shared-expert gate and head bfloat16 and
+    in ``ignored_layers``). ``experts``: how the routed experts are stored, unquantized:
+    ``fused`` as transformers 5 saves them (``mlp.experts.gate_up_proj`` and
+    ``mlp.experts.down_proj``, one 3-d bfloat16 tensor each, no ``.weight``), ``split``
+    one ``experts.N.gate_proj.weight`` per expert; ``ignore_experts``: whether
+    ``ignored_layers`` lists them (the fused layer by name, or each expert's
+    projections); ``fp8_experts``: one FP8 ``weight`` with scales per expert's projection
+    instead (``split``, not ignored)."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import Qwen2MoeConfig
+
+    h, m, s, n, kv, v = (MOE[k] for k in ("hidden", "moe", "shared", "experts", "kv", "vocab"))
+    config = Qwen2MoeConfig(
+        hidden_size=h,
+        intermediate_size=128,
+        moe_intermediate_size=m,
+        shared_expert_intermediate_size=s,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=v,
+        num_experts=n,
+        num_experts_per_tok=2,
+        tie_word_embeddings=False,
+    )
+    config.architectures = ["Qwen2MoeForCausalLM"]
+    config.dtype = "bfloat16"
+    tensors: dict[str, Any] = {}
+    ignored = ["lm_head"]
+
+    def plain(name: str, shape: tuple[int, ...]) -> None:
+        tensors[name] = torch.zeros(shape, dtype=torch.bfloat16)
+
+    def fp8(layer: str, shape: tuple[int, ...]) -> None:
+        tensors[f"{layer}.weight"] = torch.zeros(shape, dtype=torch.float8_e4m3fn)
+        for scale in ("weight_scale", "input_scale"):
+            tensors[f"{layer}.{scale}"] = torch.ones((), dtype=torch.float32)
+
+    plain("model.embed_tokens.weight", (v, h))
+    plain("model.norm.weight", (h,))
+    plain("lm_head.weight", (v, h))
+    for i in range(LAYERS):
+        p = f"model.layers.{i}"
+        for proj, rows in (("q_proj", h), ("k_proj", kv), ("v_proj", kv)):
+            fp8(f"{p}.self_attn.{proj}", (rows, h))
+            plain(f"{p}.self_attn.{proj}.bias", (rows,))
+        fp8(f"{p}.self_attn.o_proj", (h, h))
+        plain(f"{p}.input_layernorm.weight", (h,))
+        plain(f"{p}.post_attention_layernorm.weight", (h,))
+        for gate, rows in (("gate", n), ("shared_expert_gate", 1)):
+            plain(f"{p}.mlp.{gate}.weight", (rows, h))
+            ignored.append(f"{p}.mlp.{gate}")
+        for proj, shape in (("gate_proj", (s, h)), ("up_proj", (s, h)), ("down_proj", (h, s))):
+            fp8(f"{p}.mlp.shared_expert.{proj}", shape)
+        if experts == "fused":
+            plain(f"{p}.mlp.experts.gate_up_proj", (n, 2 * m, h))
+            plain(f"{p}.mlp.experts.down_proj", (n, h, m))
+            ignored += [f"{p}.mlp.experts"] if ignore_experts else []
+            continue
+        for e in range(n):
+            for proj, shape in (("gate_proj", (m, h)), ("up_proj", (m, h)), ("down_proj", (h, m))):
+                if fp8_experts:
+                    fp8(f"{p}.mlp.experts.{e}.{proj}", shape)
+                    continue
+                plain(f"{p}.mlp.experts.{e}.{proj}.weight", shape)
+                ignored += [f"{p}.mlp.experts.{e}.{proj}"] if ignore_experts else []
+    config.quantization_config = {
+        "quant_method": "fp8",
+        "activation_scheme": "static",
+        "ignored_layers": ignored,
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    config.save_pretrained(folder)
+    _save(folder, tensors, 1, save_file)
+    return folder

@@ -25,12 +25,13 @@ def can_install() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("pip", "setuptools"))
 
 
-def install(site: Path) -> Path:
+def install(site: Path, source: Path = SOURCE) -> Path:
     """``pip install --no-deps --target site``, as a user installs a released plugin into
     a folder on ``PYTHONPATH``; built from a copy (setuptools writes into the tree), offline.
-    Returns ``site``."""
+    ``source``: the plugin's tree (the clean fixture, or a ``source_copy``'s). Returns
+    ``site``."""
     tree = site.parent / f"{site.name}-source"
-    shutil.copytree(SOURCE, tree)
+    shutil.copytree(source, tree)
     subprocess.run(
         [
             sys.executable,

@@ -152,14 +152,32 @@ def check(paths: tuple[Path, ...], **options: Any) -> None:
         if changed:  # report what the fixes left
             run = lint(opts)
     result = run.result
-    phases = ""
+    phases, head_phase2 = "", None
     if opts.with_introspect:
-        found, phases = _phase2(run, opts, changes)
+        head_phase2, phases = _phase2(run, opts, changes)
+    if changes is not None:
+        from prefixlint.commands.basecheck import findings_of_change
+
+        # the same checks on the base: the findings the change caused, wherever they sit
+        result.diagnostics = findings_of_change(
+            run,
+            opts,
+            changes,
+            head_phase2,
+            lambda files, configs_for: _phase2(run, opts, None, files, configs_for),
+        )
+        if changes.not_caused and opts.output_format == "text":  # the others: data only
+            n = changes.not_caused
+            click.echo(
+                f"prefixlint: {n} finding{'s' if n != 1 else ''} the change did not cause "
+                f"(already at the base {changes.base[:12]}) left out",
+                err=True,
+            )
+    elif head_phase2 is not None:
         from prefixlint.check_introspect import one_per_site
 
-        result.diagnostics = one_per_site(result.diagnostics, [d for d in found if run.selected(d)])
-    if changes is not None:
-        result.diagnostics = changes.filter(result.diagnostics)
+        found = [d for d in head_phase2.diagnostics if run.selected(d)]
+        result.diagnostics = one_per_site(result.diagnostics, found)
     elapsed = time.perf_counter() - started
     for output_format, output in [(opts.output_format, opts.output), *also]:
         report(
@@ -215,9 +233,17 @@ def _refuse_conflicts(opts: CheckOptions) -> None:
     refuse_checkpoint_without_dryrun(opts.checkpoint, opts.no_dryrun)
 
 
-def _phase2(run: LintRun, opts: CheckOptions, changes: Any) -> tuple[list, str]:
+def _phase2(
+    run: LintRun,
+    opts: CheckOptions,
+    changes: Any,
+    files: list[Path] | None = None,
+    configs_for: Any = None,
+) -> tuple[Any, str]:
     """Phase 2 for the architecture classes of the checked files (with --diff-base: of
-    the changed ones), with live progress: (its findings and notes, what it verified)."""
+    the changed ones; ``files``: of those, with ``configs_for``: the base's copies with
+    head's configs), with live progress: (its ``Phase2Result``, findings polished, and
+    what it verified)."""
     from prefixlint.check_introspect import polish, run_phase2
     from prefixlint.introspect.process.stopping import stop_on_signals
     from prefixlint.introspect.process.warm import warm_folder
@@ -226,7 +252,7 @@ def _phase2(run: LintRun, opts: CheckOptions, changes: Any) -> tuple[list, str]:
     from prefixlint.static.cache import ResultCache
     from prefixlint.static.vllm_source import facts_in
 
-    files = run.files
+    files = run.files if files is None else files
     if changes is not None:
         files = [f for f in files if changes.file_changed(changes.repo_path(str(f)) or "")]
     found = checkpoints(opts.checkpoint)
@@ -244,13 +270,13 @@ def _phase2(run: LintRun, opts: CheckOptions, changes: Any) -> tuple[list, str]:
             int_list(opts.tp or "1,2,4,8", "--tp"),
             int_list(opts.pp or "2,4", "--pp"),
             opts.timeout or 300.0,
-            _configs_for,
+            configs_for or _configs_for,
             progress,
             dryrun=not opts.no_dryrun,
             explore_budget=10.0 if opts.explore_budget is None else opts.explore_budget,
             checkpoints=found,
             # --no-cache: an empty vLLM cache folder, which a zygote started elsewhere lacks
-            warm=warm_folder(opts.no_warm_worker or opts.no_cache, opts.cache_dir),
+            warm=warm_folder(opts.no_warm_worker or opts.no_cache),
         )
     verified = (
         f"phase 2 built {out.built} architecture class{'es' if out.built != 1 else ''}"
@@ -259,7 +285,8 @@ def _phase2(run: LintRun, opts: CheckOptions, changes: Any) -> tuple[list, str]:
         if files or changes is None
         else "phase 2: no checked file changed"
     )
-    return polish(out.diagnostics), verified
+    out.diagnostics = polish(out.diagnostics)
+    return out, verified
 
 
 def _configs_for(path: Path) -> tuple[dict[str, str], str | None]:

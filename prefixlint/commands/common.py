@@ -93,6 +93,27 @@ def config_table(start: Path | None = None) -> tuple[dict[str, str], str | None]
         raise click.UsageError(str(e)) from None
 
 
+def readable_config(ctx: Any, param: Any, value: str | None) -> str | None:
+    """``--config``: a config.json, or a folder holding one, whose text is a JSON object.
+    What is not is the user's input error (exit 2, with the parse error), never a build
+    that then blames the config it could not read."""
+    import json
+
+    if value is None:
+        return None
+    path = Path(value)
+    file = path / "config.json" if path.is_dir() else path
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise click.BadParameter(f"cannot read {file}: {e.strerror or e}") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise click.BadParameter(f"{file} is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise click.BadParameter(f"{file} is not a JSON object: a config.json holds one")
+    return value
+
+
 def writable(output: Path | None, option: str = "--output") -> None:
     """-o must name a file that can be written: a usage error now, not a traceback after
     the run."""

@@ -26,14 +26,19 @@ from prefixlint.commands.common import (
     exit_for,
     fresh_vllm_cache,
     int_list,
+    readable_config,
     report,
+    writable,
 )
 
 
 @click.command()
 @click.argument("target")
 @click.option(
-    "--config", "config_path", help="config.json (or a folder holding one) to build with."
+    "--config",
+    "config_path",
+    callback=readable_config,
+    help="config.json (or a folder holding one) to build with.",
 )
 @click.option("--tp", default="1,2,4,8", show_default=True, help="Tensor-parallel sizes.")
 @click.option("--pp", default="2,4", show_default=True, help="Pipeline sizes (SupportsPP only).")
@@ -61,6 +66,7 @@ from prefixlint.commands.common import (
 )
 @click.option("--no-cache", is_flag=True, help=PHASE2_NO_CACHE_HELP)
 @click.option("--no-source", is_flag=True, help=NO_SOURCE_HELP)
+@click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the report here.")
 def introspect(
     target: str,
     config_path: str | None,
@@ -77,6 +83,7 @@ def introspect(
     explore_budget: float,
     no_cache: bool,
     no_source: bool,
+    output: Path | None,
 ) -> None:
     """Build TARGET on the meta device for several TP/PP layouts and check what it built.
 
@@ -92,9 +99,10 @@ def introspect(
     from prefixlint.introspect.targets.checkpoint import CheckpointError
 
     refuse_checkpoint_without_dryrun(checkpoint, no_dryrun)
+    writable(output)
     unreadable = _unreadable(target, no_cache)
     if unreadable:  # check's verdict, before the worker imports torch and vLLM
-        report(unreadable, output_format, 1, show_source=not no_source)
+        report(unreadable, output_format, 1, output, show_source=not no_source)
         exit_for(unreadable, fail_on, strict)
     with usage_error(CheckpointError):
         adapter = resolve_adapter(lora).folder if lora else None
@@ -135,7 +143,8 @@ def introspect(
     # The layout table goes to stderr in every format: JSON on stdout stays parseable.
     for one in result.results:
         _echo_result(one)
-    report(result.diagnostics, output_format, len(result.results), show_source=not no_source)
+    shown = not no_source
+    report(result.diagnostics, output_format, len(result.results), output, show_source=shown)
     exit_for(result.diagnostics, fail_on, strict)
 
 

@@ -11,6 +11,7 @@ import click
 from prefixlint.commands.common import (
     EXIT_ERROR,
     changed_lines,
+    exit_for,
     report_internal_errors,
     writable,
 )
@@ -30,6 +31,14 @@ from prefixlint.commands.lint import CheckOptions, lint
     type=click.Path(path_type=Path, dir_okay=False),
     help="Post (or print) this review payload, written by `check --also review=FILE` (one "
     "run for every format, phase 2 included), instead of linting.",
+)
+@click.option(
+    "--fail-on",
+    type=click.Choice(["error", "warning"]),
+    default="error",
+    show_default=True,
+    help="Exit 1 when the change adds a finding of at least this severity (not with "
+    "--payload: the `check` run that wrote it has the exit code).",
 )
 @click.option("--select", multiple=True, help="Codes or prefixes to enable.")
 @click.option("--ignore", multiple=True, help="Codes or prefixes to disable.")
@@ -59,6 +68,7 @@ def review(
     paths: tuple[Path, ...],
     diff_base: str | None,
     payload: Path | None,
+    fail_on: str,
     select: tuple[str, ...],
     ignore: tuple[str, ...],
     config_path: Path | None,
@@ -75,12 +85,16 @@ def review(
     The body of POST /repos/{owner}/{repo}/pulls/{n}/reviews: one comment per finding on a
     line added or changed since --diff-base, with a suggestion when the fix is one line.
     With --post, send it (nothing is sent when there is no comment). Exit 0 when the
-    review was printed (and posted), 2 on a usage error or when GitHub refused it.
+    review was printed (and posted) and the change adds no finding of --fail-on's
+    severity, 1 when it does, 2 on a usage error or when GitHub refused it. The changed
+    files are also checked as they were at the base: a finding is the change's when it is
+    new there, wherever its line is.
     """
     import json
 
     from prefixlint.review import ReviewError, post_review, worth_posting
 
+    found: list = []
     writable(output)
     if payload is not None:
         if paths or diff_base or select or ignore or config_path or no_cache or cache_dir or jobs:
@@ -93,7 +107,7 @@ def review(
     elif diff_base is None:
         raise click.UsageError("give --diff-base REV (or --payload FILE)")
     else:
-        body = _lint_review(
+        body, found = _lint_review(
             CheckOptions(
                 paths=paths,
                 select=select,
@@ -113,27 +127,30 @@ def review(
             raise click.UsageError(f"cannot write {output}: {e.strerror or e}") from None
     else:
         click.echo(text)
-    if not post:
-        return
-    if not worth_posting(body):
+    if post and not worth_posting(body):
         click.echo("prefixlint review: no finding on changed lines, nothing posted", err=True)
-        return
-    try:
-        answer = post_review(body, pr=pr, api_url=api_url)
-    except ReviewError as e:
-        click.echo(f"prefixlint review: {e}", err=True)
-        sys.exit(EXIT_ERROR)
-    where = answer.get("html_url") or "GitHub"
-    click.echo(f"prefixlint review: posted {len(body['comments'])} comment(s) to {where}", err=True)
+    elif post:
+        try:
+            answer = post_review(body, pr=pr, api_url=api_url)
+        except ReviewError as e:
+            click.echo(f"prefixlint review: {e}", err=True)
+            sys.exit(EXIT_ERROR)
+        where = answer.get("html_url") or "GitHub"
+        count = len(body["comments"])
+        click.echo(f"prefixlint review: posted {count} comment(s) to {where}", err=True)
+    exit_for(found, fail_on)
 
 
-def _lint_review(opts: CheckOptions, diff_base: str) -> dict[str, Any]:
+def _lint_review(opts: CheckOptions, diff_base: str) -> tuple[dict[str, Any], list]:
+    """(the payload, the findings the change causes: compared with the base)."""
+    from prefixlint.commands.basecheck import findings_of_change
     from prefixlint.review import build_review
 
     changes = changed_lines(diff_base)
-    result = lint(opts).result
-    report_internal_errors(result.internal_errors)
-    return build_review(result.diagnostics, changes)
+    run = lint(opts)
+    report_internal_errors(run.result.internal_errors)
+    found = findings_of_change(run, opts, changes)
+    return build_review(found, changes), found
 
 
 def _read_payload(path: Path) -> dict[str, Any]:

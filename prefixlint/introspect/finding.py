@@ -40,6 +40,27 @@ class Finding:
         return (self.code, self.file, self.line, self.group)
 
 
+# An error's first line is kept whole up to this; beyond it (a list of every parameter) it
+# is cut after a whole word, never inside a name.
+_ERROR_CHARS = 1000
+
+
+def error_line(error: BaseException | None) -> str:
+    """The first line of ``error``'s text, whole: vLLM's errors end with the name they are
+    about (``... model.layers.0.mlp.experts.w13_weight``), which a cut mid-name hides."""
+    text = str(error).strip() if error is not None else ""
+    line = text.splitlines()[0] if text else ""
+    if len(line) <= _ERROR_CHARS:
+        return line
+    cut = max(line.rfind(c, 0, _ERROR_CHARS) for c in " ,;")
+    return line[: cut if cut > 0 else _ERROR_CHARS].rstrip(" ,;") + " ..."
+
+
+def describe_error(error: BaseException | None) -> str:
+    """``Type: first line`` of ``error``, the line whole (``error_line``)."""
+    return f"{type(error).__name__}: {error_line(error)}"
+
+
 def class_site(cls: type | None) -> tuple[str, int]:
     """Where a class is defined: its file and the line ``inspect.getsourcelines`` gives
     (its first decorator's, else its ``class`` statement's; ``("", 0)`` for None or a

@@ -64,6 +64,18 @@ def registry_module(in_process: bool = False) -> Any:
     return registry
 
 
+def lazy_registration(registry: Any, arch: str) -> tuple[str, str] | None:
+    """``(module, class)`` of an architecture registered as the string ``"module:Class"``
+    (``register_model(arch, "pkg.model:Cls")``, a ``_LazyRegisteredModel`` with
+    ``module_name``/``class_name`` in 0.32 and 0.33); None for a class registered itself."""
+    entry = getattr(registry.ModelRegistry, "models", {}).get(arch)
+    module_name = getattr(entry, "module_name", None)
+    class_name = getattr(entry, "class_name", None)
+    if isinstance(module_name, str) and isinstance(class_name, str):
+        return module_name, class_name
+    return None
+
+
 def load_model_class(registry: Any, arch: str) -> type:
     """The class an architecture name maps to, raising the real reason (a missing
     package, ...). The registry's per-name entry (``models[arch].load_model_cls``: 0.32,
@@ -413,3 +425,12 @@ def transformers_version() -> tuple[int, ...]:
 
         return tuple(int(p) for p in re.findall(r"\d+", transformers.__version__)[:3])
     return ()
+
+
+def supports_quant_class() -> type | None:
+    """vLLM's ``SupportsQuant`` mixin, whose ``__new__`` adds a class's own
+    ``packed_modules_mapping`` to the quantization config (``configure_quant_config``
+    reads only the top-level class's otherwise); None where this vLLM has none."""
+    module = _module("vllm.model_executor.models.interfaces")
+    found = getattr(module, "SupportsQuant", None) if module is not None else None
+    return found if isinstance(found, type) else None

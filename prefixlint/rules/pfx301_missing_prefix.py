@@ -102,24 +102,26 @@ class Head(nn.Module):
             example(
                 """
 class MLP(nn.Module):
-    def __init__(self, hidden, prefix: str = ""):
+    def __init__(self, hidden, quant_config=None, prefix: str = ""):
         super().__init__()
         self.down_proj = RowParallelLinear(
             hidden,
             hidden,
             bias=False,
+            quant_config=quant_config,
         )
 """
             ),
             line=5,
             fixed="""
 class MLP(nn.Module):
-    def __init__(self, hidden, prefix: str = ""):
+    def __init__(self, hidden, quant_config=None, prefix: str = ""):
         super().__init__()
         self.down_proj = RowParallelLinear(
             hidden,
             hidden,
             bias=False,
+            quant_config=quant_config,
             prefix=maybe_prefix(prefix, "down_proj"),
         )
 """,

@@ -61,7 +61,9 @@ class OwnAttention(LintRule):
     direct `flash_attn` / `xformers` calls, or a softmax in a class that multiplies
     queries by transposed keys (`q @ k.transpose(-2, -1)`, `torch.matmul(q, k.mT)`).
     Decoder classes are found as for PFX402; vision and audio towers, which vLLM runs with
-    SDPA, are not checked.
+    SDPA, are not checked. An error where the class builds vLLM's `Attention` (its KV
+    cache) and attends by hand beside it; a note for an inner sequence of a model whose
+    decoder keeps its attention in vLLM's layers (a code predictor over residual codebooks).
 
     ## Why is this bad?
     vLLM's `Attention` layer is where the paged KV cache lives: it writes this step's keys
@@ -173,6 +175,27 @@ class MyDecoderLayer(nn.Module):
             line=7,
             contains="softmax",
         ),
+        Invalid(
+            example(
+                """
+class MyAttention(nn.Module):
+    def __init__(self, prefix: str = ""):
+        super().__init__()
+        self.attn = Attention(4, 2, 1.0, prefix=f"{prefix}.attn")
+
+    def forward(self, q, k, v):  # vLLM's layer built, then bypassed
+        probs = torch.softmax(q @ k.transpose(-2, -1), dim=-1)
+        return probs @ v
+
+class MyDecoderLayer(nn.Module):
+    def __init__(self, prefix: str = ""):
+        super().__init__()
+        self.self_attn = MyAttention(prefix=f"{prefix}.self_attn")
+"""
+            ),
+            line=8,
+            contains="neither written nor read",
+        ),
     ]
 
     def __init__(self, ctx: FileContext) -> None:
@@ -226,7 +249,18 @@ class MyDecoderLayer(nn.Module):
                 "`Attention` layer"
             )
             severity = None
-            if self.ctx.beside_paged_attention(top):
+            cache = self._own_cache_layer(top)
+            if cache is not None:
+                # the decoder's own attention: it builds the layer that owns its KV cache,
+                # then attends without it, so the cache is never written or read
+                severity = Severity.ERROR
+                message += (
+                    f" (an error: `{top}` builds `self.{cache}`, the layer vLLM allocates "
+                    "its KV cache for, but never attends through it: the KV cache is "
+                    "neither written nor read, so each decode step attends to its own "
+                    "token only and loses the context)"
+                )
+            elif self.ctx.beside_paged_attention(top):
                 # The model keeps its decoder's attention in vLLM's layers; this one is a
                 # second, inner sequence it builds and attends to within one step.
                 severity = Severity.NOTE
@@ -236,3 +270,14 @@ class MyDecoderLayer(nn.Module):
                     "sequence the model builds within a step, such as residual codebooks)"
                 )
             self.report(node, message, severity=severity, site=where)
+
+    def _own_cache_layer(self, top: str) -> str | None:
+        """The attribute at which class ``top`` builds a layer that owns an engine cache
+        (vLLM's ``Attention``), or None."""
+        for site in self.ctx.prefixes.sites:
+            owner = next((a for a in site.anchors if isinstance(a, cst.ClassDef)), None)
+            if owner is None or owner.name.value != top or site.expected is None:
+                continue
+            if self.ctx.owns_cache(site.callee):
+                return site.expected.path
+        return None

@@ -138,19 +138,8 @@ class Model(nn.Module):
 """
             ),
             line=6,
+            # a note (vLLM builds many heads so): no fix, ``--fix`` changes only what is shown
             contains="vllm_config.quant_config",
-            fixed="""
-class Model(nn.Module):
-    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
-        super().__init__()
-        config = vllm_config.model_config.hf_config
-        self.lm_head = ParallelLMHead(
-            config.vocab_size,
-            config.hidden_size,
-            prefix=maybe_prefix(prefix, "lm_head"),
-            quant_config=vllm_config.quant_config,
-        )
-""",
         ),
     ]
 

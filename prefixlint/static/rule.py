@@ -414,6 +414,10 @@ class LintRule:
             severity, message = Severity.NOTE, f"{message} ({why})"
         planned = PlannedFix(node, replacement, "Replace") if replacement is not None else None
         no_fix = None
+        if (severity or self.severity) is Severity.NOTE:
+            # Fixes only from findings that are shown: a note is what the model may do by
+            # design (a router vLLM keeps unquantized), and ``--fix`` must not change it
+            planned = fix = None
         if fix is not None:
             try:
                 planned = fix()

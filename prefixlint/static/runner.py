@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -80,8 +81,13 @@ def _init_worker(
     cache_dir: str | None,
     scopes: dict[str, dict] | None = None,
 ) -> None:
+    import signal
+
     from prefixlint.static.vllm_source import use_fact_cache
 
+    # Ctrl-C on a terminal reaches the whole group: the parent stops the pool (_end_pool);
+    # a worker's own KeyboardInterrupt would only print its traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     global _WORKER
     use_fact_cache(Path(cache_dir) if cache_dir else None)  # a spawned worker starts bare
     _WORKER = _make_linter(codes, layers, package_dirs, cache_dir, scopes)
@@ -350,13 +356,20 @@ def _lint_parallel(
         chunks[i % n_chunks].append(item)
     ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
     outcomes: list[Outcome] = []
+    new_summaries: dict = {}
     with ProcessPoolExecutor(
         max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=setup
     ) as pool:
-        new_summaries: dict = {}
-        for part, summaries in pool.map(_lint_chunk, [c for c in chunks if c]):
-            outcomes.extend(part)
-            new_summaries.update(summaries)
+        try:
+            # submit and result, not map: map cancels what is pending when interrupted,
+            # and the pool's thread then fails on a cancelled future (InvalidStateError)
+            for future in [pool.submit(_lint_chunk, c) for c in chunks if c]:
+                part, summaries = future.result()
+                outcomes.extend(part)
+                new_summaries.update(summaries)
+        except BaseException:
+            _end_pool(pool)  # Ctrl-C: now, not when every chunk under way is linted
+            raise
     cache_dir = setup[3]
     if cache_dir is not None and new_summaries:
         from prefixlint.static.cache import SummaryCache
@@ -365,6 +378,20 @@ def _lint_parallel(
         store.merge(new_summaries)
         store.save()
     return outcomes
+
+
+def _end_pool(pool: Any) -> None:
+    """Kill a pool's processes: leaving the ``with`` block then waits for nothing (its own
+    shutdown waits for every chunk under way)."""
+    import signal
+
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in procs:
+        with contextlib.suppress(OSError):
+            os.kill(proc.pid, signal.SIGKILL)
+    for proc in procs:
+        proc.join(1)  # reaped: none is left behind, even for a moment
+    pool.shutdown(wait=False)  # not cancel_futures: see _lint_parallel
 
 
 def _too_big(display: str, size: int, config: Config) -> dict:

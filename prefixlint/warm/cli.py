@@ -7,8 +7,10 @@ command (``prefixlint.cli``) with the caller's arguments, working folder, enviro
 stdin, stdout and stderr (the descriptors themselves: a terminal stays a terminal), and the
 caller exits with its exit code. The zygote imports modules only: no file is read and no
 result is kept in it, so a child computes what a fresh process computes (the results and
-fact caches on disk are the command's own). When no zygote listens, the call runs here and
-starts one for the next call; any failure before the child starts runs the command here.
+fact caches on disk are the command's own). When no zygote listens, the call runs here and,
+when it did its work (exit 0 or 1: not a usage error or Ctrl-C), starts one for the next
+call; any failure before the child starts runs the command here. The zygote lives in the
+user's warm folder (``client.home``) and serves every working folder of an environment.
 
 Only ``check`` (with ``--introspect`` too: the child is phase 2's client, its builds run in
 phase 2's own warm workers), not with ``--no-cache`` or ``--no-warm-worker`` (runs that must
@@ -31,9 +33,6 @@ from typing import Any
 from prefixlint.warm import client
 
 KIND = "prefixlint.warm.cli"
-# As ``static.cache.CACHE_DIR_ENV`` and ``ResultCache.folder_for``, spelt again: importing
-# them costs the command's start-up ~10 ms (dataclasses), a third of a served call's.
-CACHE_DIR_ENV = "PREFIXLINT_CACHE_DIR"
 # Options after which ``check`` runs here: a run that asks to reuse nothing.
 COLD_OPTIONS = ("--no-cache", "--no-warm-worker")
 # What a static ``check`` imports: done once in the zygote (packages: every module).
@@ -54,14 +53,25 @@ MODULES = (
 PACKAGES = ("prefixlint.static", "prefixlint.rules", "prefixlint.reporters")
 
 
+NAME = "check"  # what ``prefixlint warm status`` calls this kind
+IDLE = 1800.0  # seconds unused before it stops: it holds ~35 MB
+
+
 def main() -> None:
-    """The ``prefixlint`` command: a warm child's exit code, else the command run here."""
-    code = run_warm(sys.argv[1:])
+    """The ``prefixlint`` command: a warm child's exit code, else the command run here
+    (and, when it did its work, a zygote started for the next call)."""
+    argv = sys.argv[1:]
+    code = run_warm(argv)
     if code is not None:
         sys.exit(code)
     from prefixlint.cli import main as cli_main
 
-    cli_main()
+    try:
+        cli_main()
+    except SystemExit as e:
+        if e.code in (None, 0, 1) and eligible(argv):
+            start_zygote()  # not after a usage error or Ctrl-C (exit 2): that starts nothing
+        raise
 
 
 def eligible(argv: list[str]) -> bool:
@@ -75,32 +85,28 @@ def eligible(argv: list[str]) -> bool:
     )
 
 
-def cache_folder(argv: list[str]) -> Path:
-    """The results cache folder ``check`` would use (``--cache-dir``, the environment, or
-    ``./.prefixlint_cache``): the zygote lives there, as phase 2's does."""
-    for i, arg in enumerate(argv):
-        if arg == "--cache-dir" and i + 1 < len(argv):
-            return Path(argv[i + 1])
-        if arg.startswith("--cache-dir="):
-            return Path(arg.partition("=")[2])
-    return Path(os.environ.get(CACHE_DIR_ENV) or ".prefixlint_cache")
+def zygote_files() -> dict[str, Path]:
+    """This environment's zygote of this kind, in the user's warm folder."""
+    return client.paths(client.home(), f"cli-{client.key(dict(os.environ))}")
+
+
+def start_zygote() -> None:
+    """A zygote for the next call, unless one listens (or cannot be started)."""
+    files = zygote_files()
+    if client.connect(files["sock"]) is None:
+        with contextlib.suppress(OSError):
+            client.start(files, KIND, dict(os.environ))
 
 
 def run_warm(argv: list[str]) -> int | None:
-    """``prefixlint ARGV`` in a child of this folder's zygote: its exit code, or None when
-    the command is to run here (not eligible, no zygote yet: one is started, or it failed
-    before the child started)."""
+    """``prefixlint ARGV`` in a child of this environment's zygote: its exit code, or None
+    when the command is to run here (not eligible, no zygote yet, or it failed before the
+    child started)."""
     if not eligible(argv):
         return None
     cwd, env = os.getcwd(), dict(os.environ)
-    files = client.paths(cache_folder(argv), f"cli-{client.key(cwd, env)}")
-    conn = client.connect(files["sock"])
+    conn = client.connect(zygote_files()["sock"])
     if conn is None:
-        try:
-            files["sock"].parent.mkdir(parents=True, exist_ok=True)
-            client.start(files, KIND, cwd, env)  # for the next call; this one runs here
-        except OSError:
-            pass
         return None
     with conn:
         sys.stdout.flush()
@@ -171,8 +177,8 @@ def child(request: dict[str, Any]) -> int:
     os.chdir(request.get("cwd") or ".")
     argv = [str(a) for a in request.get("argv") or []]
     sys.argv = ["prefixlint", *argv]
-    # ``python -m`` put the zygote's folder first on sys.path; the caller's is the same
-    # (the key holds it), so its imports resolve as the caller's would.
+    # ``python -m`` put the folder prefixlint is imported from first on sys.path (the key
+    # holds it); the caller's folder is not on it, as for the ``prefixlint`` script.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
     from prefixlint.cli import main as cli_main

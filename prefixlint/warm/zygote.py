@@ -12,8 +12,10 @@ zygote's start and runs ``KIND.child(request)``. Once idle after its first child
 later children do not pay a first job's one-time costs. Before each fork it checks that
 no file it imported changed (an edited editable install): if one did, it retires and the
 caller starts a new one. It stops after ``PREFIXLINT_WARM_IDLE`` seconds without a child
-(default 600), on a ``stop`` request, or when its socket is removed or replaced. Linux and
-macOS (``fork``).
+(default: its kind's ``IDLE``), on a ``stop`` request, on a ``retire`` request once its
+children ended (``registry.make_room``), or when its socket is removed or replaced. It
+keeps a JSON file beside its socket that ``prefixlint warm status`` reads. Linux and macOS
+(``fork``).
 """
 
 from __future__ import annotations
@@ -33,9 +35,13 @@ from types import ModuleType
 from typing import Any
 
 from prefixlint.warm.client import DEFAULT_IDLE, IDLE_ENV, address, kill_group, read_line
+from prefixlint.warm.registry import write_info
 
 WARMED = "prefixlint zygote: warmed up"  # its log's line once the kind's warm-up ran
 SERVED = "prefixlint zygote: served"  # its log's line for each child it forks
+# The interpreter's own exit, taken before a kind's set-up may wrap ``os._exit`` (phase 2's
+# crash trace): a child that returned is not a model that called ``os._exit``.
+_exit = os._exit
 
 
 class Zygote:
@@ -48,7 +54,19 @@ class Zygote:
         self.children: dict[int, socket.socket] = {}  # pid -> its caller's connection
         self.served = 0
         self.warmed = not hasattr(kind, "warm_up")  # its warm-up ran, or it has none
-        self.idle = float(os.environ.get(IDLE_ENV) or DEFAULT_IDLE)
+        # an idle time that fits what it holds: the kind says (phase 2's ~650 MB: 5 min)
+        self.idle = float(os.environ.get(IDLE_ENV) or getattr(kind, "IDLE", DEFAULT_IDLE))
+        self.info: dict[str, Any] = {
+            "pid": os.getpid(),
+            "kind": kind.__name__,
+            "kind_name": getattr(kind, "NAME", kind.__name__),
+            "key": sock.stem.removeprefix("zygote-"),
+            "python": sys.executable,
+            "started": time.time(),
+            "last_used": time.time(),
+            "idle_limit_s": self.idle,
+            "served": 0,
+        }
         self.last = time.monotonic()
         self.inode = 0
         # A child's exit wakes the loop at once (SIGCHLD writes to this pipe): its caller
@@ -74,6 +92,7 @@ class Zygote:
             os.umask(old)
         self.listener.listen(16)
         self.inode = self.sock.stat().st_ino
+        write_info(self.sock.with_suffix(".json"), self.info)
 
     def gone(self) -> bool:
         """The socket was removed or replaced: no caller can reach this zygote."""
@@ -155,7 +174,12 @@ class Zygote:
         except (OSError, ValueError):
             conn.close()
             return ""
-        if head == b"S" or request.get("op") == "stop":
+        if request.get("op") == "retire" and self.children:
+            # the least recently used, making room: its children finish, then it ends
+            self.retire("retired to make room for another")
+            conn.close()
+            return ""
+        if head == b"S" or request.get("op") in ("stop", "retire"):
             self.stop_children()
             conn.close()
             return "stop"
@@ -166,22 +190,31 @@ class Zygote:
             if moved:
                 # A child would run the old code (an edited vLLM, an editable install):
                 # the caller starts a new zygote, which imports the files as they are now.
-                reply = {"error": f"{moved} changed since the zygote imported it", "stale": True}
-                with contextlib.suppress(OSError):
-                    conn.sendall(json.dumps(reply).encode() + b"\n")
-                self.retire()
+                # Retired first: the caller's next connect cannot reach this one again.
+                self.retire(f"{moved} changed since the zygote imported it")
+                _answer_stale(conn, f"{moved} changed since the zygote imported it")
             conn.close()
             return ""
         self.fork(conn, fds, request)
         return "fork"
 
-    def retire(self) -> None:
+    def retire(self, reason: str) -> None:
         """Serve no one else and leave the key to a new zygote: its socket, lock, log and
-        temp folder are the new one's from now on; the children running finish."""
+        temp folder are the new one's from now on; the children running finish. Callers
+        that connected meanwhile (in the listener's backlog) are told to start the new
+        one, never left with a reset connection (which would send them to a cold start)."""
         self.retired = True
         if not self.gone():
             with contextlib.suppress(OSError):
                 self.sock.unlink()
+        self.listener.setblocking(False)
+        while True:
+            try:
+                waiting, _ = self.listener.accept()
+            except OSError:
+                break
+            _answer_stale(waiting, reason)
+            waiting.close()
         self.listener.close()
         self.lock.close()
 
@@ -202,16 +235,19 @@ class Zygote:
                     other.close()
                 conn.close()
                 become_caller(fds, request.get("env") or {}, self.start_env)
+                os.chdir(request.get("cwd") or "/")  # its caller's folder, as a cold process
                 code = int(self.kind.child(request) or 0)
             except BaseException:  # the child must never return into the loop
                 code = 70
             finally:
-                os._exit(code)
+                _exit(code)
         for fd in fds:
             os.close(fd)
         self.served += 1
         self.children[pid] = conn
         print(f"{SERVED} {self.served}: child {pid}", flush=True)  # its log: one line a call
+        self.info.update(last_used=time.time(), served=self.served, folder=request.get("cwd"))
+        write_info(self.sock.with_suffix(".json"), self.info)
         conn.settimeout(None)
         with contextlib.suppress(OSError):
             reply = {"pid": pid, "zygote": os.getpid(), "served": self.served}
@@ -222,7 +258,7 @@ class Zygote:
             with contextlib.suppress(OSError):
                 self.sock.unlink()
         self.listener.close()
-        for name in (".log", ".lock"):
+        for name in (".log", ".lock", ".json"):
             with contextlib.suppress(OSError):
                 self.sock.with_suffix(name).unlink()
         import shutil
@@ -236,6 +272,13 @@ class Zygote:
         while self.children and time.monotonic() < end:
             self.reap()
             time.sleep(0.02)
+
+
+def _answer_stale(conn: socket.socket, reason: str) -> None:
+    """Tell a caller this zygote retired: it connects again, to a new one."""
+    with contextlib.suppress(OSError):
+        conn.setblocking(True)
+        conn.sendall(json.dumps({"error": reason, "stale": True}).encode() + b"\n")
 
 
 def _same_user(conn: socket.socket) -> bool:

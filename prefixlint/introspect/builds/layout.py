@@ -41,6 +41,9 @@ class BuildPlan:
     draft_spec: Any = None
     # Built under vLLM's Model Runner V2 (``model_runner_v2``); set once V1 refuses it.
     runner_v2: bool = False
+    # The class to build instead of the one the config's architecture resolves to (vLLM's
+    # own class of an out-of-tree copy's architecture, ``verdict/own.py``'s evidence)
+    model_class: type | None = None
 
     def replanned(self, model_config: Any, draft_spec: Any = None) -> BuildPlan:
         """The plan for another config of the same model (a demanded dtype, a tokenizer,
@@ -98,7 +101,9 @@ def build_layout(
             recorder.active(),
             model_runner_v2(plan),
         ):
-            model = initialize_model(vllm_config=vllm_config, model_config=model_config)
+            model = initialize_model(
+                vllm_config=vllm_config, model_config=model_config, model_class=plan.model_class
+            )
     except (Exception, SystemExit) as e:  # a model's sys.exit is its failure too
         error, tb = e, e.__traceback__
     seconds = time.perf_counter() - started

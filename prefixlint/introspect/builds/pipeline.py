@@ -143,14 +143,18 @@ def run_target(
         try:
             cls = load_class(registry, target.arch)
         except (Exception, SystemExit) as e:
-            return _refused(skipped(result, e, started), startup.import_failure(e))
+            own = startup.import_failure(e) or startup.unresolved_registration(
+                registry, target.arch
+            )
+            return _refused(skipped(result, e, started), own)
     arch_for_config = target.arch.removesuffix("__prefixlint")
     try:
         plan, source = _target_config(
             result, target, cls, registry, (config, config_table, config_base, checkpoint)
         )
     except Exception as e:
-        return _refused(skipped(result, e, started), startup.interface_refusal(cls, e))
+        own = startup.interface_refusal(cls, e) or startup.malformed_config(e)
+        return _refused(skipped(result, e, started), own)
 
     if layouts:
         plan = _prepared(result, plan, layouts[0], cls, source, (arch_for_config, registry, target))
@@ -226,7 +230,10 @@ def _build_layouts(result: TargetResult, plan: BuildPlan, layouts: list[Layout])
         build = build_layout(plan, layout)
         builds.append(build)
         status = "built" if build.error is None else "failed"
-        result.layouts.append(LayoutOutcome(layout, status, build.seconds, _describe(build.error)))
+        outcome = LayoutOutcome(layout, status, build.seconds, _describe(build.error))
+        if build.model is not None and build.error is None:
+            outcome.params = {n: list(p.shape) for n, p in build.model.named_parameters()}
+        result.layouts.append(outcome)
     stood_in = stand_ins_used([b.model for b in builds])
     if stood_in:  # said, as every guess is (kernels.py)
         result.config_source += (
@@ -297,7 +304,7 @@ def _findings(
     """The checks over the builds that say something about the model; a PFX600 note for
     the layouts that failed because of the config or this machine (see ``gaps.py``)."""
     checked, gap_builds = split_gaps(builds, synthesised, classify)
-    checked, gap_builds = reclaim(checked, gap_builds, _own_failure(plan, builds))
+    checked, gap_builds = reclaim(checked, gap_builds, _own_failure(plan, builds, arch, cls))
     findings = check_build(cls, plan.model_config, checked, complete)
     spec = plan.draft_spec
     if spec is not None:  # a draft's layers are numbered on from its target's
@@ -319,10 +326,12 @@ def _findings(
     return findings
 
 
-def _own_failure(plan: BuildPlan, builds: list[Build]) -> Any:
+def _own_failure(plan: BuildPlan, builds: list[Build], arch: str, cls: type | None) -> Any:
     """Whether failed builds that look like gaps are the model's own failure
     (``verdict/own.py``): a head count fixed by a literal in the model's code, or a raise
-    of the model's that every layout and every config variant tried reaches."""
+    of the model's that every layout and every config variant tried reaches, or a failure
+    in the model's frames that only pipeline stages reach while the same config built
+    every unsplit layout."""
     from prefixlint.introspect.checks.base import config_value
     from prefixlint.introspect.coverage.variants import applied
 
@@ -339,11 +348,31 @@ def _own_failure(plan: BuildPlan, builds: list[Build]) -> Any:
         fixed = [
             own.fixed_head_count(b.error_tb, b.error, b.recorder.external, counts) for b in failed
         ]
-        if all(fixed):
+        if all(fixed) or own.only_pipeline_stages(failed, builds):
             return True
-        return own.always_raised(failed, builds, rebuild, lambda a: config_value(hf, a))
+        if own.always_raised(failed, builds, rebuild, lambda a: config_value(hf, a)):
+            return True
+        other = _registered(arch.removesuffix("__prefixlint"))
+        return own.equal_class_builds(
+            failed, lambda c: _builds_as(plan, c, failed[0].layout), cls, other
+        )
 
     return judge
+
+
+def _registered(arch: str) -> type | None:
+    """The class vLLM's registry maps ``arch`` to; None when it has none."""
+    try:
+        return load_class(vllm_registry(), arch)
+    except Exception:
+        return None
+
+
+def _builds_as(plan: BuildPlan, other: type, layout: Layout) -> bool:
+    """``other`` builds with the plan's config at ``layout``."""
+    from dataclasses import replace
+
+    return build_layout(replace(plan, model_class=other), layout).error is None
 
 
 def _dry_run(

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from torch import nn
 
-from prefixlint.introspect.finding import Finding, class_site
+from prefixlint.introspect.finding import Finding, class_site, error_line
 
 _SHOWN = 3  # repeats named in a message
 
@@ -96,10 +96,13 @@ class Findings:
         self.found: dict[tuple, Finding] = {}
         self.messages: dict[tuple, dict[str, str]] = {}  # key -> path -> its message
         self.facts: dict[tuple, dict[str, dict]] = {}  # key -> path -> its facts
+        self.failures: set[tuple] = set()  # keys of findings about builds that failed
 
     def add(self, finding: Finding, build: Any, path: str = "") -> None:
         key = finding.key()
         known = self.found.setdefault(key, finding)
+        if build.error is not None:
+            self.failures.add(key)
         if finding.severity == "error":
             known.severity = "error"
         if build.layout.name not in known.layouts:
@@ -124,8 +127,10 @@ class Findings:
                 more = ", ".join(f"`{p}`" for p in f.paths[1 : 1 + _SHOWN])
                 rest = len(f.paths) - 1 - _SHOWN
                 extra.append(f"the same at {more}" + (f" and {rest} more" if rest > 0 else ""))
-            if len(f.layouts) > 1:
-                extra.append(f"in layouts {', '.join(f.layouts)}")
+            if len(f.layouts) > 1 or (key in self.failures and f.layouts):
+                # a failure names its layouts even when one failed (the others built)
+                plural = "s" if len(f.layouts) > 1 else ""
+                extra.append(f"in layout{plural} {', '.join(f.layouts)}")
             if "base config" not in f.variants:
                 extra.append(f"built with config variant {'; '.join(f.variants)}")
             if extra:
@@ -158,8 +163,7 @@ def config_value(config: Any, name: str) -> Any:
 
 
 def first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0][:200] if text else ""
+    return error_line(error)
 
 
 @dataclass

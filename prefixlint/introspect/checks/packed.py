@@ -8,6 +8,12 @@ the adapters of the parts by the same table (``get_packed_modules_mapping``). A 
 layer the table lacks is matched under its own name, which no checkpoint and no adapter
 uses: its parts' ``ignored_layers`` entries and LoRA weights miss it.
 
+Quantization and LoRA read different tables: LoRA merges the tables of every module
+(``get_packed_modules_mapping``), vLLM's quantization set-up reads the top-level class's
+(``configure_quant_config``) and those of classes that mix in ``SupportsQuant``. A fused
+layer a ``quant_config`` reaches that only a nested class's table names is reported at
+the top-level class, once per fused name (issue 40).
+
 Checked on every fused ``QKVParallelLinear`` and ``MergedColumnParallelLinear`` the
 tp=1 build made. That the checkpoint holds its parts separately is read from the model
 itself: the dry-run's checkpoint-name mapping (which checkpoint layers were written into
@@ -35,6 +41,25 @@ def _table(model: nn.Module, cls: type | None) -> dict[str, Any]:
     from prefixlint.introspect.dryrun.tables import packed_table
 
     return packed_table(model, cls)
+
+
+def quant_table(model: nn.Module, cls: type | None) -> dict[str, Any]:
+    """What vLLM's quantization set-up reads: the top-level class's own table
+    (``configure_quant_config`` passes ``model_class.packed_modules_mapping`` to the
+    config), and the table of every built module whose class mixes in ``SupportsQuant``
+    (its ``__new__`` adds its own to the config's). A nested model's table without
+    ``SupportsQuant`` serves LoRA only (``get_packed_modules_mapping`` walks modules)."""
+    from prefixlint.introspect import vllm_api
+
+    out = dict(getattr(cls, "packed_modules_mapping", None) or {})
+    mixin = vllm_api.supports_quant_class()
+    if mixin is None:  # an unknown vLLM: nothing to tell the tables apart by
+        return _table(model, cls)
+    for module in model.modules():
+        table = getattr(module, "packed_modules_mapping", None)
+        if isinstance(module, mixin) and isinstance(table, dict):
+            out.update(table)
+    return out
 
 
 def _table_line(cls: type | None) -> tuple[str, int]:
@@ -99,13 +124,15 @@ def missing_entries(
         if leaf not in fed.setdefault(path, []):
             fed[path].append(leaf)
     tables = _parts_from_tables(model, cls)
+    quant = quant_table(model, cls)
     lora = bool(getattr(cls, "supports_lora", False))
     out: dict[tuple[str, int], Finding] = {}
+    nested: dict[str, Finding] = {}  # by fused leaf: all at the top-level class
     for path, module in model.named_modules():
         if not readers.fused_kind(module):
             continue
         leaf = path.rsplit(".", 1)[-1]
-        if leaf in table:
+        if leaf in table and leaf in quant:
             continue
         parts = [p for p in fed.get(path, []) if p != leaf] or tables.get(leaf, [])
         if len(parts) < 2:
@@ -114,46 +141,103 @@ def missing_entries(
         if record is None or not record.site_file:
             continue
         site = (record.site_file, record.site_line)
-        if site in out:
+        if site in out or (leaf in table and not passes_quant_config(*site)):
+            continue
+        if leaf in table:  # a nested class's table: LoRA reads it, quantization does not
+            if leaf not in nested:
+                nested[leaf] = _nested_only(cls, model, path, leaf, parts)
             continue
         quantized = passes_quant_config(*site)
-        users = [u for u, yes in (("quantization", quantized), ("LoRA", lora)) if yes]
-        name = getattr(cls, "__name__", "the model")
-        entry = f"`{leaf!r}: {parts!r}`"
-        # no table at all (issue 30): the same miss, for every fused layer of the model
-        gap = (
-            f"`{name}.packed_modules_mapping` has no entry for `{leaf}`"
-            if table
-            else f"`{name}` has no `packed_modules_mapping` at all"
+        out[site] = _missing(cls, path, module, leaf, parts, bool(table), (quantized, lora), site)
+    return list(out.values()) + list(nested.values())
+
+
+def _missing(
+    cls: type | None,
+    path: str,
+    module: nn.Module,
+    leaf: str,
+    parts: list[str],
+    has_table: bool,
+    consumers: tuple[bool, bool],
+    site: tuple[str, int],
+) -> Finding:
+    """The finding of a fused layer the table lacks; ``consumers``: whether quantization
+    and LoRA look its parts up (an error), else a note."""
+    quantized, lora = consumers
+    users = [u for u, yes in (("quantization", quantized), ("LoRA", lora)) if yes]
+    name = getattr(cls, "__name__", "the model")
+    entry = f"`{leaf!r}: {parts!r}`"
+    # no table at all (issue 30): the same miss, for every fused layer of the model
+    gap = (
+        f"`{name}.packed_modules_mapping` has no entry for `{leaf}`"
+        if has_table
+        else f"`{name}` has no `packed_modules_mapping` at all"
+    )
+    message = (
+        f"`{path}` is a fused `{type(module).__name__}` whose checkpoint holds "
+        f"{', '.join(f'`{p}`' for p in parts)} separately, and {gap}: "
+    )
+    if users:
+        misses = " or ".join(
+            {"quantization": "an `ignored_layers` entry", "LoRA": "a LoRA adapter"}[u]
+            for u in users
         )
-        message = (
-            f"`{path}` is a fused `{type(module).__name__}` whose checkpoint holds "
-            f"{', '.join(f'`{p}`' for p in parts)} separately, and {gap}: "
+        verb = "look" if len(users) > 1 else "looks"
+        message += (
+            f"{' and '.join(users)} {verb} the parts up through it, so {misses} of a "
+            f"part misses this layer; add {entry}"
         )
-        if users:
-            misses = " or ".join(
-                {"quantization": "an `ignored_layers` entry", "LoRA": "a LoRA adapter"}[u]
-                for u in users
-            )
-            verb = "look" if len(users) > 1 else "looks"
-            message += (
-                f"{' and '.join(users)} {verb} the parts up through it, so {misses} of a "
-                f"part misses this layer; add {entry}"
-            )
-            severity = "error"
-        else:
-            message += (
-                f"add {entry} (a note: no `quant_config` reaches it and `{name}` does not "
-                "support LoRA, so nothing looks the parts up yet)"
-            )
-            severity = "note"  # no consumer today (issue 20's severity)
-        file, line = _table_line(cls)
-        if file:
-            message += f" (the table is at {file.rsplit('/', 1)[-1]}:{line})"
-        out[site] = Finding(
-            INTERFACE_INCONSISTENT_CODE, severity, message, *site, group=f"packed:{leaf}"
+        severity = "error"
+    else:
+        message += (
+            f"add {entry} (a note: no `quant_config` reaches it and `{name}` does not "
+            "support LoRA, so nothing looks the parts up yet)"
         )
-    return list(out.values())
+        severity = "note"  # no consumer today (issue 20's severity)
+    file, line = _table_line(cls)
+    if file:
+        message += f" (the table is at {file.rsplit('/', 1)[-1]}:{line})"
+    return Finding(INTERFACE_INCONSISTENT_CODE, severity, message, *site, group=f"packed:{leaf}")
+
+
+def _nested_only(
+    cls: type | None, model: nn.Module, path: str, leaf: str, parts: list[str]
+) -> Finding:
+    """A fused layer a quantization config reaches, named only by the table of a nested
+    class vLLM's quantization set-up does not read: at the top-level class, once per
+    leaf (the table to add is its)."""
+    from prefixlint.introspect.finding import class_site
+
+    name = getattr(cls, "__name__", "the model")
+    module = model.get_submodule(path)
+    owner = next(
+        (
+            type(model.get_submodule(p)).__name__
+            for p in _ancestors(path)
+            if leaf in (getattr(model.get_submodule(p), "packed_modules_mapping", None) or {})
+        ),
+        "a nested model",
+    )
+    message = (
+        f"`{path}` is a fused `{type(module).__name__}` whose checkpoint holds "
+        f"{', '.join(f'`{p}`' for p in parts)} separately; `{owner}.packed_modules_mapping` "
+        f"names `{leaf}`, but vLLM's quantization set-up reads only "
+        f"the top-level class's (`{name}`) and those of classes that mix in `SupportsQuant`, "
+        f"so an `ignored_layers` entry of a part misses this layer; add `{leaf!r}: "
+        f"{parts!r}` to `{name}.packed_modules_mapping` (or mix `SupportsQuant` into the "
+        "nested class)"
+    )
+    file, line = class_site(cls)
+    return Finding(
+        INTERFACE_INCONSISTENT_CODE, "error", message, file, line, group=f"packed:{leaf}"
+    )
+
+
+def _ancestors(path: str) -> list[str]:
+    """``a.b.c`` -> ``a.b``, ``a``, and the root ``""``."""
+    parts = path.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts) - 1, -1, -1)]
 
 
 @functools.lru_cache(maxsize=256)

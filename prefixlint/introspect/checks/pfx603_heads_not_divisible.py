@@ -15,7 +15,8 @@ TP_CANDIDATES = tuple(range(1, 17))
 class HeadsNotDivisible(FailureCheck):
     """## What it does
     A build that failed at a tensor-parallel size its head counts do not divide by is
-    reported once per size, with the sizes that work (a warning: the config's counts).
+    reported once, naming every layout that failed, with the sizes that work (a warning:
+    the config's counts).
     When the counts that failed are not the config's but an integer literal of the model's
     code (`num_heads=6` in the call being run, `self.num_heads = 6` before it;
     `verdict/own.py`), it is reported at that line, in every layout it failed in, whatever
@@ -77,10 +78,11 @@ class HeadsNotDivisible(FailureCheck):
             return None
         ok = ", ".join(map(str, working_tp_sizes(heads, kv_heads)))
         message = (
-            f"{heads} query / {kv_heads} KV heads do not divide for tensor parallel size "
-            f"{layout.tp}; sizes that work: {ok}"
+            f"{heads} query / {kv_heads} KV heads do not divide by the tensor parallel size; "
+            f"sizes that work: {ok}"
         )
-        return Finding(self.code, "warning", message, *subject.class_site, group=str(layout.tp))
+        # one finding for every size that fails: the merge lists their layouts
+        return Finding(self.code, "warning", message, *subject.class_site)
 
 
 def working_tp_sizes(heads: int | None, kv_heads: int | None) -> list[int]:

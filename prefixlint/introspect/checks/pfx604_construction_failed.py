@@ -15,6 +15,7 @@ from prefixlint.introspect.checks.base import (
     model_frame,
 )
 from prefixlint.introspect.finding import Finding
+from prefixlint.introspect.verdict import own
 
 
 class ConstructionFailed(FailureCheck):
@@ -24,7 +25,8 @@ class ConstructionFailed(FailureCheck):
     layouts it failed in are listed). At pp > 1 with one layer per stage it is a "not
     verified" note instead (PFX600): a small config's stage may lack a kind of layer every
     stage of a real checkpoint holds; not when no layer was built before the raise, nor
-    when the unsplit model raised the same.
+    when the unsplit model raised the same, nor when the model read an attribute of a
+    `PPMissingLayer` (a layer another stage owns, used as if built).
 
     With a synthesised config, a failure of the kind a made-up value causes (a
     `ValueError`, an `AssertionError`, ...) is a PFX600 note (`verdict/gaps.py`) unless the
@@ -36,6 +38,12 @@ class ConstructionFailed(FailureCheck):
     integer it is compared with and one past it, never below 1; a flag flipped). A test of
     a parameter, a local or `self` (which may hold a config value), a raise under `except`,
     a loop or `match`, and an error an operation raised (an index, a `None`) stay notes.
+    Two more kinds of evidence make such a failure the model's (issue 40): the same config
+    built every unsplit layout and only pipeline stages failed, in the model's own frames;
+    or the class is an out-of-tree one and vLLM's own class of its architecture builds
+    with the same config (unless the failure is a `raise`/`assert` on a config value, or
+    reads a config attribute the config lacks). The hub (files downloaded offline) and an
+    unset environment variable are notes of this machine, with their own advice.
 
     Importing the model's module: a module-level raise in its file, and an import of a
     module its own package lacks (`from .layerz import ...`), are PFX604 at that line; a
@@ -76,6 +84,8 @@ class ConstructionFailed(FailureCheck):
         n_layers = config_value(subject.hf, "num_hidden_layers") or 0
         small_stage = layout.pp > 1 and isinstance(n_layers, int) and n_layers // layout.pp < 2
         small_stage = small_stage and _layers_built(build)
+        # a layer another stage owns used as if built: more layers per stage would not help
+        small_stage = small_stage and not own.stage_placeholder(build.error)
         if small_stage and (site, what) not in subject.unstaged_failures:
             # one layer per stage: a stage of a small config may lack a kind of layer a real
             # checkpoint's stages all hold (a MoE model whose stage 0 is the dense layer);

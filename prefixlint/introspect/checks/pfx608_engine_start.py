@@ -118,6 +118,68 @@ def import_failure(error: BaseException) -> Finding | None:
     return Finding(CODE, "error", message, file, line)
 
 
+def malformed_config(error: BaseException) -> Finding | None:
+    """An error at the line of a ``config.json`` the plugin ships that is not JSON
+    (``targets/plugins.MalformedConfig``): vLLM cannot read it as a model's config, and a
+    build with a guess in its place would check another model."""
+    from prefixlint.introspect.targets.plugins import MalformedConfig
+
+    if not isinstance(error, MalformedConfig):
+        return None
+    message = (
+        f"`{error.path.name}` shipped with the model's package is not valid JSON: "
+        f"{error.reason}; vLLM cannot read it as the model's config, and nothing was built "
+        "with a guessed one in its place"
+    )
+    return Finding(CODE, "error", message, str(error.path), error.line)
+
+
+def unresolved_registration(registry: Any, arch: str) -> Finding | None:
+    """An error at the registration line when the plugin registers ``arch`` as
+    ``"module:Class"`` and the module, which imports, defines no such class: the user's
+    defect (vLLM cannot load the architecture), never a gap of the synthesised config."""
+    import importlib
+
+    from prefixlint.introspect import vllm_api
+
+    named = vllm_api.lazy_registration(registry, arch)
+    if named is None:
+        return None
+    module_name, class_name = named
+    try:
+        module = importlib.import_module(module_name)
+    except (Exception, SystemExit):
+        return None  # ``import_failure`` judges what importing raised
+    file = getattr(module, "__file__", None) or ""
+    if hasattr(module, class_name) or not model_code(file):
+        return None
+    spec = f"{module_name}:{class_name}"
+    where, line = _registration_line(module_name, spec) or (file, 1)
+    message = (
+        f"the plugin registers `{arch}` as `{spec}`, but `{module_name}` defines no "
+        f"`{class_name}`: vLLM cannot load the architecture"
+    )
+    return Finding(CODE, "error", message, where, line)
+
+
+def _registration_line(module_name: str, spec: str) -> tuple[str, int] | None:
+    """The file and line of the plugin's package that spells ``spec`` (``"pkg.m:Cls"``)."""
+    import sys
+
+    top = sys.modules.get(module_name.split(".")[0])
+    if top is None or not getattr(top, "__path__", None) or not top.__file__:
+        return None
+    for path in sorted(Path(top.__file__).parent.rglob("*.py"))[:500]:
+        try:
+            lines = path.read_text("utf-8", "replace").splitlines()
+        except OSError:
+            continue
+        for i, text in enumerate(lines, 1):
+            if spec in text:
+                return str(path), i
+    return None
+
+
 def _missing_own_module(error: ModuleNotFoundError) -> Finding | None:
     """PFX604 at the import, in the model's file, of a module of the model's own package
     that does not exist (a typo, a file left out of the package): every user gets the same
@@ -278,13 +340,37 @@ def unloadable(spec: str, error: BaseException) -> list[dict[str, Any]] | None:
     from prefixlint.introspect.verdict.outcome import TargetResult
 
     finding = import_failure(error)
-    if finding is None:
-        return None
     arch = spec.rpartition(":")[2] if ":" in spec else Path(spec).stem
+    if finding is None:
+        return _package_missing_here(spec, arch, error)
     result = TargetResult(target=spec, arch=arch, status="skipped", category="finding")
     result.reason = _first_line(error)
     result.findings.append(finding)
     data = asdict(result)
     data["layouts"] = []
     data["class_file"], data["class_line"] = finding.file, finding.line
+    return [data]
+
+
+def _package_missing_here(
+    spec: str, arch: str, error: BaseException
+) -> list[dict[str, Any]] | None:
+    """The model's file imports a top-level package this machine lacks (a CUDA-only
+    kernel package, an optional dependency): a skipped target of this environment, whose
+    "not verified" note (``skipped_findings``) stands at the import with the advice. None
+    for any other failure."""
+    from dataclasses import asdict
+
+    from prefixlint.introspect.verdict.outcome import TargetResult
+
+    frames = list(traceback.walk_tb(error.__traceback__))
+    model = [(f, n) for f, n in frames if model_code(f.f_code.co_filename)]
+    if not isinstance(error, ModuleNotFoundError) or not error.name or not model:
+        return None
+    frame, line = model[-1]
+    result = TargetResult(target=spec, arch=arch, status="skipped", category="environment")
+    result.reason = f"needs package {error.name}"
+    data = asdict(result)
+    data["layouts"] = []
+    data["class_file"], data["class_line"] = frame.f_code.co_filename, line
     return [data]

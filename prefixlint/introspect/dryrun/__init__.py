@@ -51,7 +51,7 @@ from prefixlint.introspect.dryrun.weights import (
     merge,
     refused_modules,
 )
-from prefixlint.introspect.finding import Finding, class_site
+from prefixlint.introspect.finding import Finding, class_site, describe_error
 
 __all__ = ["DryRun", "NotVerified", "incomplete_experts", "reference_class", "run"]
 
@@ -165,7 +165,7 @@ def unbuilt(cls: type | None, builds: list[Any]) -> DryRun:
         return DryRun("", "the model did not build")
     failed = next((b for b in builds if b.layout.tp == 1 and b.layout.pp == 1), None)
     error = failed.error if failed is not None else None
-    why = f" ({type(error).__name__}: {str(error).strip()[:200]})" if error is not None else ""
+    why = f" ({describe_error(error)})" if error is not None else ""
     reason = f"the dry-run loads into the tp=1 build, which failed{why}"
     return DryRun("not verified", reason, [_note(reason, class_site(cls))])
 

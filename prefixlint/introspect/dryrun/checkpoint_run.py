@@ -38,7 +38,7 @@ from prefixlint.introspect.dryrun.quant import past as _past
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import Stream, stream
 from prefixlint.introspect.dryrun.weights import coverage_findings, merge
-from prefixlint.introspect.finding import Finding
+from prefixlint.introspect.finding import Finding, describe_error
 from prefixlint.introspect.targets.checkpoint import CheckpointError, read
 
 
@@ -165,7 +165,7 @@ def _mixed_precision(cls: type | None, base: Any, quant: realquant.QuantBuild) -
     msg = (
         "a fused layer mixes checkpoint layers the checkpoint leaves unquantized with ones "
         f"it quantizes, and vLLM's `{quant.method}` refuses it: `packed_modules_mapping` "
-        f"fuses what the checkpoint keeps apart: vLLM: {realquant.describe_error(quant.error)}"
+        f"fuses what the checkpoint keeps apart: vLLM: {describe_error(quant.error)}"
     )
     finding = Finding(QUANTIZATION_MISMATCH_CODE, "error", msg, *sites.packed_mapping())
     reason = f"quantization `{quant.method}`: the model cannot be built under it (a finding)"

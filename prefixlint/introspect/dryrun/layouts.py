@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from prefixlint.introspect.finding import describe_error
+
 
 class NotVerified(Exception):
     """The dry-run cannot answer; the message says why (a PFX600 note)."""
@@ -109,7 +111,7 @@ def reference(hf_config: Any, cls: type | None = None) -> tuple[list[Reference],
     except Exception as e:
         raise NotVerified(
             f"the reference `{ref_cls.__name__}` cannot be built on meta for this config: "
-            f"{type(e).__name__}: {str(e).strip()[:160]}"
+            f"{describe_error(e)}"
         ) from None
     # save_pretrained writes the original (reverted) layout; checkpoints saved without
     # reverting, in transformers' own layout, exist too: either is a valid checkpoint.

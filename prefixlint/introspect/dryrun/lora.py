@@ -13,7 +13,8 @@ without a word.
 
 The adapter is ``--lora`` (a PEFT folder or hub id: ``adapter_config.json`` and the
 safetensors header, never a weight), else a synthetic one training every linear layer of
-the checkpoint the dry-run streamed (``DryRun.mapping``: PEFT's ``all-linear``). Every
+the checkpoint the dry-run streamed (``DryRun.mapping``: PEFT's ``all-linear``), and, for a
+model that lists ``embedding_modules``, its embeddings and head (``embedding_layers``). Every
 decision is vLLM's own function, run on the tp=1 build; the loops around them are closures
 or inline code that needs a device (the expected list, ``check_unexpected_modules``, the
 manager's choice of modules), so those loops alone are repeated here.
@@ -31,11 +32,12 @@ from torch import nn
 from prefixlint.codes import LORA_TARGET_UNMAPPED_CODE, NOT_VERIFIED_CODE
 from prefixlint.introspect.dryrun import _base_build, _served_as_embedding
 from prefixlint.introspect.dryrun.sites import Sites
-from prefixlint.introspect.finding import Finding, class_site
+from prefixlint.introspect.finding import Finding, class_site, describe_error
 from prefixlint.introspect.targets.adapter import Adapter, read_adapter
 from prefixlint.introspect.targets.checkpoint import CheckpointError
 
 _SHOWN = 8  # expected names quoted in a message
+EMBEDDING_ENDS = ("lora_embedding_A", "lora_embedding_B")  # PEFT's, for an embedding
 # vLLM's manager gives a classification head's full weights (``modules_to_save``) to a
 # top-level module of one of these names only (``supported_modules_to_save``)
 CLASSIFIER_HEADS = ("score", "classifier")
@@ -119,7 +121,7 @@ def match(model: nn.Module, adapter: Adapter, api: dict[str, Any]) -> Match:
         if name in seen:
             continue
         seen.add(name)
-        if "lora_embedding_" in key:
+        if "lora_embedding_" in key or _embedding(model, name):
             result.embeddings.add(name)
         if ".experts" in name:
             ok = name[name.find(".experts") + 1 :] in result.expected
@@ -128,6 +130,57 @@ def match(model: nn.Module, adapter: Adapter, api: dict[str, Any]) -> Match:
             ok = base in result.expected or base in adapter.modules_to_save
         (result.accepted if ok else result.unexpected).append((peft, name))
     return result
+
+
+def _embedding(model: nn.Module, path: str) -> bool:
+    """The module at ``path`` is one of vLLM's embeddings or heads (a head's adapter is
+    ``lora_A``/``lora_B``, as PEFT names an ``nn.Linear``'s, yet vLLM takes it only as
+    an ``embedding_modules`` entry)."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+    try:
+        return isinstance(model.get_submodule(path), VocabParallelEmbedding)
+    except AttributeError:
+        return False
+
+
+# the input embedding's name in transformers' models, which PEFT adapters target by it
+INPUT_EMBEDDING = "embed_tokens"
+
+
+def embedding_layers(cls: type | None, model: nn.Module, language: str | None) -> dict[str, Any]:
+    """Checkpoint layer -> (module path, whether a head) of the embeddings and heads the
+    synthetic adapter trains: for a model that lists ``embedding_modules`` (vLLM's
+    embedding LoRA: ``VocabParallelEmbeddingWithLoRA``, the head through
+    ``LogitsProcessorWithLoRA``; 81 of vLLM 0.32's 114 ``SupportsLoRA`` model files list
+    none, and then vLLM trains none), each module those names name, each
+    ``ParallelLMHead`` and each vocabulary embedding named ``embed_tokens`` (a model that
+    does not list the embedding it has under that name is what this finds)."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import (
+        ParallelLMHead,
+        VocabParallelEmbedding,
+    )
+
+    from prefixlint.introspect.dryrun.selflayout import checkpoint_name
+    from prefixlint.introspect.dryrun.tables import weights_mapper
+
+    listed = getattr(cls, "embedding_modules", None) or {}
+    if not listed:
+        return {}
+    mapper = weights_mapper(cls)
+    out: dict[str, Any] = {}
+    for path, module in model.named_modules():
+        leaf = path.rsplit(".", 1)[-1]
+        head = isinstance(module, ParallelLMHead)
+        vocab = isinstance(module, VocabParallelEmbedding) and leaf == INPUT_EMBEDDING
+        if not (leaf in listed or head or vocab) or getattr(module, "weight", None) is None:
+            continue
+        if language is not None and not path.startswith(language) and not head:
+            continue
+        name = checkpoint_name(mapper, f"{path}.weight", None)
+        if name is not None:
+            out[name.removesuffix(".weight")] = (path, head)
+    return out
 
 
 def language_prefix(model: nn.Module) -> str | None:
@@ -554,7 +607,7 @@ def run(
         with set_current_vllm_config(base.vllm_config):
             findings = _judged(cls, base, chosen, mapping, api)
     except Exception as e:  # vLLM's matching on meta: a gap, never a lost target
-        failed = f"vLLM's matching failed on the meta build: {type(e).__name__}: {str(e)[:200]}"
+        failed = f"vLLM's matching failed on the meta build: {describe_error(e)}"
         return LoraRun("not verified", failed, [_note(failed, site)])
     return LoraRun("verified", why, findings)
 
@@ -590,7 +643,7 @@ def _under_lora(
         return base, ""
     rebuilt = build_layout(base.plan, base.layout, lora_config=api["LoRAConfig"]())
     if rebuilt.error is not None:
-        error = f"{type(rebuilt.error).__name__}: {str(rebuilt.error)[:200]}"
+        error = describe_error(rebuilt.error)
         return base, f"matched on the build without a LoRA config (with one: {error})"
     return rebuilt, ""
 
@@ -621,6 +674,15 @@ def _adapter_for(
     chosen, towers = synthetic_adapter(mapping, language_prefix(model))
     if towers:
         partial.append(f"{towers} tower layer(s) left out (vLLM's default)")
+    embeddings = embedding_layers(cls, model, language_prefix(model))
+    for layer, (_, head) in sorted(embeddings.items()):
+        # PEFT's names: an embedding's ``lora_embedding_A``, a (linear) head's ``lora_A``
+        ends = ("lora_A.weight", "lora_B.weight") if head else EMBEDDING_ENDS
+        chosen.keys = [*(chosen.keys or []), *(f"base_model.model.{layer}.{e}" for e in ends)]
+        chosen.config["target_modules"] = sorted(
+            {*chosen.config["target_modules"], layer.rsplit(".", 1)[-1]}
+        )
+    mapping = {**mapping, **{layer: path for layer, (path, _) in embeddings.items()}}
     return chosen, partial, mapping
 
 

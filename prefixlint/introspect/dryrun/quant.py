@@ -12,9 +12,9 @@ from torch import nn
 from prefixlint.codes import QUANTIZATION_MISMATCH_CODE
 from prefixlint.introspect.builds.layout import build_layout
 from prefixlint.introspect.dryrun.sites import Sites
-from prefixlint.introspect.dryrun.streaming import Stream, describe_error
+from prefixlint.introspect.dryrun.streaming import Stream
 from prefixlint.introspect.dryrun.weights import module_leaf
-from prefixlint.introspect.finding import Finding
+from prefixlint.introspect.finding import Finding, describe_error
 
 OUT_OF_TIME = "skipped: the builds used most of this target's time budget (raise `--timeout`)"
 

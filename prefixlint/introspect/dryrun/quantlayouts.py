@@ -29,11 +29,11 @@ from prefixlint.codes import CHECKPOINT_COVERAGE_CODE
 from prefixlint.introspect.builds.layout import build_layout
 from prefixlint.introspect.dryrun.layouts import normal
 from prefixlint.introspect.dryrun.quant import OUT_OF_TIME, past
-from prefixlint.introspect.dryrun.realquant import describe_error, kv_cache_method, weight_sources
+from prefixlint.introspect.dryrun.realquant import kv_cache_method, weight_sources
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import Stream
 from prefixlint.introspect.dryrun.weights import coverage_findings
-from prefixlint.introspect.finding import Finding
+from prefixlint.introspect.finding import Finding, describe_error
 
 Layout = dict[str, tuple[tuple[int, ...], torch.dtype]]
 # the KV-cache scales a checkpoint stores (vLLM fills ``q_scale``/``prob_scale`` itself)

@@ -36,7 +36,7 @@ from prefixlint.introspect.dryrun.quant import (
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import Stream
 from prefixlint.introspect.dryrun.weights import module_leaf
-from prefixlint.introspect.finding import Finding
+from prefixlint.introspect.finding import Finding, describe_error
 from prefixlint.introspect.targets.checkpoint import Checkpoint
 
 # safetensors dtype names -> torch attribute names (the format's table; a dtype this
@@ -188,11 +188,6 @@ def _ignore_lists(quant_config: Any) -> str:
     return ""
 
 
-def describe_error(error: BaseException | None) -> str:
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return f"{type(error).__name__}: {text}"[:240]
-
-
 # -- parameters vLLM defaults -----------------------------------------------------------------
 
 
@@ -248,17 +243,28 @@ def unquantized_leaves(model: nn.Module) -> set[str]:
     } or {"weight", "bias"}
 
 
+# what a quantization format stores beside a layer's values: scales (``weight_scale``,
+# ``input_scale``, ``weight_scale_inv``, AWQ's ``scales``) and zero points (``qzeros``,
+# ``weight_zero_point``); a tensor of another name is the layer's values, whatever its name
+# (transformers 5 saves fused experts as ``experts.gate_up_proj``, no ``.weight``)
+SCALE_MARKS = ("scale", "zero")
+
+
 def stored_quantized(
     layout: dict[str, tuple[tuple[int, ...], torch.dtype]], layer: str, plain: set[str]
 ) -> tuple[bool, str]:
-    """Whether the checkpoint stores ``layer`` quantized, and what it holds for it."""
+    """Whether the checkpoint stores ``layer`` quantized, and what it holds for it: read
+    from the tensors' dtypes (fp8, fp4, integer codes) and from scale tensors beside them,
+    never from a tensor's name alone."""
     start = f"{layer}."
     held = {n[len(start) :]: dtype for n, (_, dtype) in layout.items() if n.startswith(start)}
-    extra = sorted(k for k in held if k not in plain)
+    scales = sorted(k for k in held if any(m in module_leaf(k) for m in SCALE_MARKS))
     narrow = sorted(k for k, d in held.items() if dtype_kind(d) != "float")
-    what = ", ".join(f"{_name(d)} `{k}`" for k, d in sorted(held.items()) if k in plain)
+    extra = sorted(k for k in held if k not in plain and (k in scales or k in narrow))
+    values = sorted(k for k in held if k not in extra)
+    what = ", ".join(f"{_name(held[k])} `{k}`" for k in values)
     what += f" with {', '.join(f'`{k}`' for k in extra)}" if extra else ", no scales"
-    return bool(extra or narrow), what.lstrip(", ")
+    return bool(scales or narrow), what.lstrip(", ")
 
 
 @dataclass
@@ -368,7 +374,7 @@ def method_findings(
             alike.setdefault(held, []).append(f"`{layer}`")
         holds = "; ".join(f"{', '.join(names)}: {held}" for held, names in alike.items())
         site, why, entry = _cause(cls, path, module, layers, sites, expected, quant)
-        prefix = getattr(module, "prefix", path)
+        prefix = matched_prefix(module, path)[0]
         if quantized:
             name = type(module.quant_method).__name__
             what = f"`{path}` is quantized ({name}) although the checkpoint stores it unquantized"
@@ -384,7 +390,7 @@ def method_findings(
             f"; its {', '.join(f'`{u}`' for u in unwritten)} {verb} unwritten" if unwritten else ""
         )
         message = f"{what} ({holds}) under `{quant.method}` (prefix `{prefix}`): {why}{tail}"
-        facts = {"kind": "quant-mismatch", "leaf": module_leaf(path), "entry": entry}
+        facts = {"kind": "quant-mismatch", "leaf": module_leaf(path), "entry": "", **entry}
         out.findings.append(
             Finding(QUANTIZATION_MISMATCH_CODE, "error", message, *site, facts=facts)
         )
@@ -399,38 +405,59 @@ def _cause(
     sites: Sites,
     stored: bool,
     quant: QuantBuild,
-) -> tuple[tuple[str, int], str, str]:
+) -> tuple[tuple[str, int], str, dict[str, str]]:
     """The model's line responsible, and why: the module built without the quantization
     config, a kind of layer the method never quantizes, a prefix that is not its path, a
-    fused layer's mapping, a renamed layer; and the fused layer's ``packed_modules_mapping``
-    entry where that is the cause ("missing" or "wrong", else "")."""
-    prefix = getattr(module, "prefix", path)
+    fused layer's mapping, a renamed layer; and, where a fused layer's
+    ``packed_modules_mapping`` entry is the cause, that entry ("missing" or "wrong") and leaf."""
+    prefix, path = matched_prefix(module, path)
     leaf = module_leaf(path)
     leaves = list(dict.fromkeys(module_leaf(n) for n in layers))
     packed = getattr(cls, "packed_modules_mapping", None) or {}
     if stored and getattr(module, "quant_method", None) is None:
         kind = f"{type(module).__module__.partition('.')[0]}'s `{type(module).__name__}`"
         why = f"it is built as {kind}, which no quantization config reaches"
-        return sites.module(path), why, ""
+        return sites.module(path), why, {}
     if stored and getattr(module, "quant_config", None) is None and _takes_quant_config(module):
-        return sites.module(path), "it is built without the `quant_config`", ""
+        return sites.module(path), "it is built without the `quant_config`", {}
     if stored and _no_method_for(module, prefix, quant):
         why = f"vLLM's `{quant.method}` has no quantized method for a `{type(module).__name__}`"
-        return sites.module(path), why, ""
+        return sites.module(path), why, {}
     if prefix != path:
         why = f"its prefix `{prefix}` is not its path, and the quantization config matches"
-        return sites.prefix_root(path), f"{why} the prefix", ""
+        return sites.prefix_root(path), f"{why} the prefix", {}
     if len(layers) > 1 and leaves != [leaf] and getattr(module, "output_sizes", None):
         wrong = packed_entry_wrong(packed, leaf, leaves)
         if wrong is not None:
-            return sites.packed_mapping(), wrong, packed_entry_state(packed, leaf)
+            entry = {"entry": packed_entry_state(packed, leaf), "leaf": leaf}
+            return sites.packed_mapping(), wrong, entry
     if layers != [path] and len(layers) == 1:
         why = (
             f"the checkpoint calls it `{layers[0]}` and the quantization config matches "
             f"that name; no `hf_to_vllm_mapper` entry renames it to `{path}`"
         )
-        return sites.module(path), why, ""
-    return sites.module(path), "vLLM's quantization config decides otherwise for this prefix", ""
+        return sites.module(path), why, {}
+    if not stored and quant.described:
+        why = (
+            f"no entry of the checkpoint's {quant.described} matches `{prefix}` as vLLM "
+            "matches it, so vLLM quantizes it and its scales are never loaded"
+        )
+        return sites.module(path), why, {}
+    return sites.module(path), "vLLM's quantization config decides otherwise for this prefix", {}
+
+
+def matched_prefix(module: nn.Module, path: str) -> tuple[str, str]:
+    """The prefix vLLM's quantization config matches for ``module``, and the path of the
+    module that prefix names. Routed experts are matched by their fused MoE layer's name
+    (``RoutedExperts(layer_name, ...)`` under ``FusedMoE``: ``mlp.experts``, not
+    ``mlp.experts.routed_experts``), which ``is_layer_skipped`` looks up in every
+    ``ignored_layers`` entry that names ``experts``."""
+    prefix = getattr(module, "prefix", path)
+    name = vars(module).get("layer_name")
+    owner = path.rpartition(".")[0]
+    if isinstance(name, str) and name != prefix and name == owner:
+        return name, owner
+    return prefix, path
 
 
 def _takes_quant_config(module: nn.Module) -> bool:

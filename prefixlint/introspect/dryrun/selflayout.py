@@ -37,7 +37,7 @@ from prefixlint.introspect.dryrun.divergence import Divergence
 from prefixlint.introspect.dryrun.layouts import NotVerified, incomplete_experts, normal, reference
 from prefixlint.introspect.dryrun.quant import layer_sources, past, quant_findings
 from prefixlint.introspect.dryrun.sites import Sites
-from prefixlint.introspect.dryrun.streaming import describe_error, stream
+from prefixlint.introspect.dryrun.streaming import stream
 from prefixlint.introspect.dryrun.tables import (
     _forward,
     fused_kind,
@@ -50,7 +50,7 @@ from prefixlint.introspect.dryrun.weights import (
     merge,
     refused_modules,
 )
-from prefixlint.introspect.finding import Finding
+from prefixlint.introspect.finding import Finding, describe_error
 
 SELF_DERIVED = (
     "checkpoint layout derived from the model itself (its parameters through its "

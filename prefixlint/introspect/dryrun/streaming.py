@@ -13,6 +13,7 @@ from torch import nn
 
 from prefixlint.introspect.dryrun.layouts import normal, quiet
 from prefixlint.introspect.dryrun.tagged import Tagged, WriteRecorder, make, recording, tags_of
+from prefixlint.introspect.finding import describe_error
 
 MAX_RETRIES = 8  # load_weights raising on distinct kinds of names
 
@@ -138,11 +139,6 @@ def _is_finding_error(error: BaseException) -> bool:
     if isinstance(error, _FINDING_ERRORS):
         return True
     return isinstance(error, RuntimeError) and ("shape" in str(error) or "size" in str(error))
-
-
-def describe_error(error: BaseException) -> str:
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return f"{type(error).__name__}: {text}"[:240]
 
 
 # -- where to report ---------------------------------------------------------------------------

@@ -16,9 +16,9 @@ from prefixlint.codes import CHECKPOINT_COVERAGE_CODE, NOT_VERIFIED_CODE
 from prefixlint.introspect.dryrun.divergence import Divergence, explained_drop
 from prefixlint.introspect.dryrun.layouts import normal
 from prefixlint.introspect.dryrun.sites import Sites
-from prefixlint.introspect.dryrun.streaming import MAX_RETRIES, Stream, describe_error
+from prefixlint.introspect.dryrun.streaming import MAX_RETRIES, Stream
 from prefixlint.introspect.dryrun.tables import declared_parts, fused_kind
-from prefixlint.introspect.finding import Finding
+from prefixlint.introspect.finding import Finding, describe_error
 
 # a tensor named as its parameter that the loader skips (selflayout judges it apart)
 SKIPS_ITS_PARAMETER = "and the parameter of that name stays random: `load_weights` skips it"

@@ -41,10 +41,19 @@ def arm() -> None:
     """In the worker, once: stacks into the trace file on a fatal signal, on
     ``DUMP_SIGNAL``, and before this process's own ``os._exit``."""
     global _TRACE
-    path = os.environ.get(TRACE_ENV)
-    if not path or _TRACE is not None:
-        return
     import faulthandler
+
+    path = os.environ.get(TRACE_ENV)
+    if _TRACE is not None:
+        # Again before the jobs: what the imports since set-up installed for fatal signals
+        # (a cold worker armed before torch and vLLM) is dropped for ours (a segfault then
+        # left the worker hanging, reported as a hang at the class line; a forked worker,
+        # armed after them, died at the model's line). enable() alone keeps the old ones.
+        faulthandler.disable()
+        faulthandler.enable(file=_TRACE, all_threads=True)
+        return
+    if not path:
+        return
 
     _TRACE = open(path, "w", encoding="utf-8")  # noqa: SIM115 (open for the process's life)
     faulthandler.enable(file=_TRACE, all_threads=True)

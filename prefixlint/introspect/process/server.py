@@ -114,6 +114,7 @@ def build_targets(job: dict[str, Any], targets: list[Any]) -> list[dict[str, Any
                 "status": o.status,
                 "seconds": round(o.seconds, 4),
                 "reason": o.reason,
+                "params": o.params,
             }
             for o in result.layouts
         ]

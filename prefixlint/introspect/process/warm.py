@@ -2,13 +2,14 @@
 torch and vLLM, so that phase 2 does not pay those imports on every call (issue 27).
 
 The zygote (``prefixlint/warm/zygote.py``, kind ``forked.py``) listens on a unix socket in
-the cache folder whose name holds a key of everything its imports depend on: the Python,
-the installed vLLM, torch and transformers, prefixlint's own sources, the working folder
-and the environment (less what differs from call to call, such as ``TMPDIR``); it also
-retires when a file it imported changed. ``spawn`` connects (starting the zygote when none
-listens), hands it the child's stdin, stdout and stderr and the environment, and gets back
-the child's pid; the child then serves jobs exactly as a cold worker does
-(``server.serve``). Light: imports neither torch nor vLLM.
+the user's warm folder (``client.home``) whose name holds a key of everything its imports
+depend on: the Python, the installed vLLM, torch and transformers, prefixlint's own
+sources and the environment (less what differs from call to call, such as ``TMPDIR``; not
+the working folder, which a worker never has on its ``sys.path``); it also retires when a
+file it imported changed. At most ``MAX`` of them live at once. ``spawn``
+connects (starting the zygote when none listens), hands it the child's stdin, stdout and
+stderr and the environment, and gets back the child's pid; the child then serves jobs
+exactly as a cold worker does (``server.serve``). Light: imports neither torch nor vLLM.
 """
 
 from __future__ import annotations
@@ -30,19 +31,19 @@ from prefixlint.warm.client import IDLE_ENV, WARM_ENV, WarmUnavailable, stop
 
 __all__ = ["IDLE_ENV", "WARM_ENV", "WarmProcess", "WarmUnavailable", "spawn", "stop"]
 KIND = "prefixlint.introspect.process.forked"  # what its zygote imports and its children do
+# Phase-2 zygotes alive at once (each holds ~650 MB): two environments stay warm; the
+# bound of all kinds is ``registry.DEFAULT_MAX``.
+MAX = 2
 _PACKAGE = Path(__file__).resolve().parents[2]  # prefixlint/
 _noted: set[str] = set()
 
 
-def warm_folder(off: bool, cache_dir: Path | None = None) -> Path | None:
-    """Where a command's zygote lives (``cache_dir``, else ``$PREFIXLINT_CACHE_DIR``, else
-    ``./.prefixlint_cache``, as ``check``'s results cache), or None when warm workers are
-    off: ``off`` (the ``--no-warm-worker`` flag) or ``PREFIXLINT_WARM_WORKER=0``."""
+def warm_folder(off: bool) -> Path | None:
+    """Where the user's zygotes live (``client.home``), or None when warm workers are off:
+    ``off`` (the ``--no-warm-worker`` flag) or ``PREFIXLINT_WARM_WORKER=0``."""
     if off or client.warm_off():
         return None
-    from prefixlint.static.cache import ResultCache
-
-    return ResultCache.folder_for(cache_dir)
+    return client.home()
 
 
 def note_fallback(reason: str) -> None:
@@ -75,10 +76,10 @@ def _distribution(name: str) -> list[Any]:
     return [name, dist.version, str(folder), stamp]
 
 
-def key(cwd: str, env: dict[str, str]) -> str:
+def key(env: dict[str, str]) -> str:
     """What a phase-2 zygote's imports depend on, as a short digest."""
     packages = [_distribution(n) for n in ("vllm", "torch", "transformers")]
-    return client.key(cwd, env, packages=packages, prefixlint=_sources_digest())
+    return client.key(env, packages=packages, sources=_sources_digest())
 
 
 class WarmProcess:
@@ -127,11 +128,11 @@ def spawn(folder: Path, env: dict[str, str], stderr: int) -> WarmProcess:
     (a descriptor). Raises WarmUnavailable when there is none to be had. A zygote that
     finds a file it imported changed retires: a new one is started, once."""
     cwd = os.getcwd()
-    files = client.paths(folder, key(cwd, env))
+    files = client.paths(folder, key(env))
     info: dict[str, Any] = {}
     for _ in range(2):
         try:
-            conn = client.connect_or_start(files, KIND, cwd, env)
+            conn = client.connect_or_start(files, KIND, env, MAX)
         except OSError as e:
             raise WarmUnavailable(f"cannot start the zygote: {e}") from None
         stdin_r, stdin_w = os.pipe()

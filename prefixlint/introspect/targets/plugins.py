@@ -375,8 +375,20 @@ def _pick(arch: str, cls: type, candidates: dict[str, type]) -> str | None:
     return pool[0] if len(pool) == 1 else None
 
 
+class MalformedConfig(ValueError):
+    """A ``config.json`` the package ships is not JSON: the user's file, reported at the
+    line of the error (``checks/pfx608_engine_start.malformed_config``), never replaced by
+    a guessed config."""
+
+    def __init__(self, path: Path, line: int, reason: str) -> None:
+        super().__init__(f"{path}:{line}: {reason}")
+        self.path, self.line, self.reason = path, line, reason
+
+
 def _shipped_config(top: str, arch: str) -> Path | None:
-    """A ``config.json`` the package ships whose ``architectures`` names ``arch``."""
+    """A ``config.json`` the package ships whose ``architectures`` names ``arch``. Raises
+    ``MalformedConfig`` for a ``config.json`` of the package that does not parse (whose
+    architectures cannot be read: it may be this one's)."""
     module = sys.modules.get(top)
     if module is None or not getattr(module, "__path__", None) or not module.__file__:
         return None  # a loose file ships nothing beside it
@@ -384,6 +396,10 @@ def _shipped_config(top: str, arch: str) -> Path | None:
     for path in sorted(folder.rglob("*.json"))[:200]:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            if path.name == "config.json":
+                raise MalformedConfig(path, e.lineno, f"{e.msg} (column {e.colno})") from None
+            continue
         except (OSError, UnicodeDecodeError, ValueError):
             continue
         if isinstance(data, dict) and arch in (data.get("architectures") or []):

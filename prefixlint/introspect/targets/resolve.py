@@ -47,8 +47,22 @@ def _import_file(path: Path) -> Any:
     if module_name and root is not None:
         if str(root) not in sys.path:
             sys.path.insert(0, str(root))
-        return importlib.import_module(module_name)
-    name = f"prefixlint_target_{abs(hash(str(path.resolve())))}"
+        try:
+            found = importlib.util.find_spec(module_name)
+        except (ImportError, ValueError):
+            found = None  # the import below says why, as it always did
+        origin = found.origin if found is not None else None
+        if origin is None or Path(origin).resolve() == path.resolve():
+            return importlib.import_module(module_name)
+        # The name is another file's (a copy of ``vllm/.../llama.py`` while vLLM is
+        # installed elsewhere, a pull request's base beside its head): this file, under
+        # a name of its own in the same package, so its relative imports still resolve.
+        return _exec_file(path, f"{module_name}__prefixlint_{abs(hash(str(path.resolve())))}")
+    return _exec_file(path, f"prefixlint_target_{abs(hash(str(path.resolve())))}")
+
+
+def _exec_file(path: Path, name: str) -> Any:
+    """``path`` imported as module ``name`` (its package: what precedes the last dot)."""
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}")

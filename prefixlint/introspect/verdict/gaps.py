@@ -2,10 +2,12 @@
 
 A build can fail because prefixlint synthesised a config the model cannot take (a shrunk
 vocabulary below ``pad_token_id``), or because this machine lacks a package, a kernel or
-a GPU (``No module named 'cutlass'``). Neither says anything about the model's code: such
-a layout is reported as a PFX600 note that names the reason and what would fix it, never
-as a PFX604 error. PFX604 stays for failures the model's own code raises under a config
-vLLM accepts (with a synthesised config: only those that no config could explain).
+a GPU (``No module named 'cutlass'``), files the constructor downloads from the hub
+(phase 2 runs offline), or an environment variable the constructor reads. None says
+anything about the model's code: such a layout is reported as a PFX600 note that names
+the reason and what would fix it, never as a PFX604 error. PFX604 stays for failures the
+model's own code raises under a config vLLM accepts (with a synthesised config: only those
+that no config could explain).
 
 Light on purpose (no torch import): both the worker and the caller use it.
 """
@@ -38,8 +40,69 @@ _CPU_PLATFORM = re.compile(
 _TRITON_PLACEHOLDER = re.compile(r"module 'triton(?:\.\w+)*' has no attribute '(\w+)'")
 
 
+# --- the hub and the environment, read from the error's facts ---
+
+HUB_REASON = "needs files from the Hugging Face Hub"
+VARIABLE_REASON = "needs the environment variable"
+
+
+def hub_download(error: BaseException | None) -> str | None:
+    """The repository the code asked the Hugging Face Hub for ("" when unknown), where the
+    error or one it was raised from is ``huggingface_hub``'s, or raised inside it (phase 2
+    runs offline: ``HF_HUB_OFFLINE=1``); None otherwise."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        from_hub = type(error).__module__.startswith("huggingface_hub")
+        frames = _tb_frames(error)
+        if from_hub or any("/huggingface_hub/" in f.f_code.co_filename for f in frames):
+            repos = [f.f_locals.get("repo_id") for f in frames]
+            return next((r for r in repos if isinstance(r, str)), "")
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def missing_variable(error: BaseException | None) -> str | None:
+    """The name an ``os.environ[...]`` read raised ``KeyError`` for; None otherwise."""
+    if not isinstance(error, KeyError) or not error.args or not isinstance(error.args[0], str):
+        return None
+    frames = _tb_frames(error)
+    last = frames[-1] if frames else None
+    if last is None or last.f_globals.get("__name__") != "os":
+        return None
+    return error.args[0]
+
+
+def _tb_frames(error: BaseException) -> list[Any]:
+    import traceback
+
+    return [frame for frame, _ in traceback.walk_tb(error.__traceback__)]
+
+
+def environment_reason(error: BaseException | None) -> str:
+    """The reason of a failure the hub or an unset variable caused; "" for others."""
+    repo = hub_download(error)
+    if repo is not None:
+        where = f" (`{repo}`)" if repo else ""
+        return (
+            f"{HUB_REASON}{where}: the model's constructor downloads them, and phase 2 runs "
+            f"offline ({type(error).__name__})"
+        )
+    name = missing_variable(error)
+    if name is not None:
+        return f"{VARIABLE_REASON} `{name}`, which is not set where prefixlint runs"
+    return ""
+
+
 def fix_hint(category: str, reason: str, synthesised: bool) -> str:
     """What would let prefixlint verify the target."""
+    if reason.startswith(HUB_REASON):
+        return (
+            "download the files into the Hugging Face cache first (`hf download <repo>`), "
+            "then phase 2 finds them offline"
+        )
+    if reason.startswith(VARIABLE_REASON):
+        return "set it (to what the model's deployment sets it to) and run phase 2 again"
     if category == "config-gap":
         if synthesised:
             return (
@@ -185,6 +248,7 @@ def describe(error: BaseException | None) -> str:
     if error is None:
         return ""
     v2 = runner_v2_reason(str(error)) or missing_kernel_reason(str(error))
+    v2 = v2 or environment_reason(error)
     if v2:
         return v2
     lines = str(error).strip().splitlines()

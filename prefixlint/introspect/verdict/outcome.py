@@ -13,7 +13,7 @@ from prefixlint.introspect.builds.modelconfig import MISSING_FILES_WORDS
 from prefixlint.introspect.builds.parallel import Layout
 from prefixlint.introspect.configs import ConfigGap
 from prefixlint.introspect.finding import Finding
-from prefixlint.introspect.verdict.gaps import describe
+from prefixlint.introspect.verdict.gaps import describe, environment_reason
 
 
 @dataclass
@@ -22,6 +22,9 @@ class LayoutOutcome:
     status: str  # "built", "failed", "skipped"
     seconds: float = 0.0
     reason: str = ""
+    # a built layout's parameters, name -> shape (per rank): what a review compares
+    # between a pull request's base and head (``basediff_builds``)
+    params: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -111,6 +114,8 @@ def classify(error: BaseException | None, findings: list[Finding], synthesised: 
         return ""
     text = str(error)
     if isinstance(error, ImportError) or any(w in text for w in ENVIRONMENT_WORDS):
+        return "environment"
+    if environment_reason(error):  # the hub (offline) or an unset variable
         return "environment"
     # the checks judged a failure the model's (a PFX604 error: verdict/own.py's evidence)
     if any(

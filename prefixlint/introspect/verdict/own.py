@@ -3,6 +3,12 @@ evidence read from the traceback and the model's source.
 
 - ``fixed_head_count``: a head count the model's code fixes with a literal (``num_heads=6``)
   that differs from the config's, on the way to a failure about heads (PFX603).
+- ``stage_placeholder``: the model's code used a layer its pipeline stage does not own
+  (vLLM's ``PPMissingLayer``) as if it were built: no config of any size changes that.
+- ``only_pipeline_stages``: the same config built every unsplit layout and only pipeline
+  stages failed, in the model's own frames: the config is not what fails.
+- ``equal_class_builds``: vLLM's own class of the architecture an out-of-tree file
+  registers builds with the config the file's class failed with, at a frame of the file.
 - ``config_reads``: the config attributes the conditions of a ``raise``/``assert`` in the
   model's file read, with the integers they are compared with; ``raised_whatever_config``
   says whether the same raise recurs with each of those values changed (PFX604).
@@ -326,3 +332,68 @@ def always_raised(
         if raising_statement(other.error_tb, other.recorder.external) not in sites:
             return False
     return True
+
+
+# --- a failure only pipeline stages reach (PFX604) ---
+
+
+def stage_placeholder(error: BaseException | None) -> bool:
+    """The error is an attribute read on vLLM's ``PPMissingLayer``, the placeholder of a
+    layer another pipeline stage owns (``AttributeError.obj``): the model's code assumed
+    every layer is built on every stage."""
+    obj = getattr(error, "obj", None) if isinstance(error, AttributeError) else None
+    return obj is not None and any(c.__name__ == "PPMissingLayer" for c in type(obj).__mro__)
+
+
+def only_pipeline_stages(failed: list[Any], builds: list[Any]) -> bool:
+    """Every failed build is a pipeline stage (pp > 1) of the base config, failed in a
+    frame of the model's own files, and that config built every unsplit layout tried
+    (at least one): the config is not what fails, the model's stage handling is."""
+    base = [b for b in builds if not b.variant]
+    unsplit = [b for b in base if b.layout.pp == 1]
+    if not unsplit or any(b.error is not None for b in unsplit):
+        return False
+    return all(
+        not b.variant and b.layout.pp > 1 and frames(b.error_tb, b.recorder.external)
+        for b in failed
+    )
+
+
+def equal_class_builds(
+    failed: list[Any], builds_as: Callable[[type], bool], cls: type | None, other: type | None
+) -> bool:
+    """``other``, vLLM's own class of the architecture an out-of-tree class registers (a
+    copy or a rewrite of vLLM's model, for the same checkpoints), builds with the config
+    ``failed`` were built with (``builds_as``), and each failed in a frame of the model's
+    files, not reading an attribute the config lacks, nor at a ``raise``/``assert`` whose
+    conditions read the config (a demand a checkpoint may meet): the config explains
+    nothing. Not for vLLM's own classes, nor a config variant."""
+    if cls is None or not failed or any(b.variant for b in failed):
+        return False
+    if any(not frames(b.error_tb, b.recorder.external) or _config_lacks(b.error) for b in failed):
+        return False
+    if any(_states_a_demand(b.error_tb, b.recorder.external) for b in failed):
+        return False  # the model's own raise on a config value: ``always_raised`` judges it
+    if other is None or other is cls or _in_vllm(cls) or not _in_vllm(other):
+        return False
+    return builds_as(other)
+
+
+def _states_a_demand(tb: Any, external: Callable[[str], bool]) -> bool:
+    """The model's own ``raise``/``assert`` under conditions that read the config (or
+    that cannot be told from it): a demand a real checkpoint's config may meet."""
+    return raising_statement(tb, external) is not None and config_reads(tb, external) != {}
+
+
+def _config_lacks(error: BaseException | None) -> bool:
+    """An attribute read on a config object (a field a plugin's checkpoint may add)."""
+    obj = getattr(error, "obj", None) if isinstance(error, AttributeError) else None
+    return obj is not None and any("Config" in c.__name__ for c in type(obj).__mro__)
+
+
+def _in_vllm(cls: type) -> bool:
+    """The class is defined in the installed vLLM's files (never imported here)."""
+    import sys
+
+    file = getattr(sys.modules.get(cls.__module__ or ""), "__file__", None) or ""
+    return bool(vllm_root()) and file.startswith(vllm_root())

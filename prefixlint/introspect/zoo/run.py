@@ -26,6 +26,7 @@ from prefixlint.introspect.process.client import Worker, WorkerDied, WorkerTimeo
 from prefixlint.introspect.process.memory import over_bound
 from prefixlint.introspect.verdict.gaps import GAP_CATEGORIES
 from prefixlint.introspect.vllm_api import installed_release
+from prefixlint.progress import end_steps, step
 
 
 @dataclass
@@ -472,8 +473,7 @@ def run_zoo(
             record.add(row)
             if progress:
                 n = len(finished) - len(done_before)
-                sys.stderr.write(f"\r[{n}/{len(todo)}] {arch[:60]:<60}")
-                sys.stderr.flush()
+                step(sys.stderr, f"[{n}/{len(todo)}] {arch[:60]}")
 
     pool = ThreadPoolExecutor(max_workers=len(workers))
     interrupted = False
@@ -492,7 +492,7 @@ def run_zoo(
             w.close()  # one a thread started while the others were being closed
         record.close()
         if progress:
-            sys.stderr.write("\n")
+            end_steps(sys.stderr)
     rows = [finished[a] for a in archs if a in finished]
     return ZooSummary(
         rows,
