@@ -410,16 +410,16 @@ def innermost(spans: list[tuple[int, int, int, int]], row: int) -> tuple[int, in
 # PFX606 of this group is the method's check (other groups: packed_modules_mapping keys);
 # PFX501 names the method when that is what it misses (else: forward's parameter).
 _PP_METHOD = "make_empty_intermediate_tensors"
-# The quantization dry-run's words for a layer that never received `quant_config`
-# (introspect/dryrun/quant.py `unthreaded`), the run-time side of PFX405.
-UNTHREADED = "was built without `quant_config`"
+# The quantization dry-run's kind of finding for a layer that never received
+# `quant_config` (introspect/dryrun/quant.py `unthreaded`), the run-time side of PFX405.
+UNTHREADED = "unthreaded"
 
 
 def _same_defect(static: Diagnostic, runtime: Diagnostic) -> bool:
     if static.phase != "static" or static.code not in SAME_DEFECT.get(runtime.code, ()):
         return False
     if runtime.code == "PFX606" and (
-        runtime.data.get("group") != "pp" or _PP_METHOD not in static.message
+        runtime.data.get("group") != "pp" or static.data.get("about") != _PP_METHOD
     ):
         return False
     return _same_place(static, runtime)
@@ -436,7 +436,7 @@ def _folds_into(runtime: Diagnostic, site: Diagnostic, evidence: list[Diagnostic
         # a layer built without `quant_config` (PFX405) is what the quantization dry-run
         # finds treated otherwise at that statement, whatever it says of it
         return True
-    if runtime.code == "PFX702" and UNTHREADED in runtime.message:
+    if runtime.code == "PFX702" and runtime.data.get("kind") == UNTHREADED:
         return False  # only PFX405 names a layer never given `quant_config`
     if runtime.code == "PFX702":
         # The dry-run reports a quantization mismatch at the construction site only when

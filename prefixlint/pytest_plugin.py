@@ -172,7 +172,8 @@ def _worker(config: pytest.Config) -> Any:
 class Verdict:
     errors: list[Any] = field(default_factory=list)  # Diagnostics of severity error
     warnings: list[Any] = field(default_factory=list)
-    not_verified: list[str] = field(default_factory=list)  # why, one line each
+    # one line each, as said: a PFX600 note's own words ("not verified: ..."), kept whole
+    not_verified: list[str] = field(default_factory=list)
 
 
 def verdict(report: Any) -> Verdict:
@@ -181,14 +182,15 @@ def verdict(report: Any) -> Verdict:
 
     out = Verdict()
     if report.error:
-        out.not_verified.append(f"phase 2 cannot load it: {report.error}")
+        out.not_verified.append(f"not verified: phase 2 cannot load it: {report.error}")
         return out
     gaps = {r.get("arch") for r in report.results if r.get("category") in GAP_CATEGORIES}
     for d in report.diagnostics:
         if d.code == NOT_VERIFIED_CODE:
-            out.not_verified.append(d.message.removeprefix("not verified: "))
+            out.not_verified.append(d.message)
         elif d.code == "PFX604" and d.data.get("architecture") in gaps:
-            out.not_verified.append(f"{d.message} (a gap of config synthesis or this machine)")
+            said = f"{d.message} (a gap of config synthesis or this machine)"
+            out.not_verified.append(f"not verified: {said}")
         elif d.severity is Severity.ERROR:
             out.errors.append(d)
         elif d.severity is Severity.WARNING:
@@ -196,9 +198,9 @@ def verdict(report: Any) -> Verdict:
     for r in report.results:
         if r.get("status") == "skipped":
             why = r.get("reason") or "no reason given"
-            out.not_verified.append(f"phase 2 skipped `{r.get('arch')}`: {why}")
+            out.not_verified.append(f"not verified: phase 2 skipped `{r.get('arch')}`: {why}")
     if not report.results and not report.diagnostics:
-        out.not_verified.append("phase 2 built nothing")
+        out.not_verified.append("not verified: phase 2 built nothing")
     return out
 
 
@@ -244,10 +246,10 @@ class ArchitectureTest(pytest.Item):
             warnings.warn(PrefixlintWarning(_where(d)), stacklevel=1)
         if result.errors:
             lines = [_where(d) for d in result.errors]
-            lines += [f"not verified: {why}" for why in result.not_verified]
+            lines += result.not_verified
             raise Phase2Findings("\n".join(lines))
         if result.not_verified:
-            pytest.skip(f"{self.target} not verified: {'; '.join(result.not_verified)}")
+            pytest.skip(f"{self.target} {'; '.join(result.not_verified)}")
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, Phase2Findings):

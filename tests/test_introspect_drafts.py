@@ -331,12 +331,14 @@ def test_drafts_built_by_the_mechanisms(worker, arch: str, source: str) -> None:
 def test_a_drafts_attention_numbered_on_from_the_targets_is_the_convention() -> None:
     from prefixlint.introspect.drafts.plan import target_layer_offset
 
-    msg = "`Attention` is at `model.layers.0.self_attn.attn` but was given prefix `{}`: x"
-    assert target_layer_offset(msg.format("model.layers.4.self_attn.attn"), 4)
-    assert target_layer_offset("is at `model.layers.1` but was given prefix `model.layers.5`", 4)
-    assert not target_layer_offset(msg.format("model.layers.3.self_attn.attn"), 4)  # off by one
-    assert not target_layer_offset(msg.format("model.layers.4.attn"), 4)  # a segment lost
-    assert not target_layer_offset(msg.format("model.layers.4.self_attn.attn"), 0)
+    at = "model.layers.0.self_attn.attn"  # PFX601's facts: the path and the prefix given
+    assert target_layer_offset(at, "model.layers.4.self_attn.attn", 4)
+    assert target_layer_offset("model.layers.1", "model.layers.5", 4)
+    assert not target_layer_offset(at, "model.layers.3.self_attn.attn", 4)  # off by one
+    assert not target_layer_offset(at, "model.layers.4.attn", 4)  # a segment lost
+    assert not target_layer_offset(at, "model.layers.4.self_attn.attn", 0)
+    assert not target_layer_offset("model.norm", "model.norm", 4)  # no layer number
+    assert not target_layer_offset(at, None, 4)
 
 
 @pytest.mark.slow
@@ -366,9 +368,16 @@ def test_a_drafts_missing_pp_method_is_a_note() -> None:
     nothing calls it today (a note); the same on a model that is no draft stays an error,
     and other codes are left alone."""
     from prefixlint.introspect.drafts.plan import soften_for_draft
+    from prefixlint.introspect.finding import Finding
 
     message = "`EagleX` declares `SupportsPP` but has no callable `make_empty_intermediate_tensors`"
-    severity, text = soften_for_draft("PFX606", "error", message)
+
+    def softened(code: str, kind: str) -> tuple[str, str]:
+        f = Finding(code, "error", message, "m.py", 1, group="pp", facts={"kind": kind})
+        soften_for_draft(f)
+        return f.severity, f.message
+
+    severity, text = softened("PFX606", "supports-pp")  # the fact PFX606's unit sets
     assert severity == "note" and "only once drafts are pipelined" in text
-    assert soften_for_draft("PFX601", "error", message) == ("error", message)
-    assert soften_for_draft("PFX606", "error", "a packed key") == ("error", "a packed key")
+    assert softened("PFX601", "supports-pp") == ("error", message)
+    assert softened("PFX606", "") == ("error", message)  # the same words, another kind

@@ -106,6 +106,30 @@ def test_a_class_that_cannot_be_loaded_is_a_note() -> None:
     assert skipped_findings({**result, "status": "built"}) == []
 
 
+def test_a_skipped_config_gap_says_what_the_worker_read_not_its_words() -> None:
+    """Issue 37: whether the config was synthesised is the worker's typed fact
+    (``TargetResult.synthesised``), read by the parent as it is; ``config_source`` is
+    words for people and decides nothing."""
+    result = {
+        "target": "M",
+        "arch": "M",
+        "status": "skipped",
+        "category": "config-gap",
+        "reason": "no head_dim",
+        "findings": [],
+        "class_file": "m.py",
+        "class_line": 3,
+        "config_source": "synthesised (llama)",
+    }
+    [given] = skipped_findings({**result, "synthesised": False})
+    assert "check `--config`" in given["message"] and "synthesised config" not in given["message"]
+    [made] = skipped_findings({**result, "config_source": "file x", "synthesised": True})
+    assert "prefixlint synthesised this config" in made["message"]
+    # a target skipped before any config was read: nothing was given
+    [early] = skipped_findings({k: v for k, v in result.items() if k != "config_source"})
+    assert "prefixlint synthesised this config" in early["message"]
+
+
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "prefixlint", *args],

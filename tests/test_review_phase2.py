@@ -20,6 +20,7 @@ from prefixlint.check_introspect import (
 from prefixlint.diagnostic import Diagnostic, Position, Severity
 from prefixlint.diffbase import ChangedLines
 from prefixlint.review import OFF_DIFF_HEADING, build_review, worth_posting
+from prefixlint.rules.pfx501_pp_interface_incomplete import ABOUT_THE_METHOD
 from tests.test_diffbase import BUG_LINE, BUGGY_MODEL, git, invoke
 
 pytest_plugins = ["tests.github_api"]  # the `github` fixture
@@ -126,6 +127,7 @@ def test_one_finding_per_site_across_phases(tmp_path: Path) -> None:
         str(model),
         Position(1, 7),
         Position(1, 20),
+        data=dict(ABOUT_THE_METHOD),  # PFX501's fact: the finding is about the method
     )
     merged = one_per_site([pfx501, pfx302], [pfx601, pfx702, pfx606])
     assert [(d.code, d.location.row, d.phase) for d in merged] == [
@@ -141,7 +143,9 @@ def test_one_finding_per_site_across_phases(tmp_path: Path) -> None:
     # Not the same defect: a packed_modules_mapping PFX606, a PFX501 about forward, a
     # PFX702 at a statement whose prefix is right.
     packed = finding("PFX606", model, 1, group="qkv_proj")
-    forward = Diagnostic(**{**pfx501.__dict__, "message": "forward takes no intermediate_tensors"})
+    forward = Diagnostic(
+        **{**pfx501.__dict__, "message": "forward takes no intermediate_tensors", "data": {}}
+    )
     assert len(one_per_site([forward], [packed, pfx606])) == 3
     assert len(one_per_site([], [pfx702, packed])) == 2
 
@@ -202,8 +206,8 @@ def test_a_layer_never_given_quant_config_is_one_finding_across_phases(tmp_path:
     to the run-time one); at a statement PFX405 does not report, it stands alone."""
     model = tmp_path / "m.py"
     model.write_text(MODEL)
-    [pfx702] = polish([finding("PFX702", model, 7)])
-    pfx702 = replace(pfx702, message=f"`mlp.down_proj` {UNTHREADED}, so it stays unquantized")
+    [pfx702] = polish([finding("PFX702", model, 7, kind=UNTHREADED)])  # the fact, not words
+    pfx702 = replace(pfx702, message="`mlp.down_proj` was built without `quant_config`")
     pfx405 = replace(finding("PFX405", model, 7, 11, phase="static"), severity=Severity.WARNING)
     [merged] = one_per_site([pfx405], [pfx702])
     assert merged.code == "PFX405" and merged.severity == Severity.ERROR

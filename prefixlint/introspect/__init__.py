@@ -89,9 +89,7 @@ def skipped_findings(result: dict[str, Any]) -> list[dict[str, Any]]:
     reason = result.get("reason") or "unknown reason"
     category = result.get("category", "")
     if category in GAP_CATEGORIES:
-        synthesised = not str(result.get("config_source", "")).startswith(
-            ("file", "pyproject", "checkpoint")
-        )
+        synthesised = result.get("synthesised", True) is not False  # the worker's fact
         return [note(arch, [], category, reason, synthesised, file, line)]
     message = f"`{arch}` could not be set up for a build: {reason}"
     return [{"code": "PFX604", "severity": "error", "message": message, "file": file, "line": line}]
@@ -115,6 +113,8 @@ def to_diagnostics(result: dict[str, Any]) -> list[Diagnostic]:
                     "architecture": result.get("arch"),
                     "layouts": f.get("layouts", []),
                     "group": f.get("group", ""),  # "default-prefix": a leaf built with ""
+                    # what it is, for code that reads it (`check --introspect`), never its words
+                    **({"kind": f["facts"]["kind"]} if f.get("facts", {}).get("kind") else {}),
                 },
             )
         )

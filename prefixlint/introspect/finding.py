@@ -18,7 +18,7 @@ import re
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 
 @dataclass
@@ -32,6 +32,9 @@ class Finding:
     paths: list[str] = field(default_factory=list)  # where the same site's finding repeats
     variants: list[str] = field(default_factory=list)  # config variants it appeared in
     group: str = ""  # findings of one code, site and group are one
+    # what was found, for the code that merges, confirms or softens it: the message is
+    # for people and never read (issue 37); e.g. {"kind": "loader-raises", "tensor": ...}
+    facts: dict[str, Any] = field(default_factory=dict)
 
     def key(self) -> tuple[str, str, int, str]:
         return (self.code, self.file, self.line, self.group)

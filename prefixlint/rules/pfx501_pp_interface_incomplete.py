@@ -17,6 +17,10 @@ from prefixlint.static.model_classes import (
 from prefixlint.static.resolve import Symbol
 from prefixlint.static.rule import INTERFACE, Invalid, LintRule, example
 
+# what a finding about the method (not forward's parameter) says it is about, read by
+# `check --introspect` to fold phase 2's PFX606 of the same method into it
+ABOUT_THE_METHOD = {"about": "make_empty_intermediate_tensors"}
+
 
 def _method_node(node: cst.ClassDef, name: str) -> cst.FunctionDef | None:
     body = node.body.body if isinstance(node.body, cst.IndentedBlock) else []
@@ -165,6 +169,7 @@ class MyForCausalLM(nn.Module, SupportsPP):
                 "call it at start-up",
                 severity=severity,
                 site=self.here(node),
+                data=ABOUT_THE_METHOD,
             )
         elif has is False:
             self.report(
@@ -174,6 +179,7 @@ class MyForCausalLM(nn.Module, SupportsPP):
                 "pipeline stages call it at start-up",
                 severity=severity,
                 site=self.here(node),
+                data=ABOUT_THE_METHOD,
             )
         elif has is None:
             unread = ", ".join(f"`{b}`" for b in self.ctx.resolver.unreadable_bases(symbol))
@@ -185,6 +191,7 @@ class MyForCausalLM(nn.Module, SupportsPP):
                 "folder, or check it too)",
                 site=self.here(node),
                 not_verified=True,
+                data=ABOUT_THE_METHOD,
             )
         self._check_forward(node, cls, severity)
 

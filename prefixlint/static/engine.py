@@ -161,7 +161,7 @@ def _diagnostic(report: Report, positions: Positions, display: str) -> Diagnosti
         fix=fix,
         url=url_for(report.rule.code),
         no_fix=report.no_fix,
-        data={NOT_VERIFIED: True} if report.not_verified else {},
+        data={**report.data, NOT_VERIFIED: True} if report.not_verified else dict(report.data),
     )
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import ast
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import libcst as cst
 
@@ -102,6 +102,7 @@ class Report:
     fix: PlannedFix | None = None  # what replaces which node (``node`` itself or inside it)
     no_fix: str | None = None  # why a fixable rule has no fix for this finding
     not_verified: bool = False  # a note that says the rule could not decide
+    data: dict[str, Any] = field(default_factory=dict)  # facts for code that reads it
 
 
 class FileContext:
@@ -395,6 +396,7 @@ class LintRule:
         fix: Callable[[], PlannedFix] | None = None,
         site: Site | Where | None = None,
         not_verified: bool = False,
+        data: dict[str, Any] | None = None,
     ) -> None:
         """Report ``node``. A fix is ``replacement`` (replaces ``node``, as in Fixit) or
         ``fix``, a planner that returns what replaces which node, or raises ``NoFix`` with
@@ -432,6 +434,7 @@ class LintRule:
                 planned,
                 no_fix,
                 not_verified,
+                data or {},
             )
         )
 

@@ -174,7 +174,7 @@ def run_target(
     builds += explored.builds
     covered(result, cls, builds, explored)
     complete = not result.coverage["not_executed"]
-    result.findings = _findings(target.arch, cls, plan, builds, result.config_source, complete)
+    result.findings = _findings(target.arch, cls, plan, builds, result.synthesised, complete)
     result.findings += numbered + not_verified(result.coverage)
     result.findings += startup.layer_index_refusals(builds, model_config, cls)
     given = (checkpoint, lora)
@@ -186,9 +186,7 @@ def run_target(
     if len(failed) == len(builds) and builds:
         result.status = "failed"
         result.reason = _describe(failed[0].error)
-        result.category = classify(
-            failed[0].error, result.findings, result.config_source.startswith("synthesised")
-        )
+        result.category = classify(failed[0].error, result.findings, result.synthesised)
     result.seconds = time.perf_counter() - started
     # Free the meta models now: a zoo worker builds hundreds.
     for build in builds:
@@ -205,20 +203,22 @@ def _target_config(
     config, config_table, config_base, checkpoint = given
     arch_for_config = target.arch.removesuffix("__prefixlint")
     from_checkpoint = bool(checkpoint and not config)
-    if from_checkpoint:
+    if from_checkpoint:  # said before it is read: a checkpoint that cannot be read is skipped
         result.config_source = f"checkpoint {checkpoint} (its config.json)"
+        result.synthesised = False
         config = _checkpoint_config(str(checkpoint))
     draft = None
     if not config and not (config_table and arch_for_config in config_table):
         draft = _draft_model_config(arch_for_config, cls, registry, target.arch)
-    if draft is not None:
+    if draft is not None:  # a draft's config is vLLM's, derived from a synthesised target
         plan, result.config_source = draft
-        return plan, ConfigSource("", result.config_source)
+        return plan, ConfigSource("", result.config_source, synthesised=True)
     source = target_config_source(target, cls, config, config_table, config_base)
-    result.config_source = source.source
+    result.config_source, result.synthesised = source.source, source.synthesised
     if from_checkpoint:
         result.config_source = f"checkpoint {checkpoint} (its config.json)"
-    if source.source.startswith("synthesised"):
+        result.synthesised = False
+    if source.synthesised:
         model_config, early = model_config_repaired(source.folder)
         if early:
             result.config_source += f"; guessed {', '.join(early)}"
@@ -269,7 +269,7 @@ def _prepared(
     arch, registry, target = draft
     if needs_model_runner_v2(plan, layout):
         result.config_source += f"; {V2_SOURCE}"
-    if not result.config_source.startswith("synthesised"):
+    if not result.synthesised:
         return plan
     guessed, last_error = _repair_loop(plan, layout, cls=cls)
     if plan.draft_spec is not None:  # a draft's dtype is its target's: plan again
@@ -302,12 +302,11 @@ def _findings(
     cls: type | None,
     plan: BuildPlan,
     builds: list[Build],
-    config_source: str,
+    synthesised: bool,
     complete: bool,
 ) -> list[Finding]:
     """The checks over the builds that say something about the model; a PFX600 note for
     the layouts that failed because of the config or this machine (see ``gaps.py``)."""
-    synthesised = config_source.startswith("synthesised")
     checked, gap_builds = split_gaps(builds, synthesised, classify)
     checked, gap_builds = reclaim(checked, gap_builds, _own_failure(plan, builds, arch, cls))
     findings = check_build(cls, plan.model_config, checked, complete)
@@ -317,10 +316,13 @@ def _findings(
         findings = [
             f
             for f in findings
-            if not (f.code == "PFX601" and target_layer_offset(f.message, offset or 0))
+            if not (
+                f.code == "PFX601"
+                and target_layer_offset(f.facts.get("path", ""), f.facts.get("prefix"), offset or 0)
+            )
         ]
         for f in findings:
-            f.severity, f.message = soften_for_draft(f.code, f.severity, f.message)
+            soften_for_draft(f)
     file, line = class_site(cls)
     for (category, reason), failed in gap_builds.items():
         layouts = [b.layout.name for b in failed]
@@ -401,7 +403,7 @@ def _dry_run(
     started = time.perf_counter()
     own_layout = False  # the model's own layout (selflayout): no reference for a variant
     try:
-        synthesised = result.config_source.startswith("synthesised")
+        synthesised = result.synthesised
         if checkpoint:
             outcome = checkpoint_run.run(cls, model_config, builds, checkpoint, enabled, deadline)
         else:
@@ -409,7 +411,7 @@ def _dry_run(
             if selflayout.applies(outcome):  # no reference class: the model's own layout
                 why, own_layout = outcome.reason, True
                 outcome = selflayout.run(
-                    cls, model_config, builds, result.config_source, why, deadline
+                    cls, model_config, builds, result.synthesised, why, deadline
                 )
     except Exception as e:
         file, line = class_site(cls)
@@ -417,7 +419,7 @@ def _dry_run(
         finding = Finding(NOT_VERIFIED_CODE, "note", note, file, line)
         outcome = dryrun.DryRun("not verified", _describe(e), [finding])
     if explored is not None and not checkpoint:  # a real checkpoint's config has no variants
-        synthesised = result.config_source.startswith("synthesised")
+        synthesised = result.synthesised
         outcome.findings += dry_run_variants(
             cls, model_config, builds, explored, outcome, synthesised, deadline, own_layout
         )

@@ -95,6 +95,7 @@ class Findings:
     def __init__(self) -> None:
         self.found: dict[tuple, Finding] = {}
         self.messages: dict[tuple, dict[str, str]] = {}  # key -> path -> its message
+        self.facts: dict[tuple, dict[str, dict]] = {}  # key -> path -> its facts
         self.failures: set[tuple] = set()  # keys of findings about builds that failed
 
     def add(self, finding: Finding, build: Any, path: str = "") -> None:
@@ -113,12 +114,14 @@ class Findings:
             if path not in known.paths:
                 known.paths.append(path)
             self.messages.setdefault(key, {}).setdefault(path, finding.message)
+            self.facts.setdefault(key, {}).setdefault(path, finding.facts)
 
     def finish(self) -> list[Finding]:
         for key, f in self.found.items():
             f.paths.sort(key=natural_order)
             if f.paths:
                 f.message = self.messages[key][f.paths[0]]  # the first layer's words
+                f.facts = self.facts[key][f.paths[0]]  # and what they say
             extra = []
             if len(f.paths) > 1:
                 more = ", ".join(f"`{p}`" for p in f.paths[1 : 1 + _SHOWN])

@@ -335,7 +335,9 @@ def without_duplicates(findings: list[Finding], packed: list[Finding]) -> list[F
             (
                 leaf
                 for leaf in leaves
-                if f.code == "PFX702" and f"has no entry `'{leaf}':" in f.message
+                if f.code == "PFX702"
+                and f.facts.get("entry") == "missing"
+                and f.facts.get("leaf") == leaf
             ),
             None,
         )
@@ -343,7 +345,8 @@ def without_duplicates(findings: list[Finding], packed: list[Finding]) -> list[F
             out.append(f)
             continue
         confirmed = leaves[hit]
-        if "quantization dry-run confirms" not in confirmed.message:
+        if not confirmed.facts.get("confirmed"):
+            confirmed.facts["confirmed"] = True  # said once, however many leaves confirm it
             confirmed.message += (
                 "; the quantization dry-run confirms it: built under `Fp8Config` with the "
                 "parts ignored, the layer is quantized"

@@ -81,13 +81,16 @@ class PrefixPath(BuildCheck):
                 continue  # a container whose layers get their names some other way
             severity, why = _severity(view, [path, *below])
             leaf = r.defaulted and r.prefix == "" and not below
+            facts: dict[str, str] = {}
             if r.defaulted and r.prefix == "":
                 inside = ', so the layers inside it are named from `""`' if below else ""
                 message = f'`{r.cls}` at `{path}` was built without `prefix` (`""`){inside}: {why}'
             else:
                 message = f"`{r.cls}` is at `{path}` but was given prefix `{r.prefix}`: {why}"
+                facts = {"path": path, "prefix": r.prefix}  # a draft's numbering is read here
             group = "default-prefix" if leaf else ""
-            finding = Finding(self.code, severity, message, r.site_file, r.site_line, group=group)
+            site = (r.site_file, r.site_line)
+            finding = Finding(self.code, severity, message, *site, group=group, facts=facts)
             out.add(finding, view.build, path)
 
 

@@ -86,7 +86,9 @@ class PipelineInterface(TargetCheck):
                 problem = f"`make_empty_intermediate_tensors(...)` raises {type(e).__name__}: {e}"
         if problem:
             message = f"`{cls.__name__}` declares `SupportsPP` but {problem}"[:300]
-            out.add(Finding(self.code, "error", message, *subject.class_site, group="pp"), build)
+            found = Finding(self.code, "error", message, *subject.class_site, group="pp")
+            found.facts["kind"] = "supports-pp"  # a draft's inherited SupportsPP is a note
+            out.add(found, build)
             return
         for module in build.model.modules():
             if "make_empty_intermediate_tensors" in vars(module):

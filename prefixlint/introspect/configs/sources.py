@@ -18,6 +18,7 @@ from prefixlint.introspect.configs.synthesis import ConfigGap, synth_config
 class ConfigSource:
     folder: str  # holds config.json
     source: str  # "file <path>", "pyproject <path>", "synthesised (<model type>)"
+    synthesised: bool = False  # made by prefixlint, not read from a file: the fact, not the words
 
 
 def resolve_config(
@@ -66,7 +67,7 @@ def resolve_config(
     cfg.architectures = [name]
     cfg.save_pretrained(folder)
     _rename_sub_config_keys(type(cfg), Path(folder, "config.json"))
-    return ConfigSource(folder, origin)
+    return ConfigSource(folder, origin, synthesised=True)
 
 
 _POPPED_INTO = re.compile(r"self\.(\w+)\s*=\s*\w+\(\s*\*\*\s*kwargs\.pop\(\s*[\"'](\w+)[\"']")

@@ -362,24 +362,22 @@ def force_architecture(plan: DraftPlan, name: str | None = None) -> None:
         plan.forced = True
 
 
-_OFFSET = re.compile(
-    r"is at `(?P<path>[\w.]*?)(?P<i>\d+)(?P<rest>[\w.]*)` but was given prefix "
-    r"`(?P<prefix>[\w.]*?)(?P<j>\d+)(?P<rest2>[\w.]*)`"
-)
+_LAYER = re.compile(r"(?P<head>[\w.]*?)(?P<i>\d+)(?P<rest>[\w.]*)")  # a numbered layer's path
 
 
-def target_layer_offset(message: str, offset: int) -> bool:
-    """A PFX601 message about a draft layer named after its index past the target's
-    layers: vLLM's drafts number their layers from the target's layer count
+def target_layer_offset(path: str, prefix: str | None, offset: int) -> bool:
+    """A PFX601 about a draft layer at ``path`` given the ``prefix`` of its index past the
+    target's layers: vLLM's drafts number their layers from the target's layer count
     (``start_layer_id=target_layer_num``) so that their attention layers and KV cache
     never share a name with the target's. That naming is the contract, not a defect."""
-    m = _OFFSET.search(message)
+    at, given = _LAYER.fullmatch(path), _LAYER.fullmatch(prefix or "")
     return bool(
-        m
+        at
+        and given
         and offset > 0
-        and m.group("path") == m.group("prefix")
-        and m.group("rest") == m.group("rest2")  # a layer's attention named on, alone
-        and int(m.group("j")) - int(m.group("i")) == offset
+        and at.group("head") == given.group("head")
+        and at.group("rest") == given.group("rest")  # a layer's attention named on, alone
+        and int(given.group("i")) - int(at.group("i")) == offset
     )
 
 
@@ -389,13 +387,14 @@ DRAFT_PP_NOTE = (
 )
 
 
-def soften_for_draft(code: str, severity: str, message: str) -> tuple[str, str]:
+def soften_for_draft(finding: Any) -> None:
     """A draft that inherits ``SupportsPP`` from its target's class (EAGLE from Llama)
     without the methods: nothing calls them today, so a note (shown with
     ``--show-notes``, in JSON and SARIF), with the reason in the message (issue 20)."""
-    if code == "PFX606" and "SupportsPP" in message and severity == "error":
-        return "note", message + DRAFT_PP_NOTE
-    return severity, message
+    pp = finding.facts.get("kind") == "supports-pp"
+    if finding.code == "PFX606" and pp and finding.severity == "error":
+        finding.severity = "note"
+        finding.message += DRAFT_PP_NOTE
 
 
 # vLLM's proposer replaces these modules of a draft with the target's
@@ -415,8 +414,8 @@ def shared_with_target(finding: Any) -> None:
     note, with the reason in the message (issue 20's severity)."""
     if finding.code != "PFX701" or finding.severity == "note":
         return
-    named = re.findall(r"`([\w.]+)`", finding.message)[:1]
-    path = next((p for p in SHARED_WITH_TARGET for n in named if n.startswith(p)), None)
+    named = finding.facts.get("subject") or ""  # the tensor or parameter it is about
+    path = next((p for p in SHARED_WITH_TARGET if named.startswith(p)), None)
     if path is not None:
         finding.severity = "note"
         finding.message += _SHARED_NOTE.format(path=path.rstrip("."))

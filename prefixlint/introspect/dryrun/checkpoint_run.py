@@ -182,12 +182,6 @@ def _fold(s: Stream, judged: realquant.Judged) -> None:
     s.raised = [(n, e) for n, e in s.raised if n.rpartition(".")[0] not in judged.layers]
 
 
-_UNWRITTEN_PART = re.compile(
-    r"^(?:shard `(?P<shard>\w+)` of|\d+ of \d+ elements of) `(?P<path>[^`]+)\.(?P<leaf>\w+)` "
-    r"(?:is|are) never written"
-)
-
-
 def _one_per_module(findings: list[Finding]) -> list[Finding]:
     """A quantized layer holds several parameters per shard (``weight_packed`` and its
     ``weight_scale``); one wrong mapping entry leaves the same shard of each unwritten.
@@ -195,13 +189,14 @@ def _one_per_module(findings: list[Finding]) -> list[Finding]:
     first: dict[tuple[str, str, str, int], tuple[Finding, list[str]]] = {}
     out = []
     for f in findings:
-        m = _UNWRITTEN_PART.match(f.message) if f.code == "PFX701" else None
-        if m is None:
+        part = f.facts if f.code == "PFX701" and f.facts.get("kind") == "unwritten-part" else None
+        if part is None:
             out.append(f)
             continue
-        key = (m["path"], m["shard"] or "", f.file, f.line)
+        path, _, leaf = part["param"].rpartition(".")
+        key = (path, part["shard"], f.file, f.line)
         if key in first:
-            first[key][1].append(m["leaf"])
+            first[key][1].append(leaf)
             continue
         first[key] = (f, [])
         out.append(f)
@@ -226,11 +221,11 @@ def _partly_loaded(s: Stream, sites: Sites) -> list[Finding]:
             f"(into {where}): the parameter is smaller than the checkpoint's tensor, and "
             "`load_weights` drops the rest silently"
         )
-        out.append(Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *sites.module(path)))
+        facts = {"kind": "partly-loaded", "tensor": name, "subject": name}
+        out.append(
+            Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *sites.module(path), facts=facts)
+        )
     return out
-
-
-_NEVER_LOADED = re.compile(r"^checkpoint tensor `([^`]+)` is never loaded")
 
 
 def _point_at_skips(findings: list[Finding], sites: Sites, consumed: set[str]) -> None:
@@ -239,10 +234,10 @@ def _point_at_skips(findings: list[Finding], sites: Sites, consumed: set[str]) -
     where the function has one. Only names no loaded tensor shares count (a line that
     quotes ``"model."`` handles every tensor, not this one)."""
     for f in findings:
-        m = _NEVER_LOADED.match(f.message) if f.code == "PFX701" else None
-        if m is None or (f.file, f.line) != sites.loader(m[1]):
+        name = f.facts.get("tensor") if f.facts.get("kind") == "never-loaded" else None
+        if f.code != "PFX701" or name is None or (f.file, f.line) != sites.loader(name):
             continue
-        found = _naming_line(f.file, f.line, m[1], consumed)
+        found = _naming_line(f.file, f.line, name, consumed)
         if found is not None:
             f.line = found
 

@@ -149,7 +149,8 @@ def unthreaded(
     else:
         why = "a checkpoint that quantizes it would have no parameter for its scales"
     message = f"{what} (a note: {why}; a synthetic config cannot tell whether one does)"
-    return Finding(QUANTIZATION_MISMATCH_CODE, "note", message, *sites.module(path))
+    facts = {"kind": "unthreaded"}  # folded into PFX405 by `check --introspect`
+    return Finding(QUANTIZATION_MISMATCH_CODE, "note", message, *sites.module(path), facts=facts)
 
 
 def _router(model_config: Any, module: nn.Module) -> bool:
@@ -177,6 +178,11 @@ def packed_entry_wrong(packed: Any, leaf: str, leaves: list[str]) -> str | None:
     return f"`packed_modules_mapping[{leaf!r}]` is {list(entry)}, not {leaves}"
 
 
+def packed_entry_state(packed: Any, leaf: str) -> str:
+    """Whether the table has an entry for ``leaf`` ("wrong") or none ("missing")."""
+    return "missing" if packed.get(leaf) is None else "wrong"
+
+
 def _quant_mismatch(
     cls: type | None, path: str, module: nn.Module, layers: list[str], ignored: bool, sites: Sites
 ) -> Finding:
@@ -190,6 +196,7 @@ def _quant_mismatch(
     leaves = list(dict.fromkeys(module_leaf(n) for n in layers))
     packed = getattr(cls, "packed_modules_mapping", None) or {}
     site = sites.module(path)
+    facts = {"kind": "quant-mismatch", "leaf": leaf, "entry": ""}  # entry: the table's part
     if prefix != path:
         site = sites.prefix_root(path)
         why = (
@@ -197,6 +204,7 @@ def _quant_mismatch(
         )
     elif len(layers) > 1 and leaves != [leaf]:
         wrong = packed_entry_wrong(packed, leaf, leaves)
+        facts["entry"] = "listed" if wrong is None else packed_entry_state(packed, leaf)
         if wrong is None:  # the model's entry lists the parts: the cause is not there
             why = (
                 f"`packed_modules_mapping[{leaf!r}]` lists {leaves}, yet vLLM's "
@@ -212,7 +220,8 @@ def _quant_mismatch(
         )
     else:
         why = "vLLM's `is_layer_skipped` decides otherwise for this prefix"
-    return Finding(QUANTIZATION_MISMATCH_CODE, "error", f"{what} (prefix `{prefix}`): {why}", *site)
+    message = f"{what} (prefix `{prefix}`): {why}"
+    return Finding(QUANTIZATION_MISMATCH_CODE, "error", message, *site, facts=facts)
 
 
 # -- entry point ------------------------------------------------------------------------------

@@ -28,7 +28,11 @@ from torch import nn
 
 from prefixlint.codes import CHECKPOINT_COVERAGE_CODE, QUANTIZATION_MISMATCH_CODE
 from prefixlint.introspect.builds.layout import BuildPlan, build_layout
-from prefixlint.introspect.dryrun.quant import packed_entry_wrong, written_layers
+from prefixlint.introspect.dryrun.quant import (
+    packed_entry_state,
+    packed_entry_wrong,
+    written_layers,
+)
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import Stream
 from prefixlint.introspect.dryrun.weights import module_leaf
@@ -369,7 +373,7 @@ def method_findings(
         for layer, (_, held) in stored.items():
             alike.setdefault(held, []).append(f"`{layer}`")
         holds = "; ".join(f"{', '.join(names)}: {held}" for held, names in alike.items())
-        site, why = _cause(cls, path, module, layers, sites, expected, quant)
+        site, why, entry = _cause(cls, path, module, layers, sites, expected, quant)
         prefix = matched_prefix(module, path)[0]
         if quantized:
             name = type(module.quant_method).__name__
@@ -386,7 +390,10 @@ def method_findings(
             f"; its {', '.join(f'`{u}`' for u in unwritten)} {verb} unwritten" if unwritten else ""
         )
         message = f"{what} ({holds}) under `{quant.method}` (prefix `{prefix}`): {why}{tail}"
-        out.findings.append(Finding(QUANTIZATION_MISMATCH_CODE, "error", message, *site))
+        facts = {"kind": "quant-mismatch", "leaf": module_leaf(path), "entry": "", **entry}
+        out.findings.append(
+            Finding(QUANTIZATION_MISMATCH_CODE, "error", message, *site, facts=facts)
+        )
     return out
 
 
@@ -398,42 +405,45 @@ def _cause(
     sites: Sites,
     stored: bool,
     quant: QuantBuild,
-) -> tuple[tuple[str, int], str]:
+) -> tuple[tuple[str, int], str, dict[str, str]]:
     """The model's line responsible, and why: the module built without the quantization
     config, a kind of layer the method never quantizes, a prefix that is not its path, a
-    fused layer's mapping, a renamed layer."""
+    fused layer's mapping, a renamed layer; and, where a fused layer's
+    ``packed_modules_mapping`` entry is the cause, that entry ("missing" or "wrong") and leaf."""
     prefix, path = matched_prefix(module, path)
     leaf = module_leaf(path)
     leaves = list(dict.fromkeys(module_leaf(n) for n in layers))
     packed = getattr(cls, "packed_modules_mapping", None) or {}
     if stored and getattr(module, "quant_method", None) is None:
         kind = f"{type(module).__module__.partition('.')[0]}'s `{type(module).__name__}`"
-        return sites.module(path), f"it is built as {kind}, which no quantization config reaches"
+        why = f"it is built as {kind}, which no quantization config reaches"
+        return sites.module(path), why, {}
     if stored and getattr(module, "quant_config", None) is None and _takes_quant_config(module):
-        return sites.module(path), "it is built without the `quant_config`"
+        return sites.module(path), "it is built without the `quant_config`", {}
     if stored and _no_method_for(module, prefix, quant):
-        return sites.module(path), (
-            f"vLLM's `{quant.method}` has no quantized method for a `{type(module).__name__}`"
-        )
+        why = f"vLLM's `{quant.method}` has no quantized method for a `{type(module).__name__}`"
+        return sites.module(path), why, {}
     if prefix != path:
-        return sites.prefix_root(path), (
-            f"its prefix `{prefix}` is not its path, and the quantization config matches the prefix"
-        )
+        why = f"its prefix `{prefix}` is not its path, and the quantization config matches"
+        return sites.prefix_root(path), f"{why} the prefix", {}
     if len(layers) > 1 and leaves != [leaf] and getattr(module, "output_sizes", None):
         wrong = packed_entry_wrong(packed, leaf, leaves)
         if wrong is not None:
-            return sites.packed_mapping(), wrong
+            entry = {"entry": packed_entry_state(packed, leaf), "leaf": leaf}
+            return sites.packed_mapping(), wrong, entry
     if layers != [path] and len(layers) == 1:
-        return sites.module(path), (
+        why = (
             f"the checkpoint calls it `{layers[0]}` and the quantization config matches "
             f"that name; no `hf_to_vllm_mapper` entry renames it to `{path}`"
         )
+        return sites.module(path), why, {}
     if not stored and quant.described:
-        return sites.module(path), (
+        why = (
             f"no entry of the checkpoint's {quant.described} matches `{prefix}` as vLLM "
             "matches it, so vLLM quantizes it and its scales are never loaded"
         )
-    return sites.module(path), "vLLM's quantization config decides otherwise for this prefix"
+        return sites.module(path), why, {}
+    return sites.module(path), "vLLM's quantization config decides otherwise for this prefix", {}
 
 
 def matched_prefix(module: nn.Module, path: str) -> tuple[str, str]:
@@ -488,7 +498,10 @@ def dtype_findings(
             f"checkpoint tensor `{tag}` ({_name(layout[tag][1])}) is written into "
             f"`{t.name}` ({_name(t.tensor.dtype)}): the stored values are cast, not dequantized"
         )
-        out.append(Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *sites.module(path)))
+        facts = {"kind": "cast", "tensor": tag, "subject": tag}
+        out.append(
+            Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *sites.module(path), facts=facts)
+        )
     return out
 
 
@@ -561,7 +574,8 @@ def name_folded_scales(findings: list[Finding], folded: dict[str, list[str]]) ->
     """Say, in the finding of the weight's shard, which scales miss the same slot."""
     for path, leaves in folded.items():
         for f in findings:
-            if f.code == "PFX701" and f"of `{path}.weight` is never written" in f.message:
+            part = f.facts if f.facts.get("kind") == "unwritten-part" else {}
+            if f.code == "PFX701" and part.get("param") == f"{path}.weight" and part["shard"]:
                 names = ", ".join(f"`{leaf}`" for leaf in sorted(leaves))
                 f.message += f"; so is that shard's slot of its {names}"
                 break

@@ -45,7 +45,6 @@ from prefixlint.introspect.dryrun.tables import (
     weights_mapper,
 )
 from prefixlint.introspect.dryrun.weights import (
-    SKIPS_ITS_PARAMETER,
     coverage_findings,
     loader_refusals,
     merge,
@@ -272,10 +271,21 @@ def _broken_loader(s: Any, sites: Any) -> list[Finding]:
             "so no checkpoint loads through it"
         )
         if site in out:  # one line, several tensors: one finding
-            if "more tensors" not in out[site].message:
-                out[site].message += " (more tensors raise there)"
+            known = out[site]
+            if not known.facts.get("more"):
+                known.facts["more"] = True
+                known.message += " (more tensors raise there)"
+                if known.facts.get("same"):
+                    more = known.facts["rest"] + " (more tensors raise there)"
+                    known.facts["same"] = normal(more[:120])
             continue
-        out[site] = Finding(CHECKPOINT_COVERAGE_CODE, "error", message, *site)
+        facts = {"kind": "loader-raises", "tensor": name}
+        if name != "?":  # merged per line and error, whatever tensor it raised on
+            rest = (
+                f" {describe_error(error)}; its own code fails, so no checkpoint loads through it"
+            )
+            facts.update(rest=rest, same=normal(rest[:120]))
+        out[site] = Finding(CHECKPOINT_COVERAGE_CODE, "error", message, *site, facts=facts)
     return list(out.values())
 
 
@@ -302,7 +312,7 @@ def run(
     cls: type | None,
     model_config: Any,
     builds: list[Any],
-    config_source: str,
+    synthesised: bool,
     why: str,
     deadline: float | None = None,
 ) -> Any:
@@ -317,7 +327,7 @@ def run(
     if not callable(getattr(base.model, "load_weights", None)):
         note = dryrun._note("checkpoint dry-run: the model has no `load_weights`", sites.class_site)
         return dryrun.DryRun("not verified", "the model has no `load_weights`", [note])
-    given = not config_source.startswith("synthesised")
+    given = not synthesised
     found = _reference_layouts(model_config, cls, base) if given else None
     if found is not None:
         (layouts, _), name = found
@@ -422,19 +432,20 @@ def _judged_unwritten(f: Finding) -> Finding | None:
     or loads from another file in code (SPLADE's ``cls.predictions``, Qwen3.5's
     ``in_proj_qkvz``, Gemma 4's ``k_eq_v``, DFlash's ``mask_embedding.pt``:
     docs/precision.md); the names rest on prefixlint's reading of the model's tables."""
-    if f.message.startswith(("`load_weights` raises", "checkpoint tensor")) and (
-        "stays random" not in f.message
-    ):
-        return None
-    if SKIPS_ITS_PARAMETER in f.message and f.message.startswith("checkpoint tensor `lm_head."):
+    kind, skips = f.facts.get("kind"), f.facts.get("skips_param", False)
+    if kind in ("loader-raises", "never-loaded", "cast") and not skips:
+        return None  # a name refused or dropped, or a value cast: nothing left random
+    if skips and f.facts["tensor"].startswith("lm_head."):
         f.severity = "warning"
         f.message += (
             "; the loader takes every other name the model's parameters give, so this is "
             "most likely its own gap, unless its checkpoint names the tensor otherwise"
         )
         return f
-    said = f.message.replace(": no checkpoint tensor reaches it, so it stays random", "")
-    said = said.replace(": it stays random", "")
+    said = f.message
+    if "random" in f.facts:  # without the words that it stays random, where it says so
+        start, end = f.facts["random"]
+        said = said[:start] + said[end:]
     return Finding(
         NOT_VERIFIED_CODE,
         "note",
@@ -501,9 +512,7 @@ def _judge_self(
         # the table's entry for a fused layer, whatever the names around it; a fused layer
         # mixing ignored and quantized parts follows from the names it was fed (here the
         # model's own, which its loader may not all take)
-        return "`packed_modules_mapping` has no entry" in f.message or (
-            "`packed_modules_mapping[" in f.message
-        )
+        return f.facts.get("entry", "") != ""  # its entry is missing, wrong, or lists them
 
     # 1:1 renamings only: a fused tensor read whole is its own checkpoint layer
     counts = Counter(probed_names.values())
@@ -599,7 +608,7 @@ def _judged_entry(f: Finding) -> Finding:
     whose entry says the checkpoint holds the layer fused, ``'qkv': ['qkv']``, may be
     right), so not verified, a PFX600 note. An entry the table lacks stays a finding: the
     layer is fused either way, and looked up under its own name."""
-    if f.code != "PFX702" or "`packed_modules_mapping[" not in f.message:
+    if f.code != "PFX702" or f.facts.get("entry") not in ("wrong", "listed"):
         return f
     return Finding(
         NOT_VERIFIED_CODE,

@@ -6,7 +6,6 @@ tables declare (``tables.declared_parts``) are its error, never "another format"
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +22,10 @@ from prefixlint.introspect.finding import Finding, describe_error
 
 # a tensor named as its parameter that the loader skips (selflayout judges it apart)
 SKIPS_ITS_PARAMETER = "and the parameter of that name stays random: `load_weights` skips it"
+# how a parameter (or shard) left unwritten says it stays random; ``facts["random"]`` is
+# where in its message, so a note can say the rest without reading the words
+RANDOM_SHARD = ": it stays random"
+RANDOM_PARAMETER = ": no checkpoint tensor reaches it, so it stays random"
 
 
 def _shards(module: nn.Module, param: torch.Tensor) -> list[tuple[str, int, int]] | None:
@@ -61,7 +64,8 @@ def shard_findings(stream: Stream, target: Any, sites: Sites) -> list[Finding]:
             f"{missing} of {covered.numel()} elements of `{target.name}` are never written "
             "by `load_weights`: they stay random"
         )
-        return [Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *sites.module(path))]
+        part = {"kind": "unwritten-part", "param": target.name, "shard": "", "subject": target.name}
+        return [Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *sites.module(path), facts=part)]
     dim = target.tensor.output_dim
     row = target.tensor.stride(dim)
     base = target.tensor.storage_offset()
@@ -75,10 +79,10 @@ def shard_findings(stream: Stream, target: Any, sites: Sites) -> list[Finding]:
     for label, lo, hi in shards:
         if covered.narrow(dim, lo, hi - lo).all():
             continue
-        msg = (
-            f"shard `{label}` of `{target.name}` is never written by `load_weights`: "
-            "it stays random"
-        )
+        msg = f"shard `{label}` of `{target.name}` is never written by `load_weights`"
+        facts = {"kind": "unwritten-part", "param": target.name, "shard": label}
+        facts["random"] = (len(msg), len(msg + RANDOM_SHARD))  # the words that say so
+        msg += RANDOM_SHARD
         site = sites.module(path)
         for other, names in writers.items():
             if len(names) < 2 or dim != 0:
@@ -88,7 +92,7 @@ def shard_findings(stream: Stream, target: Any, sites: Sites) -> list[Finding]:
                 " instead: a stacked-params mapping entry names the wrong shard"
             )
             site = _wrong_entry(sites, path, other, names) or site
-        out.append(Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *site))
+        out.append(Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *site, facts=facts))
     return out
 
 
@@ -153,9 +157,11 @@ def coverage_findings(
         if nothing_random and _declared_drop(sites.cls, name):
             continue
         severity = "error"
+        facts: dict[str, Any] = {"kind": "never-loaded", "tensor": name, "subject": name}
         if name in unwritten:
             unwritten.pop(name)
             msg = f"checkpoint tensor `{name}` is never loaded {SKIPS_ITS_PARAMETER}"
+            facts["skips_param"] = True  # its parameter stays random
         elif nothing_random:
             # Nothing stays random: a tensor the model does without (a pooler vLLM's
             # BERT never runs) breaks nothing today, a note (issue 20's severity).
@@ -167,7 +173,9 @@ def coverage_findings(
             )
         else:
             msg = f"checkpoint tensor `{name}` is never loaded: `load_weights` drops it silently"
-        out.append(Finding(CHECKPOINT_COVERAGE_CODE, severity, msg, *sites.loader(name)))
+        out.append(
+            Finding(CHECKPOINT_COVERAGE_CODE, severity, msg, *sites.loader(name), facts=facts)
+        )
     for name in sorted(unwritten):
         path = name.rpartition(".")[0]
         if normal(path) in folded:
@@ -176,16 +184,18 @@ def coverage_findings(
         if why and divergence is not None:
             divergence.add(why)
             continue
-        msg = (
-            f"`{name}` is never written by `load_weights`: no checkpoint tensor reaches it, "
-            "so it stays random"
-        )
+        msg = f"`{name}` is never written by `load_weights`"
+        facts = {"kind": "unwritten", "param": name, "subject": name}
+        facts["random"] = (len(msg), len(msg + RANDOM_PARAMETER))
+        msg += RANDOM_PARAMETER
         severity = "error"
         if sites.embedding and name.startswith("lm_head."):
             # vLLM's embedding adapter keeps the head; its pooler never computes logits
             severity = "note"
             msg += " (a note: served as an embedding model, whose pooler never uses the head)"
-        out.append(Finding(CHECKPOINT_COVERAGE_CODE, severity, msg, *sites.module(path)))
+        out.append(
+            Finding(CHECKPOINT_COVERAGE_CODE, severity, msg, *sites.module(path), facts=facts)
+        )
     for t in targets:
         if t.written and normal(t.name.rpartition(".")[0]) not in folded:
             out.extend(shard_findings(stream, t, sites))
@@ -252,8 +262,11 @@ def _raise_finding(name: str, error: BaseException, sites: Sites) -> Finding:
     entry = sites.mapping_line(leaf) if isinstance(error, ValueError) else None
     if entry is not None and "shard" in str(error).lower():
         site = entry
-    msg = f"`load_weights` raises on checkpoint tensor `{name}`: {describe_error(error)}"
-    return Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *site)
+    said = describe_error(error)
+    msg = f"`load_weights` raises on checkpoint tensor `{name}`: {said}"
+    # merged per line and error (layer numbers left out), whatever tensor it raised on
+    facts = {"kind": "loader-raises", "tensor": name, "same": normal(f" {said}"[:120])}
+    return Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *site, facts=facts)
 
 
 REFUSES_DECLARED = "`load_weights` refuses checkpoint tensors the model's own tables declare"
@@ -346,7 +359,7 @@ def loader_refusals(
     rest = restream({k: v for k, v in layout.items() if k not in everything})
     if not rest.complete or rest.raised or rest.limit:
         return layout_refused(findings), False
-    kept = [f for f in findings if not f.message.startswith("`load_weights` raises")]
+    kept = [f for f in findings if f.facts.get("kind") != "loader-raises"]
     return kept + refused_findings(stream.raised, declared, sites), True
 
 
@@ -359,7 +372,7 @@ def layout_refused(findings: list[Finding]) -> list[Finding]:
     are "not verified" notes that say so, never the model's defect."""
     out = []
     for f in findings:
-        if f.code == "PFX701" and f.message.startswith("`load_weights` raises"):
+        if f.code == "PFX701" and f.facts.get("kind") == "loader-raises":
             f = Finding(
                 NOT_VERIFIED_CODE,
                 "note",
@@ -374,18 +387,18 @@ def layout_refused(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def _kind(message: str) -> str:
-    """A message with layer numbers, and for a raise the tensor name, left out."""
-    if message.startswith("`load_weights` raises on checkpoint tensor"):
-        message = re.sub(r"^[^:]*:", "", message)[:120]
-    return normal(message)
+def _kind(f: Finding) -> str:
+    """What a finding says with layer numbers, and for a raise the tensor name, left out:
+    its ``facts["same"]`` where the maker says it, else its words (the maker's own text,
+    compared whole: nothing is read out of them)."""
+    return f.facts.get("same") or normal(f.message)
 
 
 def merge(findings: list[Finding]) -> list[Finding]:
     """One finding per line and kind of message: layer 0's, with how many layers repeat it."""
     groups: dict[tuple[str, str, int, str], list[Finding]] = {}
     for f in findings:
-        groups.setdefault((f.code, f.file, f.line, _kind(f.message)), []).append(f)
+        groups.setdefault((f.code, f.file, f.line, _kind(f)), []).append(f)
     out = []
     for same in groups.values():
         first = same[0]

@@ -507,7 +507,7 @@ def config_source(arch: str, cls: type | None, num_layers: int = 4) -> Any:
     cfg.save_pretrained(folder)
     where = f"{config_cls.__module__}.{config_cls.__qualname__}"
     kept = f"; {kept}" if kept else ""
-    return ConfigSource(folder, f"synthesised ({chosen}: `{where}`, {how}{kept})")
+    return ConfigSource(folder, f"synthesised ({chosen}: `{where}`, {how}{kept})", True)
 
 
 # -- which of the package's config classes is the model's own ----------------------------------

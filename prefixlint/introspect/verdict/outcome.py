@@ -31,7 +31,11 @@ class LayoutOutcome:
 class TargetResult:
     target: str
     arch: str
-    config_source: str = ""
+    config_source: str = ""  # for people: where the config came from, with what was guessed
+    # the config was made by prefixlint (a draft's, a synthesised one), not read from a file,
+    # pyproject or checkpoint; True until one is read (a target skipped before it: nothing
+    # was given). The one fact the worker and the parent read (issue 37).
+    synthesised: bool = True
     status: str = "built"  # built | failed | skipped
     reason: str = ""
     category: str = ""  # for failures/skips: config-gap | environment | finding

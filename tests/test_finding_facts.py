@@ -1,0 +1,69 @@
+"""Issue 37: code that merges, confirms or softens a phase-2 finding reads the facts its
+maker set (``Finding.facts``), never its words: each case below gives words that say
+nothing (or say something else) and checks the decision follows the facts."""
+
+from __future__ import annotations
+
+from prefixlint.introspect.checks.packed import without_duplicates
+from prefixlint.introspect.drafts.plan import shared_with_target
+from prefixlint.introspect.dryrun.checkpoint_run import _one_per_module
+from prefixlint.introspect.dryrun.weights import layout_refused, merge
+from prefixlint.introspect.finding import Finding
+
+
+def pfx701(words: str, line: int = 5, **facts) -> Finding:
+    return Finding("PFX701", "error", words, "m.py", line, facts=facts)
+
+
+def test_raises_merge_by_their_error_whatever_the_tensor_or_words() -> None:
+    same = {"kind": "loader-raises", "same": " KeyError: 'x'"}
+    found = merge([pfx701("one", tensor="a.0.w", **same), pfx701("two", tensor="a.1.w", **same)])
+    assert [f.message for f in found] == ["one (and 1 more like it)"]
+    other = merge([pfx701("one", **same), pfx701("one", kind="loader-raises", same=" ValueError")])
+    assert len(other) == 2  # the same words, another error: two findings
+
+
+def test_a_refusing_layout_makes_its_raises_notes_by_kind() -> None:
+    [raised, dropped] = layout_refused(
+        [
+            pfx701("words", kind="loader-raises"),
+            pfx701("`load_weights` raises", kind="never-loaded"),
+        ]
+    )
+    assert raised.code == "PFX600" and dropped.code == "PFX701"
+
+
+def test_unwritten_parts_are_one_finding_per_module_and_shard() -> None:
+    q = {"kind": "unwritten-part", "shard": "q"}
+    found = _one_per_module(
+        [
+            pfx701("first", param="l.0.qkv.weight_packed", **q),
+            pfx701("second", param="l.0.qkv.weight_scale", **q),
+            pfx701("third", param="l.0.qkv.weight_scale", kind="unwritten-part", shard="k"),
+        ]
+    )
+    assert [f.message for f in found] == [
+        "first; so is the same part of its `weight_scale`",
+        "third",
+    ]
+
+
+def test_a_drafts_shared_head_is_a_note_by_what_the_finding_is_about() -> None:
+    head = pfx701("words that name `model.layers.0` first", subject="lm_head.weight")
+    shared_with_target(head)
+    assert head.severity == "note"
+    named = pfx701("`lm_head.weight` is never written", subject="model.norm.weight")
+    shared_with_target(named)
+    assert named.severity == "error"
+
+
+def test_the_dry_runs_missing_entry_confirms_packed_once() -> None:
+    packed = Finding("PFX606", "warning", "no entry", "m.py", 1, group="packed:qkv_proj")
+    missing = {"kind": "quant-mismatch", "entry": "missing", "leaf": "qkv_proj"}
+    quant = [Finding("PFX702", "error", f"words {i}", "m.py", 2, facts=missing) for i in range(2)]
+    wrong = Finding(
+        "PFX702", "error", "has no entry `'qkv_proj':", "m.py", 3, facts={"entry": "wrong"}
+    )
+    kept = without_duplicates([*quant, wrong], [packed])
+    assert kept == [wrong] and packed.severity == "error"
+    assert packed.message.count("the quantization dry-run confirms it") == 1
