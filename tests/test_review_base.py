@@ -310,3 +310,25 @@ def test_identity_reads_architectures_by_their_public_name() -> None:
     other = Diagnostic.at_line("PFX601", "m", "m.py", 1, data={"architecture": "BForCausalLM"})
     assert site_key(at, "m.py", index) == site_key(internal, "m.py", index)
     assert site_key(at, "m.py", index) != site_key(other, "m.py", index)
+
+
+@pytest.mark.slow
+def test_a_numeric_bug_is_the_change_s_pfx609(vllm_copy, tmp_path: Path) -> None:
+    """A one-token change to the arithmetic (the softmax scale) that no name-level check
+    sees: base and head are both compared with transformers on the same weights, and the
+    head's PFX609 is new, so it is the change's (issue 39 with issue 38's comparison)."""
+    scale = "self.scaling = self.head_dim**-0.5"
+
+    def edit(text: str) -> str:
+        return text.replace(scale, "self.scaling = self.head_dim**-0.4", 1)
+
+    repo = replay(vllm_copy, tmp_path, edit)
+    report = tmp_path / "report.json"
+    args = ["check", "--no-cache", "--format", "json", "-o", str(report), "--diff-base", "base"]
+    code, out = invoke([*args, "--introspect", "--tp", "1", "--no-dryrun"], repo)
+    assert code == 1, out
+    new = json.loads(report.read_text())
+    [mismatch] = [f for f in new if f["code"] == "PFX609"]
+    assert mismatch["severity"] == "error"
+    assert mismatch["location"]["row"] == row_of(repo, "self.self_attn = attn_layer_type(")
+    assert not [f for f in new if f["code"] == "PFX601"], new  # vLLM's old defect: the base's
