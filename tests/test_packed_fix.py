@@ -83,7 +83,7 @@ def test_static_and_phase2_propose_the_same_entries(tmp_path: Path) -> None:
     """Phase 2's PFX606 proposes each entry at its fused layer; together they are the
     table PFX407 proposes, and none names vLLM's own file as the table to edit."""
     make_moe_plugin(tmp_path, no_table)
-    found = check(tmp_path, "--introspect", "--tp", "1", "--pp", "2", "--select", "PFX4,PFX6")
+    found = check(tmp_path, "--introspect", "--tp", "1", "--pp", "2", "--select", "PFX4,PFX6,PFX7")
     static = [f for f in found if f["code"] == "PFX407"]
     packed = [
         f for f in found if f["code"] == "PFX606" and "packed_modules_mapping" in f["message"]
@@ -93,4 +93,7 @@ def test_static_and_phase2_propose_the_same_entries(tmp_path: Path) -> None:
     assert proposed == sorted([QKV, GATE_UP]), packed
     assert all(f"{e}" in static[0]["message"] for e in proposed)
     assert not any("interfaces.py" in f["message"] for f in found), found
+    # the dry-run's PFX702 of the same missing entries is folded into them (its group)
+    assert all(f"add `{e}`; the quantization dry-run confirms it" in str(packed) for e in proposed)
+    assert not [f for f in found if f["code"] == "PFX702" and "has no entry" in f["message"]]
     assert all(Path(f["filename"]).name == "models.py" for f in static + packed)

@@ -316,22 +316,16 @@ def without_duplicates(findings: list[Finding], packed: list[Finding]) -> list[F
     """The quantization dry-run reports the same missing entry as a PFX702 at the table
     (a fused layer quantized although its parts are ignored): one defect, reported once,
     at the line that built the layer, naming the dry-run's confirmation."""
-    leaves = {f.group.removeprefix("packed:"): f for f in packed}
-    out = []
+    leaves = {f.group: f for f in packed}
+    out, done = [], set()
     for f in findings:
-        hit = next(
-            (
-                leaf
-                for leaf in leaves
-                if f.code == "PFX702" and f"has no entry `'{leaf}':" in f.message
-            ),
-            None,
-        )
-        if hit is None:
+        # the dry-run's PFX702 of a missing entry carries the same group (quant.py)
+        confirmed = leaves.get(f.group) if f.code == "PFX702" and f.group else None
+        if confirmed is None:
             out.append(f)
             continue
-        confirmed = leaves[hit]
-        if "quantization dry-run confirms" not in confirmed.message:
+        if confirmed.group not in done:
+            done.add(confirmed.group)
             confirmed.message += (
                 "; the quantization dry-run confirms it: built under `Fp8Config` with the "
                 "parts ignored, the layer is quantized"

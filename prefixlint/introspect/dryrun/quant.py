@@ -190,6 +190,7 @@ def _quant_mismatch(
     leaves = list(dict.fromkeys(module_leaf(n) for n in layers))
     packed = getattr(cls, "packed_modules_mapping", None) or {}
     site = sites.module(path)
+    group = ""  # a missing entry: PFX606's defect too (packed.without_duplicates)
     if prefix != path:
         site = sites.prefix_root(path)
         why = (
@@ -204,6 +205,7 @@ def _quant_mismatch(
             )
         else:
             why, site = wrong, sites.packed_mapping()
+            group = f"packed:{leaf}" if packed.get(leaf) is None else ""
     elif layers != [path]:
         name = layers[0]
         why = (
@@ -212,7 +214,8 @@ def _quant_mismatch(
         )
     else:
         why = "vLLM's `is_layer_skipped` decides otherwise for this prefix"
-    return Finding(QUANTIZATION_MISMATCH_CODE, "error", f"{what} (prefix `{prefix}`): {why}", *site)
+    message = f"{what} (prefix `{prefix}`): {why}"
+    return Finding(QUANTIZATION_MISMATCH_CODE, "error", message, *site, group=group)
 
 
 # -- entry point ------------------------------------------------------------------------------
