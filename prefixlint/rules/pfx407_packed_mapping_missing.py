@@ -201,6 +201,35 @@ class MyForCausalLM(nn.Module, SupportsLoRA):
             line=26,
             contains="LoRA adapter trained on `gate_proj`",
         ),
+        # a mapper's stacked entries named with their parent (vLLM's qwen2_moe keeps the
+        # shared expert's apart so): the table is by leaf, one entry for both (issue 40)
+        Invalid(
+            example(
+                _DECODER.replace('(".gate_up_proj", ".gate_proj", 0),', "").replace(
+                    '(".gate_up_proj", ".up_proj", 1),', ""
+                )
+                + """
+from vllm.model_executor.models.utils import WeightsMapper
+
+
+class MyForCausalLM(nn.Module, SupportsLoRA):
+    hf_to_vllm_mapper = WeightsMapper(
+        orig_to_new_stacked={
+            ".mlp.gate_proj": (".mlp.gate_up_proj", 0),
+            ".mlp.up_proj": (".mlp.gate_up_proj", 1),
+            ".shared_expert.gate_proj": (".shared_expert.gate_up_proj", 0),
+            ".shared_expert.up_proj": (".shared_expert.gate_up_proj", 1),
+        }
+    )
+
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
+        super().__init__()
+        self.model = MyModel(vllm_config=vllm_config, prefix=maybe_prefix(prefix, "model"))
+"""
+            ),
+            line=28,
+            contains="add `packed_modules_mapping = {'gate_up_proj': ['gate_proj', 'up_proj']}`",
+        ),
         # no LoRA: quantization's ignore lists only, a warning
         Invalid(
             example(

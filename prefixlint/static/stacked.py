@@ -17,7 +17,7 @@ from typing import Any
 
 def stacked_rows(tree: ast.AST) -> tuple[tuple[str, str, Any], ...]:
     """``(fused, part, shard)`` rows of every table (a list or tuple of at least two of
-    them) in ``tree``, names without their leading or trailing dots, in source order."""
+    them) in ``tree``, names as their leaves (``stacked_leaf``), in source order."""
     out: list[tuple[str, str, Any]] = []
     for node in ast.walk(tree):
         if not isinstance(node, (ast.List, ast.Tuple)) or len(node.elts) < 2:
@@ -41,7 +41,15 @@ def _row(node: ast.expr) -> tuple[str, str, Any] | None:
         return None
     if not isinstance(shard, (str, int)) or isinstance(shard, bool):
         return None
-    return fused.strip("."), part.strip("."), shard
+    return stacked_leaf(fused), stacked_leaf(part), shard
+
+
+def stacked_leaf(name: str) -> str:
+    """The module name a stacked-params entry means: its last part. vLLM matches the
+    entries as substrings of a weight's name (``".mlp.gate_proj"`` in a mapper, to keep
+    the shared expert's apart), while ``packed_modules_mapping`` and every module lookup
+    use the leaf (``gate_up_proj: [gate_proj, up_proj]``)."""
+    return name.strip(".").rsplit(".", 1)[-1]
 
 
 def mapper_rows(tree: ast.AST) -> tuple[tuple[str, str, Any], ...]:

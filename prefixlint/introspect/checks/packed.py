@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import inspect
 from typing import Any
 
 from torch import nn
@@ -35,6 +34,7 @@ from torch import nn
 from prefixlint.codes import INTERFACE_INCONSISTENT_CODE
 from prefixlint.introspect.coverage.sites import passes_quant_config
 from prefixlint.introspect.finding import Finding
+from prefixlint.static.stacked import stacked_leaf
 
 
 def _table(model: nn.Module, cls: type | None) -> dict[str, Any]:
@@ -62,21 +62,6 @@ def quant_table(model: nn.Module, cls: type | None) -> dict[str, Any]:
     return out
 
 
-def _table_line(cls: type | None) -> tuple[str, int]:
-    for klass in getattr(cls, "__mro__", ()):
-        if "packed_modules_mapping" in vars(klass):
-            try:
-                lines, start = inspect.getsourcelines(klass)
-                file = inspect.getsourcefile(klass) or ""
-            except (OSError, TypeError):
-                return "", 0
-            for i, text in enumerate(lines):
-                if "packed_modules_mapping" in text:
-                    return file, start + i
-            return file, start
-    return "", 0
-
-
 def _parts_from_tables(model: nn.Module, cls: type | None) -> dict[str, list[str]]:
     """Fused leaf -> its checkpoint parts, as the model's loader tables say (not the
     ``packed_modules_mapping`` under check)."""
@@ -95,9 +80,10 @@ def _parts_from_tables(model: nn.Module, cls: type | None) -> dict[str, list[str
     stacked = getattr(readers.weights_mapper(cls), "orig_to_new_stacked", None) or {}
     for part, target in stacked.items():
         if isinstance(target, tuple) and target and isinstance(part, str):
-            leaf = str(target[0]).strip(".")
-            if leaf in fused and part.strip(".") not in out.get(leaf, []):
-                out.setdefault(leaf, []).append(part.strip("."))
+            # ``".mlp.gate_proj": (".mlp.gate_up_proj", 0)``: the table is by leaf
+            leaf, part = stacked_leaf(str(target[0])), stacked_leaf(part)
+            if leaf in fused and part != leaf and part not in out.get(leaf, []):
+                out.setdefault(leaf, []).append(part)
     return out
 
 
@@ -195,7 +181,9 @@ def _missing(
             "support LoRA, so nothing looks the parts up yet)"
         )
         severity = "note"  # no consumer today (issue 20's severity)
-    file, line = _table_line(cls)
+    from prefixlint.introspect.dryrun.sites import table_site
+
+    file, line = table_site(cls)
     if file:
         message += f" (the table is at {file.rsplit('/', 1)[-1]}:{line})"
     return Finding(INTERFACE_INCONSISTENT_CODE, severity, message, *site, group=f"packed:{leaf}")

@@ -127,20 +127,28 @@ class Sites:
     def packed_mapping(self) -> tuple[str, int]:
         """The model's own ``packed_modules_mapping`` line; the class's line when the
         mapping it has is a library's (vLLM's ``SupportsLoRA`` default, say)."""
-        for klass in getattr(self.cls, "__mro__", ()):
-            if "packed_modules_mapping" in vars(klass):
-                file, start = source_site(klass)
-                if not model_code(file):
-                    continue
-                try:
-                    lines, _ = inspect.getsourcelines(klass)
-                except (OSError, TypeError):
-                    return file, start
-                for i, text in enumerate(lines):
-                    if "packed_modules_mapping" in text:
-                        return file, start + i
+        file, line = table_site(self.cls)
+        return (file, line) if file else self.class_site
+
+
+def table_site(cls: type | None) -> tuple[str, int]:
+    """The line of the model's own ``packed_modules_mapping`` along ``cls``'s bases; ("",
+    0) where only a library has one (vLLM's ``SupportsLoRA`` default is no table the
+    model can edit)."""
+    for klass in getattr(cls, "__mro__", ()):
+        if "packed_modules_mapping" in vars(klass):
+            file, start = source_site(klass)
+            if not model_code(file):
+                continue
+            try:
+                lines, _ = inspect.getsourcelines(klass)
+            except (OSError, TypeError):
                 return file, start
-        return self.class_site
+            for i, text in enumerate(lines):
+                if "packed_modules_mapping" in text:
+                    return file, start + i
+            return file, start
+    return "", 0
 
 
 def source_file(obj: Any) -> str:

@@ -15,7 +15,7 @@ from torch import nn
 
 from prefixlint.introspect.dryrun.sites import source_file
 from prefixlint.introspect.finding import model_code
-from prefixlint.static.stacked import mapper_rows, stacked_rows  # one reader each, with PFX407
+from prefixlint.static.stacked import mapper_rows, stacked_leaf, stacked_rows  # PFX407's own
 
 _QKV = {"q": 0, "k": 1, "v": 2}
 
@@ -82,11 +82,11 @@ def shard_sources(model: nn.Module, cls: type | None) -> dict[str, list[tuple[st
     for part, target in _stacked_entries(model, cls):  # mappers' (checkpoint -> fused, shard)
         if not (isinstance(target, tuple) and len(target) == 2 and isinstance(part, str)):
             continue
-        leaf, shard = str(target[0]).strip("."), target[1]
+        leaf, shard, part = stacked_leaf(str(target[0])), target[1], stacked_leaf(part)
         if leaf in fused:
             index = _shard_index(fused[leaf][0], shard, fused[leaf][1])
-            if index is not None and (part.strip("."), index) not in out.get(leaf, []):
-                out.setdefault(leaf, []).append((part.strip("."), index))
+            if index is not None and (part, index) not in out.get(leaf, []):
+                out.setdefault(leaf, []).append((part, index))
     packed = packed_table(model, cls)
     for leaf, (_, count) in fused.items():
         parts = packed.get(leaf)
@@ -164,7 +164,7 @@ def declared_parts(model: nn.Module, cls: type | None) -> dict[str, dict[str, li
 
     def add(part: Any, leaf: Any, table: str) -> None:
         if isinstance(part, str) and isinstance(leaf, str):
-            part, leaf = part.strip("."), leaf.strip(".")
+            part, leaf = stacked_leaf(part), stacked_leaf(leaf)
             if leaf in fused and part and part != leaf:
                 tables = out.setdefault(part, {}).setdefault(leaf, [])
                 if table not in tables:
