@@ -288,3 +288,18 @@ def test_the_synthetic_adapter_trains_the_embeddings_the_model_lists(worker, tmp
         d.message for d in found
     ]
     assert "`embed_tokens`" in found[0].message and "embedding_modules" in found[0].message
+
+
+# a model that lists its input embedding alone does not take a head adapter by design
+# (vLLM's Transformers backend: `embedding_modules = {"embed_tokens": ...}`); the synthetic
+# adapter trained every ParallelLMHead and warned on ~25 of vLLM's own architectures
+HEAD_UNLISTED = ("LlamaForCausalLM", '        "lm_head": "output_embeddings",\n', "")
+
+
+@requires_vllm
+def test_the_synthetic_adapter_trains_no_head_the_model_does_not_list(worker, tmp_path) -> None:
+    path, _text = llama_copy(tmp_path, "no_head", replace_in_class(*HEAD_UNLISTED))
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    [result] = report.results
+    assert result["lora"] == "verified", result["lora_reason"]
+    assert not lora_findings(report), [d.message for d in lora_findings(report)]

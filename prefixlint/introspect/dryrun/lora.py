@@ -153,9 +153,11 @@ def embedding_layers(cls: type | None, model: nn.Module, language: str | None) -
     synthetic adapter trains: for a model that lists ``embedding_modules`` (vLLM's
     embedding LoRA: ``VocabParallelEmbeddingWithLoRA``, the head through
     ``LogitsProcessorWithLoRA``; 81 of vLLM 0.32's 114 ``SupportsLoRA`` model files list
-    none, and then vLLM trains none), each module those names name, each
-    ``ParallelLMHead`` and each vocabulary embedding named ``embed_tokens`` (a model that
-    does not list the embedding it has under that name is what this finds)."""
+    none, and then vLLM trains none), each module those names name and each vocabulary
+    embedding named ``embed_tokens`` (a model that does not list the embedding it has under
+    that name is what this finds). A head is trained only where the list names it: a model
+    that lists its input embedding alone (vLLM's Transformers backend) takes no head
+    adapter by design."""
     from vllm.model_executor.layers.vocab_parallel_embedding import (
         ParallelLMHead,
         VocabParallelEmbedding,
@@ -173,7 +175,7 @@ def embedding_layers(cls: type | None, model: nn.Module, language: str | None) -
         leaf = path.rsplit(".", 1)[-1]
         head = isinstance(module, ParallelLMHead)
         vocab = isinstance(module, VocabParallelEmbedding) and leaf == INPUT_EMBEDDING
-        if not (leaf in listed or head or vocab) or getattr(module, "weight", None) is None:
+        if not (leaf in listed or vocab) or getattr(module, "weight", None) is None:
             continue
         if language is not None and not path.startswith(language) and not head:
             continue
