@@ -326,18 +326,22 @@ def _attention_moved(
     changed: dict[str, tuple[str, str, str]],
     new_params: set[str],
 ) -> tuple[list[str], list[str], tuple[str, int] | None] | None:
-    """Attention layer names of the base head lacks and head's new ones, but those of a
-    module already reported or whose siblings' parameters are new (the parameter
-    comparison reports that rename); with head's line of the first new one."""
+    """Attention layer names of modules the base had and head lacks, and of head's new
+    modules, but those of a module already reported or whose siblings' parameters are
+    new (the parameter comparison reports that rename); with head's line of the first
+    new one."""
 
-    def names(modules: dict[str, list[Any]]) -> dict[str, str]:
+    def names(modules: dict[str, list[Any]], other: dict[str, list[Any]]) -> dict[str, str]:
+        # a module at the same path on both sides is ``_renamed``'s (a change or a fix)
         return {
             m[1]: path
             for path, m in modules.items()
-            if isinstance(m[1], str) and not any(_within(path, c) for c in changed)
+            if isinstance(m[1], str)
+            and path not in other
+            and not any(_within(path, c) for c in changed)
         }
 
-    then, now = names(before), names(after)
+    then, now = names(before, after), names(after, before)
     added = []
     for name in sorted(set(now) - set(then)):
         path = now[name]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from prefixlint.basediff import SiteIndex, anchor_line, site_key
-from prefixlint.basediff_builds import compare_builds
+from prefixlint.basediff_builds import compare_builds, settled
 from prefixlint.check_introspect import Phase2Result, note
 from prefixlint.diagnostic import Diagnostic, Severity
 from prefixlint.diffbase import ChangedLines
@@ -424,3 +424,88 @@ def test_a_benign_refactor_stays_silent_with_the_builds_compared(vllm_copy, tmp_
 
     repo = replay(vllm_copy, tmp_path, refactor)
     assert introspected(repo, tmp_path) == []
+
+
+def _named(model: str, modules: dict, params: dict | None = None, loading=None) -> Phase2Result:
+    layouts = {"tp1": {"status": "built", "params": params or {}, "modules": modules}}
+    build = {"file": model, "line": 3, "layouts": layouts, "loading": loading or {}}
+    return Phase2Result(builds={"MyForCausalLM": build})
+
+
+def test_a_changed_prefix_or_attention_name_is_a_warning_at_head_s_construction(
+    tmp_path: Path,
+) -> None:
+    """Typed facts of the builds (path -> prefix, attention layer name, file, line):
+    a prefix that was not its path at the base and is another one at head (a
+    quantization config's names no longer reach it), reported at the outermost module;
+    a fix (head's equals its path) and equal names are silent."""
+    model = str(tmp_path / "m.py")
+    base = {
+        "model": ["language_model.model", None, model, 10],
+        "model.layers.0": ["language_model.model.layers.0", None, model, 20],
+        "model.layers.0.attn": [
+            "language_model.model.layers.0.attn",
+            "language_model.model.layers.0.attn",
+            model,
+            30,
+        ],
+    }
+    moved = {
+        p: [
+            m[0] and m[0].replace("language_", "lm_"),
+            m[1] and m[1].replace("language_", "lm_"),
+            m[2],
+            m[3] + 1,
+        ]
+        for p, m in base.items()
+    }
+    [found] = compare_builds(_named(model, base), _named(model, moved), [])
+    assert (found.code, found.severity, found.location.row) == ("PFX701", Severity.WARNING, 11)
+    assert found.data["path"] == "model" and found.data["kind"] == "prefix"
+    assert (found.data["base"], found.data["head"]) == ("language_model.model", "lm_model.model")
+    fixed = {p: [p, m[1] and p, m[2], m[3]] for p, m in base.items()}
+    assert compare_builds(_named(model, base), _named(model, fixed), []) == []
+    assert compare_builds(_named(model, base), _named(model, dict(base)), []) == []
+    # an Attention renamed (prefix == path at both, no parameter moved): its names
+    attn = {"m.l0.attn": ["m.l0.attn", "m.l0.attn", model, 30]}
+    renamed = {"m.l0.attention": ["m.l0.attention", "m.l0.attention", model, 31]}
+    params = {"m.l0.qkv.weight": [4, 4]}
+    [found] = compare_builds(_named(model, attn, params), _named(model, renamed, params), [])
+    assert (found.location.row, found.data["group"]) == (31, "base-attention")
+    assert (found.data["gone"], found.data["new"]) == (["m.l0.attn"], ["m.l0.attention"])
+    # the whole attention block renamed: its parameters moved too, the parameter warning
+    # says it (once, at the new block's construction)
+    block = {"m.l0.block.attn": ["m.l0.block.attn", "m.l0.block.attn", model, 31]}
+    moved_params = {"m.l0.block.qkv.weight": [4, 4]}
+    block["m.l0.block.qkv"] = ["m.l0.block.qkv", None, model, 32]
+    found = compare_builds(_named(model, attn, params), _named(model, block, moved_params), [])
+    assert [(d.data["group"], d.location.row) for d in found] == [("base-parameters", 32)]
+
+
+def test_lost_loads_compare_the_same_checkpoint_names_and_settle_with_new_findings(
+    tmp_path: Path,
+) -> None:
+    model = str(tmp_path / "m.py")
+    params = {"a.weight": [2], "b.weight": [2]}
+    before = {"streamed": ["a.weight", "b.weight"], "dropped": {}, "unwritten": {}}
+    after = {
+        "streamed": ["a.weight", "b.weight", "c.weight"],
+        "dropped": {"b.weight": [model, 7], "c.weight": [model, 7]},
+        "unwritten": {"b.weight": [model, 5]},
+    }
+    base, head = _named(model, {}, params, before), _named(model, {}, params, after)
+    [found] = compare_builds(base, head, [])
+    # `c.weight` was not in the base's stream: not the same checkpoint there, not judged;
+    # `b.weight`'s parameter is unwritten because its own tensor is dropped: said once
+    assert (found.location.row, found.data["dropped"], found.data["unwritten"]) == (
+        7,
+        ["b.weight"],
+        [],
+    )
+    # dropped after the judgement where a new PFX701 error of the change sits at that line
+    error = Diagnostic.at_line("PFX701", "x", model, 7, data={"architecture": "MyForCausalLM"})
+    assert settled([found, error]) == [error]
+    note_there = Diagnostic.at_line("PFX701", "x", model, 7, severity=Severity.NOTE)
+    assert settled([found, note_there]) == [found, note_there]
+    # no complete dry-run on one side: nothing
+    assert compare_builds(_named(model, {}, params), head, []) == []
