@@ -186,8 +186,8 @@ def lost_loads(base: Phase2Result, head: Phase2Result, found: list[Diagnostic]) 
     """The dry-runs of base and head on the same synthetic checkpoint (the names both
     streamed): a tensor the base's ``load_weights`` consumed and head's drops, at head's
     loader that drops it; a parameter the base's load wrote and head's leaves unwritten,
-    at head's line that built its module. A warning per line, unless head's own PFX701
-    already sits there (it says the same; when new at head it is reported)."""
+    at head's line that built its module. A warning per line (``settled`` drops it where a
+    new PFX701 of the change sits at that line: it says the same)."""
     out = list(found)
     for arch, then in base.builds.items():
         now = head.builds.get(arch) or {}
