@@ -158,8 +158,15 @@ def benign_introspect() -> None:
         folder = Path(tempfile.mkdtemp(prefix="prefixlint-replay-"))
         try:
             replay(folder, file, edit)
-            args = ("--diff-base", "base", "--introspect", "--tp", "1", "--pp", "2")
-            found = [f for f in check(folder, *args) if f["severity"] != "note"]
+            from tests.test_diffbase import invoke
+
+            report = folder / "report.json"  # stdout: the CLI runner mixes in progress
+            args = ["check", "--no-cache", "--format", "json", "-o", str(report)]
+            args += ["--diff-base", "base", "--introspect", "--tp", "1", "--pp", "2"]
+            code, out = invoke(args, folder)
+            if code not in (0, 1):
+                raise RuntimeError(out[-2000:])
+            found = [f for f in json.loads(report.read_text()) if f["severity"] != "note"]
             print(f"{name:46s} {file:16s} findings with phase 2: {len(found)}", flush=True)
             for f in found:
                 print(f"    {f['code']} {f['location']['row']}: {f['message'][:120]}")
