@@ -1,6 +1,7 @@
 """The real bugs of ``tests/test_real_bugs.py`` replayed as pull requests (issue 39).
 
     .venv/bin/python bench/replay_bugs.py
+    .venv/bin/python bench/replay_bugs.py --benign-introspect
 
 For each case: a temp git repository whose base commit is the installed vLLM's model file
 and whose head applies the bug's edit (at ``vllm/model_executor/models/``, as
@@ -12,7 +13,8 @@ was before (the whole file's findings kept when one of their lines changed). A c
 function or class (the review's body lists it). Also counts findings left out because
 the base had them.
 
-Benign refactors (``BENIGN``) replayed the same way must get no finding.
+Benign refactors (``BENIGN``) replayed the same way must get no finding;
+``--benign-introspect`` replays them with phase 2's builds compared too.
 These cases shaped the static rules: they are no held-out set.
 """
 
@@ -148,8 +150,35 @@ def judge(folder: Path) -> dict[str, int]:
     }
 
 
+def benign_introspect() -> None:
+    """The benign refactors with phase 2 compared too (``--introspect``: tp=1, pp=2):
+    base and head build the same parameters, prefixes, attention names and loads, so
+    nothing may be reported."""
+    for name, file, edit in BENIGN:
+        folder = Path(tempfile.mkdtemp(prefix="prefixlint-replay-"))
+        try:
+            replay(folder, file, edit)
+            from tests.test_diffbase import invoke
+
+            report = folder / "report.json"  # stdout: the CLI runner mixes in progress
+            args = ["check", "--no-cache", "--format", "json", "-o", str(report)]
+            args += ["--diff-base", "base", "--introspect", "--tp", "1", "--pp", "2"]
+            code, out = invoke(args, folder)
+            if code not in (0, 1):
+                raise RuntimeError(out[-2000:])
+            found = [f for f in json.loads(report.read_text()) if f["severity"] != "note"]
+            print(f"{name:46s} {file:16s} findings with phase 2: {len(found)}", flush=True)
+            for f in found:
+                print(f"    {f['code']} {f['location']['row']}: {f['message'][:120]}")
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def main() -> None:
     os.environ.setdefault("PREFIXLINT_WARM_WORKER", "0")
+    if "--benign-introspect" in sys.argv[1:]:
+        benign_introspect()
+        return
     rows = []
     for name, file, edit in [*cases(), *BENIGN]:
         folder = Path(tempfile.mkdtemp(prefix="prefixlint-replay-"))

@@ -245,6 +245,7 @@ def run_phase2(
                 "file": str(cand.path),
                 "line": cand.line,
                 "layouts": {str(lay.get("name")): lay for lay in layouts},
+                "loading": result.get("loading") or {},
             }
             progress(
                 f"phase 2: {public_name(str(result.get('arch')))}: {result.get('status')}, "

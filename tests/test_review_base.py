@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from prefixlint.basediff import SiteIndex, anchor_line, site_key
-from prefixlint.basediff_builds import compare_builds
+from prefixlint.basediff_builds import compare_builds, settled
 from prefixlint.check_introspect import Phase2Result, note
 from prefixlint.diagnostic import Diagnostic, Severity
 from prefixlint.diffbase import ChangedLines
@@ -235,12 +235,14 @@ def test_phase_2_compares_base_and_head_builds(vllm_copy, tmp_path: Path) -> Non
     new = [f for f in json.loads(report.read_text()) if f["severity"] != "note"]
     [pp] = [f for f in new if f["code"] == "PFX501" and f["location"]["row"] == header]
     assert "PFX606" in {r["code"] for r in pp["data"]["runtime"]}
-    [reshaped] = [
-        f
-        for f in new
-        if f.get("data", {}).get("group") == "base-parameters" and f["location"]["row"] == header
-    ]
+    # at the construction of the reshaped module (not the class header: that is in another
+    # class than the edit), pointing at the edited line of that statement's function
+    built = row_of(repo, "self.gate_up_proj = MergedColumnParallelLinear(")
+    [reshaped] = [f for f in new if f.get("data", {}).get("group") == "base-parameters"]
     assert reshaped["severity"] == "warning"
+    assert reshaped["location"]["row"] == built, reshaped
+    wider = row_of(repo, WIDER)
+    assert reshaped["data"].get("changed_line") in (None, wider)
     assert "model.layers.0.mlp.gate_up_proj.weight" in reshaped["data"]["reshaped"]
     assert not [f for f in new if f["code"] == "PFX601"], new  # the base had it
 
@@ -332,3 +334,200 @@ def test_a_numeric_bug_is_the_change_s_pfx609(vllm_copy, tmp_path: Path) -> None
     assert mismatch["severity"] == "error"
     assert mismatch["location"]["row"] == row_of(repo, "self.self_attn = attn_layer_type(")
     assert not [f for f in new if f["code"] == "PFX601"], new  # vLLM's old defect: the base's
+
+
+# LlamaModel.load_weights' call of vLLM's loader, and the Attention it builds (vLLM 0.32)
+LOAD = "        return loader.load_weights(weights, mapper=self.hf_to_vllm_mapper)\n"
+ATTN = "        self.attn = attn_cls(\n"
+
+
+def skipping(*words: str) -> str:
+    kept = " and ".join(f'"{w}" not in n' for w in words)
+    return LOAD.replace("(weights,", f"(((n, w) for n, w in weights if {kept}),")
+
+
+def introspected(repo: Path, tmp_path: Path) -> list[dict]:
+    """The change's findings with phase 2 compared (tp=1 and pp=2), warnings and errors."""
+    report = tmp_path / "report.json"  # stdout: the CLI runner mixes in phase 2's progress
+    args = ["check", "--no-cache", "--format", "json", "-o", str(report), "--diff-base", "base"]
+    code, out = invoke([*args, "--introspect", "--tp", "1", "--pp", "2"], repo)
+    assert code in (0, 1), out
+    return [f for f in json.loads(report.read_text()) if f["severity"] != "note"]
+
+
+def replay_on(vllm_copy, tmp_path: Path, base_edit, head_edit) -> Path:
+    """``replay`` whose base already carries ``base_edit`` (an old defect of the file);
+    head is ``head_edit`` of vLLM's file."""
+    target = vllm_copy("llama.py")
+    text = target.read_text()
+    target.write_text(base_edit(text))
+    git(tmp_path, "init", "-q", "-b", "main")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-q", "-m", "base, with an old defect")
+    git(tmp_path, "tag", "base")
+    target.write_text(head_edit(text))
+    assert target.read_text() != base_edit(text) != text, "the edits do not apply"
+    git(tmp_path, "commit", "-q", "-am", "the pull request")
+    return tmp_path
+
+
+@pytest.mark.slow
+def test_a_tensor_the_base_loaded_and_head_drops_is_a_warning_at_head_s_loader(
+    vllm_copy, tmp_path: Path
+) -> None:
+    """The base's loader already dropped `input_layernorm` (an old PFX701 at that loader,
+    so head's PFX701 there is not new: without the comparison the change says nothing);
+    head's drops `post_attention_layernorm` too. The two dry-runs' typed results say what
+    head no longer loads, at head's loader, pointing at the changed line."""
+    repo = replay_on(
+        vllm_copy,
+        tmp_path,
+        lambda s: s.replace(LOAD, skipping("input_layernorm"), 1),
+        lambda s: s.replace(LOAD, skipping("input_layernorm", "post_attention_layernorm"), 1),
+    )
+    loader = row_of(repo, "return loader.load_weights(((n, w)")
+    new = introspected(repo, tmp_path)
+    [lost] = [f for f in new if f.get("data", {}).get("group") == "base-loading"]
+    assert (lost["code"], lost["severity"]) == ("PFX701", "warning"), new
+    # at `def load_weights` (the loader), off the diff: it points at the edited call
+    assert loader in (lost["location"]["row"], lost["data"].get("changed_line")), new
+    assert lost["data"]["dropped"] and all(
+        "post_attention_layernorm" in n for n in lost["data"]["dropped"]
+    )
+    assert not any("input_layernorm" in n and "post" not in n for n in lost["data"]["dropped"])
+    # the norm it leaves unwritten is that drop: said once, at the loader
+    norm = row_of(repo, "self.post_attention_layernorm = RMSNorm(")
+    assert not [f for f in new if f["location"]["row"] == norm], new
+
+
+@pytest.mark.slow
+def test_a_renamed_attention_layer_is_a_warning_at_its_construction(
+    vllm_copy, tmp_path: Path
+) -> None:
+    """`self.attn` renamed `self.attention` (prefix == path at both): no parameter changes,
+    but the attention layer names do (kv-cache scales, per-layer settings): a warning at
+    head's construction line."""
+
+    def rename(text: str) -> str:
+        text = text.replace(ATTN, ATTN.replace(".attn", ".attention"), 1)
+        text = text.replace('prefix=f"{prefix}.attn",', 'prefix=f"{prefix}.attention",', 1)
+        return text.replace("attn_output = self.attn(", "attn_output = self.attention(", 1)
+
+    repo = replay(vllm_copy, tmp_path, rename)
+    built = row_of(repo, "        self.attention = attn_cls(")
+    new = introspected(repo, tmp_path)
+    moved = [f for f in new if f.get("data", {}).get("group") == "base-attention"]
+    assert len(moved) == 1, " ".join(
+        f"{f['location']['row']}:{f['data']['architecture']}" for f in moved
+    )
+    moved = moved[0]
+    assert (moved["severity"], moved["location"]["row"]) == ("warning", built), new
+    assert "model.layers.0.self_attn.attention" in moved["data"]["new"]
+    assert "model.layers.0.self_attn.attn" in moved["data"]["gone"]
+    assert len(moved["data"]["new"]) == len(moved["data"]["gone"])
+
+
+@pytest.mark.slow
+def test_a_benign_refactor_stays_silent_with_the_builds_compared(vllm_copy, tmp_path: Path) -> None:
+    """The same modules built another way (a prefix written with `maybe_prefix`, keywords
+    reordered, a helper added above everything): same parameters, prefixes, attention
+    names and loads, so nothing with phase 2 compared."""
+
+    def refactor(text: str) -> str:
+        text = text.replace('prefix=f"{prefix}.attn",', 'prefix=maybe_prefix(prefix, "attn"),')
+        helper = "\n\ndef _unused_helper(x: int) -> int:\n    return x + 1\n"
+        at = text.index("\nclass LlamaMLP(")
+        text = text[:at] + helper + text[at:]
+        return text.replace(
+            "num_kv_heads=self.num_kv_heads,\n            cache_config=cache_config,",
+            "cache_config=cache_config,\n            num_kv_heads=self.num_kv_heads,",
+            1,
+        )
+
+    repo = replay(vllm_copy, tmp_path, refactor)
+    assert introspected(repo, tmp_path) == []
+
+
+def _named(model: str, modules: dict, params: dict | None = None, loading=None) -> Phase2Result:
+    layouts = {"tp1": {"status": "built", "params": params or {}, "modules": modules}}
+    build = {"file": model, "line": 3, "layouts": layouts, "loading": loading or {}}
+    return Phase2Result(builds={"MyForCausalLM": build})
+
+
+def test_a_changed_prefix_or_attention_name_is_a_warning_at_head_s_construction(
+    tmp_path: Path,
+) -> None:
+    """Typed facts of the builds (path -> prefix, attention layer name, file, line):
+    a prefix that was not its path at the base and is another one at head (a
+    quantization config's names no longer reach it), reported at the outermost module;
+    a fix (head's equals its path) and equal names are silent."""
+    model = str(tmp_path / "m.py")
+    base = {
+        "model": ["language_model.model", None, model, 10],
+        "model.layers.0": ["language_model.model.layers.0", None, model, 20],
+        "model.layers.0.attn": [
+            "language_model.model.layers.0.attn",
+            "language_model.model.layers.0.attn",
+            model,
+            30,
+        ],
+    }
+    moved = {
+        p: [
+            m[0] and m[0].replace("language_", "lm_"),
+            m[1] and m[1].replace("language_", "lm_"),
+            m[2],
+            m[3] + 1,
+        ]
+        for p, m in base.items()
+    }
+    [found] = compare_builds(_named(model, base), _named(model, moved), [])
+    assert (found.code, found.severity, found.location.row) == ("PFX701", Severity.WARNING, 11)
+    assert found.data["path"] == "model" and found.data["kind"] == "prefix"
+    assert (found.data["base"], found.data["head"]) == ("language_model.model", "lm_model.model")
+    fixed = {p: [p, m[1] and p, m[2], m[3]] for p, m in base.items()}
+    assert compare_builds(_named(model, base), _named(model, fixed), []) == []
+    assert compare_builds(_named(model, base), _named(model, dict(base)), []) == []
+    # an Attention renamed (prefix == path at both, no parameter moved): its names
+    attn = {"m.l0.attn": ["m.l0.attn", "m.l0.attn", model, 30]}
+    renamed = {"m.l0.attention": ["m.l0.attention", "m.l0.attention", model, 31]}
+    params = {"m.l0.qkv.weight": [4, 4]}
+    [found] = compare_builds(_named(model, attn, params), _named(model, renamed, params), [])
+    assert (found.location.row, found.data["group"]) == (31, "base-attention")
+    assert (found.data["gone"], found.data["new"]) == (["m.l0.attn"], ["m.l0.attention"])
+    # the whole attention block renamed: its parameters moved too, the parameter warning
+    # says it (once, at the new block's construction)
+    block = {"m.l0.block.attn": ["m.l0.block.attn", "m.l0.block.attn", model, 31]}
+    moved_params = {"m.l0.block.qkv.weight": [4, 4]}
+    block["m.l0.block.qkv"] = ["m.l0.block.qkv", None, model, 32]
+    found = compare_builds(_named(model, attn, params), _named(model, block, moved_params), [])
+    assert [(d.data["group"], d.location.row) for d in found] == [("base-parameters", 32)]
+
+
+def test_lost_loads_compare_the_same_checkpoint_names_and_settle_with_new_findings(
+    tmp_path: Path,
+) -> None:
+    model = str(tmp_path / "m.py")
+    params = {"a.weight": [2], "b.weight": [2]}
+    before = {"streamed": ["a.weight", "b.weight"], "dropped": {}, "unwritten": {}}
+    after = {
+        "streamed": ["a.weight", "b.weight", "c.weight"],
+        "dropped": {"b.weight": [model, 7], "c.weight": [model, 7]},
+        "unwritten": {"b.weight": [model, 5]},
+    }
+    base, head = _named(model, {}, params, before), _named(model, {}, params, after)
+    [found] = compare_builds(base, head, [])
+    # `c.weight` was not in the base's stream: not the same checkpoint there, not judged;
+    # `b.weight`'s parameter is unwritten because its own tensor is dropped: said once
+    assert (found.location.row, found.data["dropped"], found.data["unwritten"]) == (
+        7,
+        ["b.weight"],
+        [],
+    )
+    # dropped after the judgement where a new PFX701 error of the change sits at that line
+    error = Diagnostic.at_line("PFX701", "x", model, 7, data={"architecture": "MyForCausalLM"})
+    assert settled([found, error]) == [error]
+    note_there = Diagnostic.at_line("PFX701", "x", model, 7, severity=Severity.NOTE)
+    assert settled([found, note_there]) == [found, note_there]
+    # no complete dry-run on one side: nothing
+    assert compare_builds(_named(model, {}, params), head, []) == []

@@ -28,7 +28,7 @@ def findings_of_change(
     import click
 
     from prefixlint.basediff import judge, materialise
-    from prefixlint.basediff_builds import compare_builds
+    from prefixlint.basediff_builds import compare_builds, settled
     from prefixlint.check_introspect import one_per_site
     from prefixlint.diffbase import DiffError
 
@@ -61,7 +61,7 @@ def findings_of_change(
     finally:
         tree.close()
     changes.not_caused = verdict.not_caused
-    return verdict.kept
+    return settled(verdict.kept)
 
 
 def _head_configs(path: Path) -> tuple[dict[str, str], str | None]:

@@ -35,6 +35,7 @@ from prefixlint.introspect.builds.modelconfig import (  # noqa: E402
     model_config_repaired,
 )
 from prefixlint.introspect.builds.parallel import Layout  # noqa: E402
+from prefixlint.introspect.builds.recorder import named_sites  # noqa: E402
 from prefixlint.introspect.checks import check_build  # noqa: E402
 from prefixlint.introspect.checks import pfx608_engine_start as startup  # noqa: E402
 from prefixlint.introspect.configs import (  # noqa: E402
@@ -237,6 +238,7 @@ def _build_layouts(result: TargetResult, plan: BuildPlan, layouts: list[Layout])
         outcome = LayoutOutcome(layout, status, build.seconds, _describe(build.error))
         if build.model is not None and build.error is None:
             outcome.params = {n: list(p.shape) for n, p in build.model.named_parameters()}
+            outcome.modules = named_sites(build.model, build.recorder)
         result.layouts.append(outcome)
     stood_in = stand_ins_used([b.model for b in builds])
     if stood_in:  # said, as every guess is (kernels.py)
@@ -432,6 +434,7 @@ def _dry_run(
     result.findings += packed.without_duplicates(outcome.findings, fused)
     result.findings += lora.folded(adapted.findings, fused) + fused
     result.dryrun, result.dryrun_reason = outcome.status, outcome.reason
+    result.loading = outcome.loading
     result.lora, result.lora_reason = adapted.status, adapted.reason
     result.dryrun_seconds = time.perf_counter() - started
 

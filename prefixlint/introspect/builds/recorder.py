@@ -146,3 +146,20 @@ class PrefixRecorder:
                     value = record.module.__dict__.get(attr)
                     if isinstance(value, str):
                         record.attributes[attr] = value
+
+
+def named_sites(model: nn.Module, recorder: PrefixRecorder) -> dict[str, list[Any]]:
+    """Each module of ``model`` the recorder saw built with a prefix or that holds an
+    attention layer name: path -> [the prefix it received (or None), the ``layer_name``
+    it registers (or None), the model's file and line that built it]. What a review
+    compares between a pull request's base and head (``basediff_builds``)."""
+    out: dict[str, list[Any]] = {}
+    for path, module in model.named_modules():
+        record = recorder.records.get(id(module))
+        if record is None or record.module is not module or not record.site_file:
+            continue
+        name = record.attributes.get("layer_name")
+        if record.prefix is None and name is None:
+            continue
+        out[path] = [record.prefix, name, record.site_file, record.site_line]
+    return out

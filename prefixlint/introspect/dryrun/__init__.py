@@ -63,6 +63,11 @@ class DryRun:
     findings: list[Finding] = field(default_factory=list)
     # checkpoint layer name -> vLLM module path, for PFX702 and the report
     mapping: dict[str, str] = field(default_factory=dict)
+    # A complete stream's typed results, for a review's base against head
+    # (``basediff_builds.lost_loads``): "streamed", the checkpoint names fed; "dropped",
+    # those ``load_weights`` did not consume -> [file, line] of the loader that drops each;
+    # "unwritten", parameters no tensor reached -> [file, line] that built their module.
+    loading: dict[str, Any] = field(default_factory=dict)
 
 
 def _note(message: str, site: tuple[str, int]) -> Finding:
@@ -307,4 +312,15 @@ def run(
     if why:
         partial.append(why)
     reason = f"in part: {'; '.join(partial)}" if partial else ""
-    return DryRun("verified", reason, merge(findings), mapping)
+    return DryRun("verified", reason, merge(findings), mapping, _loading(s, streamed, sites))
+
+
+def _loading(s: Any, streamed: dict[str, Any], sites: Sites) -> dict[str, Any]:
+    """What the stream consumed and wrote, as typed facts with head's lines."""
+    dropped = {n: list(sites.loader(n)) for n in sorted(streamed) if n not in s.recorder.consumed}
+    unwritten = {
+        t.name: list(sites.module(t.name.rpartition(".")[0]))
+        for t in s.recorder.by_storage.values()
+        if t.is_param and not t.written
+    }
+    return {"streamed": sorted(streamed), "dropped": dropped, "unwritten": unwritten}

@@ -116,6 +116,7 @@ def build_targets(job: dict[str, Any], targets: list[Any]) -> list[dict[str, Any
                 "seconds": round(o.seconds, 4),
                 "reason": o.reason,
                 "params": o.params,
+                "modules": o.modules,
             }
             for o in result.layouts
         ]

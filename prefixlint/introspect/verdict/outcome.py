@@ -25,6 +25,9 @@ class LayoutOutcome:
     # a built layout's parameters, name -> shape (per rank): what a review compares
     # between a pull request's base and head (``basediff_builds``)
     params: dict[str, list[int]] = field(default_factory=dict)
+    # its modules' prefixes and attention layer names, with the line that built each
+    # (``recorder.named_sites``), compared the same way
+    modules: dict[str, list[Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -45,6 +48,8 @@ class TargetResult:
     dryrun: str = ""  # PFX701/702: verified | not verified | off | "" (nothing built)
     dryrun_reason: str = ""
     dryrun_seconds: float = 0.0
+    # the dry-run's typed results, for a review's base against head (``DryRun.loading``)
+    loading: dict[str, Any] = field(default_factory=dict)
     lora: str = ""  # PFX703: verified | not verified | off | "" (nothing built)
     lora_reason: str = ""
     # the comparison with transformers (compare/facts.py Comparison.to_json): status,
