@@ -152,8 +152,6 @@ class Zygote:
             said = f"{WARM_UP_STOPPED} after {time.monotonic() - began:.1f} s"
             print(said, file=sys.stderr, flush=True)
             return
-        finally:
-            signal.signal(signal.SIGALRM, signal.SIG_DFL)
         self.imported.update(imported_files(self.imported))
         print(f"{WARMED} in {time.monotonic() - began:.1f} s", file=sys.stderr, flush=True)
         self.last = time.monotonic()
@@ -352,13 +350,14 @@ def caller_interrupts(listener: socket.socket, every: float = 0.1) -> Iterator[N
             signal.setitimer(signal.ITIMER_REAL, 0)  # once: nothing fires after the raise
             raise CallerWaiting
 
-    signal.signal(signal.SIGALRM, look)
+    previous = signal.signal(signal.SIGALRM, look)
     signal.siginterrupt(signal.SIGALRM, False)  # C code's system calls restart
     signal.setitimer(signal.ITIMER_REAL, every, every)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def become_caller(fds: list[int], env: dict[str, str], start_env: dict[str, str]) -> None:
