@@ -1,9 +1,9 @@
 """Warm equals cold, as data (issue 36): each way a build can fail (an import of a module
-the model's own package lacks and a plugin whose register() raises among them) gives the same findings
-(code, file, line, severity) from a worker forked by the zygote as from a cold worker, at
-the model's line. Before, ``os._exit`` in ``__init__`` was PFX604 at that line cold but
-"the worker process died (exit code 0)" at the class line warm: the zygote had armed the
-first caller's trace file, which every forked child then wrote to."""
+the model's own package lacks and a plugin whose register() raises among them) gives the
+same findings (code, file, line, severity) and cause words from a worker forked by the
+zygote as from a cold worker, at the model's line. Before, ``os._exit`` in ``__init__`` was
+PFX604 at that line cold but "the worker process died (exit code 0)" at the class line
+warm: the zygote had armed the first caller's trace file, which every forked child then wrote to."""
 
 from __future__ import annotations
 
