@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,11 +38,19 @@ def _group_alive(pgid: int) -> bool:
         return False
 
 
-def _interrupt(cwd: Path, args: list[str], at: float, env: dict[str, str]) -> dict:
-    """Run ``prefixlint ARGS`` in its own process group (Ctrl-C on a terminal reaches the
-    group), SIGINT it at ``at`` s; how it ended."""
+def _interrupt(
+    cwd: Path,
+    args: list[str],
+    at: float,
+    env: dict[str, str],
+    module: str = "prefixlint",
+    ready: Callable[[], bool] | None = None,
+) -> dict:
+    """Run ``python -m MODULE ARGS`` in its own process group (Ctrl-C on a terminal reaches the
+    group), SIGINT it at ``at`` s (with ``ready``: as soon as it holds, ``at`` at most); how
+    it ended."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "prefixlint", *args],
+        [sys.executable, "-m", module, *args],
         cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
@@ -51,8 +60,11 @@ def _interrupt(cwd: Path, args: list[str], at: float, env: dict[str, str]) -> di
         # a shell's background job ignores SIGINT, and its children inherit that
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
+    end = time.monotonic() + at
+    while ready is not None and not ready() and proc.poll() is None and time.monotonic() < end:
+        time.sleep(0.05)
     try:
-        proc.wait(timeout=at)
+        proc.wait(timeout=max(0.0, end - time.monotonic()) if ready is None else 0.01)
         pytest.fail(f"finished before the interrupt at {at} s: {proc.returncode}")
     except subprocess.TimeoutExpired:
         pass

@@ -293,3 +293,26 @@ def test_warm_processes_are_bounded_listed_and_stopped(project, monkeypatch) -> 
     assert "stopped 2" in stopped.stdout, stopped.stdout + stopped.stderr
     assert wait_until(lambda: not alive(pids), 10)
     assert "no warm process" in _prefixlint(folder, "warm", "status").stdout
+
+
+def test_warm_stop_without_all_stops_this_environments_processes_only(project) -> None:
+    """``warm stop`` (no ``--all``) stops the warm processes whose key is this environment's
+    and leaves another environment's running; run from that environment, it stops that one."""
+    folder, cache, pids = project
+    _prefixlint(folder, "check", "toy.py")
+    assert wait_until(lambda: _socket_up(cache), 30)
+    here = _zygotes(cache)
+    pids |= here
+    other_env = {"PREFIXLINT_TEST_ENV": "other"}
+    _prefixlint(folder, "check", "toy.py", env=other_env)
+    assert wait_until(lambda: _zygotes(cache) - here, 30)
+    other = _zygotes(cache) - here
+    pids |= other
+    assert len(here) == 1 and len(other) == 1
+    stopped = _prefixlint(folder, "warm", "stop")
+    assert "stopped 1 " in stopped.stdout, stopped.stdout + stopped.stderr
+    assert wait_until(lambda: not alive(here), 10), "this environment's still runs"
+    assert alive(other), "another environment's was stopped too"
+    stopped = _prefixlint(folder, "warm", "stop", env=other_env)
+    assert "stopped 1 " in stopped.stdout, stopped.stdout + stopped.stderr
+    assert wait_until(lambda: not alive(other), 10)

@@ -238,3 +238,29 @@ def test_a_workers_messages_print_sets_in_the_same_order_in_every_run() -> None:
         for _ in range(3)
     }
     assert len(runs) == 1, runs
+
+
+def test_a_caller_who_connects_stops_the_warm_up(tmp_path: Path) -> None:
+    """The zygote's warm-up (a build of Llama, seconds) stops as soon as a caller connects,
+    so the caller is served at once; without a caller the warm-up runs to its end."""
+    import socket
+    import time
+
+    from prefixlint.warm.zygote import CallerWaiting, caller_interrupts
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "s"))
+    listener.listen(1)
+    with caller_interrupts(listener):
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:  # no caller: not stopped
+            pass
+    caller = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    began = time.monotonic()
+    with pytest.raises(CallerWaiting), caller_interrupts(listener):
+        caller.connect(str(tmp_path / "s"))
+        while time.monotonic() < began + 10:
+            pass
+    assert time.monotonic() - began < 1
+    caller.close()
+    listener.close()

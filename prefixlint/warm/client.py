@@ -154,6 +154,8 @@ def start(
     # caller's worker trace file, armed in the zygote, would be every child's (their
     # os._exit and crashes then said nothing of the model's line). Its own temp root.
     zenv = {k: v for k, v in env.items() if not volatile(k)}
+    if IDLE_ENV in env:  # not in the key, but the zygote reads it (it was left out: 300 s)
+        zenv[IDLE_ENV] = env[IDLE_ENV]
     zenv["TMPDIR"] = str(files["tmp"])
     with open(files["log"], "w", encoding="utf-8") as log:
         return subprocess.Popen(

@@ -9,13 +9,14 @@ working folder; it forks a child, answers ``{"pid": ...}`` and, when the child e
 ``{"exit": code}``. The child takes the caller's environment where it differs from the
 zygote's start and runs ``KIND.child(request)``. Once idle after its first child, it runs
 ``KIND.warm_up()`` when the kind has one (phase 2 builds one of vLLM's own models), so that
-later children do not pay a first job's one-time costs. Before each fork it checks that
-no file it imported changed (an edited editable install): if one did, it retires and the
-caller starts a new one. It stops after ``PREFIXLINT_WARM_IDLE`` seconds without a child
-(default: its kind's ``IDLE``), on a ``stop`` request, on a ``retire`` request once its
-children ended (``registry.make_room``), or when its socket is removed or replaced. It
-keeps a JSON file beside its socket that ``prefixlint warm status`` reads. Linux and macOS
-(``fork``).
+later children do not pay a first job's one-time costs; a caller who connects meanwhile
+stops it and is served at once (it runs again at the next idle moment). Before each fork
+it checks that no file it imported changed (an edited editable install): if one did, it
+retires and the caller starts a new one. It stops after ``PREFIXLINT_WARM_IDLE`` seconds
+without a child (default: its kind's ``IDLE``), on a ``stop`` request, on a ``retire``
+request once its children ended (``registry.make_room``), or when its socket is removed or
+replaced. It keeps a JSON file beside its socket that ``prefixlint warm status`` reads.
+Linux and macOS (``fork``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -38,6 +40,7 @@ from prefixlint.warm.client import DEFAULT_IDLE, IDLE_ENV, address, kill_group, 
 from prefixlint.warm.registry import write_info
 
 WARMED = "prefixlint zygote: warmed up"  # its log's line once the kind's warm-up ran
+WARM_UP_STOPPED = "prefixlint zygote: warm-up stopped for a caller"  # runs again when idle
 SERVED = "prefixlint zygote: served"  # its log's line for each child it forks
 # The interpreter's own exit, taken before a kind's set-up may wrap ``os._exit`` (phase 2's
 # crash trace): a child that returned is not a model that called ``os._exit``.
@@ -124,12 +127,7 @@ class Zygote:
                 return
             if self.served and not self.warmed and not self.children and not self.retired:
                 # after the first call, not before it: that call does not wait for it
-                self.warmed = True
-                began = time.monotonic()
-                self.kind.warm_up()
-                self.imported.update(imported_files(self.imported))
-                print(f"{WARMED} in {time.monotonic() - began:.1f} s", file=sys.stderr, flush=True)
-                self.last = time.monotonic()
+                self.warm_up()
             if not self.retired and self.gone():
                 return
             callers = list(self.children.values())
@@ -139,6 +137,24 @@ class Zygote:
                 conn, _ = self.listener.accept()
                 if self.answer(conn) == "stop":
                     return
+
+    def warm_up(self) -> None:
+        """The kind's warm-up, when idle. A caller who connects meanwhile stops it: served at
+        once (it waited the whole warm-up before, 3 s on an idle machine, tens of seconds on
+        a loaded one), and the warm-up runs again at the next idle moment."""
+        self.warmed = True  # one that fails is not run again
+        began = time.monotonic()
+        try:
+            with caller_interrupts(self.listener):
+                self.kind.warm_up()
+        except CallerWaiting:
+            self.warmed = False
+            said = f"{WARM_UP_STOPPED} after {time.monotonic() - began:.1f} s"
+            print(said, file=sys.stderr, flush=True)
+            return
+        self.imported.update(imported_files(self.imported))
+        print(f"{WARMED} in {time.monotonic() - began:.1f} s", file=sys.stderr, flush=True)
+        self.last = time.monotonic()
 
     def wait(self, sources: list[Any]) -> list[Any]:
         """What is ready within 0.25 s: a child's exit (the wake-up pipe, drained), a
@@ -316,6 +332,32 @@ def changed(files: dict[str, tuple[int, int]]) -> str | None:
         if (stat.st_mtime_ns, stat.st_size) != stamp:
             return path
     return None
+
+
+class CallerWaiting(BaseException):
+    """A caller connected during the warm-up (a BaseException: the warm-up's own
+    ``suppress(Exception)`` must not swallow it)."""
+
+
+@contextlib.contextmanager
+def caller_interrupts(listener: socket.socket, every: float = 0.1) -> Iterator[None]:
+    """Raise ``CallerWaiting`` in the block as soon as ``listener`` has a caller waiting:
+    a timer looks every ``every`` s (in the main thread, between bytecodes: no thread
+    in a process that forks)."""
+
+    def look(signum: int, frame: Any) -> None:
+        if select.select([listener], [], [], 0)[0]:
+            signal.setitimer(signal.ITIMER_REAL, 0)  # once: nothing fires after the raise
+            raise CallerWaiting
+
+    previous = signal.signal(signal.SIGALRM, look)
+    signal.siginterrupt(signal.SIGALRM, False)  # C code's system calls restart
+    signal.setitimer(signal.ITIMER_REAL, every, every)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def become_caller(fds: list[int], env: dict[str, str], start_env: dict[str, str]) -> None:
