@@ -436,6 +436,23 @@ def supports_quant_class() -> type | None:
     return found if isinstance(found, type) else None
 
 
+def causal_lm_class_of_config(hf_config: Any) -> type | None:
+    """transformers' causal-LM class for a config's class, or for the nearest base of it
+    that transformers maps (a plugin's ``MyConfig(Qwen2MoeConfig)`` with a model type of its
+    own): the public ``MODEL_FOR_CAUSAL_LM_MAPPING``, keyed by config class; None where
+    no class of the config's lineage has one."""
+    with contextlib.suppress(Exception):
+        import transformers
+
+        mapping = transformers.MODEL_FOR_CAUSAL_LM_MAPPING
+        for base in type(hf_config).__mro__:
+            with contextlib.suppress(KeyError, ValueError):
+                found = mapping[base]
+                if isinstance(found, type):
+                    return found
+    return None
+
+
 # -- running a model (the comparison with transformers) --------------------------------------
 
 
