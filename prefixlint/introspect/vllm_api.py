@@ -501,3 +501,17 @@ def cpu_router_drops_bias(module: Any) -> bool:
         and getattr(router, "scoring_func", "") == "softmax"
         and getattr(router, "custom_routing_function", None) is None
     )
+
+
+def cpu_router_lacks_scoring(module: Any) -> str | None:
+    """The scoring function of a fused-MoE layer that vLLM's CPU router cannot route
+    (``CPURouter._compute_routing``, 0.32: without grouped top-k or a custom routing
+    function only softmax and sqrtsoftplus run; Laguna's sigmoid fails an assert there), or
+    None. On a GPU the layer runs; on this machine it does not."""
+    router = getattr(module, "router", None)
+    if router is None or type(router).__name__ != "CPURouter":
+        return None
+    scoring = getattr(router, "scoring_func", "softmax")
+    if getattr(router, "use_grouped_topk", False) or router.custom_routing_function is not None:
+        return None
+    return None if scoring in ("softmax", "sqrtsoftplus") else str(scoring)
