@@ -332,3 +332,24 @@ def test_a_cpu_router_that_ignores_the_correction_bias_is_a_gap_of_this_machine(
     assert not vllm_api.cpu_router_drops_bias(layer(e_score_correction_bias=bias, **grouped))
     assert not vllm_api.cpu_router_drops_bias(layer())
     assert not vllm_api.cpu_router_drops_bias(nn.Linear(2, 2))
+
+
+def test_a_cpu_router_without_the_scoring_function_is_a_gap_of_this_machine() -> None:
+    """vLLM's CPU MoE router routes softmax and sqrtsoftplus only, without grouped top-k
+    (Laguna's sigmoid failed an assert in the forward): a PFX600 note naming the scoring,
+    no forward failure and no PFX609."""
+    from torch import nn
+    from vllm.model_executor.layers.fused_moe.router.cpu_router import CPURouter
+
+    from prefixlint.introspect import vllm_api
+
+    def layer(**kw) -> nn.Module:
+        holder = nn.Module()
+        holder.router = CPURouter(top_k=2, global_num_experts=4, **kw)
+        return holder
+
+    assert vllm_api.cpu_router_lacks_scoring(layer(scoring_func="sigmoid")) == "sigmoid"
+    assert vllm_api.cpu_router_lacks_scoring(layer(scoring_func="softmax")) is None
+    grouped = dict(use_grouped_topk=True, num_expert_group=2, topk_group=1)
+    assert vllm_api.cpu_router_lacks_scoring(layer(scoring_func="sigmoid", **grouped)) is None
+    assert vllm_api.cpu_router_lacks_scoring(nn.Linear(2, 2)) is None

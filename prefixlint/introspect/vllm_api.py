@@ -436,6 +436,23 @@ def supports_quant_class() -> type | None:
     return found if isinstance(found, type) else None
 
 
+def causal_lm_class_of_config(hf_config: Any) -> type | None:
+    """transformers' causal-LM class for a config's class, or for the nearest base of it
+    that transformers maps (a plugin's ``MyConfig(Qwen2MoeConfig)`` with a model type of its
+    own): the public ``MODEL_FOR_CAUSAL_LM_MAPPING``, keyed by config class; None where
+    no class of the config's lineage has one."""
+    with contextlib.suppress(Exception):
+        import transformers
+
+        mapping = transformers.MODEL_FOR_CAUSAL_LM_MAPPING
+        for base in type(hf_config).__mro__:
+            with contextlib.suppress(KeyError, ValueError):
+                found = mapping[base]
+                if isinstance(found, type):
+                    return found
+    return None
+
+
 # -- running a model (the comparison with transformers) --------------------------------------
 
 
@@ -484,3 +501,17 @@ def cpu_router_drops_bias(module: Any) -> bool:
         and getattr(router, "scoring_func", "") == "softmax"
         and getattr(router, "custom_routing_function", None) is None
     )
+
+
+def cpu_router_lacks_scoring(module: Any) -> str | None:
+    """The scoring function of a fused-MoE layer that vLLM's CPU router cannot route
+    (``CPURouter._compute_routing``, 0.32: without grouped top-k or a custom routing
+    function only softmax and sqrtsoftplus run; Laguna's sigmoid fails an assert there), or
+    None. On a GPU the layer runs; on this machine it does not."""
+    router = getattr(module, "router", None)
+    if router is None or type(router).__name__ != "CPURouter":
+        return None
+    scoring = getattr(router, "scoring_func", "softmax")
+    if getattr(router, "use_grouped_topk", False) or router.custom_routing_function is not None:
+        return None
+    return None if scoring in ("softmax", "sqrtsoftplus") else str(scoring)

@@ -64,6 +64,12 @@ def _compare(cls: type | None, plan: Any, builds: list[Any], enabled: bool) -> C
     if biased:  # vLLM's CPU backend, not the model: what the engine computes on a GPU
         detail = f"vLLM's CPU MoE router ignores `e_score_correction_bias` at `{biased[0]}`"
         return Comparison.not_run(Reason.UNSUPPORTED_LAYER, detail)
+    routers = [(n, vllm_api.cpu_router_lacks_scoring(m)) for n, m in real.model.named_modules()]
+    lacking = [(n, s) for n, s in routers if s is not None]
+    if lacking:  # the CPU backend again: the layer routes on a GPU
+        name, scoring = lacking[0]
+        detail = f"vLLM's CPU MoE router has no `{scoring}` scoring (at `{name}`)"
+        return Comparison.not_run(Reason.UNSUPPORTED_LAYER, detail)
     context = _context(real)
     refused = _load(real.model, ref, model_config, context)
     if refused is not None:

@@ -12,6 +12,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from prefixlint.introspect import vllm_api
+
 SEED = 0
 # 1-D parameters (norm weights, biases) get noise of this size: transformers initialises
 # biases to zero and norm weights to one, where a dropped bias or a norm's ``1 + w``
@@ -38,7 +40,16 @@ def reference_class(hf_config: Any, cls: type | None) -> type | None:
     ]
     if cls is not None and cls.__name__ not in archs:
         archs.append(cls.__name__)
-    return known(archs)
+    found = known(archs)
+    if found is None and cls is not None and _out_of_tree(cls):
+        # a plugin's own names: its config's class says the family (only for plugins: a
+        # vLLM-only architecture of a known model type, a reward head, is another model)
+        found = vllm_api.causal_lm_class_of_config(hf_config)
+    return found
+
+
+def _out_of_tree(cls: type) -> bool:
+    return not (cls.__module__ or "").startswith("vllm.")
 
 
 def build(ref_cls: type, hf_config: Any) -> Reference:
