@@ -515,3 +515,48 @@ def cpu_router_lacks_scoring(module: Any) -> str | None:
     if getattr(router, "use_grouped_topk", False) or router.custom_routing_function is not None:
         return None
     return None if scoring in ("softmax", "sqrtsoftplus") else str(scoring)
+
+
+def _rotary_class() -> type | None:
+    for path in (
+        "vllm.model_executor.layers.rotary_embedding.base",  # 0.10+
+        "vllm.model_executor.layers.rotary_embedding",  # older: one module
+    ):
+        with contextlib.suppress(Exception):
+            return importlib.import_module(path).RotaryEmbedding
+    return None
+
+
+@contextlib.contextmanager
+def cpu_rotary_heads_flattened(model: Any) -> Any:
+    """vLLM's CPU rotary kernel (``RotaryEmbedding.forward_cpu``, ``ops.rotary_embedding``,
+    0.32) misreads a query/key shaped ``[tokens, heads, head_size]``: it rotates them wrong
+    (max error 4-6 on unit inputs) while the 2-D ``[tokens, heads * head_size]`` form is
+    right. The CUDA kernel takes both shapes, and models such as LFM2 pass the 3-D one after
+    their per-head q/k norms. While this runs, the model's rotary layers that dispatch to
+    that kernel (``CustomOp`` binds ``_forward_method`` at construction) give it a 3-D
+    query/key as its 2-D view; the kernel works in place, so the 3-D tensor is rotated as
+    the model's code means."""
+    cls = _rotary_class()
+    kernel = getattr(cls, "forward_cpu", None) if cls is not None else None
+    patched: list[Any] = []
+    for module in model.modules() if kernel is not None else ():
+        bound = getattr(module, "_forward_method", None)
+        if getattr(bound, "__func__", None) is kernel:  # not a subclass's own forward_cpu
+            module._forward_method = functools.partial(_rotary_2d, bound)
+            patched.append((module, bound))
+    try:
+        yield
+    finally:
+        for module, bound in patched:
+            module._forward_method = bound
+
+
+def _rotary_2d(kernel: Callable, positions: Any, query: Any, key: Any = None) -> Any:
+    if query.dim() != 3:
+        return kernel(positions, query, key)
+    q_shape, k_shape = query.shape, None if key is None else key.shape
+    q = query.reshape(q_shape[0], -1)
+    k = None if key is None else key.reshape(key.shape[0], -1)
+    q, k = kernel(positions, q, k)
+    return q.reshape(q_shape), None if k is None else k.reshape(k_shape)

@@ -108,6 +108,7 @@ def _context(build: Any) -> Any:
         with (
             fake_parallel_state(build.layout, moe=True),
             set_current_vllm_config(build.vllm_config),
+            vllm_api.cpu_rotary_heads_flattened(build.model),  # vLLM's CPU kernel, not the model
             vllm_api.set_default_torch_dtype()(torch.float32),
             torch.no_grad(),
             _eager(),
