@@ -168,13 +168,22 @@ def settled(kept: list[Diagnostic]) -> list[Diagnostic]:
     PFX701 at a loader that already dropped another tensor at the base is not the
     change's, and then the warning is what says what the change dropped."""
 
+    def rows_saying(o: Diagnostic, code: str) -> set[int]:
+        """Where ``o`` says ``code``: its own line, or the line of phase 2's evidence it
+        carries (a static PFX302 at the ``prefix=`` line holds the PFX601 phase 2 reported
+        at the statement's first line, where the comparison's warning sits too)."""
+        rows = {o.location.row} if o.code == code else set()
+        for r in o.data.get("runtime", []):
+            if r.get("code") == code:
+                rows |= {o.location.row, (r.get("location") or {}).get("row")}
+        return rows
+
     def said(d: Diagnostic) -> bool:
         code = _SAID_BY.get(str(d.data.get("group")))
         return code is not None and any(
-            code in {o.code, *(r.get("code") for r in o.data.get("runtime", []))}
-            and o.severity is not Severity.NOTE
+            o.severity is not Severity.NOTE
             and o.data.get("group") not in _SAID_BY
-            and o.location.row == d.location.row
+            and d.location.row in rows_saying(o, code)
             and Path(o.filename).resolve() == Path(d.filename).resolve()
             for o in kept
         )
@@ -402,8 +411,9 @@ def _one_per_line(found: list[Diagnostic]) -> list[Diagnostic]:
         else:
             at = first[key]
             kept = out[at]
-            archs = [*kept.data["architectures"], d.data["architecture"]]
+            archs = list(dict.fromkeys([*kept.data["architectures"], d.data["architecture"]]))
             also = ", ".join(f"`{a}`" for a in archs[1:])
             data = {**kept.data, "architectures": archs}
-            out[at] = replace(kept, message=f"{own_words[key]} (also in {also})", data=data)
+            words = f"{own_words[key]} (also in {also})" if also else own_words[key]
+            out[at] = replace(kept, message=words, data=data)
     return out

@@ -531,3 +531,25 @@ def test_lost_loads_compare_the_same_checkpoint_names_and_settle_with_new_findin
     assert settled([found, note_there]) == [found, note_there]
     # no complete dry-run on one side: nothing
     assert compare_builds(_named(model, {}, params), head, []) == []
+
+
+def test_a_changed_prefix_is_settled_by_the_static_finding_that_carries_phase_2_s(
+    tmp_path: Path,
+) -> None:
+    """A PR that renames a prefix (`f"{prefix}.down"`): the static PFX302 sits at the
+    `prefix=` line and carries phase 2's PFX601, which phase 2 reported at the statement's
+    first line, where the comparison's prefix warning sits too. One defect, one comment."""
+    model = str(tmp_path / "m.py")
+    warning = Diagnostic.at_line(
+        "PFX701",
+        "changed prefix",
+        model,
+        103,
+        severity=Severity.WARNING,
+        data={"group": "base-names", "architecture": "MyForCausalLM"},
+    )
+    runtime = {"code": "PFX601", "location": {"row": 103, "column": 9}}
+    static = Diagnostic.at_line("PFX302", "x", model, 110, data={"runtime": [runtime]})
+    assert settled([warning, static]) == [static]
+    alone = Diagnostic.at_line("PFX302", "x", model, 110)  # no phase-2 evidence: both stay
+    assert settled([warning, alone]) == [warning, alone]
