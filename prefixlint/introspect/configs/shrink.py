@@ -20,11 +20,6 @@ SHRINK: dict[str, Any] = {
     "num_heads": 16,  # SSM heads (Mamba2: num_heads * head_dim == expand * hidden_size)
     "vocab_size": 512,
     "max_position_embeddings": 256,
-    "intermediate_size_mlp": 256,  # Llama 4's dense layers
-    "ffn_hidden_size": 256,  # LongCat-Flash
-    "expert_ffn_hidden_size": 64,
-    "vocab_size_per_layer_input": 512,  # Gemma 3n's per-layer embeddings (vocab x layers)
-    "hidden_size_per_layer_input": 16,
     # MoE
     "moe_intermediate_size": 64,
     "shared_expert_intermediate_size": 64,
@@ -75,10 +70,6 @@ def shrink_kwargs(default, num_layers: int = 2) -> dict[str, Any]:
         # a 0 is a part switched off (Glm5Next's NoPE ``qk_rope_head_dim = 0``), not a size
         if k in d and d[k] is not None and not isinstance(d[k], bool) and d[k] != 0:
             kw[k] = _like(d[k], v)
-    if isinstance(d.get("num_experts_per_tok"), int) and d["num_experts_per_tok"] > 0:
-        # a top-1 router stays top-1 (Llama 4 applies the router weight on the input, which
-        # vLLM implements for top-1 only): shrinking never raises a count
-        kw["num_experts_per_tok"] = min(d["num_experts_per_tok"], SHRINK["num_experts_per_tok"])
     if d.get("num_key_value_heads") == 1 and d.get("multi_query"):
         # multi-query attention: one KV head by design, and it divides any head count
         # (the query heads may keep a name SHRINK does not know, GPTBigCode's n_head)
@@ -86,10 +77,6 @@ def shrink_kwargs(default, num_layers: int = 2) -> dict[str, Any]:
     for k, v in FILL_NONE.items():
         if k in d and d[k] is None:
             kw[k] = v
-    if d.get("kv_lora_rank") and d.get("num_key_value_heads") == d.get("num_attention_heads"):
-        # MLA expands its latent to every query head (MiniCPM3): transformers' reference
-        # repeats KV heads by heads // kv_heads, so the two stay equal
-        kw["num_key_value_heads"] = kw.get("num_attention_heads", d["num_attention_heads"])
     if "num_hidden_layers" not in d and isinstance(d.get("num_layers"), int):
         kw["num_layers"] = num_layers  # families that name the layer count so (LongCat)
     old_n = d.get("num_hidden_layers")
@@ -97,20 +84,12 @@ def shrink_kwargs(default, num_layers: int = 2) -> dict[str, Any]:
     if isinstance(old_n, int):
         # per-layer lists: same length as the layer count
         for k, v in d.items():
-            if v == list(range(old_n)):
-                continue  # every layer's index (Llama 4's moe_layers), not a value per layer
             if isinstance(v, list) and len(v) == old_n and old_n > 1:
-                # a per-layer size SHRINK shrank (Gemma 3n's intermediate_size) stays shrunk
-                shrunk = kw.get(k)
-                values = shrunk if isinstance(shrunk, list) and len(shrunk) == old_n else v
-                kw[k] = _pick_layers(values, num_layers)
+                kw[k] = _pick_layers(v, num_layers)
                 new_n = max(new_n, len(kw[k]))
         for k, v in list(kw.items()):
             if isinstance(v, list) and k in d and len(d[k]) == old_n:
                 kw[k] = (kw[k] * new_n)[:new_n] if len(kw[k]) < new_n else kw[k][:new_n]
-        for k, v in d.items():
-            if old_n > 1 and v == list(range(old_n)):
-                kw[k] = list(range(new_n))
         # layer-index lists (e.g. mlp_only_layers): keep indices that still exist
         for k, v in d.items():
             if (
