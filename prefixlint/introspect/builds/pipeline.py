@@ -449,7 +449,7 @@ def _compare(
 
     if not any(b.error is None for b in builds):
         return
-    comparison = compare(cls, plan, builds, enabled)
+    comparison = compare(cls, plan, builds, enabled, result.synthesised)
     result.compare = comparison.to_json()
     result.findings += OutputMismatch().findings(comparison, cls)
 

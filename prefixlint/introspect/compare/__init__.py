@@ -26,24 +26,34 @@ TOKENS = 9  # one sequence: long enough for a sliding window of the tiny config 
 MAX_PARAMETERS = 30_000_000
 
 
-def compare(cls: type | None, plan: Any, builds: list[Any], enabled: bool = True) -> Comparison:
+def compare(
+    cls: type | None,
+    plan: Any,
+    builds: list[Any],
+    enabled: bool = True,
+    synthesised: bool = False,
+) -> Comparison:
+    """``synthesised``: the config is prefixlint's guess, so its class says nothing of a
+    plugin's family (a guessed Llama-shaped config would make Llama the reference)."""
     started = time.perf_counter()
     try:
-        result = _compare(cls, plan, builds, enabled)
+        result = _compare(cls, plan, builds, enabled, synthesised)
     except Exception as e:  # a gap of this stage, never a lost target
         result = Comparison.not_run(Reason.FORWARD_FAILED, _words(e))
     result.seconds = time.perf_counter() - started
     return result
 
 
-def _compare(cls: type | None, plan: Any, builds: list[Any], enabled: bool) -> Comparison:
+def _compare(
+    cls: type | None, plan: Any, builds: list[Any], enabled: bool, synthesised: bool
+) -> Comparison:
     if not enabled:
         return Comparison.not_run(Reason.DISABLED)
     gap = _not_comparable(plan, builds)
     if gap is not None:
         return gap
     model_config = plan.model_config
-    ref_cls = reference.reference_class(model_config.hf_config, cls)
+    ref_cls = reference.reference_class(model_config.hf_config, cls, not synthesised)
     if ref_cls is None:
         return Comparison.not_run(Reason.NO_REFERENCE)
     try:

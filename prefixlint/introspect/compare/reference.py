@@ -30,7 +30,7 @@ class Reference:
     extras: list[str] = field(default_factory=list)  # names added that transformers drops
 
 
-def reference_class(hf_config: Any, cls: type | None) -> type | None:
+def reference_class(hf_config: Any, cls: type | None, by_config: bool = True) -> type | None:
     from prefixlint.introspect.dryrun.layouts import reference_class as known
 
     archs = [
@@ -41,7 +41,7 @@ def reference_class(hf_config: Any, cls: type | None) -> type | None:
     if cls is not None and cls.__name__ not in archs:
         archs.append(cls.__name__)
     found = known(archs)
-    if found is None and cls is not None and _out_of_tree(cls):
+    if found is None and by_config and cls is not None and _out_of_tree(cls):
         # a plugin's own names: its config's class says the family (only for plugins: a
         # vLLM-only architecture of a known model type, a reward head, is another model)
         found = vllm_api.causal_lm_class_of_config(hf_config)
