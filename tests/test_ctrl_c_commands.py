@@ -96,11 +96,12 @@ ZOO = ["prefixlint", "zoo", "--tp", "1", "--no-dryrun", "--explore-budget", "0",
 
 @requires_vllm
 @pytest.mark.slow
-@pytest.mark.parametrize("at", [1.0, 4.0, 9.0, 16.0, "building"])
+@pytest.mark.parametrize("at", [1.0, 4.0, "building"])
 def test_ctrl_c_into_a_first_zoo(tmp_path: Path, at: float | str) -> None:
-    """At 1 s the command imports; at 4 s and 9 s phase 2's zygote imports torch and vLLM;
-    at 16 s it builds its warm-up Llama (on this machine); then the zoo's builds run in
-    workers it forked."""
+    """At 1 s the command imports; at 4 s phase 2's zygote imports torch and vLLM; then the
+    zoo's builds run in workers it forked ("building"). No later fixed moment: on an idle
+    machine the three architectures are done in under 10 s (a moment of 16 s found the run
+    finished)."""
     args = [*ZOO, *(a for arch in ARCHS for a in ("--only", arch))]
     done = _run(tmp_path, args, at)
     assert done["code"] == 2, done["err"][-2000:]
