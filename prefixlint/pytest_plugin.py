@@ -23,8 +23,6 @@ from typing import Any
 
 import pytest
 
-from prefixlint.codes import NOT_VERIFIED_CODE
-
 # A build that failed for a gap of config synthesis or of this machine says nothing about
 # the model (as in ``prefixlint zoo``).
 GAP_CATEGORIES = ("config-gap", "environment")
@@ -186,7 +184,7 @@ def verdict(report: Any) -> Verdict:
         return out
     gaps = {r.get("arch") for r in report.results if r.get("category") in GAP_CATEGORIES}
     for d in report.diagnostics:
-        if d.code == NOT_VERIFIED_CODE:
+        if d.is_not_verified:
             out.not_verified.append(d.message)
         elif d.code == "PFX604" and d.data.get("architecture") in gaps:
             said = f"{d.message} (a gap of config synthesis or this machine)"

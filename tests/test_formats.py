@@ -415,3 +415,19 @@ def test_action_yml_matches_githubs_action_schema() -> None:
         "prefixlint review --payload",
     ):
         assert needed in steps
+
+
+def test_a_note_with_nothing_to_check_against_is_not_a_gap() -> None:
+    """A PFX600 whose data says ``not_verified: False`` (the comparison of a model
+    transformers has no class for) is listed, not counted by `--strict` or the pytest
+    plugin; any other PFX600 is a gap, and another code's note is one only when it says so."""
+    from prefixlint.diagnostic import NOT_VERIFIED, Diagnostic, Severity
+
+    def note(code: str, **data) -> Diagnostic:
+        return Diagnostic.at_line(code, "x", "m.py", 1, severity=Severity.NOTE, data=data)
+
+    assert note("PFX600").is_not_verified
+    assert not note("PFX600", **{NOT_VERIFIED: False}).is_not_verified
+    assert not note("PFX600", **{NOT_VERIFIED: False}).shown_by_default
+    assert note("PFX301", **{NOT_VERIFIED: True}).is_not_verified
+    assert not note("PFX301").is_not_verified

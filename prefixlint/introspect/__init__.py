@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from prefixlint.codes import CONSTRUCTION_FAILED_CODE, NOT_VERIFIED_CODE, url_for
-from prefixlint.diagnostic import Diagnostic, Position, Severity
+from prefixlint.diagnostic import NOT_VERIFIED, Diagnostic, Position, Severity
 from prefixlint.introspect.process.client import Worker, WorkerDied, WorkerTimeout
 from prefixlint.introspect.process.memory import over_bound
 from prefixlint.introspect.verdict.gaps import GAP_CATEGORIES, note
@@ -115,10 +115,16 @@ def to_diagnostics(result: dict[str, Any]) -> list[Diagnostic]:
                     "group": f.get("group", ""),  # "default-prefix": a leaf built with ""
                     # what it is, for code that reads it (`check --introspect`), never its words
                     **({"kind": f["facts"]["kind"]} if f.get("facts", {}).get("kind") else {}),
+                    # a note that says a check has nothing to run against is not a gap
+                    **_verified_flag(f.get("facts", {})),
                 },
             )
         )
     return out
+
+
+def _verified_flag(facts: dict[str, Any]) -> dict[str, bool]:
+    return {NOT_VERIFIED: facts[NOT_VERIFIED]} if NOT_VERIFIED in facts else {}
 
 
 def failure(spec: str, message: str, site: tuple[str, int] | None = None) -> Diagnostic:

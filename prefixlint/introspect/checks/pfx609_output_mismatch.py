@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from prefixlint.codes import NOT_VERIFIED_CODE
+from prefixlint.diagnostic import NOT_VERIFIED
 from prefixlint.introspect.checks.base import Case, Check
 from prefixlint.introspect.compare.facts import Boundary, Comparison, Reason, Status
 from prefixlint.introspect.finding import Finding, class_site
@@ -103,7 +104,10 @@ class OutputMismatch(Check):
             f"not verified: the comparison with transformers did not run: {reason.value}"
             f"{detail}" + (f"; {fix}" if fix else "")
         )
-        return [Finding(NOT_VERIFIED_CODE, "note", message, *class_site(cls))]
+        # no reference exists to compare with: said, listed with --show-notes and in JSON
+        # and SARIF, but not a gap that `--strict` or the pytest plugin fails or skips on
+        facts = {NOT_VERIFIED: False} if reason is Reason.NO_REFERENCE else {}
+        return [Finding(NOT_VERIFIED_CODE, "note", message, *class_site(cls), facts=facts)]
 
 
 def _message(first: Boundary, comparison: Comparison) -> str:
