@@ -82,6 +82,7 @@ def test_the_unit_reports_facts_at_their_line_and_gaps_as_notes() -> None:
     assert not OutputMismatch().findings(Comparison(Status.EQUAL), None)
     [note] = OutputMismatch().findings(Comparison.not_run(Reason.NO_REFERENCE), None)
     assert (note.code, note.severity) == ("PFX600", "note")
+    assert note.facts == {"not_verified": False}  # nothing to compare with: not a gap
     assert not OutputMismatch().findings(Comparison.not_run(Reason.DISABLED), None)
 
 
