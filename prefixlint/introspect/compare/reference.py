@@ -31,16 +31,10 @@ class Reference:
 
 
 def reference_class(hf_config: Any, cls: type | None, by_config: bool = True) -> type | None:
+    from prefixlint.introspect.dryrun.layouts import architectures_of
     from prefixlint.introspect.dryrun.layouts import reference_class as known
 
-    archs = [
-        a.removesuffix("__prefixlint")
-        for a in (getattr(hf_config, "architectures", None) or [])
-        if isinstance(a, str)
-    ]
-    if cls is not None and cls.__name__ not in archs:
-        archs.append(cls.__name__)
-    found = known(archs)
+    found = known(architectures_of(hf_config, cls))
     if found is None and by_config and cls is not None and _out_of_tree(cls):
         # a plugin's own names: its config's class says the family (only for plugins: a
         # vLLM-only architecture of a known model type, a reward head, is another model)

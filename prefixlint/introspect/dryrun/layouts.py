@@ -76,10 +76,9 @@ def reference_config(hf_config: Any) -> Any:
     return out
 
 
-def reference(hf_config: Any, cls: type | None = None) -> tuple[list[Reference], nn.Module]:
-    """The checkpoint layouts (name -> (shape, dtype)) of the transformers class of the
-    architecture (the config's, or the vLLM class's own name: an out-of-tree copy of a
-    known class), the original layout first, and the reference model built on meta."""
+def architectures_of(hf_config: Any, cls: type | None) -> list[str]:
+    """The config's architecture names (without phase 2's ``__prefixlint`` suffix), then
+    the vLLM class's own name: an out-of-tree copy of a known class."""
     archs = [
         a.removesuffix("__prefixlint")
         for a in (getattr(hf_config, "architectures", None) or [])
@@ -87,6 +86,14 @@ def reference(hf_config: Any, cls: type | None = None) -> tuple[list[Reference],
     ]
     if cls is not None and cls.__name__ not in archs:
         archs.append(cls.__name__)
+    return archs
+
+
+def reference(hf_config: Any, cls: type | None = None) -> tuple[list[Reference], nn.Module]:
+    """The checkpoint layouts (name -> (shape, dtype)) of the transformers class of the
+    architecture (the config's, or the vLLM class's own name: an out-of-tree copy of a
+    known class), the original layout first, and the reference model built on meta."""
+    archs = architectures_of(hf_config, cls)
     ref_cls = reference_class(archs)
     if ref_cls is None:
         raise NotVerified(
