@@ -36,7 +36,7 @@ from prefixlint.introspect.builds.modelconfig import (  # noqa: E402
 )
 from prefixlint.introspect.builds.parallel import Layout  # noqa: E402
 from prefixlint.introspect.builds.recorder import named_sites  # noqa: E402
-from prefixlint.introspect.checks import check_build  # noqa: E402
+from prefixlint.introspect.checks import check_build, findings_of  # noqa: E402
 from prefixlint.introspect.checks import pfx608_engine_start as startup  # noqa: E402
 from prefixlint.introspect.configs import (  # noqa: E402
     ConfigGap,
@@ -420,6 +420,7 @@ def _dry_run(
         note = f"not verified: the checkpoint dry-run failed: {_describe(e)}"
         finding = Finding(NOT_VERIFIED_CODE, "note", note, file, line)
         outcome = dryrun.DryRun("not verified", _describe(e), [finding])
+    outcome.findings += findings_of(outcome.facts)
     if explored is not None and not checkpoint:  # a real checkpoint's config has no variants
         synthesised = result.synthesised
         outcome.findings += dry_run_variants(

@@ -3,18 +3,21 @@ its documentation and whose ``examples`` (``base.Case``) ``tests/test_introspect
 runs, as ``tests/test_rules.py`` runs the rules'. ``CHECKS`` is the one ordered table;
 ``check_build`` runs its failure, build and target checks over a target's builds.
 
-Exports: ``CHECKS``, ``check_build``; ``base`` (``Case``, the check kinds, ``Findings``,
+Exports: ``CHECKS``, ``check_build``, ``findings_of`` (typed facts of the later stages to
+their units' findings); ``base`` (``Case``, the check kinds, ``Findings``,
 ``View``, ``class_site``, ``config_value``); ``packed`` (PFX606's other direction) and
 ``pfx608_engine_start`` (called by the pipeline where vLLM validates).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from prefixlint.introspect.checks.base import (
     BuildCheck,
     Check,
+    FactCheck,
     FailureCheck,
     Findings,
     Subject,
@@ -91,3 +94,21 @@ def check_build(
         if isinstance(check, TargetCheck):
             check.check(built, subject, out)
     return out.finish()
+
+
+def findings_of(facts: Iterable[object], checks: tuple[Check, ...] = CHECKS) -> list[Finding]:
+    """The findings of a stage's typed facts, as stubtest dispatches each comparison: every
+    fact goes to the one ``FactCheck`` that reads its class, each unit called once with its
+    own facts (in their order), the units in the table's order. A fact no unit reads is a
+    programming error."""
+    readers = [c for c in checks if isinstance(c, FactCheck)]
+    grouped: dict[int, list[object]] = {}
+    for fact in facts:
+        unit = next((i for i, c in enumerate(readers) if isinstance(fact, c.reads)), None)
+        if unit is None:
+            raise TypeError(f"no phase-2 check reads {type(fact).__name__}")
+        grouped.setdefault(unit, []).append(fact)
+    out: list[Finding] = []
+    for unit, own in sorted(grouped.items()):
+        out += readers[unit].findings(own)
+    return out

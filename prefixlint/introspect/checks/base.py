@@ -2,9 +2,11 @@
 and its examples), the subject a target's checks read, one build's modules by path, and
 the merge of findings per construction site.
 
-A check is one of three kinds, by what it reads: a ``FailureCheck`` judges a build that
+A check is one of four kinds, by what it reads: a ``FailureCheck`` judges a build that
 raised (the first of the table that answers wins), a ``BuildCheck`` reads one successful
-build, a ``TargetCheck`` reads all of a target's successful builds together.
+build, a ``TargetCheck`` reads all of a target's successful builds together, and a
+``FactCheck`` reads the typed facts a later stage returns (the dry-runs, the coverage, the
+comparison), which never build a finding themselves.
 """
 
 from __future__ import annotations
@@ -64,6 +66,16 @@ class BuildCheck(Check):
 
 class TargetCheck(Check):
     def check(self, built: list[Any], subject: Subject, out: Findings) -> None:
+        raise NotImplementedError
+
+
+class FactCheck(Check):
+    """A check over typed facts: ``reads`` names the fact classes it turns into findings
+    (``checks.findings_of`` hands each fact to the one unit that reads its class)."""
+
+    reads: ClassVar[tuple[type, ...]] = ()
+
+    def findings(self, facts: list[Any]) -> list[Finding]:
         raise NotImplementedError
 
 
