@@ -53,12 +53,11 @@ from prefixlint.introspect.coverage.variant_dryrun import dry_run_variants  # no
 from prefixlint.introspect.coverage.variants import Exploration, explore  # noqa: E402
 from prefixlint.introspect.drafts.mtp_layers import complete_mtp_layers  # noqa: E402
 from prefixlint.introspect.drafts.plan import (  # noqa: E402
+    draft_policy,
     force_architecture,
     is_draft,
     plan_draft,
     shared_with_target,
-    soften_for_draft,
-    target_layer_offset,
 )
 from prefixlint.introspect.finding import Finding, class_site, in_models_folder  # noqa: E402
 from prefixlint.introspect.process.kernels import stand_ins_used  # noqa: E402
@@ -311,20 +310,8 @@ def _findings(
     the layouts that failed because of the config or this machine (see ``gaps.py``)."""
     checked, gap_builds = split_gaps(builds, synthesised, classify)
     checked, gap_builds = reclaim(checked, gap_builds, _own_failure(plan, builds, arch, cls))
-    findings = check_build(cls, plan.model_config, checked, complete)
-    spec = plan.draft_spec
-    if spec is not None:  # a draft's layers are numbered on from its target's
-        offset = getattr(spec.target_model_config.hf_text_config, "num_hidden_layers", 0)
-        findings = [
-            f
-            for f in findings
-            if not (
-                f.code == "PFX601"
-                and target_layer_offset(f.facts.get("path", ""), f.facts.get("prefix"), offset or 0)
-            )
-        ]
-        for f in findings:
-            soften_for_draft(f)
+    draft = draft_policy(plan.draft_spec)  # consulted by the checks
+    findings = check_build(cls, plan.model_config, checked, complete, draft)
     file, line = class_site(cls)
     for (category, reason), failed in gap_builds.items():
         layouts = [b.layout.name for b in failed]
