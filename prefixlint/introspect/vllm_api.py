@@ -472,6 +472,23 @@ def attention_classes() -> tuple[type | None, type | None]:
     return attention, base
 
 
+# vLLM's state-space and linear-attention layers the comparison runs in torch
+# (``compare/statespace.py``): class name -> its module, 0.32 and 0.33.
+_STATESPACE_MODULES = {
+    "MambaMixer": "vllm.model_executor.layers.mamba.mamba_mixer",
+    "MambaMixer2": "vllm.model_executor.layers.mamba.mamba_mixer2",
+    "ShortConv": "vllm.model_executor.layers.mamba.short_conv",
+}
+
+
+def statespace_layer(name: str) -> type | None:
+    """vLLM's state-space layer class ``name`` (``MambaMixer``, ``MambaMixer2``,
+    ``ShortConv``), or None in a layout without it."""
+    module = _module(_STATESPACE_MODULES.get(name, ""))
+    found = getattr(module, name, None) if module else None
+    return found if isinstance(found, type) else None
+
+
 def forward_context() -> Any:
     """``set_forward_context(attn_metadata, vllm_config)`` (``vllm.forward_context``, 0.32
     and 0.33): the context a model's forward reads its layers from (MoE layers find
