@@ -58,6 +58,56 @@ def test_the_scan_is_transformers_chunked_mamba2_scan() -> None:
     assert not torch.allclose(wrong, theirs, atol=1e-3)
 
 
+def test_the_gated_delta_rule_is_transformers_chunked_rule() -> None:
+    """With the L2 norm of q and k in the kernel and several chunks: equal to float32
+    rounding; a decay of the wrong sign is seen."""
+    import torch
+    from transformers.models.qwen3_next.modeling_qwen3_next import torch_chunk_gated_delta_rule
+
+    from prefixlint.introspect.compare.statespace import gated_delta_rule
+
+    g = torch.Generator().manual_seed(1)
+    tokens, heads, dk, dv = 11, 3, 4, 5
+    q, k = torch.randn(tokens, heads, dk, generator=g), torch.randn(tokens, heads, dk, generator=g)
+    v = torch.randn(tokens, heads, dv, generator=g)
+    decay = -torch.rand(tokens, heads, generator=g)
+    beta = torch.rand(tokens, heads, generator=g)
+    theirs, _ = torch_chunk_gated_delta_rule(
+        q[None],
+        k[None],
+        v[None],
+        decay[None],
+        beta[None],
+        chunk_size=4,
+        use_qk_l2norm_in_kernel=True,
+    )
+    ours = gated_delta_rule(q, k, v, decay, beta)
+    assert torch.allclose(ours, theirs[0], atol=1e-5), (ours - theirs[0]).abs().max()
+    assert not torch.allclose(gated_delta_rule(q, k, v, -decay, beta), theirs[0], atol=1e-3)
+
+
+def test_a_layer_that_writes_into_its_output_argument_is_compared_on_it() -> None:
+    """vLLM's ``MambaMixer`` and ``ShortConv`` return None and fill ``output``: the hook
+    records that tensor, and not as part of the input."""
+    import torch
+    from torch import nn
+
+    from prefixlint.introspect.compare.boundaries import Seen, hooked
+
+    class Writes(nn.Module):
+        def forward(self, hidden_states: torch.Tensor, output: torch.Tensor) -> None:
+            output[:] = hidden_states * 3
+
+    root = nn.Module()
+    root.mixer = Writes()
+    seen = Seen()
+    x = torch.arange(4.0)
+    with hooked(root, {"mixer": "mixer"}, seen):
+        root.mixer(x, torch.empty(4))
+    assert torch.equal(seen.outputs["mixer"], x * 3)
+    assert torch.equal(seen.inputs["mixer"], x)
+
+
 def test_the_causal_convolution_sees_only_the_past() -> None:
     import torch
 
@@ -112,7 +162,8 @@ def test_a_mixer_class_with_its_own_kernel_method_is_not_run() -> None:
 
 
 CLEAN = ["MambaForCausalLM", "FalconMambaForCausalLM", "JambaForCausalLM", "Mamba2ForCausalLM"]
-CLEAN += ["FalconH1ForCausalLM", "GraniteMoeHybridForCausalLM"]
+CLEAN += ["FalconH1ForCausalLM", "GraniteMoeHybridForCausalLM", "Qwen3NextForCausalLM"]
+CLEAN += ["Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"]
 
 
 @pytest.mark.slow
@@ -150,6 +201,14 @@ PLANTED = [
         "activation=config.hidden_act",
         "activation=None",
         ("GraniteMoeHybridMambaDecoderLayer", "self.mamba = MambaMixer2("),
+    ),
+    (  # Qwen3-Next's interleaved q/k/v/z layout read into Qwen3.5's flat checkpoint
+        "qwen3_5.py",
+        "Qwen3_5ForCausalLM",
+        "Qwen3_5DecoderLayer",
+        "gqa_interleaved_layout=False",
+        "gqa_interleaved_layout=True",
+        ("Qwen3_5DecoderLayer", "self.linear_attn = QwenGatedDeltaNetAttention("),
     ),
 ]
 

@@ -111,42 +111,137 @@ def mamba2_conv_ssm(layer: Any, projected_states: torch.Tensor, output: torch.Te
     output[:tokens] = y.reshape(tokens, -1).to(output.dtype)
 
 
-# (layer class name, the method whose kernels the reference replaces, the reference)
+def short_conv_forward(layer: Any, hidden_states: torch.Tensor, output: torch.Tensor) -> None:
+    """``ShortConv.forward_native`` / ``forward_cuda`` (vLLM 0.32) for one prefill from a
+    zero state: ``B, C, x = in_proj``, the convolution of ``B * x`` without activation,
+    gated by ``C``, then ``out_proj``."""
+    b, c, x = layer.in_proj(hidden_states)[0].chunk(3, dim=-1)
+    weight = layer.conv.weight.view(layer.conv.weight.size(0), -1)
+    conv = causal_conv((b * x).float(), weight, layer.conv.bias, None)
+    out = layer.out_proj((c.float() * conv).to(hidden_states.dtype))[0]
+    output[: hidden_states.shape[0]] = out
+
+
+def gated_delta_rule(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor
+) -> torch.Tensor:
+    """The gated delta rule from a zero state, with the kernels' L2 norm of q and k and
+    the ``1/sqrt(d_k)`` scale of q. ``q``, ``k`` [tokens, heads, d_k] (heads as many as
+    ``v``'s), ``v`` [tokens, heads, d_v], ``g`` (log decay) and ``beta`` [tokens, heads].
+    ``S = exp(g) S``, ``S += k (beta (v - k S))``, ``o = q S``."""
+    q = _l2norm(q.float()) * q.shape[-1] ** -0.5
+    k = _l2norm(k.float())
+    v = v.float()
+    state = q.new_zeros(q.shape[1], q.shape[2], v.shape[2])
+    out = []
+    for t in range(q.shape[0]):
+        state = state * torch.exp(g[t].float())[:, None, None]
+        recalled = torch.einsum("hk,hkv->hv", k[t], state)
+        delta = (v[t] - recalled) * beta[t].float()[:, None]
+        state = state + k[t][:, :, None] * delta[:, None, :]
+        out.append(torch.einsum("hk,hkv->hv", q[t], state))
+    return torch.stack(out)
+
+
+def _l2norm(x: torch.Tensor) -> torch.Tensor:
+    """As FLA's kernels (and transformers' ``l2norm``): ``x / sqrt(sum x^2 + 1e-6)``."""
+    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + 1e-6)
+
+
+def _gdn_core(layer: Any, mixed_qkv: torch.Tensor, beta: torch.Tensor, a: torch.Tensor) -> Any:
+    """The convolution of ``(q, k, v)``, the layer's own split into heads (its
+    ``rearrange_mixed_qkv``), query/key heads repeated for the value heads, the decay
+    ``-exp(A_log) softplus(a + dt_bias)``, the delta rule."""
+    weight = layer.conv1d.weight.view(layer.conv1d.weight.size(0), -1)
+    conv = causal_conv(mixed_qkv.float(), weight, layer.conv1d.bias, layer.activation)
+    q, k, v = (t[0] for t in layer.rearrange_mixed_qkv(conv.to(mixed_qkv.dtype)))
+    ratio = v.shape[1] // q.shape[1]
+    q, k = q.repeat_interleave(ratio, dim=1), k.repeat_interleave(ratio, dim=1)
+    g = -torch.exp(layer.A_log.float()) * F.softplus(a.float() + layer.dt_bias.float())
+    return gated_delta_rule(q, k, v, g, beta)
+
+
+def qwen_gdn_core(
+    mixed_qkv: torch.Tensor,
+    b: torch.Tensor,
+    a: torch.Tensor,
+    core_attn_out: torch.Tensor,
+    layer_name: Any,
+) -> None:
+    """vLLM's CPU op ``cpu_gdn_attention_core`` (0.32, called by
+    ``QwenGatedDeltaNetAttention.forward_cpu``) for one prefill from a zero state:
+    ``beta = sigmoid(b)``."""
+    layer = vllm_api.forward_context_layer(layer_name)
+    out = _gdn_core(layer, mixed_qkv, torch.sigmoid(b.float()), a)
+    core_attn_out[: out.shape[0]] = out.to(core_attn_out.dtype)
+
+
+def olmo_gdn_core(
+    layer: Any, mixed_qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, core_attn_out: Any
+) -> None:
+    """``OlmoHybridGatedDeltaNetAttention._forward_core`` (0.32) for one prefill from a
+    zero state: ``beta = sigmoid(b)``, doubled with ``allow_neg_eigval``
+    (``fused_olmo_hybrid_gdn_gating``)."""
+    beta = torch.sigmoid(b.float()) * (2.0 if layer.allow_neg_eigval else 1.0)
+    out = _gdn_core(layer, mixed_qkv, beta, a)
+    core_attn_out[: out.shape[0]] = out.to(core_attn_out.dtype)
+
+
+# (layer class name, a method whose kernels the reference replaces, the reference)
 _REFERENCES = (
     ("MambaMixer", "forward_impl", mamba1_forward),
     ("MambaMixer2", "conv_ssm_forward", mamba2_conv_ssm),
+    ("ShortConv", "forward_native", short_conv_forward),  # vLLM's custom op on the CPU
+    ("ShortConv", "forward_cuda", short_conv_forward),  # and elsewhere
+    ("OlmoHybridGatedDeltaNetAttention", "_forward_core", olmo_gdn_core),
 )
+# (layer class name, its method that calls the op, vLLM's custom op, the reference): the
+# method is bound at construction (``_forward_method``), so the op it calls is replaced
+_OPS = (("QwenGatedDeltaNetAttention", "forward_cpu", "cpu_gdn_attention_core", qwen_gdn_core),)
 
 
 def runs(module: torch.nn.Module) -> bool:
     """Whether a reference above stands in for ``module``'s kernels: it is one of the
-    layers, and its class has not replaced the method the reference replaces."""
-    for name, method, _ in _REFERENCES:
+    layers, its class has not replaced a method the references replace, and a layer that
+    dispatches through ``_forward_method`` dispatches to the method that calls the op."""
+    found = False
+    for name, method, *_ in (*_REFERENCES, *_OPS):
+        cls = vllm_api.statespace_layer(name)
+        if cls is None or not isinstance(module, cls):
+            continue
+        if getattr(type(module), method, None) is not getattr(cls, method, None):
+            return False
+        found = True
+    for name, method, *_ in _OPS:
         cls = vllm_api.statespace_layer(name)
         if cls is not None and isinstance(module, cls):
-            return getattr(type(module), method, None) is getattr(cls, method, None)
-    return False
+            bound = getattr(module, "_forward_method", None)
+            found = found and getattr(bound, "__func__", None) is getattr(cls, method)
+    return found
 
 
 @contextlib.contextmanager
 def reference_statespace() -> Iterator[None]:
-    """The layers' kernel-backed methods are the references above while the comparison
-    runs (the class attribute: vLLM's custom op looks the method up on the layer)."""
+    """The layers' kernel-backed methods (the class attribute: vLLM's custom ops look the
+    method up on the layer) and ops are the references above while the comparison runs."""
     patched: list[tuple[type, str, Any]] = []
-    try:
-        for name, method, reference in _REFERENCES:
-            cls = vllm_api.statespace_layer(name)
-            if cls is None or not hasattr(cls, method):
-                continue
-            patched.append((cls, method, cls.__dict__.get(method)))
-            setattr(cls, method, reference)
-        yield
-    finally:
-        for cls, method, original in reversed(patched):
-            if original is None:  # inherited: the base's comes back
-                delattr(cls, method)
-            else:
-                setattr(cls, method, original)
+    with contextlib.ExitStack() as stack:
+        for _, _, op, reference in _OPS:
+            stack.enter_context(vllm_api.custom_op_replaced(op, reference))
+        try:
+            for name, method, reference in _REFERENCES:
+                cls = vllm_api.statespace_layer(name)
+                if cls is None or not hasattr(cls, method):
+                    continue
+                patched.append((cls, method, cls.__dict__.get(method)))
+                setattr(cls, method, reference)
+            yield
+        finally:
+            for cls, method, original in reversed(patched):
+                if original is None:  # inherited: the base's comes back
+                    delattr(cls, method)
+                else:
+                    setattr(cls, method, original)
 
 
 def _grouped_gated_norm(norm: Any, groups: int) -> Any:
