@@ -202,12 +202,13 @@ PLANTED = [
         "activation=None",
         ("GraniteMoeHybridMambaDecoderLayer", "self.mamba = MambaMixer2("),
     ),
-    (  # Qwen3-Next's interleaved q/k/v/z layout read into Qwen3.5's flat checkpoint
+    (  # the checkpoint's b and a loaded into each other's shard of the fused in_proj_ba:
+        # found at the fused layer inside the GDN layer, reported at the model's line
         "qwen3_5.py",
         "Qwen3_5ForCausalLM",
-        "Qwen3_5DecoderLayer",
-        "gqa_interleaved_layout=False",
-        "gqa_interleaved_layout=True",
+        "Qwen3_5Model",
+        '".in_proj_b": (".in_proj_ba", 0),\n            ".in_proj_a": (".in_proj_ba", 1),',
+        '".in_proj_b": (".in_proj_ba", 1),\n            ".in_proj_a": (".in_proj_ba", 0),',
         ("Qwen3_5DecoderLayer", "self.linear_attn = QwenGatedDeltaNetAttention("),
     ),
 ]
