@@ -224,3 +224,37 @@ def test_a_planted_bug_in_a_state_space_model_gives_pfx609_at_the_mixer(worker, 
     expected = ("PFX609", path.name, _line(text, at_cls, at))
     assert expected in found, (expected, found, [d.message for d in report.diagnostics])
     assert [d.code for d in report.diagnostics].count("PFX609") == 1
+
+
+def _lfm2_config(folder: Path, moe: bool) -> str:
+    """A tiny LFM2 config with short-convolution layers, as published LFM2 configs carry
+    them (``layer_types`` with ``conv``; vLLM reads ``conv_dim`` and ``block_dim``, which
+    transformers' config class no longer declares). The synthesised one has none."""
+    from transformers import Lfm2Config, Lfm2MoeConfig
+
+    base = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, vocab_size=384)
+    base.update(num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    base["layer_types"] = ["conv", "full_attention", "conv", "full_attention"]
+    if moe:
+        experts = dict(num_experts=4, num_experts_per_tok=2, num_dense_layers=1)
+        config = Lfm2MoeConfig(**base, moe_intermediate_size=32, **experts)
+    else:
+        config = Lfm2Config(**base, full_attn_idxs=[1, 3], block_auto_adjust_ff_dim=False)
+    config.conv_dim = config.block_dim = 64
+    config.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["Lfm2ForCausalLM", "Lfm2MoeForCausalLM"])
+def test_lfm2_with_short_convolutions_compares_equal(worker, tmp_path, arch) -> None:
+    from prefixlint.introspect import introspect
+
+    config = _lfm2_config(tmp_path / "config", moe="Moe" in arch)
+    report = introspect(
+        arch, tp=(1,), pp=(1,), config=config, worker=worker, dryrun=False, explore_budget=0.0
+    )
+    [result] = report.results
+    assert result["compare"]["status"] == "equal", result["compare"]
+    assert result["compare"]["compared"] >= 10
+    assert not [d for d in report.diagnostics if d.code == "PFX609"]
