@@ -258,3 +258,21 @@ def test_lfm2_with_short_convolutions_compares_equal(worker, tmp_path, arch) -> 
     assert result["compare"]["status"] == "equal", result["compare"]
     assert result["compare"]["compared"] >= 10
     assert not [d for d in report.diagnostics if d.code == "PFX609"]
+
+
+def test_a_replaced_custom_op_comes_back() -> None:
+    """``vllm_api.custom_op_replaced``: inside, ``torch.ops.vllm.<op>`` is the replacement
+    (as ``forward_cpu`` looks it up); after, vLLM's registered op again."""
+    import torch
+    from vllm.model_executor.layers.mamba.ops.cpu.gdn_attention import (
+        register_cpu_gdn_attention_ops,
+    )
+
+    from prefixlint.introspect import vllm_api
+
+    register_cpu_gdn_attention_ops()
+    before = torch.ops.vllm.cpu_gdn_attention_core
+    with vllm_api.custom_op_replaced("cpu_gdn_attention_core", len):
+        assert torch.ops.vllm.cpu_gdn_attention_core is len
+    after = torch.ops.vllm.cpu_gdn_attention_core
+    assert after is not len and after._qualified_op_name == before._qualified_op_name
