@@ -40,6 +40,28 @@ class Finding:
         return (self.code, self.file, self.line, self.group)
 
 
+@dataclass(frozen=True)
+class Unverified:
+    """What phase 2 could not check at ``site`` of the model, and why: a fact the stages
+    return (dry-runs, coverage, builds) and the PFX600 unit alone words
+    (``checks/pfx600_not_verified.py``). ``kind`` says which of its sentences: "stage" (a
+    stage ``what`` did not run, or ran in part: ``cause``), "build" (building the
+    architecture ``what`` failed at ``layouts`` for the gap ``category`` of a config that
+    was or was not ``synthesised``), "site" (a construction site, calling ``what``, that no
+    build executed: ``cause`` says why, after ``tried`` config variants). ``advice``: what
+    would verify it."""
+
+    what: str
+    cause: str
+    site: tuple[str, int]
+    kind: str = "stage"
+    advice: str = ""
+    layouts: tuple[str, ...] = ()
+    category: str = ""
+    synthesised: bool = False
+    tried: int = 0
+
+
 # An error's first line is kept whole up to this; beyond it (a list of every parameter) it
 # is cut after a whole word, never inside a name.
 _ERROR_CHARS = 1000
