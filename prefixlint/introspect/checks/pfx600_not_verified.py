@@ -60,7 +60,12 @@ class NotVerified(FactCheck):
         words = getattr(self, f"_{fact.kind}")(fact)
         group = UNEXECUTED_SITE if fact.kind == "site" else ""
         message = f"not verified: {words}"
-        return Finding(self.code, "note", message, *fact.site, list(fact.layouts), group=group)
+        # what the note is, for the code that merges notes (``check_introspect``): the
+        # fact's own fields, never the words
+        facts = {"note": [fact.kind, fact.what, fact.cause, fact.advice, fact.tried]}
+        facts["note"] += [fact.category, fact.synthesised, *fact.layouts]
+        layouts = list(fact.layouts)
+        return Finding(self.code, "note", message, *fact.site, layouts, group=group, facts=facts)
 
     @staticmethod
     def _stage(fact: Unverified) -> str:
