@@ -320,7 +320,8 @@ def merge_classes(found: list[Diagnostic], executed: set[tuple[str, int]]) -> li
     subclass and its base): one finding per code and place (the one whose module path or
     checkpoint name is the longest: the class that wraps the other names it in full), and
     no "not verified" note at a site another class's build ran. Notes at one place are one
-    when their facts are (``data["note"]``); a note without them stands alone."""
+    when their facts are (``data["note"]``), else when their groups are; a note with
+    neither stands alone."""
     from prefixlint.introspect.coverage.sites import UNEXECUTED_SITE  # light: stdlib ast only
 
     best: dict[tuple, Diagnostic] = {}
@@ -330,8 +331,9 @@ def merge_classes(found: list[Diagnostic], executed: set[tuple[str, int]]) -> li
             continue  # another class's build ran it
         key: tuple = (d.code, d.filename, d.location.row)
         if d.code == NOT_VERIFIED_CODE:
-            note = d.data.get("note")
-            key += (d.data.get("group", ""), tuple(note) if note else n)
+            # its fact, else its group (a finding's group: one per code, site and group)
+            note, group = d.data.get("note"), d.data.get("group", "")
+            key += (group, tuple(note) if note else (group or n))
         if key not in best or _depth(d) > _depth(best[key]):
             best[key] = d
     return sorted(best.values(), key=Diagnostic.sort_key)

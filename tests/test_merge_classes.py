@@ -34,6 +34,9 @@ def test_notes_are_one_when_their_facts_are() -> None:
     bare = [_at("PFX600", 3, "no facts"), _at("PFX600", 3, "no facts")]  # each stands alone
     merged = merge_classes([lora, same, dryrun, *bare], set())
     assert len(merged) == 4 and lora in merged and dryrun in merged and same not in merged
+    # without facts, a note's group says which are one (one per code, site and group)
+    grouped = [_at("PFX600", 3, "a", group="g"), _at("PFX600", 3, "b", group="g")]
+    assert len(merge_classes([*grouped, _at("PFX600", 3, "c", group="h")], set())) == 2
 
 
 def test_an_unexecuted_site_another_class_ran_is_dropped(tmp_path) -> None:

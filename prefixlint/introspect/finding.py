@@ -1,9 +1,10 @@
 """What a phase-2 check reports: one finding at a line of the model's own code.
 
-Light (stdlib only): the checks (``checks/``), the coverage notes (``coverage/sites.py``)
-and the dry-run (``dryrun/``) all make findings, and none of them imports another for it.
-Which files are the model's own code is read here too (``model_code``), for them and for
-the crash sites, the plugins' error sites and the recorder.
+Light (stdlib only): the checks (``checks/``) make findings; the later stages (the
+dry-runs, coverage, the builds' gaps) return typed facts instead, among them ``Unverified``
+(what could not be checked, and why), which the PFX600 unit alone words. Which files are
+the model's own code is read here too (``model_code``), for them and for the crash sites,
+the plugins' error sites and the recorder.
 """
 
 from __future__ import annotations
