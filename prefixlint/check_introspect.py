@@ -332,8 +332,8 @@ def merge_classes(found: list[Diagnostic], executed: set[tuple[str, int]]) -> li
         key: tuple = (d.code, d.filename, d.location.row)
         if d.code == NOT_VERIFIED_CODE:
             # its fact, else its group (a finding's group: one per code, site and group)
-            note, group = d.data.get("note"), d.data.get("group", "")
-            key += (group, tuple(note) if note else (group or n))
+            fact, group = d.data.get("note"), d.data.get("group", "")
+            key += (group, fact or group or n)
         if key not in best or _depth(d) > _depth(best[key]):
             best[key] = d
     return sorted(best.values(), key=Diagnostic.sort_key)

@@ -28,9 +28,9 @@ def test_one_finding_per_code_and_place_the_full_path_kept() -> None:
 
 
 def test_notes_are_one_when_their_facts_are() -> None:
-    lora = _at("PFX600", 3, "not verified: LoRA", note=["stage", "LoRA dry-run", "x"])
-    same = _at("PFX600", 3, "other words, same fact", note=["stage", "LoRA dry-run", "x"])
-    dryrun = _at("PFX600", 3, "not verified: LoRA", note=["stage", "checkpoint dry-run", "x"])
+    lora = _at("PFX600", 3, "not verified: LoRA", note="a1")
+    same = _at("PFX600", 3, "other words, same fact", note="a1")
+    dryrun = _at("PFX600", 3, "not verified: LoRA", note="b2")
     bare = [_at("PFX600", 3, "no facts"), _at("PFX600", 3, "no facts")]  # each stands alone
     merged = merge_classes([lora, same, dryrun, *bare], set())
     assert len(merged) == 4 and lora in merged and dryrun in merged and same not in merged

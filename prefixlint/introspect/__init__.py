@@ -131,7 +131,7 @@ def _identity(f: dict[str, Any]) -> dict[str, Any]:
     facts = f.get("facts") or {}
     out: dict[str, Any] = {}
     if facts.get("note"):
-        out["note"] = list(facts["note"])
+        out["note"] = facts["note"]
     path = (f.get("paths") or [None])[0] or facts.get("path") or facts.get("subject")
     if isinstance(path, str) and path:
         out["path"] = path

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, ClassVar
 
 from prefixlint.introspect.checks.base import Case, FactCheck
@@ -60,10 +61,11 @@ class NotVerified(FactCheck):
         words = getattr(self, f"_{fact.kind}")(fact)
         group = UNEXECUTED_SITE if fact.kind == "site" else ""
         message = f"not verified: {words}"
-        # what the note is, for the code that merges notes (``check_introspect``): the
-        # fact's own fields, never the words
-        facts = {"note": [fact.kind, fact.what, fact.cause, fact.advice, fact.tried]}
-        facts["note"] += [fact.category, fact.synthesised, *fact.layouts]
+        # which note it is, for the code that merges notes (``check_introspect``): a digest
+        # of the fact's own fields, never of the words
+        fields = (fact.kind, fact.what, fact.cause, fact.advice, fact.tried, fact.category)
+        identity = repr((*fields, fact.synthesised, fact.layouts)).encode()
+        facts = {"note": hashlib.sha256(identity).hexdigest()[:16]}
         layouts = list(fact.layouts)
         return Finding(self.code, "note", message, *fact.site, layouts, group=group, facts=facts)
 
