@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prefixlint.codes import NOT_VERIFIED_CODE
 from prefixlint.introspect.process.env import prepare
 
 prepare()
@@ -39,6 +38,7 @@ from prefixlint.introspect.builds.parallel import Layout  # noqa: E402
 from prefixlint.introspect.builds.recorder import named_sites  # noqa: E402
 from prefixlint.introspect.checks import check_build, findings_of  # noqa: E402
 from prefixlint.introspect.checks import pfx608_engine_start as startup  # noqa: E402
+from prefixlint.introspect.checks.pfx703_lora import folded  # noqa: E402
 from prefixlint.introspect.configs import (  # noqa: E402
     ConfigGap,
     ConfigSource,
@@ -60,7 +60,12 @@ from prefixlint.introspect.drafts.plan import (  # noqa: E402
     plan_draft,
     shared_with_target,
 )
-from prefixlint.introspect.finding import Finding, class_site, in_models_folder  # noqa: E402
+from prefixlint.introspect.finding import (  # noqa: E402
+    Finding,
+    Unverified,
+    class_site,
+    in_models_folder,
+)
 from prefixlint.introspect.process.kernels import stand_ins_used  # noqa: E402
 from prefixlint.introspect.targets.resolve import (  # noqa: E402
     Target,
@@ -71,7 +76,12 @@ from prefixlint.introspect.targets.resolve import (  # noqa: E402
 # (the worker reaches the targets through this module)
 from prefixlint.introspect.targets.resolve import resolve_targets as resolve_targets  # noqa: E402
 from prefixlint.introspect.verdict import own  # noqa: E402
-from prefixlint.introspect.verdict.gaps import describe, note, reclaim, split_gaps  # noqa: E402
+from prefixlint.introspect.verdict.gaps import (  # noqa: E402
+    describe,
+    fix_hint,
+    reclaim,
+    split_gaps,
+)
 from prefixlint.introspect.verdict.located import in_user_code  # noqa: E402
 from prefixlint.introspect.verdict.outcome import (  # noqa: E402
     LayoutOutcome,
@@ -150,7 +160,7 @@ class TargetRun:
     source: Any = None
     builds: list[Build] = field(default_factory=list)
     explored: Exploration | None = None
-    numbered: list[Finding] = field(default_factory=list)
+    numbered: list[Any] = field(default_factory=list)  # a draft's numbering facts
 
 
 def run_target(target: Target, layouts: list[Layout], **options: Any) -> TargetResult:
@@ -226,7 +236,7 @@ def _checks(run: TargetRun) -> None:
     result.findings = _findings(
         run.target.arch, cls, plan, run.builds, result.synthesised, complete
     )
-    result.findings += run.numbered + not_verified(result.coverage)
+    result.findings += findings_of(run.numbered + not_verified(result.coverage))
     result.findings += startup.layer_index_refusals(run.builds, plan.model_config, cls)
 
 
@@ -388,11 +398,20 @@ def _findings(
     checked, gap_builds = reclaim(checked, gap_builds, _own_failure(plan, builds, arch, cls))
     draft = draft_policy(plan.draft_spec)  # consulted by the checks
     findings = check_build(cls, plan.model_config, checked, complete, draft)
-    file, line = class_site(cls)
-    for (category, reason), failed in gap_builds.items():
-        layouts = [b.layout.name for b in failed]
-        findings.append(Finding(**note(arch, layouts, category, reason, synthesised, file, line)))
-    return findings
+    gaps = [
+        Unverified(
+            arch,
+            reason,
+            class_site(cls),
+            "build",
+            fix_hint(category, reason, synthesised),
+            tuple(b.layout.name for b in failed),
+            category,
+            synthesised,
+        )
+        for (category, reason), failed in gap_builds.items()
+    ]
+    return findings + findings_of(gaps)
 
 
 def _own_failure(plan: BuildPlan, builds: list[Build], arch: str, cls: type | None) -> Any:
@@ -479,16 +498,15 @@ def _dry_run(
                     cls, model_config, builds, result.synthesised, why, deadline
                 )
     except Exception as e:
-        file, line = class_site(cls)
-        note = f"not verified: the checkpoint dry-run failed: {_describe(e)}"
-        finding = Finding(NOT_VERIFIED_CODE, "note", note, file, line)
-        outcome = dryrun.DryRun("not verified", _describe(e), [finding])
+        failed = Unverified("the checkpoint dry-run failed", _describe(e), class_site(cls))
+        outcome = dryrun.DryRun("not verified", _describe(e), facts=[failed])
     outcome.findings += findings_of(outcome.facts)
     if explored is not None and not checkpoint:  # a real checkpoint's config has no variants
         synthesised = result.synthesised
-        outcome.findings += dry_run_variants(
+        found, gaps = dry_run_variants(
             cls, model_config, builds, explored, outcome, synthesised, deadline, own_layout
         )
+        outcome.findings += found + findings_of(gaps)
     if plan.draft_spec is not None:
         for f in outcome.findings:
             shared_with_target(f)
@@ -496,7 +514,7 @@ def _dry_run(
     fused = packed.missing_entries(cls, builds, outcome.mapping)
     adapted = lora.run(cls, model_config, builds, outcome.mapping, enabled, adapter)
     result.findings += packed.without_duplicates(outcome.findings, fused)
-    result.findings += lora.folded(adapted.findings, fused) + fused
+    result.findings += folded(findings_of(adapted.facts), fused) + fused
     result.dryrun, result.dryrun_reason = outcome.status, outcome.reason
     result.loading = outcome.loading
     result.lora, result.lora_reason = adapted.status, adapted.reason
