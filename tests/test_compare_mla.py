@@ -168,6 +168,18 @@ def test_the_reference_mla_is_attention_over_the_expanded_latent() -> None:
     assert (other - out).abs().max() > 1e-3  # the scale is read
 
 
+def test_an_mla_reference_has_as_many_kv_heads_as_heads_and_others_are_unchanged() -> None:
+    from transformers import DeepseekV2Config, LlamaConfig
+
+    from prefixlint.introspect.compare.mla import reference_config
+
+    mla = DeepseekV2Config(num_attention_heads=16, num_key_value_heads=8, kv_lora_rank=32)
+    out = reference_config(mla)
+    assert (out.num_key_value_heads, mla.num_key_value_heads) == (16, 8)  # a copy
+    gqa = LlamaConfig(num_attention_heads=16, num_key_value_heads=8)
+    assert reference_config(gqa) is gqa  # grouped-query attention keeps its KV heads
+
+
 def _deepseek_v3_config(folder: Path) -> str:
     """A DeepSeek-V3 config as its checkpoints write it: sigmoid scoring with a correction
     bias (``topk_method: noaux_tc``), grouped top-k, routed scaling. transformers'

@@ -63,9 +63,8 @@ def _compare(
     ref_cls = reference.reference_class(model_config.hf_config, cls, not synthesised)
     if ref_cls is None:
         return Comparison.not_run(Reason.NO_REFERENCE)
-    built = next((b.model for b in builds if b.error is None), None)
     try:
-        ref = reference.build(ref_cls, mla.reference_config(model_config.hf_config, built))
+        ref = reference.build(ref_cls, mla.reference_config(model_config.hf_config))
     except Exception as e:
         return Comparison.not_run(Reason.REFERENCE_FAILED, f"{ref_cls.__name__}: {_words(e)}")
     from prefixlint.introspect.builds.layout import build_layout

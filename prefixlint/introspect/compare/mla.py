@@ -35,20 +35,23 @@ def runs(layer: Any) -> bool:
     return not getattr(layer, "use_sparse", False) and not getattr(layer, "dcp_q_replicate", False)
 
 
-def reference_config(hf_config: Any, model: torch.nn.Module | None) -> Any:
-    """The config transformers' reference is built for: where the model runs MLA, its KV
-    heads are its query heads, as in every MLA checkpoint (DeepSeek-V2/V3: 128 and 128).
-    vLLM's MLA never reads ``num_key_value_heads``; transformers' MLA repeats its per-head
-    keys by ``num_attention_heads // num_key_value_heads`` and fails on a synthesised config
-    whose shrunk KV heads (8) are not its heads (16). Unchanged otherwise."""
-    if model is None or not any(runs(m) for m in model.modules()):
-        return hf_config
+def reference_config(hf_config: Any) -> Any:
+    """The config transformers' reference is built for: an MLA config (one with a
+    ``kv_lora_rank``) gets as many KV heads as query heads, as every MLA checkpoint has
+    (DeepSeek-V2/V3: 128 and 128). MLA expands its latent to every head: vLLM's MLA
+    (``MLAAttention``, MiniCPM3's plain attention over expanded heads) never reads
+    ``num_key_value_heads``, while transformers' MLA classes repeat their per-head keys by
+    ``num_attention_heads // num_key_value_heads`` and fail on a synthesised config whose
+    shrunk KV heads (8) are not its heads (16). Unchanged otherwise."""
     out = hf_config
     for attr in ("", "text_config"):
         inner = getattr(out, attr, None) if attr else out
         heads = getattr(inner, "num_attention_heads", None)
         kv_heads = getattr(inner, "num_key_value_heads", None)
-        if inner is None or not isinstance(heads, int) or kv_heads in (None, heads):
+        latent = getattr(inner, "kv_lora_rank", None)
+        if not isinstance(latent, int) or latent <= 0 or not isinstance(heads, int):
+            continue
+        if kv_heads in (None, heads):
             continue
         if out is hf_config:
             out = copy.deepcopy(hf_config)
