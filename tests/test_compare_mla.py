@@ -121,6 +121,29 @@ def test_the_vllm_accessors_find_the_router_and_the_mla_layer() -> None:
     assert vllm_api.moe_routing(nn.Linear(2, 2)) is None  # not a router: nothing read
 
 
+def test_the_accessors_fall_back_to_older_layouts_and_then_to_nothing(monkeypatch) -> None:
+    """A vLLM that keeps ``MLAAttention`` only in its own module is still found; one with
+    neither the layer nor the CPU router class leaves the comparison's layers as they
+    are (the reference contexts do nothing)."""
+    from prefixlint.introspect import vllm_api
+    from prefixlint.introspect.compare import mla, routing
+
+    real = vllm_api._module
+    hidden = {"vllm.model_executor.layers.attention"}
+    monkeypatch.setattr(vllm_api, "_module", lambda name: None if name in hidden else real(name))
+    assert vllm_api.mla_attention_class().__name__ == "MLAAttention"
+    hidden |= {
+        "vllm.model_executor.layers.attention.mla_attention",
+        "vllm.attention.layer",
+        "vllm.model_executor.layers.fused_moe.router.cpu_router",
+    }
+    assert vllm_api.mla_attention_class() is None and vllm_api.cpu_router_class() is None
+    sigmoid = _router(scoring_func="sigmoid")
+    with mla.reference_mla(), routing.reference_routing(), pytest.raises(AssertionError):
+        sigmoid._compute_routing(None, _logits(), None)  # vLLM's own routing, untouched
+    assert not mla.runs(nn.Linear(2, 2))
+
+
 class _KvB(nn.Module):
     """A ``kv_b_proj`` as vLLM's linears return it: (output, bias)."""
 
