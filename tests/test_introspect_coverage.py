@@ -414,3 +414,38 @@ def test_a_nested_models_table_is_not_what_quantization_reads(worker, tmp_path: 
     path.write_text(fixed)
     report = introspect(f"{path}:WrappedLlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
     assert [d for d in report.diagnostics if d.code == "PFX606"] == []
+
+
+def test_a_stacked_entry_the_loader_tolerates_is_not_the_checkpoints_layout(
+    worker, tmp_path: Path
+) -> None:
+    """Issue 40 (vLLM's OpenCUA): a tower whose loader also stacks `q`/`k`/`v` into its
+    fused `qkv` (for another model's checkpoint), under a class whose base declares the
+    tower's QKV packed (`"qkv": ["qkv"]`, Qwen2.5-VL's) and that overrides the table
+    without it. The checkpoint is still packed and nothing looks parts up: no PFX606 (and
+    no PFX702 from a layout that splits it; both came before). A model whose only word is
+    the loader's keeps the finding at the tower's `qkv`."""
+    import shutil
+
+    path = tmp_path / "packed_tower.py"
+    shutil.copy(FIXTURES / "packed_tower.py", path)
+    text = path.read_text()
+    for cls in ("DerivedTowerLlamaForCausalLM", "TowerLlamaForCausalLM"):
+        report = introspect(f"{path}:{cls}", tp=(1,), pp=(1,), worker=worker)
+        assert report.results[0]["dryrun"] == "verified", report.results[0]["dryrun_reason"]
+        wrong = [d.message for d in report.diagnostics if d.code in ("PFX606", "PFX702")]
+        assert wrong == [], (cls, wrong)
+    report = introspect(f"{path}:SplitTowerLlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    packed = [d for d in report.diagnostics if d.code == "PFX606"]
+    site = line_of(text, "self.qkv = QKVParallelLinear(")
+    assert [(d.location.row, d.severity.value) for d in packed] == [(site, "error")]
+    assert "`'qkv': ['q', 'k', 'v']`" in packed[0].message
+
+
+def test_vllms_opencua_tower_qkv_is_packed(worker) -> None:
+    """vLLM's OpenCUA overrides Qwen2.5-VL's table without `"qkv": ["qkv"]`; its
+    checkpoint's tower QKV is packed (transformers' Qwen2.5-VL vision attention has one
+    `qkv`): no PFX606 at `visual.blocks.N.attn.qkv` (one error before)."""
+    report = introspect("OpenCUAForConditionalGeneration", tp=(1,), pp=(1,), worker=worker)
+    assert report.results[0]["dryrun"] == "verified", report.results[0]["dryrun_reason"]
+    assert [d.message for d in report.diagnostics if d.code in ("PFX606", "PFX702")] == []

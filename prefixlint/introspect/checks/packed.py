@@ -68,11 +68,13 @@ def _parts_from_tables(model: nn.Module, cls: type | None) -> dict[str, list[str
     from prefixlint.introspect.dryrun import tables as readers
 
     out: dict[str, list[str]] = {}
+    # a leaf the model's own table declares whole: its loader's stacked entries are what
+    # it tolerates, not the checkpoint's layout (``tables.declared_whole``)
     fused = {
         path.rsplit(".", 1)[-1]
         for path, module in model.named_modules()
         if readers.fused_kind(module)
-    }
+    } - readers.declared_whole(model, cls)
     for file in readers.model_files(model, cls):
         for leaf, part, _ in readers.file_triples(file):
             if leaf in fused and part != leaf and part not in out.get(leaf, []):
