@@ -449,3 +449,31 @@ def test_vllms_opencua_tower_qkv_is_packed(worker) -> None:
     report = introspect("OpenCUAForConditionalGeneration", tp=(1,), pp=(1,), worker=worker)
     assert report.results[0]["dryrun"] == "verified", report.results[0]["dryrun_reason"]
     assert [d.message for d in report.diagnostics if d.code in ("PFX606", "PFX702")] == []
+
+
+PHI3_WITHOUT_GATE_UP = """from vllm.model_executor.models.llama import LlamaForCausalLM
+
+
+class Phi3ForCausalLM(LlamaForCausalLM):
+    packed_modules_mapping = {"qkv_proj": ["qkv_proj"]}
+"""
+
+
+def test_a_fused_tensor_the_reference_streams_is_the_checkpoints_layout(
+    worker, tmp_path: Path
+) -> None:
+    """Issue 40: Phi-3's checkpoint holds `gate_up_proj` fused (transformers' class, the
+    dry-run's reference); Llama's loader, which Phi-3 inherits, would also stack
+    `gate_proj`/`up_proj`. With the table's `gate_up_proj` entry dropped, PFX606 read the
+    loader's table and proposed `'gate_up_proj': ['gate_proj', 'up_proj']` (a wrong fix).
+    Now the streamed checkpoint is the layout: no PFX606, and the LoRA dry-run's finding
+    (vLLM's LoRA wraps a fused layer trained whole only under `[leaf]`) names the fix."""
+    path = tmp_path / "phi3_copy.py"
+    path.write_text(PHI3_WITHOUT_GATE_UP)
+    report = introspect(f"{path}:Phi3ForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    [result] = report.results
+    assert result["dryrun"] == "verified", result["dryrun_reason"]
+    assert [d.message for d in report.diagnostics if d.code == "PFX606"] == []
+    lora = [d for d in report.diagnostics if d.code == "PFX703"]
+    assert [Path(d.filename).name for d in lora] == ["llama.py"], [d.message for d in lora]
+    assert "`'gate_up_proj': ['gate_up_proj']`" in lora[0].message
