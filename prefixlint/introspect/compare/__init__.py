@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from prefixlint.introspect import vllm_api
-from prefixlint.introspect.compare import attention, boundaries, reference
+from prefixlint.introspect.compare import attention, boundaries, reference, statespace
 from prefixlint.introspect.compare.facts import TOLERANCE, Boundary, Comparison, Reason, Status
 
 __all__ = ["TOLERANCE", "Boundary", "Comparison", "Reason", "Status", "compare"]
@@ -67,7 +67,7 @@ def _compare(
     real = build_layout(plan, Layout(), meta=False)
     if real.error is not None or real.model is None:
         return Comparison.not_run(Reason.BUILD_FAILED, _words(real.error))
-    unsupported = attention.unsupported_layers(real.model)
+    unsupported = attention.unsupported_layers(real.model, statespace.runs)
     if unsupported:
         return Comparison.not_run(Reason.UNSUPPORTED_LAYER, ", ".join(unsupported))
     biased = [n for n, m in real.model.named_modules() if vllm_api.cpu_router_drops_bias(m)]
@@ -183,6 +183,7 @@ def _run(
             context(),
             vllm_api.forward_context()(None, vllm_config),
             attention.reference_attention(),
+            statespace.reference_statespace(),
             boundaries.hooked(model, {p: boundaries.key(v) for p, v in names.items()}, ours),
         ):
             hidden = model(input_ids=ids, positions=positions)
@@ -191,7 +192,11 @@ def _run(
         return Comparison.not_run(Reason.FORWARD_FAILED, _words(e))
     try:
         parts = {p: p for v in names.values() for p in v}
-        with torch.no_grad(), boundaries.hooked(ref.model, parts, theirs):
+        with (
+            torch.no_grad(),
+            statespace.reference_mixers(ref.model, TOKENS),
+            boundaries.hooked(ref.model, parts, theirs),
+        ):
             out = ref.model(input_ids=ids[None], position_ids=positions[None], use_cache=False)
         boundaries.join_parts(theirs, names)
     except Exception as e:

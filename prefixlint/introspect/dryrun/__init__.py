@@ -69,8 +69,7 @@ class DryRun:
     # "unwritten", parameters no tensor reached -> [file, line] that built their module.
     loading: dict[str, Any] = field(default_factory=dict)
     # typed facts (not findings): the pipeline hands them to their check units
-    # (``checks.findings_of``); producers move here from ``findings`` one by one. Last:
-    # the constructors pass status, reason, findings, mapping and loading by position
+    # (``checks.findings_of``); producers move here from ``findings`` one by one
     facts: list[Any] = field(default_factory=list)
 
 
