@@ -414,3 +414,66 @@ def test_a_nested_models_table_is_not_what_quantization_reads(worker, tmp_path: 
     path.write_text(fixed)
     report = introspect(f"{path}:WrappedLlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
     assert [d for d in report.diagnostics if d.code == "PFX606"] == []
+
+
+def test_a_stacked_entry_the_loader_tolerates_is_not_the_checkpoints_layout(
+    worker, tmp_path: Path
+) -> None:
+    """Issue 40 (vLLM's OpenCUA): a tower whose loader also stacks `q`/`k`/`v` into its
+    fused `qkv` (for another model's checkpoint), under a class whose base declares the
+    tower's QKV packed (`"qkv": ["qkv"]`, Qwen2.5-VL's) and that overrides the table
+    without it. The checkpoint is still packed and nothing looks parts up: no PFX606 (and
+    no PFX702 from a layout that splits it; both came before). A model whose only word is
+    the loader's keeps the finding at the tower's `qkv`."""
+    import shutil
+
+    path = tmp_path / "packed_tower.py"
+    shutil.copy(FIXTURES / "packed_tower.py", path)
+    text = path.read_text()
+    for cls in ("DerivedTowerLlamaForCausalLM", "TowerLlamaForCausalLM"):
+        report = introspect(f"{path}:{cls}", tp=(1,), pp=(1,), worker=worker)
+        assert report.results[0]["dryrun"] == "verified", report.results[0]["dryrun_reason"]
+        wrong = [d.message for d in report.diagnostics if d.code in ("PFX606", "PFX702")]
+        assert wrong == [], (cls, wrong)
+    report = introspect(f"{path}:SplitTowerLlamaForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    packed = [d for d in report.diagnostics if d.code == "PFX606"]
+    site = line_of(text, "self.qkv = QKVParallelLinear(")
+    assert [(d.location.row, d.severity.value) for d in packed] == [(site, "error")]
+    assert "`'qkv': ['q', 'k', 'v']`" in packed[0].message
+
+
+def test_vllms_opencua_tower_qkv_is_packed(worker) -> None:
+    """vLLM's OpenCUA overrides Qwen2.5-VL's table without `"qkv": ["qkv"]`; its
+    checkpoint's tower QKV is packed (transformers' Qwen2.5-VL vision attention has one
+    `qkv`): no PFX606 at `visual.blocks.N.attn.qkv` (one error before)."""
+    report = introspect("OpenCUAForConditionalGeneration", tp=(1,), pp=(1,), worker=worker)
+    assert report.results[0]["dryrun"] == "verified", report.results[0]["dryrun_reason"]
+    assert [d.message for d in report.diagnostics if d.code in ("PFX606", "PFX702")] == []
+
+
+PHI3_WITHOUT_GATE_UP = """from vllm.model_executor.models.llama import LlamaForCausalLM
+
+
+class Phi3ForCausalLM(LlamaForCausalLM):
+    packed_modules_mapping = {"qkv_proj": ["qkv_proj"]}
+"""
+
+
+def test_a_fused_tensor_the_reference_streams_is_the_checkpoints_layout(
+    worker, tmp_path: Path
+) -> None:
+    """Issue 40: Phi-3's checkpoint holds `gate_up_proj` fused (transformers' class, the
+    dry-run's reference); Llama's loader, which Phi-3 inherits, would also stack
+    `gate_proj`/`up_proj`. With the table's `gate_up_proj` entry dropped, PFX606 read the
+    loader's table and proposed `'gate_up_proj': ['gate_proj', 'up_proj']` (a wrong fix).
+    Now the streamed checkpoint is the layout: no PFX606, and the LoRA dry-run's finding
+    (vLLM's LoRA wraps a fused layer trained whole only under `[leaf]`) names the fix."""
+    path = tmp_path / "phi3_copy.py"
+    path.write_text(PHI3_WITHOUT_GATE_UP)
+    report = introspect(f"{path}:Phi3ForCausalLM", tp=(1,), pp=(1,), worker=worker)
+    [result] = report.results
+    assert result["dryrun"] == "verified", result["dryrun_reason"]
+    assert [d.message for d in report.diagnostics if d.code == "PFX606"] == []
+    lora = [d for d in report.diagnostics if d.code == "PFX703"]
+    assert [Path(d.filename).name for d in lora] == ["llama.py"], [d.message for d in lora]
+    assert "`'gate_up_proj': ['gate_up_proj']`" in lora[0].message

@@ -303,3 +303,20 @@ def test_the_synthetic_adapter_trains_no_head_the_model_does_not_list(worker, tm
     [result] = report.results
     assert result["lora"] == "verified", result["lora_reason"]
     assert not lora_findings(report), [d.message for d in lora_findings(report)]
+
+
+@requires_vllm
+@pytest.mark.parametrize("arch", ["LlamaBidirectionalModel", "VoxtralForConditionalGeneration"])
+def test_the_synthetic_adapter_trains_only_what_a_checkpoint_holds(worker, arch) -> None:
+    """Issue 40, two PFX703 warnings judged false on vLLM's tree (one each before).
+    LlamaBidirectionalModel is Llama as an embedding model: `as_embedding_model` puts a
+    `StageMissingLayer` where `lm_head` was (it forwards attribute reads to the head it
+    replaced) while `embedding_modules` still lists `lm_head`; the synthetic adapter
+    trained that head, which the model never runs and its checkpoint does not hold.
+    Voxtral's file stacks its causal audio encoder's `.mlp.fc1`/`.mlp.fc3` into
+    `gate_up_proj`; read by leaf, they were taken as parts of the language model's
+    `gate_up_proj` beside Llama's `gate_proj`/`up_proj` (the table's)."""
+    report = introspect(arch, tp=(1,), pp=(1,), worker=worker)
+    [result] = report.results
+    assert result["lora"] == "verified", result["lora_reason"]
+    assert lora_findings(report) == [], [d.message for d in lora_findings(report)]

@@ -15,11 +15,14 @@ layer a ``quant_config`` reaches that only a nested class's table names is repor
 the top-level class, once per fused name (issue 40).
 
 Checked on every fused ``QKVParallelLinear`` and ``MergedColumnParallelLinear`` the
-tp=1 build made. That the checkpoint holds its parts separately is read from the model
-itself: the dry-run's checkpoint-name mapping (which checkpoint layers were written into
-it), else the model's own stacked-params tables (``(".qkv_proj", ".q_proj", "q")``) and
-its mapper's stacked entries. A fused layer whose checkpoint tensor is fused too (Phi-3's
-``gate_up_proj``) needs no entry and is not reported. Fused MoE experts are not checked:
+tp=1 build made. That the checkpoint holds its parts separately is read from the
+checkpoint the dry-run streamed where it fed the layer (which checkpoint layers were
+written into it: a reference's fused tensor is the layout, whatever parts the loader would
+also take), else from the model's own stacked-params tables (``(".qkv_proj", ".q_proj",
+"q")``) and its mapper's stacked entries, except for a leaf a table of the model's classes
+declares whole (``"qkv": ["qkv"]``: those entries are what the loader tolerates). A fused
+layer whose checkpoint tensor is fused too (Phi-3's ``gate_up_proj``) needs no entry and
+is not reported. Fused MoE experts are not checked:
 vLLM matches them by their own prefix and by the expert mapping, never by this table.
 """
 
@@ -68,11 +71,13 @@ def _parts_from_tables(model: nn.Module, cls: type | None) -> dict[str, list[str
     from prefixlint.introspect.dryrun import tables as readers
 
     out: dict[str, list[str]] = {}
+    # a leaf the model's own table declares whole: its loader's stacked entries are what
+    # it tolerates, not the checkpoint's layout (``tables.declared_whole``)
     fused = {
         path.rsplit(".", 1)[-1]
         for path, module in model.named_modules()
         if readers.fused_kind(module)
-    }
+    } - readers.declared_whole(model, cls)
     for file in readers.model_files(model, cls):
         for leaf, part, _ in readers.file_triples(file):
             if leaf in fused and part != leaf and part not in out.get(leaf, []):
@@ -120,7 +125,10 @@ def missing_entries(
         leaf = path.rsplit(".", 1)[-1]
         if leaf in table and leaf in quant:
             continue
-        parts = [p for p in fed.get(path, []) if p != leaf] or tables.get(leaf, [])
+        # the checkpoint the dry-run streamed, where it fed the layer (a reference's fused
+        # tensor is its layout, whatever parts the loader would also take); else the tables
+        streamed = fed.get(path)
+        parts = [p for p in streamed if p != leaf] if streamed else tables.get(leaf, [])
         if len(parts) < 2:
             continue  # its checkpoint tensor is fused too, or nothing says otherwise
         record = base.recorder.records.get(id(module))

@@ -175,7 +175,12 @@ def embedding_layers(cls: type | None, model: nn.Module, language: str | None) -
         leaf = path.rsplit(".", 1)[-1]
         head = isinstance(module, ParallelLMHead)
         vocab = isinstance(module, VocabParallelEmbedding) and leaf == INPUT_EMBEDDING
-        if not (leaf in listed or vocab) or getattr(module, "weight", None) is None:
+        # the module's own ``weight``: a placeholder (a pooling model's head, vLLM's
+        # ``StageMissingLayer``) forwards attribute reads to the layer it replaced, which
+        # the model never runs and its checkpoint does not hold
+        if not (leaf in listed or vocab) or "weight" not in dict(
+            module.named_parameters(recurse=False)
+        ):
             continue
         if language is not None and not path.startswith(language) and not head:
             continue

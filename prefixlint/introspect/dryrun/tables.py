@@ -67,10 +67,12 @@ def shard_sources(model: nn.Module, cls: type | None) -> dict[str, list[tuple[st
     exists, the shard ids are the ones its weight loader takes), else from
     ``packed_modules_mapping`` (QKV parts are q, k, v; merged parts in order)."""
     fused = {}
+    whole = declared_whole(model, cls)
     for path, module in model.named_modules():
         kind = fused_kind(module)
-        if kind is not None:
-            fused.setdefault(path.rsplit(".", 1)[-1], (kind, len(module.output_sizes)))
+        leaf = path.rsplit(".", 1)[-1]
+        if kind is not None and leaf not in whole:
+            fused.setdefault(leaf, (kind, len(module.output_sizes)))
     out: dict[str, list[tuple[str, int]]] = {}
     for file in model_files(model, cls):
         for leaf, part, shard in file_triples(file):
@@ -88,6 +90,8 @@ def shard_sources(model: nn.Module, cls: type | None) -> dict[str, list[tuple[st
             if index is not None and (part, index) not in out.get(leaf, []):
                 out.setdefault(leaf, []).append((part, index))
     packed = packed_table(model, cls)
+    for leaf, sources in out.items():
+        out[leaf] = _one_layout(sources, packed.get(leaf))
     for leaf, (_, count) in fused.items():
         parts = packed.get(leaf)
         if leaf in out or not isinstance(parts, (list, tuple)) or len(parts) != count:
@@ -95,6 +99,38 @@ def shard_sources(model: nn.Module, cls: type | None) -> dict[str, list[tuple[st
         if list(parts) == [leaf]:
             continue
         out[leaf] = [(p, i) for i, p in enumerate(parts)]
+    return out
+
+
+def _one_layout(sources: list[tuple[str, int]], listed: Any) -> list[tuple[str, int]]:
+    """One checkpoint's parts of a fused leaf. The tables of a model's files are read by
+    leaf, so tables for other loaders of the same leaf add alternatives: Voxtral's file
+    stacks its causal audio encoder's ``.mlp.fc1``/``.mlp.fc3`` into ``gate_up_proj``,
+    Llama's loader ``gate_proj``/``up_proj``. Where a shard has more than one part and
+    ``packed_modules_mapping`` lists one set of them, that set is the layout (no
+    checkpoint holds two tensors for one shard)."""
+    shards = [index for _, index in sources]
+    if len(set(shards)) == len(shards) or not isinstance(listed, (list, tuple)):
+        return sources
+    chosen = [(part, index) for part, index in sources if part in listed]
+    return chosen if {i for _, i in chosen} == set(shards) else sources
+
+
+def declared_whole(model: nn.Module, cls: type | None) -> set[str]:
+    """Fused leaves a ``packed_modules_mapping`` of the model's classes (any class in the
+    MRO of the top-level class or of a built module) maps to themselves: the model's word
+    that its checkpoint holds the layer whole (Qwen2.5-VL's ``"qkv": ["qkv"]  # For vision
+    tower's already-packed QKV``, which OpenCUA inherits the tower and loader of). A
+    stacked entry for the same layer (the tower's mapper also stacks ``.attn.q.``, for
+    Qwen2.5-Omni's checkpoint) only says the loader takes the parts too: a loader stacks
+    a part where one occurs and loads the fused tensor by its own name otherwise."""
+    out: set[str] = set()
+    for klass in {type(m) for m in model.modules()} | ({cls} if cls else set()):
+        for base in getattr(klass, "__mro__", ()):
+            table = vars(base).get("packed_modules_mapping")
+            for leaf, parts in table.items() if isinstance(table, dict) else ():
+                if isinstance(parts, (list, tuple)) and list(parts) == [leaf]:
+                    out.add(leaf)
     return out
 
 
