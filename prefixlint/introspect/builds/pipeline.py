@@ -181,7 +181,7 @@ def run_target(
     given = (checkpoint, lora)
     _dry_run(result, cls, plan, builds, dryrun, deadline, given, explored)
     if not checkpoint:  # a real checkpoint's config: its weights are not transformers'
-        _compare(result, cls, plan, builds, compare)
+        _compare(result, cls, plan, builds, compare, (explored, explore_budget))
     result.findings = in_user_code(result.findings, cls, builds)  # a plugin's, not vLLM's
     failed = [b for b in builds if b.error is not None]
     if len(failed) == len(builds) and builds:
@@ -441,18 +441,34 @@ def _dry_run(
 
 
 def _compare(
-    result: TargetResult, cls: type | None, plan: BuildPlan, builds: list[Build], enabled: bool
+    result: TargetResult,
+    cls: type | None,
+    plan: BuildPlan,
+    builds: list[Build],
+    enabled: bool,
+    explore: tuple[Exploration, float],
 ) -> None:
     """The comparison with transformers (``compare/``) on a real CPU build, its facts
-    kept in ``result.compare`` and turned into PFX609 (or a PFX600 note) by its unit."""
+    kept in ``result.compare`` and turned into PFX609 (or a PFX600 note) by its unit;
+    with exploration on (``explore``: its result and budget), on the config variants
+    that change the computation too (``compare/variants.py``)."""
     from prefixlint.introspect.checks.pfx609_output_mismatch import OutputMismatch
     from prefixlint.introspect.compare import compare
+    from prefixlint.introspect.compare.variants import compare_variants
 
     if not any(b.error is None for b in builds):
         return
     comparison = compare(cls, plan, builds, enabled, result.synthesised)
+    explored, budget = explore
+    variants = []
+    if budget > 0 and comparison.status.name != "NOT_RUN":
+        variants = compare_variants(cls, plan, builds, explored, result.synthesised, budget)
     result.compare = comparison.to_json()
-    result.findings += OutputMismatch().findings(comparison, cls)
+    if variants:
+        result.compare["variants"] = [v.to_json() for v in variants]
+        result.compare["seconds"] = round(comparison.seconds + sum(v.seconds for v in variants), 3)
+    unit = OutputMismatch()
+    result.findings += unit.findings(comparison, cls) + unit.on_variants(comparison, variants, cls)
 
 
 def _checkpoint_config(folder: str) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from prefixlint.introspect import vllm_api
-from prefixlint.introspect.compare import attention, boundaries, reference
+from prefixlint.introspect.compare import attention, boundaries, guesses, reference
 from prefixlint.introspect.compare.facts import TOLERANCE, Boundary, Comparison, Reason, Status
 
 __all__ = ["TOLERANCE", "Boundary", "Comparison", "Reason", "Status", "compare"]
@@ -36,12 +36,40 @@ def compare(
     """``synthesised``: the config is prefixlint's guess, so its class says nothing of a
     plugin's family (a guessed Llama-shaped config would make Llama the reference)."""
     started = time.perf_counter()
-    try:
-        result = _compare(cls, plan, builds, enabled, synthesised)
-    except Exception as e:  # a gap of this stage, never a lost target
-        result = Comparison.not_run(Reason.FORWARD_FAILED, _words(e))
+    result = _guarded(cls, plan, builds, enabled, synthesised)
+    if synthesised and result.status is Status.DIFFERS:  # a guess, or the model?
+        result = _settled(result, cls, plan, builds)
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _guarded(
+    cls: type | None, plan: Any, builds: list[Any], enabled: bool, synthesised: bool
+) -> Comparison:
+    try:
+        return _compare(cls, plan, builds, enabled, synthesised)
+    except Exception as e:  # a gap of this stage, never a lost target
+        return Comparison.not_run(Reason.FORWARD_FAILED, _words(e))
+
+
+def _settled(first: Comparison, cls: type | None, plan: Any, builds: list[Any]) -> Comparison:
+    """The comparison again with the other values of guessed attributes transformers'
+    class never reads (``guesses.py``)."""
+    from prefixlint.introspect.coverage.sites import own_files
+    from prefixlint.introspect.coverage.variants import applied
+
+    ref_cls = reference.reference_class(plan.model_config.hf_config, cls, False)
+    base = next((b for b in builds if b.error is None), None)
+    if ref_cls is None or base is None:
+        return first
+    files = own_files(cls, base.recorder.external)
+    choices = guesses.unread_guesses(plan.model_config, ref_cls, files)
+
+    def run(values: dict[str, Any]) -> Comparison:
+        with applied(plan.model_config, values):
+            return _guarded(cls, plan, builds, True, True)
+
+    return guesses.settle(first, choices, run)
 
 
 def _compare(
