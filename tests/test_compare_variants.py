@@ -240,3 +240,21 @@ def test_afmoe_s_guessed_router_settings_are_no_pfx609(worker) -> None:
     assert not _pfx609(report)
     notes = [d for d in report.diagnostics if d.code == "PFX600" and "score_func" in d.message]
     assert notes, [d.message for d in report.diagnostics]
+
+
+def test_the_zoo_counts_the_variants_compared_and_those_that_differ() -> None:
+    from prefixlint.introspect.zoo.run import Row, compared_counts, compared_line
+
+    variants = [
+        {"variant": "attention_bias=True", "status": "differs", "first": "model.layers.0"},
+        {"variant": "mlp_bias=True", "status": "equal"},
+        {"variant": "tie_word_embeddings=True", "status": "not run", "reason": "load_failed"},
+    ]
+    rows = [
+        Row("A", "llama", "built", compare={"status": "equal", "variants": variants}),
+        Row("B", "llama", "built", compare={"status": "equal"}),
+    ]
+    counts = compared_counts(rows)["all"]
+    assert counts["variants"] == 2  # the one not run is not compared
+    assert counts["variants_differ_at"] == ["A (attention_bias=True): model.layers.0"]
+    assert "config variants: 2 compared, 1 differ" in compared_line(compared_counts(rows))

@@ -462,7 +462,9 @@ def _compare(
     explored, budget = explore
     variants = []
     if budget > 0 and comparison.status.name != "NOT_RUN":
-        variants = compare_variants(cls, plan, builds, explored, result.synthesised, budget)
+        variants = compare_variants(
+            cls, plan, builds, explored, result.synthesised, budget, comparison.assumed
+        )
     result.compare = comparison.to_json()
     if variants:
         result.compare["variants"] = [v.to_json() for v in variants]

@@ -140,9 +140,12 @@ def compare_variants(
     explored: Any,
     synthesised: bool,
     budget: float,
+    assumed: dict[str, Any] | None = None,
 ) -> list[Comparison]:
     """The comparison on each variant (``Comparison.variant`` names it); none is started
-    after ``budget`` seconds."""
+    after ``budget`` seconds. ``assumed``: the values the base comparison settled on for
+    guesses transformers never reads (``guesses.py``), kept for the variants (they are
+    not tried again for each)."""
     from prefixlint.introspect.compare import compare
     from prefixlint.introspect.coverage.sites import own_files
     from prefixlint.introspect.coverage.variants import applied
@@ -156,7 +159,7 @@ def compare_variants(
     for variant in comparison_variants(plan.model_config, files, explored)[:MAX_VARIANTS]:
         if time.perf_counter() - started > budget:
             break
-        with applied(plan.model_config, variant.overrides) as ok:
+        with applied(plan.model_config, {**(assumed or {}), **variant.overrides}) as ok:
             if not ok:
                 continue
             result = compare(cls, plan, builds, True, synthesised)
