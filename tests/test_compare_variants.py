@@ -9,6 +9,7 @@ equal; clean vLLM gives none; AFMoE's guessed router settings are no PFX609."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -207,13 +208,41 @@ def test_a_partial_rotary_factor_ignored_differs_on_its_variant(worker, tmp_path
     line = _line(text, "LlamaAttention", "self.rotary_emb = get_rope(")
     variant = "rope_parameters.partial_rotary_factor=0.5"
     found = [f for f in _pfx609(report) if f[2] == variant]
-    # the rotary embedding has no weights, so the first compared module that sees it is
-    # the attention built around it; the finding must be at the model's line either way
-    lines = {line, _line(text, "LlamaDecoderLayer", "self.self_attn = attn_layer_type(")}
-    assert found and found[0][0] == path.name and found[0][1] in lines, (
-        _pfx609(report),
-        result["compare"],
+    assert found == [(path.name, line, variant)], (_pfx609(report), result["compare"])
+    [finding] = [d for d in report.diagnostics if d.code == "PFX609"]
+    sizes = re.search(
+        r"rotates (\d+) dimensions of each head, transformers' rotary embedding (\d+)",
+        finding.message,
     )
+    assert sizes and int(sizes[1]) == 2 * int(sizes[2]), finding.message  # the whole head, half
+
+
+def test_a_rotary_embedding_of_another_size_is_where_the_difference_starts() -> None:
+    from prefixlint.introspect.compare.boundaries import first_divergent
+    from prefixlint.introspect.compare.facts import Boundary
+    from prefixlint.introspect.compare.rotary import with_sizes
+
+    def b(path: str, rel: float, input_rel: float | None = 0.0) -> Boundary:
+        return Boundary(path, path, rel, rel, input_rel, ("model.py", len(path)))
+
+    attn = "model.layers.0.self_attn"
+    found = [
+        b(f"{attn}.qkv_proj", 0.0),
+        b(f"{attn}.o_proj", 0.4, 0.5),
+        b(attn, 0.4),
+        b("model.layers.0", 0.3),
+        b("logits", 0.3, None),
+    ]
+    sites = {f"{attn}.rotary_emb": ("model.py", 99)}
+    # without it, the attention module is where the difference starts
+    assert first_divergent(found, 1e-3).path == attn
+    placed = with_sizes(found, {f"{attn}.rotary_emb": 16}, {8}, sites)
+    first = first_divergent(placed, 1e-3)
+    assert (first.path, first.site) == (f"{attn}.rotary_emb", ("model.py", 99))
+    assert "rotates 16 dimensions" in first.detail
+    # the same size, or no rotary module in transformers: nothing added
+    assert with_sizes(found, {f"{attn}.rotary_emb": 8}, {8}, sites) == found
+    assert with_sizes(found, {f"{attn}.rotary_emb": 16}, set(), sites) == found
 
 
 @pytest.mark.slow

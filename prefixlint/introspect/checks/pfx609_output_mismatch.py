@@ -163,6 +163,13 @@ def _message(first: Boundary, comparison: Comparison) -> str:
         if first.path == "logits"
         else f"`{first.path}` computes other values than transformers' {_named(first)}"
     )
+    if first.detail:  # no tensor differs, a size does (compare/rotary.py)
+        on = f" on config variant {comparison.variant}" if comparison.variant else ""
+        return (
+            f"`{first.path}` {first.detail}{on}: the module around it computes other values "
+            f"than transformers' from the same input (`{comparison.reference}`'s checkpoint "
+            "through `load_weights`, float32 on the CPU)"
+        )
     agrees = (
         " while its input agrees"
         if first.input_rel is not None and first.input_rel <= comparison.tolerance

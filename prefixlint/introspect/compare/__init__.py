@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from prefixlint.introspect import vllm_api
-from prefixlint.introspect.compare import attention, boundaries, guesses, reference
+from prefixlint.introspect.compare import attention, boundaries, guesses, reference, rotary
 from prefixlint.introspect.compare.facts import TOLERANCE, Boundary, Comparison, Reason, Status
 
 __all__ = ["TOLERANCE", "Boundary", "Comparison", "Reason", "Status", "compare"]
@@ -219,7 +219,11 @@ def _run(
         return Comparison.not_run(Reason.FORWARD_FAILED, _words(e))
     try:
         parts = {p: p for v in names.values() for p in v}
-        with torch.no_grad(), boundaries.hooked(ref.model, parts, theirs):
+        with (
+            torch.no_grad(),
+            boundaries.hooked(ref.model, parts, theirs),
+            rotary.reference_sizes(ref.model) as rotary_sizes,
+        ):
             out = ref.model(input_ids=ids[None], position_ids=positions[None], use_cache=False)
         boundaries.join_parts(theirs, names)
     except Exception as e:
@@ -230,6 +234,8 @@ def _run(
     sites = _sites(real, names)
     inverse = {boundaries.key(v): k for k, v in names.items()}
     found = boundaries.boundaries(ours, theirs, inverse, sites)
+    sizes = rotary.ours(model)  # weightless, so compared by size (rotary.py)
+    found = rotary.with_sizes(found, sizes, rotary_sizes, _sites(real, dict.fromkeys(sizes)))
     first = boundaries.first_divergent(found, TOLERANCE)
     status = Status.DIFFERS if first is not None else Status.EQUAL
     return Comparison(

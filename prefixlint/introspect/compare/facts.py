@@ -50,6 +50,8 @@ class Boundary:
     max_rel: float
     input_rel: float | None = None
     site: tuple[str, int] = ("", 0)  # the model's line that built it
+    # what differs in words, where it is no tensor (a rotary embedding's size, rotary.py)
+    detail: str = ""
 
     def differs(self, tolerance: float) -> bool:
         return self.max_rel > tolerance
