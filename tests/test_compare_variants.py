@@ -287,3 +287,31 @@ def test_the_zoo_counts_the_variants_compared_and_those_that_differ() -> None:
     assert counts["variants"] == 2  # the one not run is not compared
     assert counts["variants_differ_at"] == ["A (attention_bias=True): model.layers.0"]
     assert "config variants: 2 compared, 1 differ" in compared_line(compared_counts(rows))
+
+
+@pytest.mark.slow
+def test_falcon_s_alibi_agrees_with_transformers_sdpa_path(worker, tmp_path) -> None:
+    """transformers' eager Falcon attention adds ALiBi twice (in its mask and in its
+    logits; its SDPA path once, as vLLM does): the comparison that differs from the eager
+    reference runs again against the SDPA path, and vLLM's Falcon agrees with it. This
+    was a PFX609 on clean vLLM's config variant ``alibi=True``."""
+    from transformers import FalconConfig
+
+    from prefixlint.introspect import introspect
+
+    folder = tmp_path / "falcon"
+    shape = dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=2, vocab_size=384)
+    FalconConfig(**shape, alibi=True).save_pretrained(folder)
+    report = introspect(
+        "FalconForCausalLM",
+        tp=(1,),
+        pp=(1,),
+        config=str(folder),
+        worker=worker,
+        dryrun=False,
+        explore_budget=0.0,
+    )
+    [result] = report.results
+    assert result["compare"]["status"] == "equal", result["compare"]
+    assert result["compare"]["reference_attention"] == "sdpa"
+    assert not _pfx609(report)

@@ -24,6 +24,12 @@ TOKENS = 9  # one sequence: long enough for a sliding window of the tiny config 
 # Parameters of the meta build above which the comparison does not run: a config synthesis
 # could not shrink (GPT-2's `n_embd`) costs tens of seconds on two CPU cores, twice over.
 MAX_PARAMETERS = 30_000_000
+# The reference runs eager attention (a soft-cap and a sliding window as written). Where
+# the model differs from it, the reference runs again with transformers' SDPA path: a
+# model that agrees with that one differs from transformers' eager code only, and the
+# two transformers paths disagree with each other (Falcon's eager attention adds ALiBi
+# twice, once in its mask and once in its logits: 1.1% on the logits of a tiny config).
+SDPA = "sdpa"
 
 
 def compare(
@@ -37,6 +43,10 @@ def compare(
     plugin's family (a guessed Llama-shaped config would make Llama the reference)."""
     started = time.perf_counter()
     result = _guarded(cls, plan, builds, enabled, synthesised)
+    if result.status is Status.DIFFERS:  # transformers' eager path, or the model?
+        other = _guarded(cls, plan, builds, enabled, synthesised, SDPA)
+        if other.status is Status.EQUAL:
+            result = other
     if synthesised and result.status is Status.DIFFERS:  # a guess, or the model?
         result = _settled(result, cls, plan, builds)
     result.seconds = time.perf_counter() - started
@@ -44,10 +54,15 @@ def compare(
 
 
 def _guarded(
-    cls: type | None, plan: Any, builds: list[Any], enabled: bool, synthesised: bool
+    cls: type | None,
+    plan: Any,
+    builds: list[Any],
+    enabled: bool,
+    synthesised: bool,
+    path: str = "eager",
 ) -> Comparison:
     try:
-        return _compare(cls, plan, builds, enabled, synthesised)
+        return _compare(cls, plan, builds, enabled, synthesised, path)
     except Exception as e:  # a gap of this stage, never a lost target
         return Comparison.not_run(Reason.FORWARD_FAILED, _words(e))
 
@@ -73,7 +88,12 @@ def _settled(first: Comparison, cls: type | None, plan: Any, builds: list[Any]) 
 
 
 def _compare(
-    cls: type | None, plan: Any, builds: list[Any], enabled: bool, synthesised: bool
+    cls: type | None,
+    plan: Any,
+    builds: list[Any],
+    enabled: bool,
+    synthesised: bool,
+    path: str = "eager",
 ) -> Comparison:
     if not enabled:
         return Comparison.not_run(Reason.DISABLED)
@@ -85,7 +105,7 @@ def _compare(
     if ref_cls is None:
         return Comparison.not_run(Reason.NO_REFERENCE)
     try:
-        ref = reference.build(ref_cls, model_config.hf_config)
+        ref = reference.build(ref_cls, model_config.hf_config, path)
     except Exception as e:
         return Comparison.not_run(Reason.REFERENCE_FAILED, f"{ref_cls.__name__}: {_words(e)}")
     from prefixlint.introspect.builds.layout import build_layout
@@ -114,6 +134,7 @@ def _compare(
         return refused
     result = _run(cls, real, ref, context, ref_cls.__name__)
     result.extras_refused = _probe_extras(builds, ref)
+    result.attention = path  # the reference's attention path
     return result
 
 

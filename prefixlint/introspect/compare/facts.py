@@ -79,6 +79,7 @@ class Comparison:
     # class never reads (``guesses.py``): other values of them are not verified
     assumed: dict[str, Any] = field(default_factory=dict)
     variant: str = ""  # the config variant it ran on ("": the config itself; variants.py)
+    attention: str = "eager"  # the reference's attention path (sdpa: see compare())
 
     @classmethod
     def not_run(cls, reason: Reason, detail: str = "") -> Comparison:
@@ -98,6 +99,8 @@ class Comparison:
             out["assumed"] = {k: repr(v) for k, v in self.assumed.items()}
         if self.variant:
             out["variant"] = self.variant
+        if self.attention != "eager":
+            out["reference_attention"] = self.attention
         if self.first is not None:
             out["first"] = self.first.path
             out["max_abs"] = self.first.max_abs
