@@ -273,23 +273,30 @@ def _take(
 
 def merge_classes(found: list[Diagnostic], executed: set[tuple[str, int]]) -> list[Diagnostic]:
     """Classes of one file build the same sites (a model and its ``ForCausalLM``, a
-    subclass and its base): one finding per code and place (the longest message: its path
-    is the full one), and no "not verified" note at a site another class's build ran."""
+    subclass and its base): one finding per code and place (the one whose module path or
+    checkpoint name is the longest: the class that wraps the other names it in full), and
+    no "not verified" note at a site another class's build ran. Notes at one place are one
+    when their facts are (``data["note"]``), else when their groups are; a note with
+    neither stands alone."""
     from prefixlint.introspect.coverage.sites import UNEXECUTED_SITE  # light: stdlib ast only
 
     best: dict[tuple, Diagnostic] = {}
-    for d in found:
+    for n, d in enumerate(found):
         place = (str(Path(d.filename).resolve()), d.location.row)
         if d.data.get("group") == UNEXECUTED_SITE and place in executed:
             continue  # another class's build ran it
-        key = (
-            (d.code, d.filename, d.location.row)
-            if d.code != NOT_VERIFIED_CODE
-            else (d.code, d.filename, d.location.row, d.message)
-        )
-        if key not in best or len(d.message) > len(best[key].message):
+        key: tuple = (d.code, d.filename, d.location.row)
+        if d.code == NOT_VERIFIED_CODE:
+            # its fact, else its group (a finding's group: one per code, site and group)
+            fact, group = d.data.get("note"), d.data.get("group", "")
+            key += (group, fact or group or n)
+        if key not in best or _depth(d) > _depth(best[key]):
             best[key] = d
     return sorted(best.values(), key=Diagnostic.sort_key)
+
+
+def _depth(d: Diagnostic) -> int:
+    return len(d.data.get("path") or "")
 
 
 def polish(diagnostics: list[Diagnostic]) -> list[Diagnostic]:

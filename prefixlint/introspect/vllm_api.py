@@ -20,7 +20,7 @@ import importlib
 import inspect
 import re
 import textwrap
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 REGISTRY_MODULE = "vllm.model_executor.models.registry"
@@ -470,6 +470,53 @@ def attention_classes() -> tuple[type | None, type | None]:
         older = _module("vllm.model_executor.layers.attention_layer_base")
         base = getattr(older, "AttentionLayerBase", None) if older else None
     return attention, base
+
+
+# vLLM's state-space and linear-attention layers the comparison runs in torch
+# (``compare/statespace.py``): class name -> its module, 0.32 and 0.33.
+_STATESPACE_MODULES = {
+    "MambaMixer": "vllm.model_executor.layers.mamba.mamba_mixer",
+    "MambaMixer2": "vllm.model_executor.layers.mamba.mamba_mixer2",
+    "ShortConv": "vllm.model_executor.layers.mamba.short_conv",
+    "QwenGatedDeltaNetAttention": "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn",
+    "OlmoHybridGatedDeltaNetAttention": "vllm.model_executor.layers.mamba.gdn.olmo_gdn_linear_attn",
+}
+
+
+def statespace_layer(name: str) -> type | None:
+    """vLLM's state-space layer class ``name`` (``MambaMixer``, ``MambaMixer2``,
+    ``ShortConv``), or None in a layout without it."""
+    module = _module(_STATESPACE_MODULES.get(name, ""))
+    found = getattr(module, name, None) if module else None
+    return found if isinstance(found, type) else None
+
+
+@contextlib.contextmanager
+def custom_op_replaced(name: str, replacement: Callable) -> Iterator[None]:
+    """vLLM's custom op ``torch.ops.vllm.<name>`` is ``replacement`` while the context is
+    open. A layer looks its op up at each call (0.32: ``QwenGatedDeltaNetAttention.
+    forward_cpu`` calls ``torch.ops.vllm.cpu_gdn_attention_core``), and the namespace
+    keeps a resolved op as a plain attribute, so the attribute is what is replaced."""
+    import torch
+
+    namespace = torch.ops.vllm
+    original = namespace.__dict__.get(name)
+    setattr(namespace, name, replacement)
+    try:
+        yield
+    finally:
+        if original is None:
+            delattr(namespace, name)  # the next look-up resolves the registered op
+        else:
+            setattr(namespace, name, original)
+
+
+def forward_context_layer(layer_name: Any) -> Any:
+    """The layer a custom op's ``layer_name`` names in the current forward context (0.32:
+    a ``str`` or a ``LayerName`` wrapping one, ``forward_context.no_compile_layers``)."""
+    name = getattr(layer_name, "value", layer_name)
+    context = importlib.import_module("vllm.forward_context").get_forward_context()
+    return context.no_compile_layers[name]
 
 
 def forward_context() -> Any:

@@ -15,7 +15,14 @@ from typing import Any
 import torch
 
 from prefixlint.introspect import vllm_api
-from prefixlint.introspect.compare import attention, boundaries, guesses, reference, rotary
+from prefixlint.introspect.compare import (
+    attention,
+    boundaries,
+    guesses,
+    reference,
+    rotary,
+    statespace,
+)
 from prefixlint.introspect.compare.facts import TOLERANCE, Boundary, Comparison, Reason, Status
 
 __all__ = ["TOLERANCE", "Boundary", "Comparison", "Reason", "Status", "compare"]
@@ -115,7 +122,7 @@ def _compare(
     real = build_layout(plan, Layout(), meta=False)
     if real.error is not None or real.model is None:
         return Comparison.not_run(Reason.BUILD_FAILED, _words(real.error))
-    unsupported = attention.unsupported_layers(real.model)
+    unsupported = attention.unsupported_layers(real.model, statespace.runs)
     if unsupported:
         return Comparison.not_run(Reason.UNSUPPORTED_LAYER, ", ".join(unsupported))
     biased = [n for n, m in real.model.named_modules() if vllm_api.cpu_router_drops_bias(m)]
@@ -232,6 +239,7 @@ def _run(
             context(),
             vllm_api.forward_context()(None, vllm_config),
             attention.reference_attention(),
+            statespace.reference_statespace(),
             boundaries.hooked(model, {p: boundaries.key(v) for p, v in names.items()}, ours),
         ):
             hidden = model(input_ids=ids, positions=positions)
@@ -242,6 +250,7 @@ def _run(
         parts = {p: p for v in names.values() for p in v}
         with (
             torch.no_grad(),
+            statespace.reference_mixers(ref.model, TOKENS),
             boundaries.hooked(ref.model, parts, theirs),
             rotary.reference_sizes(ref.model) as rotary_sizes,
         ):
