@@ -9,6 +9,10 @@ so the target's seconds are the synthesised config, one meta build and the compa
 architecture: status, boundaries compared, the first divergent module, the comparison's
 seconds and the target's; then the median and the largest comparison time.
 
+``--explore-budget S`` turns config exploration on (as ``introspect`` does, 10 s): the
+comparison then runs on its config variants too (``compare/variants.py``), its seconds
+include theirs, and each variant's status is printed below its architecture.
+
 Target: <= 5 s per architecture on the 2-core development machine.
 """
 
@@ -40,6 +44,7 @@ DEFAULT = [
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", default=DEFAULT)
+    parser.add_argument("--explore-budget", type=float, default=0.0)
     args = parser.parse_args()
     from prefixlint.introspect import introspect
     from prefixlint.introspect.process.client import Worker
@@ -50,7 +55,12 @@ def main() -> None:
         for arch in args.only:
             started = time.perf_counter()
             report = introspect(
-                arch, tp=(1,), pp=(1,), worker=worker, dryrun=False, explore_budget=0.0
+                arch,
+                tp=(1,),
+                pp=(1,),
+                worker=worker,
+                dryrun=False,
+                explore_budget=args.explore_budget,
             )
             wall = time.perf_counter() - started
             facts = report.results[0].get("compare", {}) if report.results else {}
@@ -63,6 +73,12 @@ def main() -> None:
                 f"{seconds:>6.2f}s  target {wall:>6.2f}s  {what}",
                 flush=True,
             )
+            for v in facts.get("variants", []):
+                what = v.get("first") or v.get("reason") or ""
+                print(f"    {v['variant']:<44} {v['status']:<8} {v['seconds']:>6.2f}s  {what}")
+            pfx609 = [d for d in report.diagnostics if d.code == "PFX609"]
+            for d in pfx609:
+                print(f"    PFX609 {d.filename}:{d.location.row}: {d.message[:160]}")
     finally:
         worker.close()
     if times:

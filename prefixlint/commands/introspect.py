@@ -261,6 +261,13 @@ def _compared(facts: dict) -> str:
     first = f", first at `{facts['first']}`" if facts.get("first") else ""
     if facts.get("extras_refused"):  # loaded again without the names real checkpoints add
         first += f"; loaded without the checkpoint extras it refused: {facts['extras_refused']}"
+    variants = facts.get("variants") or []  # compare/variants.py: config variants
+    if variants:
+        counts: dict[str, int] = {}
+        for v in variants:
+            counts[v.get("status", "")] = counts.get(v.get("status", ""), 0) + 1
+        said = ", ".join(f"{n} {s}" for s, n in counts.items())
+        first += f"; {len(variants)} config variants: {said}"
     return (
         f"{status} ({facts.get('compared', 0)} boundaries{first}; {facts.get('seconds', 0):.2f}s)"
     )

@@ -259,7 +259,8 @@ def _comparison(run: TargetRun) -> None:
     """The comparison with transformers (PFX609); a real checkpoint's config is not
     compared: its weights are not transformers'."""
     if not run.options.checkpoint:
-        _compare(run.result, run.cls, run.plan, run.builds, run.options.compare)
+        explore = (run.explored, run.options.explore_budget)
+        _compare(run.result, run.cls, run.plan, run.builds, run.options.compare, explore)
 
 
 def _finish(run: TargetRun) -> None:
@@ -522,18 +523,36 @@ def _dry_run(
 
 
 def _compare(
-    result: TargetResult, cls: type | None, plan: BuildPlan, builds: list[Build], enabled: bool
+    result: TargetResult,
+    cls: type | None,
+    plan: BuildPlan,
+    builds: list[Build],
+    enabled: bool,
+    explore: tuple[Exploration | None, float],
 ) -> None:
     """The comparison with transformers (``compare/``) on a real CPU build, its facts
-    kept in ``result.compare`` and turned into PFX609 (or a PFX600 note) by its unit."""
+    kept in ``result.compare`` and turned into PFX609 (or a PFX600 note) by its unit;
+    with exploration on (``explore``: its result and budget), on the config variants
+    that change the computation too (``compare/variants.py``)."""
     from prefixlint.introspect.checks.pfx609_output_mismatch import OutputMismatch
     from prefixlint.introspect.compare import compare
+    from prefixlint.introspect.compare.variants import compare_variants
 
     if not any(b.error is None for b in builds):
         return
     comparison = compare(cls, plan, builds, enabled, result.synthesised)
+    explored, budget = explore
+    variants = []
+    if budget > 0 and comparison.status.name != "NOT_RUN":
+        variants = compare_variants(
+            cls, plan, builds, explored, result.synthesised, budget, comparison.assumed
+        )
     result.compare = comparison.to_json()
-    result.findings += OutputMismatch().findings(comparison, cls)
+    if variants:
+        result.compare["variants"] = [v.to_json() for v in variants]
+        result.compare["seconds"] = round(comparison.seconds + sum(v.seconds for v in variants), 3)
+    unit = OutputMismatch()
+    result.findings += unit.findings(comparison, cls) + unit.on_variants(comparison, variants, cls)
 
 
 def _checkpoint_config(folder: str) -> str:

@@ -48,7 +48,11 @@ class OutputMismatch(Check):
     model passes to `Attention` (heads, scale, window, soft-cap). Where the comparison
     cannot run (no transformers class, a layer the reference cannot run, a pooling or
     multimodal model, a config too large to run on CPU), a PFX600 note says why.
-    `--no-compare` turns it off.
+    `--no-compare` turns it off. With config exploration on, it runs again on config
+    variants the config class declares and the model reads (bias flags, a tied head, a
+    partial rotary factor, the explorer's layer patterns); a finding on one names it.
+    Guessed values transformers' class never reads (AFMoE's `score_func`) are tried with
+    the values the model tells apart before a difference is blamed on the model.
 
     ## Why is this bad?
     The model builds, loads and serves, with wrong outputs: a softmax scale written wrong,
@@ -89,10 +93,51 @@ class OutputMismatch(Check):
         if comparison.status is Status.NOT_RUN:
             return self._not_run(comparison, cls)
         first = comparison.first
+        notes = self._assumed(comparison, cls)
         if comparison.status is not Status.DIFFERS or first is None:
-            return []
+            return notes
         file, line = first.site if first.site[0] else class_site(cls)
-        return [Finding(CODE, "error", _message(first, comparison), file, line)]
+        finding = Finding(CODE, "error", _message(first, comparison), file, line)
+        if comparison.variant:
+            finding.variants = [comparison.variant]
+        return [finding, *notes]
+
+    def on_variants(
+        self, base: Comparison, variants: list[Comparison], cls: type | None
+    ) -> list[Finding]:
+        """PFX609 of the config variants' comparisons (``compare/variants.py``), one per
+        line of the model not already reported on the config itself; a later variant
+        differing at the same line adds its name. A variant that could not run gives no
+        note: the variant is prefixlint's, listed in the JSON."""
+        seen = {(f.file, f.line) for f in self.findings(base, cls) if f.code == CODE}
+        out: list[Finding] = []
+        for comparison in variants:
+            if comparison.status is not Status.DIFFERS:
+                continue
+            for finding in self.findings(comparison, cls):
+                key = (finding.file, finding.line)
+                if finding.code != CODE or key in seen:
+                    continue
+                same = next((f for f in out if (f.file, f.line) == key), None)
+                if same is None:
+                    out.append(finding)
+                else:
+                    same.variants.append(comparison.variant)
+        return out
+
+    def _assumed(self, comparison: Comparison, cls: type | None) -> list[Finding]:
+        """The values a comparison ran with for guessed attributes transformers' class
+        never reads: other values are not verified (a note, a gap)."""
+        if not comparison.assumed:
+            return []
+        values = ", ".join(f"`{k}={v!r}`" for k, v in comparison.assumed.items())
+        message = (
+            f"not verified: the comparison with transformers ran with {values}: the "
+            f"synthesised config guessed these, and `{comparison.reference}` never reads "
+            "them (it computes one way), so other values are not compared; give a "
+            "checkpoint's config with --config"
+        )
+        return [Finding(NOT_VERIFIED_CODE, "note", message, *class_site(cls))]
 
     def _not_run(self, comparison: Comparison, cls: type | None) -> list[Finding]:
         reason = comparison.reason
@@ -118,13 +163,25 @@ def _message(first: Boundary, comparison: Comparison) -> str:
         if first.path == "logits"
         else f"`{first.path}` computes other values than transformers' {_named(first)}"
     )
+    if first.detail:  # no tensor differs, a size does (compare/rotary.py)
+        on = f" on config variant {comparison.variant}" if comparison.variant else ""
+        return (
+            f"`{first.path}` {first.detail}{on}: the module around it computes other values "
+            f"than transformers' from the same input (`{comparison.reference}`'s checkpoint "
+            "through `load_weights`, float32 on the CPU)"
+        )
     agrees = (
         " while its input agrees"
         if first.input_rel is not None and first.input_rel <= comparison.tolerance
         else ""
     )
+    on = f" on config variant {comparison.variant}" if comparison.variant else ""
+    guessed = ", ".join(f"`{k}={v!r}`" for k, v in comparison.assumed.items())
+    if guessed:  # guesses transformers never reads; no value of them made it agree
+        on += f" (with {guessed}, guessed, unread by transformers; no other value agrees)"
     return (
-        f"{what}{agrees}: max |difference| {first.max_abs:.3g} ({_percent(first.max_rel)} of "
+        f"{what}{agrees}{on}: max |difference| {first.max_abs:.3g} "
+        f"({_percent(first.max_rel)} of "
         f"its largest value; tolerance {_percent(comparison.tolerance)}), same weights "
         f"(`{comparison.reference}`'s checkpoint through `load_weights`), float32 on the CPU, "
         f"input ids {ids} at positions 0..{len(comparison.input_ids) - 1}"

@@ -18,8 +18,10 @@ from prefixlint.introspect import vllm_api
 from prefixlint.introspect.compare import (
     attention,
     boundaries,
+    guesses,
     mla,
     reference,
+    rotary,
     routing,
     statespace,
 )
@@ -31,6 +33,12 @@ TOKENS = 9  # one sequence: long enough for a sliding window of the tiny config 
 # Parameters of the meta build above which the comparison does not run: a config synthesis
 # could not shrink (GPT-2's `n_embd`) costs tens of seconds on two CPU cores, twice over.
 MAX_PARAMETERS = 30_000_000
+# The reference runs eager attention (a soft-cap and a sliding window as written). Where
+# the model differs from it, the reference runs again with transformers' SDPA path: a
+# model that agrees with that one differs from transformers' eager code only, and the
+# two transformers paths disagree with each other (Falcon's eager attention adds ALiBi
+# twice, once in its mask and once in its logits: 1.1% on the logits of a tiny config).
+SDPA = "sdpa"
 
 
 def compare(
@@ -43,16 +51,58 @@ def compare(
     """``synthesised``: the config is prefixlint's guess, so its class says nothing of a
     plugin's family (a guessed Llama-shaped config would make Llama the reference)."""
     started = time.perf_counter()
-    try:
-        result = _compare(cls, plan, builds, enabled, synthesised)
-    except Exception as e:  # a gap of this stage, never a lost target
-        result = Comparison.not_run(Reason.FORWARD_FAILED, _words(e))
+    result = _guarded(cls, plan, builds, enabled, synthesised)
+    if result.status is Status.DIFFERS:  # transformers' eager path, or the model?
+        other = _guarded(cls, plan, builds, enabled, synthesised, SDPA)
+        if other.status is Status.EQUAL:
+            result = other
+    if synthesised and result.status is Status.DIFFERS:  # a guess, or the model?
+        result = _settled(result, cls, plan, builds)
     result.seconds = time.perf_counter() - started
     return result
 
 
+def _guarded(
+    cls: type | None,
+    plan: Any,
+    builds: list[Any],
+    enabled: bool,
+    synthesised: bool,
+    path: str = "eager",
+) -> Comparison:
+    try:
+        return _compare(cls, plan, builds, enabled, synthesised, path)
+    except Exception as e:  # a gap of this stage, never a lost target
+        return Comparison.not_run(Reason.FORWARD_FAILED, _words(e))
+
+
+def _settled(first: Comparison, cls: type | None, plan: Any, builds: list[Any]) -> Comparison:
+    """The comparison again with the other values of guessed attributes transformers'
+    class never reads (``guesses.py``)."""
+    from prefixlint.introspect.coverage.sites import own_files
+    from prefixlint.introspect.coverage.variants import applied
+
+    ref_cls = reference.reference_class(plan.model_config.hf_config, cls, False)
+    base = next((b for b in builds if b.error is None), None)
+    if ref_cls is None or base is None:
+        return first
+    files = own_files(cls, base.recorder.external)
+    choices = guesses.unread_guesses(plan.model_config, ref_cls, files)
+
+    def run(values: dict[str, Any]) -> Comparison:
+        with applied(plan.model_config, values):
+            return _guarded(cls, plan, builds, True, True)
+
+    return guesses.settle(first, choices, run)
+
+
 def _compare(
-    cls: type | None, plan: Any, builds: list[Any], enabled: bool, synthesised: bool
+    cls: type | None,
+    plan: Any,
+    builds: list[Any],
+    enabled: bool,
+    synthesised: bool,
+    path: str = "eager",
 ) -> Comparison:
     if not enabled:
         return Comparison.not_run(Reason.DISABLED)
@@ -64,7 +114,7 @@ def _compare(
     if ref_cls is None:
         return Comparison.not_run(Reason.NO_REFERENCE)
     try:
-        ref = reference.build(ref_cls, mla.reference_config(model_config.hf_config))
+        ref = reference.build(ref_cls, mla.reference_config(model_config.hf_config), path)
     except Exception as e:
         return Comparison.not_run(Reason.REFERENCE_FAILED, f"{ref_cls.__name__}: {_words(e)}")
     from prefixlint.introspect.builds.layout import build_layout
@@ -88,6 +138,7 @@ def _compare(
         return refused
     result = _run(cls, real, ref, context, ref_cls.__name__)
     result.extras_refused = _probe_extras(builds, ref)
+    result.attention = path  # the reference's attention path
     return result
 
 
@@ -200,6 +251,7 @@ def _run(
             torch.no_grad(),
             statespace.reference_mixers(ref.model, TOKENS),
             boundaries.hooked(ref.model, parts, theirs),
+            rotary.reference_sizes(ref.model) as rotary_sizes,
         ):
             out = ref.model(input_ids=ids[None], position_ids=positions[None], use_cache=False)
         boundaries.join_parts(theirs, names)
@@ -211,6 +263,8 @@ def _run(
     sites = _sites(real, names)
     inverse = {boundaries.key(v): k for k, v in names.items()}
     found = boundaries.boundaries(ours, theirs, inverse, sites)
+    sizes = rotary.ours(model)  # weightless, so compared by size (rotary.py)
+    found = rotary.with_sizes(found, sizes, rotary_sizes, _sites(real, dict.fromkeys(sizes)))
     first = boundaries.first_divergent(found, TOLERANCE)
     status = Status.DIFFERS if first is not None else Status.EQUAL
     return Comparison(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 # Relative tolerance: max |vLLM - transformers| over max |transformers| at a boundary.
 # Both run in float32 on the CPU with the same weights; what differs is only the order of
@@ -49,6 +50,8 @@ class Boundary:
     max_rel: float
     input_rel: float | None = None
     site: tuple[str, int] = ("", 0)  # the model's line that built it
+    # what differs in words, where it is no tensor (a rotary embedding's size, rotary.py)
+    detail: str = ""
 
     def differs(self, tolerance: float) -> bool:
         return self.max_rel > tolerance
@@ -72,6 +75,11 @@ class Comparison:
     # real checkpoints carry them is not known here (docs/compare.md)
     extras_refused: str = ""
     seconds: float = 0.0
+    # values it ran with for attributes a synthesised config guessed and transformers'
+    # class never reads (``guesses.py``): other values of them are not verified
+    assumed: dict[str, Any] = field(default_factory=dict)
+    variant: str = ""  # the config variant it ran on ("": the config itself; variants.py)
+    attention: str = "eager"  # the reference's attention path (sdpa: see compare())
 
     @classmethod
     def not_run(cls, reason: Reason, detail: str = "") -> Comparison:
@@ -87,6 +95,12 @@ class Comparison:
             out["tolerance"] = self.tolerance
         if self.extras_refused:
             out["extras_refused"] = self.extras_refused
+        if self.assumed:
+            out["assumed"] = {k: repr(v) for k, v in self.assumed.items()}
+        if self.variant:
+            out["variant"] = self.variant
+        if self.attention != "eager":
+            out["reference_attention"] = self.attention
         if self.first is not None:
             out["first"] = self.first.path
             out["max_abs"] = self.first.max_abs

@@ -46,7 +46,7 @@ def _out_of_tree(cls: type) -> bool:
     return not (cls.__module__ or "").startswith("vllm.")
 
 
-def build(ref_cls: type, hf_config: Any) -> Reference:
+def build(ref_cls: type, hf_config: Any, attention: str = "eager") -> Reference:
     """The reference model in float32 with seeded weights, eager attention (it honours a
     soft-cap and a sliding window as written), and its checkpoint."""
     from prefixlint.introspect.dryrun.layouts import quiet, reference_config
@@ -54,7 +54,7 @@ def build(ref_cls: type, hf_config: Any) -> Reference:
     config = copy.deepcopy(reference_config(hf_config))
     for c in (config, getattr(config, "text_config", None)):
         if c is not None:
-            c._attn_implementation = "eager"
+            c._attn_implementation = attention
             _unused_window(c)
     torch.manual_seed(SEED)
     with quiet():

@@ -72,6 +72,7 @@ class AttrUse:
 class FileFacts:
     uses: dict[str, AttrUse]
     guards: dict[int, set[str]]  # line -> attributes read in the tests guarding it
+    reads: frozenset[str] = frozenset()  # every attribute read from the model's config
 
 
 @dataclass
@@ -359,7 +360,8 @@ def file_facts(path: str) -> FileFacts:
         return FileFacts({}, {})
     reader = _Reader(tree)
     reader.read()
-    return FileFacts(reader.uses, _guards(reader, tree))
+    reads = frozenset(a for n in ast.walk(tree) if (a := reader.direct(n)) is not None)
+    return FileFacts(reader.uses, _guards(reader, tree), reads)
 
 
 # -- variants -------------------------------------------------------------------------

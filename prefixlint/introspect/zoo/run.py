@@ -517,6 +517,18 @@ def compared_counts(rows: list[Row]) -> dict[str, Any]:
                 for r in some
                 if r.compare.get("status") == "differs"
             ),
+            # config variants (compare/variants.py): compared, and those that differ
+            "variants": sum(
+                v.get("status") in ("equal", "differs")
+                for f in facts
+                for v in f.get("variants", [])
+            ),
+            "variants_differ_at": sorted(
+                f"{r.arch} ({v['variant']}): {v.get('first')}"
+                for r in some
+                for v in r.compare.get("variants", [])
+                if v.get("status") == "differs"
+            ),
         }
 
     groups = sorted({r.group for r in rows})
@@ -531,5 +543,7 @@ def compared_line(c: dict[str, Any]) -> str:
     not_run = ", ".join(f"{k} {n}" for k, n in every["not_run"].items()) or "none"
     return (
         f"comparison with transformers (PFX609): {every['compared']} compared, "
-        f"{every['equal']} equal, {every['differs']} differ; not run: {not_run}"
+        f"{every['equal']} equal, {every['differs']} differ; not run: {not_run}; "
+        f"config variants: {every.get('variants', 0)} compared, "
+        f"{len(every.get('variants_differ_at', []))} differ"
     )

@@ -1,0 +1,133 @@
+"""Guessed values transformers never reads: a synthesised config's guess is not the model's
+bug.
+
+Synthesis gives a config what the model reads and the config class lacks, by guessing
+(``configs/hints.py``: AFMoE's ``score_func`` becomes "softmax", ``route_norm`` False).
+Real checkpoints carry these values in config.json. Where transformers' class neither
+declares nor reads the attribute, it computes one fixed way (AFMoE's router is always a
+sigmoid with renormalised weights), while vLLM's model follows the guess. A difference
+then comes from the guess, not from the model.
+
+So when a comparison on a synthesised config differs, the values the model's code tells
+apart for such attributes (a flag's two values, the strings it compares with) are tried
+in turn. The first that compares equal is the value transformers' class hard-codes: the
+comparison holds for it, and a note says the other values are not verified. When none
+does, the one that agrees furthest into the model is kept: a difference no value of a
+guess removes is the model's, and stays a PFX609.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import itertools
+import re
+from collections.abc import Callable
+from typing import Any
+
+from prefixlint.introspect.compare.facts import Comparison, Status
+
+MAX_TRIES = 7  # combinations tried besides the guess itself (three flags)
+
+
+def unread_guesses(model_config: Any, ref_cls: type, files: list[str]) -> dict[str, list[Any]]:
+    """Attribute -> the values to try (the guess first), for each attribute the model's
+    files read, the config holds, and transformers' class neither declares nor reads: on a
+    synthesised config only a guess puts such an attribute there."""
+    from prefixlint.introspect.coverage.variants import config_objects, file_facts
+
+    config = config_objects(model_config)[0]
+    facts = [file_facts(f) for f in files]
+    read = set().union(*(f.reads for f in facts)) if facts else set()
+    source = _source(ref_cls)
+    out: dict[str, list[Any]] = {}
+    for attr in sorted(read):
+        if attr.startswith("$") or attr not in vars(config) or attr in declared(type(config)):
+            continue
+        if re.search(rf"\b{re.escape(attr)}\b", source):  # transformers reads it by name
+            continue
+        value = vars(config)[attr]
+        compared = [v for f in facts if attr in f.uses for v in f.uses[attr].compared]
+        values = _values(value, compared)
+        if len(values) > 1:
+            out[attr] = values
+    return out
+
+
+def _values(value: Any, compared: list[Any]) -> list[Any]:
+    """The guess, then the other values the code tells apart: a flag's other value, the
+    strings it is compared with. Numbers are left alone (no finite set)."""
+    if isinstance(value, bool):
+        return [value, not value]
+    if isinstance(value, str):
+        return [value, *dict.fromkeys(v for v in compared if isinstance(v, str) and v != value)]
+    return [value]
+
+
+@functools.lru_cache(maxsize=64)
+def declared(config_type: type) -> frozenset[str]:
+    """What the config class declares: class attributes and annotations, and what its
+    default instance holds."""
+    out: set[str] = set()
+    for klass in config_type.__mro__:
+        out |= set(vars(klass)) | set(getattr(klass, "__annotations__", {}))
+    with contextlib.suppress(Exception):  # without defaults: its annotations said it all
+        out |= set(vars(config_type()))
+    return frozenset(out)
+
+
+@functools.lru_cache(maxsize=64)
+def _source(ref_cls: type) -> str:
+    """The text of the reference class's modeling module and of its config's module."""
+    texts = []
+    for obj in (inspect.getmodule(ref_cls), getattr(ref_cls, "config_class", None)):
+        try:
+            texts.append(inspect.getsource(inspect.getmodule(obj) or obj))
+        except (OSError, TypeError):
+            continue
+    return "\n".join(texts)
+
+
+def settle(
+    first: Comparison,
+    choices: dict[str, list[Any]],
+    run: Callable[[dict[str, Any]], Comparison],
+) -> Comparison:
+    """``first`` (run on the guesses) when nothing is to be tried; else the comparison on
+    the first combination of values that compares equal, or the one that agrees furthest
+    (``first`` on a tie). ``run`` compares with the values given set on the config. The
+    result carries the values it ran with (``assumed``)."""
+    if not choices:
+        return first
+    names = list(choices)
+    guess = {n: choices[n][0] for n in names}
+    order = [b.path for b in first.boundaries]
+    best, best_values = first, guess
+    combos = itertools.product(*(choices[n] for n in names))
+    tried = 0
+    for combo in combos:
+        values = dict(zip(names, combo, strict=True))
+        if values == guess:
+            continue
+        if tried >= MAX_TRIES:
+            break
+        tried += 1
+        result = run(values)
+        if result.status is Status.EQUAL:
+            best, best_values = result, values
+            break
+        if result.status is Status.DIFFERS and _reach(result, order) > _reach(best, order):
+            best, best_values = result, values
+    best.assumed = best_values
+    best.seconds = first.seconds
+    return best
+
+
+def _reach(result: Comparison, order: list[str]) -> int:
+    """How far into the model a differing comparison agrees: the position of its first
+    divergent module in the base run's completion order (the logits last)."""
+    if result.first is None:
+        return len(order)
+    path = result.first.path
+    return order.index(path) if path in order else -1

@@ -1,0 +1,168 @@
+"""The comparison with transformers on config variants that change the computation.
+
+One synthesised config takes one path through the model: attention biases off, a full
+rotary embedding, an untied head. A bug on another path (a bias flag the layer ignores, a
+partial rotary factor dropped) builds, loads and runs with wrong outputs, and the base
+comparison never sees it. So the comparison runs again on variants of the config that
+its class declares and the model reads:
+- every flag of the config class's own (not the generic ones every config has, but
+  ``tie_word_embeddings``) that the model's files read: flipped (``attention_bias``,
+  ``mlp_bias``, ``use_qkv_bias``, ``tie_word_embeddings``);
+- every fraction the class declares and the model reads (a ``*factor``/``*ratio`` in
+  (0, 1]), and the ``partial_rotary_factor`` inside ``rope_parameters`` where the class
+  declares one there and the model reads ``rope_parameters``: 1 becomes 0.5, less than 1
+  becomes 1;
+- the config explorer's kept variants (``coverage/variants.py``: layer-type patterns, MoE
+  layer schedules, optional sizes) whose attributes the class declares.
+
+A value another attribute is derived from (Qwen2's ``use_sliding_window`` and its
+``layer_types``) is set with what the config class derives from it, as a checkpoint's
+config written by transformers holds both. A variant runs only when config exploration
+is on (``--explore-budget`` above 0), at most ``MAX_VARIANTS`` of them, started within
+that budget (each costs what the base comparison costs: 0.3-1 s on two cores). A
+variant whose comparison cannot run is listed in the JSON, never reported: the variant
+is prefixlint's, not the model's.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from prefixlint.introspect.compare.facts import Comparison
+
+MAX_VARIANTS = 6
+_FRACTION_WORDS = ("factor", "ratio", "fraction", "pct", "percent")
+_ROTARY = "partial_rotary_factor"
+_GENERIC_KEPT = frozenset({"tie_word_embeddings"})  # generic, yet it changes the model
+
+
+@dataclass(frozen=True)
+class CompareVariant:
+    overrides: dict[str, Any]
+    label: str  # what a person reads: ``attention_bias=True``
+
+
+def comparison_variants(model_config: Any, files: list[str], explored: Any) -> list[CompareVariant]:
+    """The variants to compare on, in order: flags, fractions, the explorer's."""
+    from prefixlint.introspect.coverage.variants import config_objects, file_facts
+
+    config = config_objects(model_config)[0]
+    own = _own_declared(type(config))
+    reads = set().union(*(file_facts(f).reads for f in files)) if files else set()
+    out: list[CompareVariant] = []
+    for attr in sorted(reads & own):
+        value = getattr(config, attr, None)
+        if isinstance(value, bool):
+            out.append(_variant(config, attr, not value))
+    for attr in sorted(reads & own):
+        value = getattr(config, attr, None)
+        if _fraction(attr, value):
+            out.append(_variant(config, attr, 0.5 if value == 1 else 1.0))
+    rotary = _rotary(config, reads)
+    if rotary is not None:
+        out.append(rotary)
+    for kept in getattr(explored, "variants", []):
+        if kept.status == "kept" and all(a in own for a in kept.overrides):
+            out.append(CompareVariant(dict(kept.overrides), kept.label()))
+    seen: set[str] = set()
+    return [v for v in out if not (v.label in seen or seen.add(v.label))]
+
+
+def _fraction(attr: str, value: Any) -> bool:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return number and 0 < value <= 1 and any(w in attr.lower() for w in _FRACTION_WORDS)
+
+
+def _rotary(config: Any, reads: set[str]) -> CompareVariant | None:
+    """``rope_parameters["partial_rotary_factor"]`` (transformers 5 keeps it there; vLLM's
+    ``get_rope`` reads it) where the class's default holds one and the model passes
+    ``rope_parameters`` on."""
+    current = getattr(config, "rope_parameters", None)
+    default = getattr(_default(type(config)), "rope_parameters", None)
+    if "rope_parameters" not in reads or not isinstance(current, dict):
+        return None
+    if not isinstance(default, dict) or _ROTARY not in default:
+        return None
+    factor = current.get(_ROTARY, default[_ROTARY])
+    if not isinstance(factor, (int, float)) or not 0 < factor <= 1:
+        return None
+    value = 0.5 if factor == 1 else 1.0
+    return CompareVariant(
+        {"rope_parameters": {**current, _ROTARY: value}}, f"rope_parameters.{_ROTARY}={value}"
+    )
+
+
+def _variant(config: Any, attr: str, value: Any) -> CompareVariant:
+    return CompareVariant({attr: value, **_derived(config, attr, value)}, f"{attr}={value!r}")
+
+
+def _derived(config: Any, attr: str, value: Any) -> dict[str, Any]:
+    """What the config class derives from ``attr`` (the attributes whose default changes
+    with it), derived from ``value`` and the rest of this config."""
+    kind = type(config)
+    try:
+        before, after = vars(kind()), vars(kind(**{attr: value}))
+        depends = [k for k, v in after.items() if k != attr and before.get(k, v) != v]
+        if not depends:
+            return {}
+        given = {k: v for k, v in config.to_dict().items() if k not in depends}
+        rebuilt = vars(kind(**{**given, attr: value}))
+    except Exception:  # a class that cannot be built so: the attribute alone
+        return {}
+    return {k: rebuilt[k] for k in depends if k in rebuilt}
+
+
+def _default(kind: type) -> Any:
+    try:
+        return kind()
+    except Exception:
+        return None
+
+
+def _own_declared(kind: type) -> frozenset[str]:
+    """What the config class declares beyond what every transformers config has."""
+    from prefixlint.introspect.compare.guesses import declared
+
+    generic: frozenset[str] = frozenset()
+    for base in kind.__mro__:
+        if base.__name__ in ("PreTrainedConfig", "PretrainedConfig"):
+            generic = declared(base)
+            break
+    return (declared(kind) - generic) | (declared(kind) & _GENERIC_KEPT)
+
+
+def compare_variants(
+    cls: type | None,
+    plan: Any,
+    builds: list[Any],
+    explored: Any,
+    synthesised: bool,
+    budget: float,
+    assumed: dict[str, Any] | None = None,
+) -> list[Comparison]:
+    """The comparison on each variant (``Comparison.variant`` names it); none is started
+    after ``budget`` seconds. ``assumed``: the values the base comparison settled on for
+    guesses transformers never reads (``guesses.py``), kept for the variants (they are
+    not tried again for each)."""
+    from prefixlint.introspect.compare import compare
+    from prefixlint.introspect.coverage.sites import own_files
+    from prefixlint.introspect.coverage.variants import applied
+
+    base = next((b for b in builds if b.error is None), None)
+    if base is None:
+        return []
+    files = own_files(cls, base.recorder.external)
+    started = time.perf_counter()
+    out: list[Comparison] = []
+    for variant in comparison_variants(plan.model_config, files, explored)[:MAX_VARIANTS]:
+        if time.perf_counter() - started > budget:
+            break
+        with applied(plan.model_config, {**(assumed or {}), **variant.overrides}) as ok:
+            if not ok:
+                continue
+            result = compare(cls, plan, builds, True, synthesised)
+        result.variant = variant.label
+        out.append(result)
+    return out
