@@ -61,9 +61,6 @@ class DryRun:
     status: str = "off"  # verified | not verified | off
     reason: str = ""
     findings: list[Finding] = field(default_factory=list)
-    # typed facts (not findings): the pipeline hands them to their check units
-    # (``checks.findings_of``); producers move here from ``findings`` one by one
-    facts: list[Any] = field(default_factory=list)
     # checkpoint layer name -> vLLM module path, for PFX702 and the report
     mapping: dict[str, str] = field(default_factory=dict)
     # A complete stream's typed results, for a review's base against head
@@ -71,6 +68,10 @@ class DryRun:
     # those ``load_weights`` did not consume -> [file, line] of the loader that drops each;
     # "unwritten", parameters no tensor reached -> [file, line] that built their module.
     loading: dict[str, Any] = field(default_factory=dict)
+    # typed facts (not findings): the pipeline hands them to their check units
+    # (``checks.findings_of``); producers move here from ``findings`` one by one; last, so
+    # the positional constructions above keep their meaning
+    facts: list[Any] = field(default_factory=list)
 
 
 def _note(message: str, site: tuple[str, int]) -> Finding:
