@@ -56,8 +56,9 @@ def _compare(
     ref_cls = reference.reference_class(model_config.hf_config, cls, not synthesised)
     if ref_cls is None:
         return Comparison.not_run(Reason.NO_REFERENCE)
+    base = next(b for b in builds if b.error is None and b.layout.tp == b.layout.pp == 1)
     try:
-        ref = reference.build(ref_cls, model_config.hf_config)
+        ref = reference.build(ref_cls, model_config.hf_config, base.vllm_config)
     except Exception as e:
         return Comparison.not_run(Reason.REFERENCE_FAILED, f"{ref_cls.__name__}: {_words(e)}")
     from prefixlint.introspect.builds.layout import build_layout
@@ -140,12 +141,15 @@ def _load(
 ) -> Comparison | None:
     """The reference checkpoint as ``save_pretrained`` writes it (without the extras: a
     tied head must come from the embedding, as for most tied checkpoints) through the
-    model's own ``load_weights``, then the loader's after-loading step."""
+    model's own ``load_weights``, then the loader's after-loading step and ``eval()``."""
     state = {k: v for k, v in ref.checkpoint.items() if k not in ref.extras}
     try:
         with context():
             model.load_weights(iter(list(state.items())))
             vllm_api.process_weights_after_loading()(model, model_config, torch.device("cpu"))
+        # as vLLM's loader returns it (``BaseModelLoader.load_model``): a module that reads
+        # ``self.training`` (transformers' dropout in vLLM's Transformers backend) is off
+        model.eval()
     except Exception as e:
         return Comparison.not_run(Reason.LOAD_FAILED, _words(e))
     return None

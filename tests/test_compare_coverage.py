@@ -1,0 +1,78 @@
+"""Why an architecture is compared or not (``compare/``, issue 38): the references that
+used to fail for reasons of the tool, on the real vLLM and transformers."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import requires_vllm
+
+pytestmark = requires_vllm
+
+
+def _introspect(worker, target: str):
+    from prefixlint.introspect import introspect
+
+    return introspect(target, tp=(1,), pp=(1,), worker=worker, dryrun=False, explore_budget=0.0)
+
+
+def _tiny_deepseek_v3() -> object:
+    from transformers import DeepseekV3Config
+
+    return DeepseekV3Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        moe_intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        n_group=1,
+        topk_group=1,
+        q_lora_rank=16,
+        kv_lora_rank=16,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=8,
+        v_head_dim=8,
+        first_k_dense_replace=1,
+    )
+
+
+@pytest.mark.slow
+def test_a_config_of_vllm_s_class_is_read_by_transformers_own_class_for_the_reference() -> None:
+    """vLLM reads ``deepseek_v32`` with DeepSeek V3's config class, which lacks the
+    indexer's fields transformers' DeepSeek V3.2 reads: the reference gets transformers'
+    own class with the same values (its defaults for what V3's class does not hold)."""
+    from transformers import DeepseekV32Config, DeepseekV32ForCausalLM
+
+    from prefixlint.introspect.compare import reference
+
+    config = _tiny_deepseek_v3()
+    with pytest.raises(AttributeError, match="index_n_heads"):
+        DeepseekV32ForCausalLM(config)
+    own = reference._own_config(DeepseekV32ForCausalLM, config)
+    assert isinstance(own, DeepseekV32Config)
+    assert (own.hidden_size, own.kv_lora_rank, own.n_routed_experts) == (32, 16, 4)
+    assert own.index_n_heads == DeepseekV32Config().index_n_heads
+    built = reference.build(DeepseekV32ForCausalLM, config)
+    assert isinstance(built.model, DeepseekV32ForCausalLM) and built.checkpoint
+    # a config of the reference's own class is kept as it is
+    assert reference._own_config(DeepseekV32ForCausalLM, own) is own
+
+
+# vLLM 0.32 serves these through its Transformers modeling backend, which decorates
+# transformers' decoder class in place (the reference then needed a vLLM config); SeedOss
+# also reads ``self.training`` for a dropout, which vLLM's loader turns off with ``eval()``
+BACKEND = ["OlmoForCausalLM", "SeedOssForCausalLM"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", BACKEND)
+def test_models_of_vllm_s_transformers_backend_compare_equal(worker, arch) -> None:
+    report = _introspect(worker, arch)
+    [result] = report.results
+    assert result["compare"]["status"] == "equal", result["compare"]
+    assert result["compare"]["compared"] >= 20  # the layers matched through the model's mapper
+    assert not [d for d in report.diagnostics if d.code == "PFX609"]
