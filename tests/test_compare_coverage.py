@@ -76,3 +76,54 @@ def test_models_of_vllm_s_transformers_backend_compare_equal(worker, arch) -> No
     assert result["compare"]["status"] == "equal", result["compare"]
     assert result["compare"]["compared"] >= 20  # the layers matched through the model's mapper
     assert not [d for d in report.diagnostics if d.code == "PFX609"]
+
+
+def test_the_comparison_s_smaller_config_keeps_the_relations_and_restores_everything() -> None:
+    """GPT-J's default names its sizes ``n_embd``/``n_head``/``n_layer`` (synthesis keeps
+    4096 wide): the comparison's own sizes shrink them, keep the partial rotary dimension's
+    fraction of the head size, and are set only inside the context."""
+    from types import SimpleNamespace
+
+    from transformers import DbrxConfig, GPTJConfig
+
+    from prefixlint.introspect.compare import smaller
+
+    config = GPTJConfig(vocab_size=512)
+    model_config = SimpleNamespace(hf_config=config, hf_text_config=config)
+    values = smaller.overrides(model_config)
+    assert values == {"n_embd": 128, "n_head": 16, "n_layer": 2, "rotary_dim": 2}  # 64/256 = 2/8
+    before = dict(vars(config))
+    with smaller.applied(model_config, values) as ok:
+        assert ok and (config.hidden_size, config.n_head, config.n_layer) == (128, 16, 2)
+    assert vars(config) == before
+    # DBRX: the FFN's own hidden size stays equal to the model's, its width keeps its ratio
+    dbrx = DbrxConfig(d_model=2048, n_heads=16, n_layers=24, ffn_config={"ffn_hidden_size": 3584})
+    values = smaller.overrides(SimpleNamespace(hf_config=dbrx, hf_text_config=dbrx))
+    assert values["d_model"] == values["hidden_size"] == 128
+    assert values["ffn_hidden_size"] == 224 and values["n_layers"] == 2
+    # a config that synthesis shrank already: nothing of the comparison's own
+    small = GPTJConfig(n_embd=64, n_head=4, n_layer=2, rotary_dim=8)
+    assert smaller.overrides(SimpleNamespace(hf_config=small, hf_text_config=small)) == {}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["GPT2LMHeadModel", "GPTJForCausalLM"])
+def test_a_config_too_large_to_compare_is_compared_on_a_smaller_one(worker, arch) -> None:
+    report = _introspect(worker, arch)
+    [result] = report.results
+    assert result["compare"]["status"] == "equal", result["compare"]
+    assert result["compare"]["smaller"]["n_embd"] == 128
+    assert not [d for d in report.diagnostics if d.code == "PFX609"]
+
+
+@pytest.mark.slow
+def test_a_bug_planted_in_a_model_compared_on_its_smaller_config_is_found(worker, tmp_path):
+    from tests.test_compare import _line, _replace, model_copy
+
+    old, new = "self.scale = self.head_dim**-0.5", "self.scale = self.head_dim**-0.4"
+    path, text = model_copy(tmp_path, "gpt2.py", _replace("GPT2Attention", old, new))
+    report = _introspect(worker, f"{path}:GPT2LMHeadModel")
+    [result] = report.results
+    assert result["compare"]["smaller"]  # compared on the smaller config, not too large
+    found = [(d.code, d.location.row) for d in report.diagnostics if d.code == "PFX609"]
+    assert found == [("PFX609", _line(text, "GPT2Block", "self.attn = GPT2Attention("))]

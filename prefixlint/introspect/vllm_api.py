@@ -589,3 +589,21 @@ def compiles(module: Any) -> bool:
     return isinstance(module, TorchCompileWithNoGuardsWrapper) and not getattr(
         module, "do_not_compile", False
     )
+
+
+@contextlib.contextmanager
+def arch_config_derived(model_config: Any) -> Any:
+    """``ModelConfig.model_arch_config`` (0.32: the head counts, head size and hidden size
+    that ``get_num_attention_heads`` and the layers read) derived again from the config
+    objects as they are now (changed in place), and put back afterwards. Layouts without
+    it read the config objects themselves: nothing to do."""
+    derive = getattr(model_config, "get_model_arch_config", None)
+    if not callable(derive) or not hasattr(model_config, "model_arch_config"):
+        yield
+        return
+    saved = model_config.model_arch_config
+    try:
+        model_config.model_arch_config = derive()
+        yield
+    finally:
+        model_config.model_arch_config = saved

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from prefixlint.introspect import vllm_api
-from prefixlint.introspect.compare import attention, boundaries, reference
+from prefixlint.introspect.compare import attention, boundaries, reference, smaller
 from prefixlint.introspect.compare.facts import TOLERANCE, Boundary, Comparison, Reason, Status
 
 __all__ = ["TOLERANCE", "Boundary", "Comparison", "Reason", "Status", "compare"]
@@ -57,8 +57,27 @@ def _compare(
     if ref_cls is None:
         return Comparison.not_run(Reason.NO_REFERENCE)
     base = next(b for b in builds if b.error is None and b.layout.tp == b.layout.pp == 1)
+    size = _parameters(base.model)
+    # too large: the comparison's own smaller config, set only while it runs
+    values = smaller.overrides(model_config) if size > MAX_PARAMETERS else {}
+    if size > MAX_PARAMETERS and not values:
+        return Comparison.not_run(Reason.TOO_LARGE, f"{size / 1e6:.0f}M parameters")
+    with smaller.applied(model_config, values) as ok:
+        if not ok:
+            return Comparison.not_run(Reason.TOO_LARGE, f"{size / 1e6:.0f}M parameters")
+        result = _compare_built(cls, plan, builds, ref_cls, base.vllm_config, bool(values))
+    result.smaller = values
+    return result
+
+
+def _compare_built(
+    cls: type | None, plan: Any, builds: list[Any], ref_cls: type, vllm_config: Any, small: bool
+) -> Comparison:
+    """The comparison once a reference class is known, on the config as it is now (the
+    comparison's smaller one when ``small``)."""
+    model_config = plan.model_config
     try:
-        ref = reference.build(ref_cls, model_config.hf_config, base.vllm_config)
+        ref = reference.build(ref_cls, model_config.hf_config, vllm_config)
     except Exception as e:
         return Comparison.not_run(Reason.REFERENCE_FAILED, f"{ref_cls.__name__}: {_words(e)}")
     from prefixlint.introspect.builds.layout import build_layout
@@ -68,26 +87,42 @@ def _compare(
     real = build_layout(plan, Layout(), meta=False)
     if real.error is not None or real.model is None:
         return Comparison.not_run(Reason.BUILD_FAILED, _words(real.error))
-    unsupported = attention.unsupported_layers(real.model)
-    if unsupported:
-        return Comparison.not_run(Reason.UNSUPPORTED_LAYER, ", ".join(unsupported))
-    biased = [n for n, m in real.model.named_modules() if vllm_api.cpu_router_drops_bias(m)]
-    if biased:  # vLLM's CPU backend, not the model: what the engine computes on a GPU
-        detail = f"vLLM's CPU MoE router ignores `e_score_correction_bias` at `{biased[0]}`"
-        return Comparison.not_run(Reason.UNSUPPORTED_LAYER, detail)
-    routers = [(n, vllm_api.cpu_router_lacks_scoring(m)) for n, m in real.model.named_modules()]
-    lacking = [(n, s) for n, s in routers if s is not None]
-    if lacking:  # the CPU backend again: the layer routes on a GPU
-        name, scoring = lacking[0]
-        detail = f"vLLM's CPU MoE router has no `{scoring}` scoring (at `{name}`)"
-        return Comparison.not_run(Reason.UNSUPPORTED_LAYER, detail)
+    size = _parameters(real.model)
+    if size > MAX_PARAMETERS:
+        return Comparison.not_run(Reason.TOO_LARGE, f"{size / 1e6:.0f}M parameters, smaller")
+    gap = _cpu_gaps(real.model)
+    if gap is not None:
+        return gap
     context = _context(real)
     refused = _load(real.model, ref, model_config, context)
     if refused is not None:
         return refused
     result = _run(cls, real, ref, context, ref_cls.__name__)
-    result.extras_refused = _probe_extras(builds, ref)
+    # a smaller config's checkpoint does not fit the meta builds: its own model takes them
+    result.extras_refused = _probe_extras(real if small else None, builds, ref)
     return result
+
+
+def _parameters(model: Any) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _cpu_gaps(model: Any) -> Comparison | None:
+    """Layers the comparison cannot run on this machine (a gap, never the model's)."""
+    unsupported = attention.unsupported_layers(model)
+    if unsupported:
+        return Comparison.not_run(Reason.UNSUPPORTED_LAYER, ", ".join(unsupported))
+    biased = [n for n, m in model.named_modules() if vllm_api.cpu_router_drops_bias(m)]
+    if biased:  # vLLM's CPU backend, not the model: what the engine computes on a GPU
+        detail = f"vLLM's CPU MoE router ignores `e_score_correction_bias` at `{biased[0]}`"
+        return Comparison.not_run(Reason.UNSUPPORTED_LAYER, detail)
+    routers = [(n, vllm_api.cpu_router_lacks_scoring(m)) for n, m in model.named_modules()]
+    lacking = [(n, s) for n, s in routers if s is not None]
+    if lacking:  # the CPU backend again: the layer routes on a GPU
+        name, scoring = lacking[0]
+        detail = f"vLLM's CPU MoE router has no `{scoring}` scoring (at `{name}`)"
+        return Comparison.not_run(Reason.UNSUPPORTED_LAYER, detail)
+    return None
 
 
 def _not_comparable(plan: Any, builds: list[Any]) -> Comparison | None:
@@ -103,9 +138,6 @@ def _not_comparable(plan: Any, builds: list[Any]) -> Comparison | None:
     base = next((b for b in builds if b.error is None and b.layout.tp == b.layout.pp == 1), None)
     if base is None or base.model is None:
         return Comparison.not_run(Reason.NO_BUILD)
-    size = sum(p.numel() for p in base.model.parameters())
-    if size > MAX_PARAMETERS:
-        return Comparison.not_run(Reason.TOO_LARGE, f"{size / 1e6:.0f}M parameters")
     return None
 
 
@@ -155,11 +187,15 @@ def _load(
     return None
 
 
-def _probe_extras(builds: list[Any], ref: reference.Reference) -> str:
+def _probe_extras(real: Any, builds: list[Any], ref: reference.Reference) -> str:
     """What the loader raises on the names real checkpoints add (``reference._extras``),
-    streamed alone, as meta tensors, through the meta tp=1 build; "" when it takes them."""
-    base = next(b for b in builds if b.error is None and b.layout.tp == b.layout.pp == 1)
-    extras = [(k, ref.checkpoint[k].to("meta")) for k in ref.extras]
+    streamed alone, as meta tensors through the meta tp=1 build (or, for the comparison's
+    smaller config, as they are through its loaded model ``real``); "" when it takes them."""
+    base = real or next(b for b in builds if b.error is None and b.layout.tp == b.layout.pp == 1)
+    as_meta = real is None
+    extras = [
+        (k, ref.checkpoint[k].to("meta") if as_meta else ref.checkpoint[k]) for k in ref.extras
+    ]
     if not extras or base.model is None:
         return ""
     try:

@@ -71,6 +71,8 @@ class Comparison:
     # streamed alone; "" when it took them. A fact, not yet a finding: whether a family's
     # real checkpoints carry them is not known here (docs/compare.md)
     extras_refused: str = ""
+    # the comparison's own smaller sizes (``compare/smaller.py``), {} on the config itself
+    smaller: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 
     @classmethod
@@ -87,6 +89,8 @@ class Comparison:
             out["tolerance"] = self.tolerance
         if self.extras_refused:
             out["extras_refused"] = self.extras_refused
+        if self.smaller:
+            out["smaller"] = dict(self.smaller)
         if self.first is not None:
             out["first"] = self.first.path
             out["max_abs"] = self.first.max_abs
