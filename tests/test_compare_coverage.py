@@ -127,3 +127,70 @@ def test_a_bug_planted_in_a_model_compared_on_its_smaller_config_is_found(worker
     assert result["compare"]["smaller"]  # compared on the smaller config, not too large
     found = [(d.code, d.location.row) for d in report.diagnostics if d.code == "PFX609"]
     assert found == [("PFX609", _line(text, "GPT2Block", "self.attn = GPT2Attention("))]
+
+
+def test_a_boundary_that_reads_token_ids_does_not_carry_the_difference_before_it() -> None:
+    """Gemma 4 scales both embeddings (the token one and the per-layer one) in the model
+    in vLLM and inside the embedding modules in transformers. The per-layer embedding
+    completes right after the token embedding, but it reads the token ids, not its
+    output: the first boundary that reads the stream (layer 0) agrees, so nothing
+    diverges. Carried on into layer 0, the same difference is one."""
+    from prefixlint.introspect.compare.boundaries import first_divergent
+    from prefixlint.introspect.compare.facts import Boundary
+
+    def b(path: str, rel: float, input_rel: float | None = 0.0) -> Boundary:
+        return Boundary(path, path, rel, rel, input_rel, ("model.py", 1))
+
+    gemma4 = [
+        b("model.embed_tokens", 0.91, None),
+        b("model.embed_tokens_per_layer", 0.94, None),
+        b("model.per_layer_model_projection", 0.0),
+        b("model.layers.0.input_layernorm", 0.0),
+        b("logits", 1e-6, None),
+    ]
+    assert first_divergent(gemma4, 1e-3) is None
+    carried = [*gemma4[:2], b("model.per_layer_model_projection", 0.4, 0.5)]
+    carried += [b("model.layers.0.input_layernorm", 0.3, 0.5), b("logits", 0.3, None)]
+    assert first_divergent(carried, 1e-3).path == "model.embed_tokens"
+
+
+def test_a_second_vocabulary_larger_than_the_shrunk_one_is_cut_to_it() -> None:
+    """Gemma 3n's per-layer embeddings keep 262144 rows per layer after synthesis (295M
+    parameters): the comparison's own config cuts them to the main vocabulary."""
+    from types import SimpleNamespace
+
+    from prefixlint.introspect.compare import smaller
+
+    config = SimpleNamespace(vocab_size=512, vocab_size_per_layer_input=262144, hidden_size=64)
+    model_config = SimpleNamespace(hf_config=config, hf_text_config=config)
+    assert smaller.overrides(model_config) == {"vocab_size_per_layer_input": 512}
+
+
+def test_a_layer_that_shares_another_s_kv_cache_attends_over_that_layer_s_keys() -> None:
+    """Gemma 3n's last layers pass no key or value and read an earlier layer's cache."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from prefixlint.introspect.compare import attention
+
+    def layer(name: str, target: str | None = None) -> SimpleNamespace:
+        impl = SimpleNamespace(scale=0.5)
+        return SimpleNamespace(
+            layer_name=name,
+            kv_sharing_target_layer_name=target,
+            num_heads=2,
+            num_kv_heads=1,
+            head_size=4,
+            impl=impl,
+            attn_type="decoder",
+        )
+
+    q, k, v = torch.randn(3, 8), torch.randn(3, 4), torch.randn(3, 4)
+    with attention.reference_attention():
+        own = attention.reference_forward(layer("l0"), q, k, v)
+        shared = attention.reference_forward(layer("l3", "l0"), q, None, None)
+        assert torch.equal(own, shared)
+        with pytest.raises(attention.Unsupported):
+            attention.reference_forward(layer("l4", "l9"), q, None, None)
+    assert not attention._KV  # nothing kept after the forward

@@ -229,6 +229,8 @@ def _persists(found: list[Boundary], i: int, tolerance: float) -> bool:
     if any(not b.differs(tolerance) for b in enclosing):
         return False  # the block around it agrees: it splits its work otherwise
     for after in later:
+        if after.input_rel is None and after.path != LOGITS:
+            continue  # reads token ids (Gemma's per-layer embedding): not downstream of it
         if after not in enclosing:
             return after.differs(tolerance) or not after.input_agrees(tolerance)
     return True  # the last boundary (the logits)

@@ -39,18 +39,17 @@ def _aliases(config: Any, standard: str) -> list[str]:
 
 
 def overrides(model_config: Any) -> dict[str, Any]:
-    """The attribute values of the smaller config; {} when the hidden size is not known
-    under any name or is small already."""
+    """The attribute values of the smaller config; {} when nothing is known to shrink."""
     from prefixlint.introspect.coverage.variants import config_objects
 
     configs = config_objects(model_config)
+    out = _vocabularies(configs)
     top = configs[0]
     hidden = next((vars(top)[n] for n in _aliases(top, "hidden_size")), None)
     heads = next((vars(top)[n] for n in _aliases(top, "num_attention_heads")), None)
     if not isinstance(hidden, int) or hidden <= HIDDEN or not isinstance(heads, int):
-        return {}
+        return out
     ratio = HIDDEN / hidden
-    out: dict[str, Any] = {}
     for config in configs:
         for name, value in vars(config).items():
             if not isinstance(value, int) or isinstance(value, bool):
@@ -67,6 +66,22 @@ def overrides(model_config: Any) -> dict[str, Any]:
         for name in _aliases(config, "num_hidden_layers"):
             if vars(config)[name] > LAYERS:
                 out[name] = LAYERS
+    return out
+
+
+def _vocabularies(configs: list[Any]) -> dict[str, int]:
+    """A second vocabulary larger than the (shrunk) main one, cut to it: Gemma 3n's
+    per-layer embeddings (``vocab_size_per_layer_input`` 262144 rows per layer) are a
+    part of the main vocabulary in real checkpoints (262144 of 262400)."""
+    out: dict[str, int] = {}
+    for config in configs:
+        vocab = vars(config).get("vocab_size")
+        if not isinstance(vocab, int) or vocab <= 0:
+            continue
+        for name, value in vars(config).items():
+            other = "vocab_size" in name and name != "vocab_size"
+            if other and type(value) is int and value > vocab:
+                out[name] = vocab
     return out
 
 
