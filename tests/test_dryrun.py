@@ -509,3 +509,14 @@ def test_a_fused_layers_mapping_is_blamed_only_when_it_is_wrong(tmp_path: Path) 
         assert Sites(module.Own, nn.Module(), None).packed_mapping() == (str(path), 8)
     finally:
         sys.modules.pop("mapped_model", None)
+
+
+def test_a_verified_dry_run_built_positionally_keeps_its_mapping_out_of_its_facts() -> None:
+    """``dryrun.run`` builds ``DryRun(status, reason, findings, mapping, loading)``; the
+    typed facts came fourth and took the mapping (every introspect then failed: "no
+    phase-2 check reads str")."""
+    from prefixlint.introspect.dryrun import DryRun
+
+    outcome = DryRun("verified", "", [], {"a.weight": "a"}, {"streamed": ["a.weight"]})
+    assert outcome.mapping == {"a.weight": "a"} and outcome.loading["streamed"] == ["a.weight"]
+    assert outcome.facts == []

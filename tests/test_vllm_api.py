@@ -289,3 +289,41 @@ def test_supports_quant_class_of_the_installed_vllm_and_without_it(
     assert issubclass(LlamaForCausalLM, mixin) and not issubclass(LlamaModel, mixin)
     layout(monkeypatch, {"vllm.model_executor.models.interfaces": SimpleNamespace()})
     assert vllm_api.supports_quant_class() is None
+
+
+@requires_vllm
+def test_a_transformers_class_vllm_decorated_in_place_builds_under_a_vllm_config() -> None:
+    """vLLM's Transformers backend decorates transformers' decoder class itself with
+    ``support_torch_compile``: outside a vLLM config it no longer builds; under one with
+    compilation off it builds, does not compile, and computes what the plain class does."""
+    import torch
+    from transformers import LlamaConfig, LlamaModel
+    from vllm.compilation.decorators import support_torch_compile
+    from vllm.config import CompilationConfig, CompilationMode, VllmConfig
+
+    class Decorated(LlamaModel):  # a subclass: the real LlamaModel stays as it is
+        pass
+
+    support_torch_compile(dynamic_arg_dims={"input_ids": 1})(Decorated)
+    config = LlamaConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=32,
+    )
+    with pytest.raises(AssertionError):
+        Decorated(config)
+    eager = VllmConfig(compilation_config=CompilationConfig(mode=CompilationMode.NONE))
+    with vllm_api.decorated_transformers_classes(eager):
+        model = Decorated(config)
+    assert not vllm_api.compiles(model) and not vllm_api.compiles(torch.nn.Linear(1, 1))
+    plain = LlamaModel(config)
+    plain.load_state_dict(model.state_dict())
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids)[0], plain(input_ids=ids)[0])
+    compiled = VllmConfig(compilation_config=CompilationConfig(mode=CompilationMode.VLLM_COMPILE))
+    with vllm_api.decorated_transformers_classes(compiled):
+        assert vllm_api.compiles(Decorated(config))

@@ -628,3 +628,50 @@ def _rotary_2d(kernel: Callable, positions: Any, query: Any, key: Any = None) ->
     k = None if key is None else key.reshape(key.shape[0], -1)
     q, k = kernel(positions, q, k)
     return q.reshape(q_shape), None if k is None else k.reshape(k_shape)
+
+
+@contextlib.contextmanager
+def decorated_transformers_classes(vllm_config: Any) -> Any:
+    """Where transformers' own classes may be built in a process that has built a model of
+    vLLM's Transformers modeling backend (``models/transformers/base.py``, 0.32: Olmo,
+    GPT-NeoX, Phi, Starcoder2 and the other ``transformers_supported_models``). That
+    backend decorates transformers' decoder class in place with ``support_torch_compile``
+    (``compilation/decorators.py``), for the rest of the process: the class's ``__init__``
+    then asks for the current vLLM config and fails outside one. Under ``vllm_config``
+    (compilation off, as phase 2 builds) the decorated class builds, and its ``__call__``
+    runs transformers' ``forward`` as written (``do_not_compile``; see ``compiles``)."""
+    from vllm.config import set_current_vllm_config
+
+    with set_current_vllm_config(vllm_config):
+        yield
+
+
+def compiles(module: Any) -> bool:
+    """Whether a module's forward would be torch-compiled: an instance of a class that
+    ``support_torch_compile`` decorated (``TorchCompileWithNoGuardsWrapper`` among its
+    bases, 0.32) whose ``do_not_compile`` is off. Phase 2 builds with compilation off."""
+    try:
+        from vllm.compilation.wrapper import TorchCompileWithNoGuardsWrapper
+    except ImportError:  # older layouts: no wrapper class, the decorator sets the flag alone
+        return getattr(module, "do_not_compile", True) is False
+    return isinstance(module, TorchCompileWithNoGuardsWrapper) and not getattr(
+        module, "do_not_compile", False
+    )
+
+
+@contextlib.contextmanager
+def arch_config_derived(model_config: Any) -> Any:
+    """``ModelConfig.model_arch_config`` (0.32: the head counts, head size and hidden size
+    that ``get_num_attention_heads`` and the layers read) derived again from the config
+    objects as they are now (changed in place), and put back afterwards. Layouts without
+    it read the config objects themselves: nothing to do."""
+    derive = getattr(model_config, "get_model_arch_config", None)
+    if not callable(derive) or not hasattr(model_config, "model_arch_config"):
+        yield
+        return
+    saved = model_config.model_arch_config
+    try:
+        model_config.model_arch_config = derive()
+        yield
+    finally:
+        model_config.model_arch_config = saved

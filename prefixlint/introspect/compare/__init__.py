@@ -23,6 +23,7 @@ from prefixlint.introspect.compare import (
     reference,
     rotary,
     routing,
+    smaller,
     statespace,
 )
 from prefixlint.introspect.compare.facts import TOLERANCE, Boundary, Comparison, Reason, Status
@@ -113,8 +114,32 @@ def _compare(
     ref_cls = reference.reference_class(model_config.hf_config, cls, not synthesised)
     if ref_cls is None:
         return Comparison.not_run(Reason.NO_REFERENCE)
+    base = next(b for b in builds if b.error is None and b.layout.tp == b.layout.pp == 1)
+    size = _parameters(base.model)
+    # too large: the comparison's own smaller config, set only while it runs
+    values = smaller.overrides(model_config) if size > MAX_PARAMETERS else {}
+    if size > MAX_PARAMETERS and not values:
+        return Comparison.not_run(Reason.TOO_LARGE, f"{size / 1e6:.0f}M parameters")
+    with smaller.applied(model_config, values) as ok:
+        if not ok:
+            return Comparison.not_run(Reason.TOO_LARGE, f"{size / 1e6:.0f}M parameters")
+        built = (ref_cls, base.vllm_config, bool(values))
+        result = _compare_built(cls, plan, builds, built, path)
+    result.smaller = values
+    return result
+
+
+def _compare_built(
+    cls: type | None, plan: Any, builds: list[Any], built: tuple[type, Any, bool], path: str
+) -> Comparison:
+    """The comparison once a reference class is known (``built``: it, the build's vLLM
+    config, whether the config is the comparison's smaller one), on the config as it is
+    now, against transformers' ``path`` attention."""
+    ref_cls, vllm_config, small = built
+    model_config = plan.model_config
     try:
-        ref = reference.build(ref_cls, mla.reference_config(model_config.hf_config), path)
+        hf_config = mla.reference_config(model_config.hf_config)
+        ref = reference.build(ref_cls, hf_config, path, vllm_config)
     except Exception as e:
         return Comparison.not_run(Reason.REFERENCE_FAILED, f"{ref_cls.__name__}: {_words(e)}")
     from prefixlint.introspect.builds.layout import build_layout
@@ -124,22 +149,36 @@ def _compare(
     real = build_layout(plan, Layout(), meta=False)
     if real.error is not None or real.model is None:
         return Comparison.not_run(Reason.BUILD_FAILED, _words(real.error))
-    unsupported = attention.unsupported_layers(
-        real.model, lambda m: statespace.runs(m) or mla.runs(m)
-    )
-    if unsupported:
-        return Comparison.not_run(Reason.UNSUPPORTED_LAYER, ", ".join(unsupported))
-    unroutable = routing.unroutable(real.model)
-    if unroutable is not None:  # neither the reference routing nor vLLM's CPU router
-        return Comparison.not_run(Reason.UNSUPPORTED_LAYER, f"MoE routing: {unroutable}")
+    size = _parameters(real.model)
+    if size > MAX_PARAMETERS:
+        return Comparison.not_run(Reason.TOO_LARGE, f"{size / 1e6:.0f}M parameters, smaller")
+    gap = _cpu_gaps(real.model)
+    if gap is not None:
+        return gap
     context = _context(real)
     refused = _load(real.model, ref, model_config, context)
     if refused is not None:
         return refused
     result = _run(cls, real, ref, context, ref_cls.__name__)
-    result.extras_refused = _probe_extras(builds, ref)
+    # a smaller config's checkpoint does not fit the meta builds: its own model takes them
+    result.extras_refused = _probe_extras(real if small else None, builds, ref)
     result.attention = path  # the reference's attention path
     return result
+
+
+def _parameters(model: Any) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _cpu_gaps(model: Any) -> Comparison | None:
+    """Layers the comparison cannot run on this machine (a gap, never the model's)."""
+    unsupported = attention.unsupported_layers(model, lambda m: statespace.runs(m) or mla.runs(m))
+    if unsupported:
+        return Comparison.not_run(Reason.UNSUPPORTED_LAYER, ", ".join(unsupported))
+    unroutable = routing.unroutable(model)
+    if unroutable is not None:  # neither the reference routing nor vLLM's CPU router
+        return Comparison.not_run(Reason.UNSUPPORTED_LAYER, f"MoE routing: {unroutable}")
+    return None
 
 
 def _not_comparable(plan: Any, builds: list[Any]) -> Comparison | None:
@@ -155,9 +194,6 @@ def _not_comparable(plan: Any, builds: list[Any]) -> Comparison | None:
     base = next((b for b in builds if b.error is None and b.layout.tp == b.layout.pp == 1), None)
     if base is None or base.model is None:
         return Comparison.not_run(Reason.NO_BUILD)
-    size = sum(p.numel() for p in base.model.parameters())
-    if size > MAX_PARAMETERS:
-        return Comparison.not_run(Reason.TOO_LARGE, f"{size / 1e6:.0f}M parameters")
     return None
 
 
@@ -193,22 +229,29 @@ def _load(
 ) -> Comparison | None:
     """The reference checkpoint as ``save_pretrained`` writes it (without the extras: a
     tied head must come from the embedding, as for most tied checkpoints) through the
-    model's own ``load_weights``, then the loader's after-loading step."""
+    model's own ``load_weights``, then the loader's after-loading step and ``eval()``."""
     state = {k: v for k, v in ref.checkpoint.items() if k not in ref.extras}
     try:
         with context():
             model.load_weights(iter(list(state.items())))
             vllm_api.process_weights_after_loading()(model, model_config, torch.device("cpu"))
+        # as vLLM's loader returns it (``BaseModelLoader.load_model``): a module that reads
+        # ``self.training`` (transformers' dropout in vLLM's Transformers backend) is off
+        model.eval()
     except Exception as e:
         return Comparison.not_run(Reason.LOAD_FAILED, _words(e))
     return None
 
 
-def _probe_extras(builds: list[Any], ref: reference.Reference) -> str:
+def _probe_extras(real: Any, builds: list[Any], ref: reference.Reference) -> str:
     """What the loader raises on the names real checkpoints add (``reference._extras``),
-    streamed alone, as meta tensors, through the meta tp=1 build; "" when it takes them."""
-    base = next(b for b in builds if b.error is None and b.layout.tp == b.layout.pp == 1)
-    extras = [(k, ref.checkpoint[k].to("meta")) for k in ref.extras]
+    streamed alone, as meta tensors through the meta tp=1 build (or, for the comparison's
+    smaller config, as they are through its loaded model ``real``); "" when it takes them."""
+    base = real or next(b for b in builds if b.error is None and b.layout.tp == b.layout.pp == 1)
+    as_meta = real is None
+    extras = [
+        (k, ref.checkpoint[k].to("meta") if as_meta else ref.checkpoint[k]) for k in ref.extras
+    ]
     if not extras or base.model is None:
         return ""
     try:

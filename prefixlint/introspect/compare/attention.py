@@ -71,6 +71,7 @@ def reference_forward(
 ) -> torch.Tensor:
     impl = getattr(layer, "impl", None)
     n = query.shape[0]
+    key, value = _shared_kv(layer, key, value)
     heads, kv_heads = layer.num_heads, layer.num_kv_heads
     head_v = getattr(layer, "head_size_v", layer.head_size)
     q = query.reshape(n, heads, layer.head_size).transpose(0, 1).float()
@@ -107,6 +108,22 @@ def reference_forward(
     return out.reshape(output_shape) if output_shape is not None else out
 
 
+# layer name -> the key and value it attended over, while one forward runs: a layer that
+# shares another's KV cache (``kv_sharing_target_layer_name``, Gemma 3n's last layers)
+# gets no key or value of its own and reads that layer's cache, which holds exactly these
+_KV: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _shared_kv(layer: Any, key: Any, value: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    target = getattr(layer, "kv_sharing_target_layer_name", None)
+    if target is None:
+        _KV[getattr(layer, "layer_name", "")] = (key, value)
+        return key, value
+    if target not in _KV:
+        raise Unsupported(f"`{layer.layer_name}` shares the KV cache of `{target}`, not run")
+    return _KV[target]
+
+
 @contextlib.contextmanager
 def reference_attention() -> Iterator[None]:
     """vLLM's ``Attention.forward`` is the reference above while the comparison runs."""
@@ -115,7 +132,9 @@ def reference_attention() -> Iterator[None]:
         raise Unsupported("vLLM's Attention layer was not found")
     original = attention.forward
     attention.forward = reference_forward  # type: ignore[method-assign]
+    _KV.clear()
     try:
         yield
     finally:
         attention.forward = original  # type: ignore[method-assign]
+        _KV.clear()

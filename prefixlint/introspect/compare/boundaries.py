@@ -25,13 +25,15 @@ def matched(model: nn.Module, reference: nn.Module, cls: type | None) -> dict[st
     (``qkv_proj``) gets its parts in the order of ``packed_modules_mapping``, whose outputs
     it computes side by side at tp=1."""
     ours = [name for name, _ in model.named_modules() if name]  # parents first
+    # vLLM's Transformers backend makes its mapper per model, in ``__init__``
+    owner = model if getattr(model, "hf_to_vllm_mapper", None) is not None else cls
     theirs: dict[str, list[str]] = {}
     for name, module in reference.named_modules():
         # a module without weights (an activation, a rotary embedding) has no checkpoint
         # name, and vLLM's of the same name may compute another thing (SiluAndMul)
         if not name or not any(True for _ in module.parameters()):
             continue
-        mapped = vllm_name(cls, f"{name}.weight")
+        mapped = vllm_name(owner, f"{name}.weight")
         path = mapped.removesuffix(".weight") if mapped.endswith(".weight") else name
         theirs.setdefault(path, []).append(name)
     packed = getattr(model, "packed_modules_mapping", None) or {}
@@ -248,6 +250,8 @@ def _persists(found: list[Boundary], i: int, tolerance: float) -> bool:
     if any(not b.differs(tolerance) for b in enclosing):
         return False  # the block around it agrees: it splits its work otherwise
     for after in later:
+        if after.input_rel is None and after.path != LOGITS:
+            continue  # reads token ids (Gemma's per-layer embedding): not downstream of it
         if after not in enclosing:
             return after.differs(tolerance) or not after.input_agrees(tolerance)
     return True  # the last boundary (the logits)

@@ -74,6 +74,8 @@ class Comparison:
     # streamed alone; "" when it took them. A fact, not yet a finding: whether a family's
     # real checkpoints carry them is not known here (docs/compare.md)
     extras_refused: str = ""
+    # the comparison's own smaller sizes (``compare/smaller.py``), {} on the config itself
+    smaller: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     # values it ran with for attributes a synthesised config guessed and transformers'
     # class never reads (``guesses.py``): other values of them are not verified
@@ -101,6 +103,8 @@ class Comparison:
             out["variant"] = self.variant
         if self.attention != "eager":
             out["reference_attention"] = self.attention
+        if self.smaller:
+            out["smaller"] = dict(self.smaller)
         if self.first is not None:
             out["first"] = self.first.path
             out["max_abs"] = self.first.max_abs

@@ -4,6 +4,7 @@ checkpoints of a family carry that transformers drops."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from dataclasses import dataclass, field
@@ -46,23 +47,47 @@ def _out_of_tree(cls: type) -> bool:
     return not (cls.__module__ or "").startswith("vllm.")
 
 
-def build(ref_cls: type, hf_config: Any, attention: str = "eager") -> Reference:
+def build(
+    ref_cls: type, hf_config: Any, attention: str = "eager", vllm_config: Any = None
+) -> Reference:
     """The reference model in float32 with seeded weights, eager attention (it honours a
-    soft-cap and a sliding window as written), and its checkpoint."""
+    soft-cap and a sliding window as written), and its checkpoint. ``vllm_config``: the
+    model's build's, under which a transformers class that vLLM's Transformers backend
+    decorated in place builds (``vllm_api.decorated_transformers_classes``)."""
     from prefixlint.introspect.dryrun.layouts import quiet, reference_config
 
-    config = copy.deepcopy(reference_config(hf_config))
+    config = _own_config(ref_cls, copy.deepcopy(reference_config(hf_config)))
     for c in (config, getattr(config, "text_config", None)):
         if c is not None:
             c._attn_implementation = attention
             _unused_window(c)
     torch.manual_seed(SEED)
-    with quiet():
+    given = contextlib.nullcontext() if vllm_config is None else None
+    with quiet(), given or vllm_api.decorated_transformers_classes(vllm_config):
         model = ref_cls(config).float().eval()
+    compiled = [n or type(model).__name__ for n, m in model.named_modules() if vllm_api.compiles(m)]
+    if compiled:  # the reference is transformers' code run eagerly, never a compiled graph
+        raise RuntimeError(f"`{compiled[0]}` would be torch-compiled (vLLM's decorator)")
     _randomise(model)
     state = _saved(model)
     extras = _extras(model, state)
     return Reference(model, state, extras)
+
+
+def _own_config(ref_cls: type, config: Any) -> Any:
+    """The config as transformers' own class of the reference reads it. vLLM registers
+    its own config classes for some model types (``deepseek_v32`` as DeepSeek V3's,
+    ``hy_v4`` and ``deepseek_v4`` as vLLM's own), which lack fields transformers' model
+    reads (``index_n_heads``, ``n_group``). A checkpoint's ``config.json`` goes to
+    transformers' class: so do the same values here (``to_dict`` is what
+    ``save_pretrained`` writes), its defaults filling what vLLM's class does not hold.
+    A composite config holding a config of that class is the reference's already."""
+    own = getattr(ref_cls, "config_class", None)
+    if not isinstance(own, type) or isinstance(config, own):
+        return config
+    if any(isinstance(v, own) for v in vars(config).values()):
+        return config
+    return own.from_dict(config.to_dict())
 
 
 def _unused_window(config: Any) -> None:

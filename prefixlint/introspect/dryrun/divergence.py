@@ -49,8 +49,9 @@ def block_of(name: str) -> str | None:
     return None
 
 
-def vllm_name(cls: type | None, name: str) -> str:
-    """The vLLM name of a checkpoint name through the class's ``hf_to_vllm_mapper``."""
+def vllm_name(cls: Any, name: str) -> str:
+    """The vLLM name of a checkpoint name through the ``hf_to_vllm_mapper`` of a class (or
+    of a model: vLLM's Transformers backend makes its mapper per model)."""
     fn = getattr(getattr(cls, "hf_to_vllm_mapper", None), "_map_name", None)
     if callable(fn):
         with contextlib.suppress(Exception):
