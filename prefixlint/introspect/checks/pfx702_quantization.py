@@ -38,10 +38,8 @@ class Quantization(FactCheck):
     asks, each fused layer whose parts `packed_modules_mapping` lacks, and each layer built
     without `quant_config` whose checkpoint layers the quantization config covers (a note
     under the synthetic config, which cannot tell whether a real checkpoint quantizes the
-    layer; `check --introspect` folds it into the static PFX405 at the same line). The
-    dry-runs in `dryrun/` (`quant.py`, `realquant.py`, `checkpoint_run.py`) return typed
-    facts (`dryrun/quantfacts.py`); this unit writes their words, at the line that built
-    the layer.
+    layer; `check --introspect` folds it into the static PFX405 at the same line). In `dryrun/`
+    (`quant.py`, `realquant.py`), reported at the line that built the layer.
 
     ## Details
     Using the checkpoint-name to module mapping PFX701 recorded, the model is built
@@ -84,6 +82,8 @@ class Quantization(FactCheck):
             "note",
         ),
     )
+    # the dry-runs (``quant.py``, ``realquant.py``, ``checkpoint_run.py``) return these
+    # typed facts (``dryrun/quantfacts.py``); this unit writes their words
     reads: ClassVar[tuple[type, ...]] = (
         FusedPrecisionRefused,
         UnthreadedLayer,
