@@ -472,20 +472,26 @@ def test_a_fused_layers_mapping_is_blamed_only_when_it_is_wrong(tmp_path: Path) 
     from torch import nn
     from vllm.model_executor.models.interfaces import SupportsLoRA
 
-    from prefixlint.introspect.dryrun.quant import packed_entry_wrong
+    from prefixlint.introspect.checks.pfx702_quantization import packed_entry_wrong
+    from prefixlint.introspect.dryrun.quant import packed_entry
     from prefixlint.introspect.dryrun.sites import Sites
 
+    def said(packed: dict, parts: list[str]) -> str | None:
+        entry = packed_entry(packed, "qkv_proj", parts)  # the dry-run's fact
+        return packed_entry_wrong(entry)  # the unit's words
+
     parts = ["q_proj", "k_proj", "v_proj"]
-    assert packed_entry_wrong({}, "qkv_proj", parts) == (
+    assert packed_entry({}, "qkv_proj", parts).state == "missing"
+    assert said({}, parts) == (
         "`packed_modules_mapping` has no entry `'qkv_proj': ['q_proj', 'k_proj', 'v_proj']`"
     )
-    assert packed_entry_wrong({"qkv_proj": ["q_proj", "v_proj"]}, "qkv_proj", parts) == (
+    assert said({"qkv_proj": ["q_proj", "v_proj"]}, parts) == (
         "`packed_modules_mapping['qkv_proj']` is ['q_proj', 'v_proj'], not "
         "['q_proj', 'k_proj', 'v_proj']"
     )
-    assert (
-        packed_entry_wrong({"qkv_proj": ("q_proj", "k_proj", "v_proj")}, "qkv_proj", parts) is None
-    )
+    listed = {"qkv_proj": ("q_proj", "k_proj", "v_proj")}
+    assert packed_entry(listed, "qkv_proj", parts).state == "listed"
+    assert said(listed, parts) is None
 
     path = tmp_path / "mapped_model.py"
     path.write_text(

@@ -11,6 +11,7 @@ comparison), which never build a finding themselves.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import traceback
 from collections.abc import Callable
@@ -154,6 +155,36 @@ class Findings:
 
 def natural_order(path: str) -> list[Any]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)]
+
+
+def alike(value: Any) -> Any:
+    """A typed fact (or a part of it) with layer numbers left out of every name and its
+    site left out: the facts of one site that say the same of other layers are equal
+    here (``dryrun.layouts.normal``'s rule, read off the data, never off the words)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = dataclasses.fields(value)
+        kept = tuple(alike(getattr(value, f.name)) for f in fields if f.name != "site")
+        return (type(value).__name__, *kept)
+    if isinstance(value, tuple):
+        return tuple(alike(v) for v in value)
+    if isinstance(value, str):
+        return re.sub(r"\.\d+(?=[.`]|$)", ".N", value)
+    return value
+
+
+def by_site_alike(facts: list[Any]) -> list[list[Any]]:
+    """Facts (each with a ``site``) grouped per site and ``alike`` value, in the order
+    each group first appears: a unit reports a group once, at its first fact, saying
+    ``more_like_it`` for the others (the dry-runs' ``merge`` for the findings they still
+    build)."""
+    groups: dict[tuple, list[Any]] = {}
+    for fact in facts:
+        groups.setdefault((fact.site, alike(fact)), []).append(fact)
+    return list(groups.values())
+
+
+def more_like_it(group: list[Any]) -> str:
+    return f" (and {len(group) - 1} more like it)" if len(group) > 1 else ""
 
 
 def model_frame(tb: Any, external: Callable[[str], bool]) -> tuple[str, int]:

@@ -3,12 +3,14 @@ writes, a loader that raises."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from prefixlint.introspect.checks.base import Case, Check
+from prefixlint.introspect.checks import pfx701_checkpoint
+from prefixlint.introspect.checks.base import Case, FactCheck
+from prefixlint.introspect.finding import Finding
 
 
-class WeightLoading(Check):
+class WeightLoading(FactCheck):
     """## What it does
     Streams the reference checkpoint of the config (the transformers class's names, the
     model type's class, or a layout derived from the model's own tables; with
@@ -81,3 +83,8 @@ class WeightLoading(Check):
             "return loader.load_weights(weights, mapper=self.hf_to_vllm_mapper)",
         ),
     )
+    # a real checkpoint's casts and partial loads (``pfx701_checkpoint.py``)
+    reads: ClassVar[tuple[type, ...]] = pfx701_checkpoint.READS
+
+    def findings(self, facts: list[Any]) -> list[Finding]:
+        return pfx701_checkpoint.findings(facts)

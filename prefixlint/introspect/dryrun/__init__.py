@@ -42,7 +42,7 @@ from prefixlint.introspect.dryrun.layouts import (
     reference,
     reference_class,
 )
-from prefixlint.introspect.dryrun.quant import OUT_OF_TIME, layer_sources, past, quant_findings
+from prefixlint.introspect.dryrun.quant import OUT_OF_TIME, layer_sources, past, quant_facts
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import stream
 from prefixlint.introspect.dryrun.weights import (
@@ -230,17 +230,18 @@ def _quantization(
     sites: Sites,
     deadline: float | None,
     findings: list[Finding],
-    notes: list[Unverified],
+    notes: list[Any],
 ) -> list[str]:
-    """PFX702 (``quant_findings``) and the FP8 layouts' PFX701 for the base build, its
-    layer sources and the stream it loaded, added to ``findings`` (what did not run: to
-    ``notes``); returns what of them did not run. ``quantize`` false (a config variant's
-    dry-run): PFX701 only, nothing here."""
+    """PFX702's typed facts (``quant_facts``) and the FP8 layouts' PFX701 for the base
+    build, its layer sources and the stream it loaded: the facts added to ``notes`` (the
+    dry-run's typed facts, with what did not run), the findings to ``findings``; returns
+    what of them did not run. ``quantize`` false (a config variant's dry-run): PFX701
+    only, nothing here."""
     if not quantize:
         return []
     base, sources, reference = quantized
-    quant, skipped = quant_findings(cls, model_config, base, sources, sites, deadline)
-    findings += quant
+    quant, skipped = quant_facts(cls, model_config, base, sources, sites, deadline)
+    notes += quant  # each reaches its unit (``checks.findings_of``), as the notes do
     partial = _quantized_layouts(model_config, base, reference, sites, deadline, findings, notes)
     if skipped:
         notes.append(Unverified("quantization dry-run", skipped, sites.class_site))

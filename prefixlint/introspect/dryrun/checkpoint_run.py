@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from prefixlint.codes import CHECKPOINT_COVERAGE_CODE, QUANTIZATION_MISMATCH_CODE
 from prefixlint.introspect.dryrun import (
     DryRun,
     _as_served,
@@ -29,12 +28,9 @@ from prefixlint.introspect.dryrun import (
     realquant,
     unbuilt,
 )
-from prefixlint.introspect.dryrun.quant import (
-    OUT_OF_TIME,
-    layer_sources,
-    quant_findings,
-)
+from prefixlint.introspect.dryrun.quant import OUT_OF_TIME, layer_sources, quant_facts
 from prefixlint.introspect.dryrun.quant import past as _past
+from prefixlint.introspect.dryrun.quantfacts import FusedPrecisionRefused, PartlyLoaded
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import Stream, stream
 from prefixlint.introspect.dryrun.weights import coverage_findings, merge
@@ -101,11 +97,12 @@ def run(
         # the real checkpoint's own names: each raise is what the engine's load meets
         reason = "`load_weights` raised on too many kinds of names to check the rest"
         return DryRun("not verified", reason, merge(findings))
+    facts: list[Any] = []  # the PFX701/PFX702 units write their findings
     findings, sources = _judged(
-        cls, s, layout, sites, (base, target, quant, model_config), parts, deadline
+        cls, s, layout, sites, (base, target, quant, model_config), (parts, facts), deadline
     )
     mapping = {layer: path for path, layers in sources.items() for layer in layers}
-    return DryRun("verified", "; ".join(parts), merge(findings), mapping)
+    return DryRun("verified", "; ".join(parts), merge(findings), mapping, facts=facts)
 
 
 def _judged(
@@ -114,14 +111,15 @@ def _judged(
     layout: dict[str, Any],
     sites: Sites,
     built: tuple[Any, Any, Any, Any],
-    parts: list[str],
+    said: tuple[list[str], list[Any]],
     deadline: float | None,
 ) -> tuple[list[Finding], dict[str, Any]]:
     """What a complete stream of the checkpoint left undone, and each layer's quantization
-    judged (against the checkpoint's own config, else a synthetic ``Fp8Config``); ``parts``
-    gets what was done. ``built``: the tp=1 build, the one streamed, the quantized build (or
-    None) and the target's model config."""
+    judged (against the checkpoint's own config, else a synthetic ``Fp8Config``); ``said``:
+    what was done, and the typed facts found. ``built``: the tp=1 build, the one streamed,
+    the quantized build (or None) and the target's model config."""
     base, target, quant, base_config = built
+    parts, facts = said
     findings: list[Finding] = []
     realquant.drop_defaulted(s, target.model)
     scales = realquant.fold_shard_scales(s, target.model)
@@ -129,7 +127,7 @@ def _judged(
     judged = realquant.Judged()
     if quant is not None:
         plain = realquant.unquantized_leaves(base.model)
-        judged = realquant.method_findings(cls, s, layout, sites, plain, quant)
+        judged = realquant.method_facts(cls, s, layout, sites, plain, quant)
         _fold(s, judged)
         lists = f", {quant.described}" if quant.described else ""
         parts.append(
@@ -141,12 +139,12 @@ def _judged(
     realquant.name_folded_scales(findings, scales)
     findings = _one_per_module(findings)
     _point_at_skips(findings, sites, s.recorder.consumed)
-    findings += realquant.dtype_findings(s, layout, sites, judged.paths)
-    findings += _partly_loaded(s, sites)
-    findings += judged.findings
+    facts += realquant.dtype_facts(s, layout, sites, judged.paths)
+    facts += _partly_loaded(s, sites)
+    facts += judged.facts
     if quant is None:
-        found, skipped = quant_findings(cls, base_config, base, sources, sites, deadline)
-        findings += found
+        found, skipped = quant_facts(cls, base_config, base, sources, sites, deadline)
+        facts += found
         if skipped:
             findings.append(_note(f"quantization dry-run: {skipped}", sites.class_site))
             parts.append(f"in part: the quantization dry-run did not run ({skipped})")
@@ -162,14 +160,10 @@ def _mixed_precision(cls: type | None, base: Any, quant: realquant.QuantBuild) -
     """PFX702 at ``packed_modules_mapping``: vLLM refuses to build a fused layer whose
     checkpoint parts the checkpoint quantizes differently."""
     sites = Sites(cls, base.model, base.recorder)
-    msg = (
-        "a fused layer mixes checkpoint layers the checkpoint leaves unquantized with ones "
-        f"it quantizes, and vLLM's `{quant.method}` refuses it: `packed_modules_mapping` "
-        f"fuses what the checkpoint keeps apart: vLLM: {describe_error(quant.error)}"
-    )
-    finding = Finding(QUANTIZATION_MISMATCH_CODE, "error", msg, *sites.packed_mapping())
+    refused = describe_error(quant.error)
+    fact = FusedPrecisionRefused(sites.packed_mapping(), refused, quant.method)
     reason = f"quantization `{quant.method}`: the model cannot be built under it (a finding)"
-    return DryRun("verified", reason, [finding])
+    return DryRun("verified", reason, facts=[fact])
 
 
 def _fold(s: Stream, judged: realquant.Judged) -> None:
@@ -206,7 +200,7 @@ def _one_per_module(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def _partly_loaded(s: Stream, sites: Sites) -> list[Finding]:
+def _partly_loaded(s: Stream, sites: Sites) -> list[PartlyLoaded]:
     """PFX701: a checkpoint tensor only part of which reaches the model. vLLM's sharded
     loaders narrow a checkpoint tensor to the shard the parameter has room for, so a
     parameter narrower than the checkpoint's tensor (a size read from another config
@@ -215,16 +209,7 @@ def _partly_loaded(s: Stream, sites: Sites) -> list[Finding]:
     for name, (loaded, held) in sorted(s.recorder.partly_read().items()):
         into = sorted(t.name for t in s.recorder.by_storage.values() if name in t.sources)
         path = into[0].rpartition(".")[0] if into else ""
-        where = ", ".join(f"`{n}`" for n in into) or "the model"
-        msg = (
-            f"only {loaded} of the {held} elements of checkpoint tensor `{name}` are loaded "
-            f"(into {where}): the parameter is smaller than the checkpoint's tensor, and "
-            "`load_weights` drops the rest silently"
-        )
-        facts = {"kind": "partly-loaded", "tensor": name, "subject": name}
-        out.append(
-            Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *sites.module(path), facts=facts)
-        )
+        out.append(PartlyLoaded(sites.module(path), name, loaded, held, tuple(into)))
     return out
 
 

@@ -1,6 +1,7 @@
 """PFX702: the model built again under vLLM's real ``Fp8Config`` with ``ignored_layers``
 naming whole kinds of checkpoint layers; every linear layer's method is compared with
-what the checkpoint names that PFX701 saw reach it demand."""
+what the checkpoint names that PFX701 saw reach it demand. Returns typed facts
+(``quantfacts.py``); the PFX702 unit writes their words."""
 
 from __future__ import annotations
 
@@ -9,12 +10,20 @@ from typing import Any
 
 from torch import nn
 
-from prefixlint.codes import QUANTIZATION_MISMATCH_CODE
 from prefixlint.introspect.builds.layout import build_layout
+from prefixlint.introspect.dryrun.quantfacts import (
+    Cause,
+    FusedPrecisionRefused,
+    LayerMisquantized,
+    PackedEntry,
+    UnthreadedLayer,
+)
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import Stream
 from prefixlint.introspect.dryrun.weights import module_leaf
-from prefixlint.introspect.finding import Finding, describe_error
+from prefixlint.introspect.finding import describe_error
+
+QuantFact = FusedPrecisionRefused | UnthreadedLayer | LayerMisquantized
 
 OUT_OF_TIME = "skipped: the builds used most of this target's time budget (raise `--timeout`)"
 
@@ -68,23 +77,23 @@ def ignore_sets(sources: dict[str, list[str]]) -> list[set[str]]:
     return [first, second]
 
 
-def quant_findings(
+def quant_facts(
     cls: type | None,
     model_config: Any,
     base: Any,
     sources: dict[str, list[str]],
     sites: Sites,
     deadline: float | None = None,
-) -> tuple[list[Finding], str]:
+) -> tuple[list[QuantFact], str]:
     """Build under vLLM's Fp8Config for each ignore set and compare each linear layer's
-    method with the checkpoint layers it loads. Returns findings and a reason when the
-    check could not run (or not before ``deadline``: each build takes about as long as
-    the first)."""
+    method with the checkpoint layers it loads. Returns the PFX702 facts and a reason when
+    the check could not run (or not before ``deadline``: each build takes about as long
+    as the first)."""
     from vllm.model_executor.layers.linear import UnquantizedLinearMethod
     from vllm.model_executor.layers.quantization.fp8 import Fp8Config
 
-    out: list[Finding] = []
-    seen_unthreaded: set[str] = set()  # one finding per layer over both ignore sets
+    out: list[QuantFact] = []
+    seen_unthreaded: set[str] = set()  # one fact per layer over both ignore sets
     for ignored in ignore_sets(sources):
         if past(deadline, need=base.seconds):
             return out, OUT_OF_TIME
@@ -92,14 +101,8 @@ def quant_findings(
         build = build_layout(base.plan, base.layout, quant_config=config)
         if build.error is not None:
             if "same" in str(build.error) and "precision" in str(build.error).lower():
-                msg = (
-                    "a fused layer mixes checkpoint layers the checkpoint ignores with ones it "
-                    "quantizes; `packed_modules_mapping` does not match the checkpoint: "
-                    f"vLLM: {describe_error(build.error)}"
-                )
-                out.append(
-                    Finding(QUANTIZATION_MISMATCH_CODE, "error", msg, *sites.packed_mapping())
-                )
+                refused = describe_error(build.error)
+                out.append(FusedPrecisionRefused(sites.packed_mapping(), refused))
                 continue
             return out, f"building under `Fp8Config` failed: {describe_error(build.error)}"
         for path, layers in sorted(sources.items()):
@@ -116,7 +119,8 @@ def quant_findings(
             if getattr(module, "quant_config", None) is None:
                 if not skipped and path not in seen_unthreaded:
                     seen_unthreaded.add(path)
-                    out.append(unthreaded(model_config, path, module, layers, sites))
+                    router = _router(model_config, module)
+                    out.append(UnthreadedLayer(sites.module(path), path, tuple(layers), router))
                 continue
             actual = isinstance(method, UnquantizedLinearMethod)
             if actual != bool(skipped):
@@ -124,33 +128,15 @@ def quant_findings(
     return out, ""
 
 
-def unthreaded(
-    model_config: Any, path: str, module: nn.Module, layers: list[str], sites: Sites
-) -> Finding:
-    """A linear layer built without ``quant_config`` (so vLLM gives it
-    ``UnquantizedLinearMethod`` whatever the checkpoint holds) whose checkpoint layers the
-    synthetic quantization config covers. A note: the config is prefixlint's, and vLLM's
-    own models leave many such layers out on purpose (routers, one output per expert;
-    gates of one output; convolutions and projections of state-space mixers; vision and
-    audio towers and projectors): on vLLM 0.32's zoo, 73 such findings at 48 sites, every
-    one of those kinds (docs/precision.md). The static PFX405
-    judges the omission at its line, and `check --introspect` folds this into it; with
-    ``--checkpoint`` the real quantization config decides (``realquant.py``: an error
-    where the checkpoint stores the layer quantized)."""
-    names = ", ".join(f"`{n}`" for n in layers)
-    what = (
-        f"`{path}` was built without `quant_config`, so it stays unquantized although the "
-        f"quantization config covers {names}"
-    )
-    if _router(model_config, module):
-        why = (
-            "a router, one output per expert, which vLLM's MoE models build unquantized on purpose"
-        )
-    else:
-        why = "a checkpoint that quantizes it would have no parameter for its scales"
-    message = f"{what} (a note: {why}; a synthetic config cannot tell whether one does)"
-    facts = {"kind": "unthreaded"}  # folded into PFX405 by `check --introspect`
-    return Finding(QUANTIZATION_MISMATCH_CODE, "note", message, *sites.module(path), facts=facts)
+# A layer built without ``quant_config`` (``UnthreadedLayer``) gets vLLM's
+# ``UnquantizedLinearMethod`` whatever the checkpoint holds. A note: the config is
+# prefixlint's, and vLLM's own models leave many such layers out on purpose (routers, one
+# output per expert; gates of one output; convolutions and projections of state-space
+# mixers; vision and audio towers and projectors): on vLLM 0.32's zoo, 73 such findings at
+# 48 sites, every one of those kinds (docs/precision.md). The static PFX405 judges the
+# omission at its line, and `check --introspect` folds this into it; with ``--checkpoint``
+# the real quantization config decides (``realquant.py``: an error where the checkpoint
+# stores the layer quantized).
 
 
 def _router(model_config: Any, module: nn.Module) -> bool:
@@ -167,61 +153,31 @@ def _router(model_config: Any, module: nn.Module) -> bool:
     return getattr(module, "output_size", None) in experts - {None}
 
 
-def packed_entry_wrong(packed: Any, leaf: str, leaves: list[str]) -> str | None:
-    """How the model's ``packed_modules_mapping`` keeps the fused layer ``leaf`` from the
-    checkpoint's parts ``leaves``; None when its entry lists exactly those parts."""
+def packed_entry(packed: Any, leaf: str, leaves: list[str]) -> PackedEntry:
+    """The model's ``packed_modules_mapping`` entry for the fused layer ``leaf`` against
+    the checkpoint's parts ``leaves``."""
     entry = packed.get(leaf)
-    if entry is None:
-        return f"`packed_modules_mapping` has no entry `{leaf!r}: {leaves}`"
-    if list(entry) == leaves:
-        return None
-    return f"`packed_modules_mapping[{leaf!r}]` is {list(entry)}, not {leaves}"
-
-
-def packed_entry_state(packed: Any, leaf: str) -> str:
-    """Whether the table has an entry for ``leaf`` ("wrong") or none ("missing")."""
-    return "missing" if packed.get(leaf) is None else "wrong"
+    return PackedEntry(leaf, tuple(leaves), None if entry is None else tuple(entry))
 
 
 def _quant_mismatch(
     cls: type | None, path: str, module: nn.Module, layers: list[str], ignored: bool, sites: Sites
-) -> Finding:
+) -> LayerMisquantized:
     prefix = getattr(module, "prefix", path)
-    names = ", ".join(f"`{n}`" for n in layers)
-    if ignored:
-        what = f"`{path}` is quantized although the checkpoint lists {names} in `ignored_layers`"
-    else:
-        what = f"`{path}` is left unquantized although the checkpoint quantizes {names}"
     leaf = module_leaf(path)
     leaves = list(dict.fromkeys(module_leaf(n) for n in layers))
     packed = getattr(cls, "packed_modules_mapping", None) or {}
-    site = sites.module(path)
-    facts = {"kind": "quant-mismatch", "leaf": leaf, "entry": ""}  # entry: the table's part
+    site, cause = sites.module(path), Cause("skipped")
     if prefix != path:
-        site = sites.prefix_root(path)
-        why = (
-            f"its prefix `{prefix}` is not its path, and the quantization config matches the prefix"
-        )
+        site, cause = sites.prefix_root(path), Cause("prefix")
     elif len(layers) > 1 and leaves != [leaf]:
-        wrong = packed_entry_wrong(packed, leaf, leaves)
-        facts["entry"] = "listed" if wrong is None else packed_entry_state(packed, leaf)
-        if wrong is None:  # the model's entry lists the parts: the cause is not there
-            why = (
-                f"`packed_modules_mapping[{leaf!r}]` lists {leaves}, yet vLLM's "
-                "`is_layer_skipped` decides otherwise for this prefix"
-            )
-        else:
-            why, site = wrong, sites.packed_mapping()
+        entry = packed_entry(packed, leaf, leaves)
+        cause = Cause("packed", entry)
+        if entry.state != "listed":  # the model's entry misses the parts: it is the cause
+            site = sites.packed_mapping()
     elif layers != [path]:
-        name = layers[0]
-        why = (
-            f"the checkpoint calls it `{name}` and no `hf_to_vllm_mapper` entry renames that "
-            f"to `{path}`"
-        )
-    else:
-        why = "vLLM's `is_layer_skipped` decides otherwise for this prefix"
-    message = f"{what} (prefix `{prefix}`): {why}"
-    return Finding(QUANTIZATION_MISMATCH_CODE, "error", message, *site, facts=facts)
+        cause = Cause("renamed", name=layers[0], to=path)
+    return LayerMisquantized(site, path, prefix, tuple(layers), ignored, cause)
 
 
 # -- entry point ------------------------------------------------------------------------------

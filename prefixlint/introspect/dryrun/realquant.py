@@ -26,12 +26,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from prefixlint.codes import CHECKPOINT_COVERAGE_CODE, QUANTIZATION_MISMATCH_CODE
 from prefixlint.introspect.builds.layout import BuildPlan, build_layout
-from prefixlint.introspect.dryrun.quant import (
-    packed_entry_state,
-    packed_entry_wrong,
-    written_layers,
+from prefixlint.introspect.dryrun.quant import packed_entry, written_layers
+from prefixlint.introspect.dryrun.quantfacts import (
+    CastWrite,
+    Cause,
+    MethodMismatch,
+    Site,
+    Stored,
 )
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import Stream
@@ -252,7 +254,7 @@ SCALE_MARKS = ("scale", "zero")
 
 def stored_quantized(
     layout: dict[str, tuple[tuple[int, ...], torch.dtype]], layer: str, plain: set[str]
-) -> tuple[bool, str]:
+) -> tuple[bool, Stored]:
     """Whether the checkpoint stores ``layer`` quantized, and what it holds for it: read
     from the tensors' dtypes (fp8, fp4, integer codes) and from scale tensors beside them,
     never from a tensor's name alone."""
@@ -262,14 +264,13 @@ def stored_quantized(
     narrow = sorted(k for k, d in held.items() if dtype_kind(d) != "float")
     extra = sorted(k for k in held if k not in plain and (k in scales or k in narrow))
     values = sorted(k for k in held if k not in extra)
-    what = ", ".join(f"{_name(held[k])} `{k}`" for k in values)
-    what += f" with {', '.join(f'`{k}`' for k in extra)}" if extra else ", no scales"
-    return bool(scales or narrow), what.lstrip(", ")
+    stored = Stored(tuple((_name(held[k]), k) for k in values), tuple(extra))
+    return bool(scales or narrow), stored
 
 
 @dataclass
 class Judged:
-    findings: list[Finding] = field(default_factory=list)
+    facts: list[MethodMismatch] = field(default_factory=list)
     paths: set[str] = field(default_factory=set)  # mismatched vLLM modules
     layers: set[str] = field(default_factory=set)  # their checkpoint layers
 
@@ -340,7 +341,7 @@ def unplaced_layers(
     return out
 
 
-def method_findings(
+def method_facts(
     cls: type | None,
     stream: Stream,
     layout: dict[str, tuple[tuple[int, ...], torch.dtype]],
@@ -350,7 +351,7 @@ def method_findings(
 ) -> Judged:
     """PFX702: each layer whose method (quantized or not) is not what the checkpoint
     stores for the layers that reach it. What follows from the mismatch (its scales never
-    written, the checkpoint's scales never loaded, values cast) is said in the finding."""
+    written, the checkpoint's scales never loaded, values cast) is part of its fact."""
     unquantized = _unquantized_methods()
     out = Judged()
     sources = weight_sources(stream, sites.model)
@@ -369,30 +370,23 @@ def method_findings(
             continue
         out.paths.add(path)
         out.layers.update(layers)
-        alike: dict[str, list[str]] = {}
-        for layer, (_, held) in stored.items():
-            alike.setdefault(held, []).append(f"`{layer}`")
-        holds = "; ".join(f"{', '.join(names)}: {held}" for held, names in alike.items())
-        site, why, entry = _cause(cls, path, module, layers, sites, expected, quant)
-        prefix = matched_prefix(module, path)[0]
-        if quantized:
-            name = type(module.quant_method).__name__
-            what = f"`{path}` is quantized ({name}) although the checkpoint stores it unquantized"
-        else:
-            what = f"`{path}` is left unquantized although the checkpoint stores it quantized"
+        site, cause = _cause(cls, path, module, layers, sites, expected, quant)
         unwritten = sorted(
             module_leaf(t.name)
             for t in stream.recorder.by_storage.values()
             if t.is_param and not t.written and t.name.rpartition(".")[0] == path
         )
-        verb = "stays" if len(unwritten) == 1 else "stay"
-        tail = (
-            f"; its {', '.join(f'`{u}`' for u in unwritten)} {verb} unwritten" if unwritten else ""
-        )
-        message = f"{what} ({holds}) under `{quant.method}` (prefix `{prefix}`): {why}{tail}"
-        facts = {"kind": "quant-mismatch", "leaf": module_leaf(path), "entry": "", **entry}
-        out.findings.append(
-            Finding(QUANTIZATION_MISMATCH_CODE, "error", message, *site, facts=facts)
+        out.facts.append(
+            MethodMismatch(
+                site,
+                path,
+                matched_prefix(module, path)[0],
+                tuple((layer, held) for layer, (_, held) in stored.items()),
+                type(module.quant_method).__name__ if quantized else "",
+                quant.method,
+                tuple(unwritten),
+                cause,
+            )
         )
     return out
 
@@ -405,45 +399,33 @@ def _cause(
     sites: Sites,
     stored: bool,
     quant: QuantBuild,
-) -> tuple[tuple[str, int], str, dict[str, str]]:
+) -> tuple[Site, Cause]:
     """The model's line responsible, and why: the module built without the quantization
     config, a kind of layer the method never quantizes, a prefix that is not its path, a
-    fused layer's mapping, a renamed layer; and, where a fused layer's
-    ``packed_modules_mapping`` entry is the cause, that entry ("missing" or "wrong") and leaf."""
+    fused layer's ``packed_modules_mapping`` entry (missing or wrong), a renamed layer."""
     prefix, path = matched_prefix(module, path)
     leaf = module_leaf(path)
     leaves = list(dict.fromkeys(module_leaf(n) for n in layers))
     packed = getattr(cls, "packed_modules_mapping", None) or {}
+    kind = type(module)
     if stored and getattr(module, "quant_method", None) is None:
-        kind = f"{type(module).__module__.partition('.')[0]}'s `{type(module).__name__}`"
-        why = f"it is built as {kind}, which no quantization config reaches"
-        return sites.module(path), why, {}
+        package = kind.__module__.partition(".")[0]
+        return sites.module(path), Cause("built-as", name=kind.__name__, package=package)
     if stored and getattr(module, "quant_config", None) is None and _takes_quant_config(module):
-        return sites.module(path), "it is built without the `quant_config`", {}
+        return sites.module(path), Cause("unthreaded")
     if stored and _no_method_for(module, prefix, quant):
-        why = f"vLLM's `{quant.method}` has no quantized method for a `{type(module).__name__}`"
-        return sites.module(path), why, {}
+        return sites.module(path), Cause("no-method", name=kind.__name__)
     if prefix != path:
-        why = f"its prefix `{prefix}` is not its path, and the quantization config matches"
-        return sites.prefix_root(path), f"{why} the prefix", {}
+        return sites.prefix_root(path), Cause("prefix")
     if len(layers) > 1 and leaves != [leaf] and getattr(module, "output_sizes", None):
-        wrong = packed_entry_wrong(packed, leaf, leaves)
-        if wrong is not None:
-            entry = {"entry": packed_entry_state(packed, leaf), "leaf": leaf}
-            return sites.packed_mapping(), wrong, entry
+        entry = packed_entry(packed, leaf, leaves)
+        if entry.state != "listed":
+            return sites.packed_mapping(), Cause("packed", entry)
     if layers != [path] and len(layers) == 1:
-        why = (
-            f"the checkpoint calls it `{layers[0]}` and the quantization config matches "
-            f"that name; no `hf_to_vllm_mapper` entry renames it to `{path}`"
-        )
-        return sites.module(path), why, {}
+        return sites.module(path), Cause("renamed", name=layers[0], to=path)
     if not stored and quant.described:
-        why = (
-            f"no entry of the checkpoint's {quant.described} matches `{prefix}` as vLLM "
-            "matches it, so vLLM quantizes it and its scales are never loaded"
-        )
-        return sites.module(path), why, {}
-    return sites.module(path), "vLLM's quantization config decides otherwise for this prefix", {}
+        return sites.module(path), Cause("unmatched", lists=quant.described)
+    return sites.module(path), Cause("skipped")
 
 
 def matched_prefix(module: nn.Module, path: str) -> tuple[str, str]:
@@ -476,12 +458,12 @@ def _no_method_for(module: nn.Module, prefix: str, quant: QuantBuild) -> bool:
         return False
 
 
-def dtype_findings(
+def dtype_facts(
     stream: Stream,
     layout: dict[str, tuple[tuple[int, ...], torch.dtype]],
     sites: Sites,
     skip: set[str],
-) -> list[Finding]:
+) -> list[CastWrite]:
     """PFX701: a checkpoint tensor of one kind of dtype written into a parameter of
     another (fp8 values cast into a bfloat16 weight): the loaded numbers are wrong. A
     write that combines the tensor with another of its layer (a weight and its scale) is
@@ -494,14 +476,8 @@ def dtype_findings(
         tag = _cast_source(t, layout)
         if tag is None:
             continue
-        msg = (
-            f"checkpoint tensor `{tag}` ({_name(layout[tag][1])}) is written into "
-            f"`{t.name}` ({_name(t.tensor.dtype)}): the stored values are cast, not dequantized"
-        )
-        facts = {"kind": "cast", "tensor": tag, "subject": tag}
-        out.append(
-            Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *sites.module(path), facts=facts)
-        )
+        dtypes = (_name(layout[tag][1]), _name(t.tensor.dtype))
+        out.append(CastWrite(sites.module(path), tag, dtypes[0], t.name, dtypes[1]))
     return out
 
 

@@ -25,7 +25,7 @@ import copy
 import re
 import traceback
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from torch import nn
@@ -35,7 +35,8 @@ from prefixlint.introspect import dryrun
 from prefixlint.introspect.dryrun import renamed
 from prefixlint.introspect.dryrun.divergence import Divergence
 from prefixlint.introspect.dryrun.layouts import NotVerified, incomplete_experts, normal, reference
-from prefixlint.introspect.dryrun.quant import layer_sources, past, quant_findings
+from prefixlint.introspect.dryrun.quant import layer_sources, past, quant_facts
+from prefixlint.introspect.dryrun.quantfacts import LayerMisquantized
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import stream
 from prefixlint.introspect.dryrun.tables import (
@@ -411,13 +412,15 @@ def _quantized(
             path: [back.get(layer, layer) for layer in layers] for path, layers in sources.items()
         }
     mapping = {layer: path for path, layers in sources.items() for layer in layers}
-    quant, skipped = quant_findings(cls, model_config, base, sources, sites, deadline)
-    findings += [f for f in quant if keep is None or keep(f)]
+    quant, skipped = quant_facts(cls, model_config, base, sources, sites, deadline)
+    # the PFX702 unit says the layout after its words, as ``_suffixed`` does here
+    facts = [replace(f, layout=what) for f in quant if keep is None or keep(f)]
     if skipped:
         findings.append(dryrun._note(f"quantization dry-run: {skipped}", sites.class_site))
         partial.append(f"the quantization dry-run did not run ({skipped})")
     findings = _suffixed(merge(findings), what)
-    return dryrun.DryRun("verified", f"in part: {'; '.join(partial)}", findings, mapping)
+    reason = f"in part: {'; '.join(partial)}"
+    return dryrun.DryRun("verified", reason, findings, mapping, facts=facts)
 
 
 def _judged_unwritten(f: Finding) -> Finding | None:
@@ -508,11 +511,11 @@ def _judge_self(
     partial = [SELF_DERIVED]
     kept += _partial_notes(partial, probed, refused, shown, derived, sites)
 
-    def packed(f: Finding) -> bool:
+    def packed(f: Any) -> bool:
         # the table's entry for a fused layer, whatever the names around it; a fused layer
         # mixing ignored and quantized parts follows from the names it was fed (here the
         # model's own, which its loader may not all take)
-        return f.facts.get("entry", "") != ""  # its entry is missing, wrong, or lists them
+        return isinstance(f, LayerMisquantized) and f.entry != ""  # missing, wrong or listed
 
     # 1:1 renamings only: a fused tensor read whole is its own checkpoint layer
     counts = Counter(probed_names.values())
@@ -525,7 +528,12 @@ def _judge_self(
     outcome = _quantized(
         cls, model_config, base, sites, s, kept, partial, SELF_DERIVED, deadline, packed, back
     )
-    outcome.findings = [_judged_entry(f) for f in outcome.findings]
+    # the parts are the model's own tables' reading: the PFX702 unit softens an entry
+    # that names other parts into a note (not verified)
+    outcome.facts = [
+        replace(f, own_tables=True) if isinstance(f, LayerMisquantized) else f
+        for f in outcome.facts
+    ]
     return outcome
 
 
@@ -600,21 +608,3 @@ def _partial_notes(
         )
 
     return kept
-
-
-def _judged_entry(f: Finding) -> Finding:
-    """A ``packed_modules_mapping`` entry whose parts differ from the ones the layout
-    derived: the derived parts are prefixlint's reading of the model's tables (a class
-    whose entry says the checkpoint holds the layer fused, ``'qkv': ['qkv']``, may be
-    right), so not verified, a PFX600 note. An entry the table lacks stays a finding: the
-    layer is fused either way, and looked up under its own name."""
-    if f.code != "PFX702" or f.facts.get("entry") not in ("wrong", "listed"):
-        return f
-    return Finding(
-        NOT_VERIFIED_CODE,
-        "note",
-        f"not verified: {f.message}; the parts are the ones the model's own tables give, "
-        "which a real checkpoint (`--checkpoint`) confirms or not",
-        f.file,
-        f.line,
-    )
