@@ -53,3 +53,18 @@ def test_a_fact_no_unit_reads_is_a_programming_error() -> None:
     with pytest.raises(TypeError, match="_Raised"):
         findings_of([_Raised(("m.py", 1))], (_DroppedCheck(),))
     assert findings_of([], (_DroppedCheck(),)) == []
+
+
+def test_every_unit_declares_stages_the_pipeline_runs_in_order() -> None:
+    """Each unit says which stages' results it reads; the pipeline runs the stages the
+    units name, in the order ``checks.base.STAGES`` gives."""
+    from prefixlint.introspect.builds import pipeline
+    from prefixlint.introspect.checks import CHECKS
+    from prefixlint.introspect.checks.base import STAGES
+
+    run = [stage.__name__.strip("_").replace("_", "-") for stage in pipeline.STAGES]
+    assert run == list(STAGES)
+    for check in CHECKS:
+        assert check.stages and set(check.stages) <= set(STAGES), type(check).__name__
+    dry_runs = {c.code for c in CHECKS if "dry-runs" in c.stages}
+    assert dry_runs == {"PFX600", "PFX701", "PFX702", "PFX703"}

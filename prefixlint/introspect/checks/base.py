@@ -47,12 +47,18 @@ class Case:
     at_cls: str = ""
 
 
+# A target's run, stage by stage (``builds.pipeline.STAGES`` runs them in this order).
+STAGES = ("set-up", "builds", "checks", "dry-runs", "comparison", "finish")
+
+
 class Check:
     """A phase-2 check: ``code`` in ``codes.py``, its docstring the documentation (What /
-    Why / Example / Fix), ``examples`` run by ``tests/test_introspect_checks.py``."""
+    Why / Example / Fix), ``examples`` run by ``tests/test_introspect_checks.py``,
+    ``stages`` the stages of ``STAGES`` whose results it reads."""
 
     code: ClassVar[str]
     examples: ClassVar[tuple[Case, ...]] = ()
+    stages: ClassVar[tuple[str, ...]] = ("checks",)
 
 
 class FailureCheck(Check):

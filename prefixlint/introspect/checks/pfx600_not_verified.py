@@ -41,6 +41,7 @@ class NotVerified(FactCheck):
     """
 
     code = "PFX600"
+    stages: ClassVar[tuple[str, ...]] = ("set-up", "builds", "checks", "dry-runs", "comparison")
     examples: ClassVar[tuple[Case, ...]] = (
         Case(
             "LlamaForCausalLM",

@@ -71,6 +71,7 @@ class ConstructionFailed(FailureCheck, FactCheck):
     """
 
     code = "PFX604"
+    stages: ClassVar[tuple[str, ...]] = ("checks", "builds")
     examples: ClassVar[tuple[Case, ...]] = (
         Case(
             "LlamaForCausalLM",

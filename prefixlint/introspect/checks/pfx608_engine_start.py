@@ -60,6 +60,7 @@ class EngineStart(Check):
     """
 
     code = CODE
+    stages: ClassVar[tuple[str, ...]] = ("set-up", "checks")
     examples: ClassVar[tuple[Case, ...]] = (
         Case(
             "LlamaForCausalLM",

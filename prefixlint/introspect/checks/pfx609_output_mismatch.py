@@ -70,6 +70,7 @@ class OutputMismatch(Check):
     """
 
     code = CODE
+    stages: ClassVar[tuple[str, ...]] = ("comparison",)
     examples: ClassVar[tuple[Case, ...]] = (
         Case(
             "LlamaAttention",

@@ -68,6 +68,7 @@ class WeightLoading(FactCheck):
     """
 
     code = "PFX701"
+    stages: ClassVar[tuple[str, ...]] = ("dry-runs",)
     examples: ClassVar[tuple[Case, ...]] = (
         Case(
             "LlamaDecoderLayer",

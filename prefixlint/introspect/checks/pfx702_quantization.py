@@ -71,6 +71,7 @@ class Quantization(FactCheck):
     """
 
     code = "PFX702"
+    stages: ClassVar[tuple[str, ...]] = ("dry-runs",)
     examples: ClassVar[tuple[Case, ...]] = (
         Case("LlamaDecoderLayer", 'prefix=f"{prefix}.mlp",', "", "self.mlp = LlamaMLP("),
         # a layer never given the quantization config (issue 28)

@@ -61,6 +61,7 @@ class LoraTargets(FactCheck):
     """
 
     code = "PFX703"
+    stages: ClassVar[tuple[str, ...]] = ("dry-runs",)
     examples: ClassVar[tuple[Case, ...]] = (
         Case(
             "LlamaForCausalLM",
