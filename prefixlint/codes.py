@@ -410,6 +410,14 @@ CODES: dict[str, Code] = {
             check="prefixlint.introspect.checks.pfx609_output_mismatch:OutputMismatch",
         ),
         Code(
+            "PFX610",
+            "untied-head",
+            Severity.ERROR,
+            INTROSPECT,
+            "The config ties the output head to the input embedding; the built model does not",
+            check="prefixlint.introspect.checks.pfx610_untied_head:UntiedHead",
+        ),
+        Code(
             "PFX701",
             "checkpoint-coverage",
             Severity.ERROR,

@@ -37,6 +37,7 @@ from prefixlint.introspect.checks.pfx606_interface import PackedMappingKeys, Pip
 from prefixlint.introspect.checks.pfx607_per_rank_heads import PerRankHeads
 from prefixlint.introspect.checks.pfx608_engine_start import EngineStart
 from prefixlint.introspect.checks.pfx609_output_mismatch import OutputMismatch
+from prefixlint.introspect.checks.pfx610_untied_head import UntiedHead
 from prefixlint.introspect.checks.pfx701_weight_loading import WeightLoading
 from prefixlint.introspect.checks.pfx702_quantization import Quantization
 from prefixlint.introspect.checks.pfx703_lora import LoraTargets
@@ -53,6 +54,7 @@ CHECKS: tuple[Check, ...] = (
     DuplicateLeafName(),
     PipelineStage(),
     PerRankHeads(),
+    UntiedHead(),
     PipelineInterface(),
     PackedMappingKeys(),
     EngineStart(),

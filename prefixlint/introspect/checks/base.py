@@ -42,8 +42,8 @@ class Case:
     severity: str = "error"
     tp: tuple[int, ...] = (1,)
     pp: tuple[int, ...] = (1,)
-    config: tuple[tuple[str, int], ...] = ()
-    clean_config: tuple[tuple[str, int], ...] = ()
+    config: tuple[tuple[str, Any], ...] = ()
+    clean_config: tuple[tuple[str, Any], ...] = ()
     at_cls: str = ""
 
 
