@@ -45,8 +45,9 @@ from prefixlint.introspect.dryrun.layouts import (
 from prefixlint.introspect.dryrun.quant import OUT_OF_TIME, layer_sources, past, quant_findings
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import stream
+from prefixlint.introspect.dryrun.weightfacts import Loading
 from prefixlint.introspect.dryrun.weights import (
-    coverage_findings,
+    coverage_facts,
     loader_refusals,
     merge,
     refused_modules,
@@ -61,9 +62,6 @@ class DryRun:
     status: str = "off"  # verified | not verified | off
     reason: str = ""
     findings: list[Finding] = field(default_factory=list)
-    # typed facts (not findings): the pipeline hands them to their check units
-    # (``checks.findings_of``); producers move here from ``findings`` one by one
-    facts: list[Any] = field(default_factory=list)
     # checkpoint layer name -> vLLM module path, for PFX702 and the report
     mapping: dict[str, str] = field(default_factory=dict)
     # A complete stream's typed results, for a review's base against head
@@ -71,6 +69,10 @@ class DryRun:
     # those ``load_weights`` did not consume -> [file, line] of the loader that drops each;
     # "unwritten", parameters no tensor reached -> [file, line] that built their module.
     loading: dict[str, Any] = field(default_factory=dict)
+    # typed facts (not findings): the pipeline hands them to their check units
+    # (``checks.findings_of``); producers move here from ``findings`` one by one. Last,
+    # so that the positional ``mapping`` and ``loading`` of the callers keep their place
+    facts: list[Any] = field(default_factory=list)
 
 
 def _note(message: str, site: tuple[str, int]) -> Finding:
@@ -184,17 +186,18 @@ def _quantized_layouts(
     reference: tuple[dict[str, Any], Any],
     sites: Sites,
     deadline: float | None,
-    findings: list[Finding],
+    found: tuple[list[Finding], list[Loading]],
 ) -> list[str]:
-    """PFX701 on FP8 layouts (``quantlayouts.py``), added to ``findings``; what of it did
-    not run is a note there and the part of the reason returned."""
+    """PFX701 on FP8 layouts (``quantlayouts.py``), its facts added to ``found``'s; what
+    of it did not run is a note in its findings and the part of the reason returned."""
+    findings, facts = found
 
     def through(build: Any, layout: dict[str, Any]) -> Any:
         with _as_served(build.model, model_config):
             return stream(build.model, layout, _stream_context(build, model_config))
 
-    found, gap = quantlayouts.check(base, model_config, reference, sites, through, deadline)
-    findings += found
+    seen, gap = quantlayouts.check(base, model_config, reference, sites, through, deadline)
+    facts += seen
     if not gap:
         return []
     findings.append(_note(f"quantized layouts, in part: {gap}", sites.class_site))
@@ -208,17 +211,19 @@ def _quantization(
     quantized: tuple[Any, dict[str, Any], tuple[dict[str, Any], Any]],
     sites: Sites,
     deadline: float | None,
-    findings: list[Finding],
+    found: tuple[list[Finding], list[Loading]],
 ) -> list[str]:
     """PFX702 (``quant_findings``) and the FP8 layouts' PFX701 for the base build, its
-    layer sources and the stream it loaded, added to ``findings``; returns what of them did
-    not run. ``quantize`` false (a config variant's dry-run): PFX701 only, nothing here."""
+    layer sources and the stream it loaded, added to ``found`` (findings, facts); returns
+    what of them did not run. ``quantize`` false (a config variant's dry-run): PFX701
+    only, nothing here."""
     if not quantize:
         return []
     base, sources, reference = quantized
+    findings = found[0]
     quant, skipped = quant_findings(cls, model_config, base, sources, sites, deadline)
     findings += quant
-    partial = _quantized_layouts(model_config, base, reference, sites, deadline, findings)
+    partial = _quantized_layouts(model_config, base, reference, sites, deadline, found)
     if skipped:
         findings.append(_note(f"quantization dry-run: {skipped}", sites.class_site))
         partial.append(f"the quantization dry-run did not run ({skipped})")
@@ -226,7 +231,11 @@ def _quantization(
 
 
 def _refused(
-    base: Any, model_config: Any, streamed: tuple[Any, dict[str, Any]], sites: Sites, found: list
+    base: Any,
+    model_config: Any,
+    streamed: tuple[Any, dict[str, Any]],
+    sites: Sites,
+    found: tuple[list[Finding], list[Loading]],
 ) -> DryRun:
     """A stream that raised on too many kinds of names: the loader's error when the names
     are the model's own, else not verified (``loader_refusals``)."""
@@ -235,8 +244,9 @@ def _refused(
         with _as_served(base.model, model_config):
             return stream(base.model, part, _stream_context(base, model_config))
 
-    findings, broken = loader_refusals(found, *streamed, sites, restream)
-    return DryRun("not verified", refused_reason(broken), merge(findings))
+    findings, facts = found
+    judged, broken = loader_refusals(facts, *streamed, sites, restream)
+    return DryRun("not verified", refused_reason(broken), merge(findings), facts=judged)
 
 
 def run(
@@ -285,14 +295,13 @@ def run(
         }
         with _as_served(base.model, model_config):
             s = stream(base.model, streamed, _stream_context(base, model_config))
-        found = coverage_findings(s, streamed, sites, divergence)
+        found = coverage_facts(s, streamed, sites, divergence)
         tried.append((s, streamed, found, divergence, why))
         if not found and not s.limit:
             break
     # the layout vLLM loads best: a loader need only accept one of them
-    s, streamed, findings, divergence, why = min(
-        tried, key=lambda t: (not t[0].complete, len(t[2]))
-    )
+    s, streamed, facts, divergence, why = min(tried, key=lambda t: (not t[0].complete, len(t[2])))
+    findings: list[Finding] = []
     if divergence is not None and divergence.reasons:
         findings.append(_divergence_note(divergence, sites))
     if why:
@@ -301,21 +310,23 @@ def run(
         reason = f"a weight loader needs real data on meta tensors ({s.limit})"
         site = (s.limit_error and sites.frame(s.limit_error)) or sites.loader("")
         findings.append(_note(f"checkpoint dry-run: {reason}", site))
-        return DryRun("not verified", reason, merge(findings))
+        return DryRun("not verified", reason, merge(findings), facts=facts)
     if not s.complete:
-        return _refused(base, model_config, (s, streamed), sites, findings)
+        return _refused(base, model_config, (s, streamed), sites, (findings, facts))
     refused = refused_modules(s, sites)
     sources = {k: v for k, v in layer_sources(s, base.model).items() if normal(k) not in refused}
     mapping = {layer: path for path, layers in sources.items() for layer in layers}
     quantized = (base, sources, (streamed, s))
-    partial = _quantization(quantize, cls, model_config, quantized, sites, deadline, findings)
+    found = (findings, facts)
+    partial = _quantization(quantize, cls, model_config, quantized, sites, deadline, found)
     # "verified" with a reason: what of the check did not run, never left unsaid
     if divergence is not None and divergence.reasons:
         partial.append(f"{len(divergence.reasons)} part(s) read differently from the config")
     if why:
         partial.append(why)
     reason = f"in part: {'; '.join(partial)}" if partial else ""
-    return DryRun("verified", reason, merge(findings), mapping, _loading(s, streamed, sites))
+    loading = _loading(s, streamed, sites)
+    return DryRun("verified", reason, merge(findings), mapping, loading, facts=facts)
 
 
 def _loading(s: Any, streamed: dict[str, Any], sites: Sites) -> dict[str, Any]:
