@@ -49,9 +49,10 @@ class WeightLoading(FactCheck):
     Streams the reference checkpoint of the config (the transformers class's names, the
     model type's class, or a layout derived from the model's own tables; with
     `--checkpoint` the real one's headers) through the model's own `load_weights` on meta
-    tensors that remember their source, and reports what stayed undone. The stream and
-    its judgement live in `dryrun/` (`streaming.py`, `weights.py`; `selflayout.py` and
-    `checkpoint_run.py` for the other layouts), each reported at the model's line.
+    tensors that remember their source, and reports what stayed undone. The stream lives
+    in `dryrun/` (`streaming.py`, `weights.py`; `selflayout.py` and `checkpoint_run.py`
+    for the other layouts), which returns typed facts (`dryrun/weightfacts.py`); this unit
+    writes their words and decides their severity, each reported at the model's line.
 
     ## Details
     The reference `transformers` class of the same config is built on the meta device;
