@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -200,6 +200,7 @@ def run_phase2(
     checks against; its errors (``CheckpointError``) are raised before any build.
     ``warm``: the cache folder of the zygote workers are forked from (None: cold)."""
     from prefixlint.introspect import introspect as build
+    from prefixlint.introspect.process.pool import WorkerPool, worker_count
     from prefixlint.static.index import find_installed_package
     from prefixlint.static.vllm_source import registry_architectures
 
@@ -233,107 +234,69 @@ def run_phase2(
             checkpoint=checkpoint_of.get(i),
         )
 
-    for i, report in in_workers(
-        build_one, len(candidates), worker_count(warm, len(candidates)), warm
-    ):
-        cand = candidates[i]
-        for result in report.results:
-            layouts = result.get("layouts", [])
-            built = sum(layout.get("status") == "built" for layout in layouts)
-            out.built += bool(built)
-            out.builds[public_name(str(result.get("arch")))] = {
-                "file": str(cand.path),
-                "line": cand.line,
-                "layouts": {str(lay.get("name")): lay for lay in layouts},
-                "loading": result.get("loading") or {},
-            }
-            progress(
-                f"phase 2: {public_name(str(result.get('arch')))}: {result.get('status')}, "
-                f"{built}/{len(layouts)} layouts built "
-                f"(config: {result.get('config_source') or '-'})"
-            )
-            for file, cov in result.get("coverage", {}).get("files", {}).items():
-                executed.update((str(Path(file).resolve()), n) for n in cov["executed"])
-        out.diagnostics.extend(_outcome(cand, report, timeout))
+    with WorkerPool(worker_count(warm, len(candidates)), warm) as pool:
+        for i, report in pool.run(range(len(candidates)), build_one):
+            _take(out, executed, candidates[i], report, (timeout, progress))
     out.diagnostics = merge_classes(out.diagnostics, executed)
     return out
 
 
-# Forked workers building at once, at most: each may grow to ~1.5 GB while it builds.
-MAX_WARM_WORKERS = 4
-
-
-def worker_count(warm: Path | None, jobs: int) -> int:
-    """How many workers build at once: one per CPU (up to ``MAX_WARM_WORKERS``) when they
-    fork from a zygote (a worker costs a fork); one when each is a cold start (its imports
-    would compete for the CPUs the builds need)."""
-    import os
-
-    if warm is None:
-        return 1
-    return max(1, min(jobs, os.cpu_count() or 1, MAX_WARM_WORKERS))
-
-
-def in_workers(
-    build_one: Callable[[int, Any], Any], jobs: int, count: int, warm: Path | None
-) -> Iterator[tuple[int, Any]]:
-    """``build_one(i, worker)`` for i in range(jobs) over ``count`` workers; yields
-    ``(i, result)`` in order of i, whatever order they finish in. Every worker is closed
-    on the way out (an interrupt included)."""
-    from concurrent.futures import ThreadPoolExecutor
-    from queue import SimpleQueue
-
-    from prefixlint.introspect.process.client import Worker
-
-    workers = [Worker(warm=warm) for _ in range(max(1, min(count, jobs)))]
-    if len(workers) == 1:  # in this thread, as a single worker always ran
-        try:
-            for i in range(jobs):
-                yield i, build_one(i, workers[0])
-        finally:
-            workers[0].close()
-        return
-    idle: SimpleQueue[Any] = SimpleQueue()
-    for worker in workers:
-        idle.put(worker)
-
-    def task(i: int) -> Any:
-        worker = idle.get()
-        try:
-            return build_one(i, worker)
-        finally:
-            idle.put(worker)
-
-    pool = ThreadPoolExecutor(max_workers=len(workers), thread_name_prefix="phase2")
-    try:
-        futures = [pool.submit(task, i) for i in range(jobs)]
-        for i, future in enumerate(futures):
-            yield i, future.result()
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-        for worker in workers:
-            worker.close()  # ends a build still running: its thread's wait returns
+def _take(
+    out: Phase2Result,
+    executed: set[tuple[str, int]],
+    cand: Any,
+    report: Any,
+    said: tuple[float, Callable[[str], None]],
+) -> None:
+    """One class's report into the result: its builds, its coverage, its findings (the
+    run's timeout and its progress line in ``said``)."""
+    timeout, progress = said
+    for result in report.results:
+        layouts = result.get("layouts", [])
+        built = sum(layout.get("status") == "built" for layout in layouts)
+        out.built += bool(built)
+        out.builds[public_name(str(result.get("arch")))] = {
+            "file": str(cand.path),
+            "line": cand.line,
+            "layouts": {str(lay.get("name")): lay for lay in layouts},
+            "loading": result.get("loading") or {},
+        }
+        progress(
+            f"phase 2: {public_name(str(result.get('arch')))}: {result.get('status')}, "
+            f"{built}/{len(layouts)} layouts built "
+            f"(config: {result.get('config_source') or '-'})"
+        )
+        for file, cov in result.get("coverage", {}).get("files", {}).items():
+            executed.update((str(Path(file).resolve()), n) for n in cov["executed"])
+    out.diagnostics.extend(_outcome(cand, report, timeout))
 
 
 def merge_classes(found: list[Diagnostic], executed: set[tuple[str, int]]) -> list[Diagnostic]:
     """Classes of one file build the same sites (a model and its ``ForCausalLM``, a
-    subclass and its base): one finding per code and place (the longest message: its path
-    is the full one), and no "not verified" note at a site another class's build ran."""
+    subclass and its base): one finding per code and place (the one whose module path or
+    checkpoint name is the longest: the class that wraps the other names it in full), and
+    no "not verified" note at a site another class's build ran. Notes at one place are one
+    when their facts are (``data["note"]``), else when their groups are; a note with
+    neither stands alone."""
     from prefixlint.introspect.coverage.sites import UNEXECUTED_SITE  # light: stdlib ast only
 
     best: dict[tuple, Diagnostic] = {}
-    for d in found:
+    for n, d in enumerate(found):
         place = (str(Path(d.filename).resolve()), d.location.row)
         if d.data.get("group") == UNEXECUTED_SITE and place in executed:
             continue  # another class's build ran it
-        key = (
-            (d.code, d.filename, d.location.row)
-            if d.code != NOT_VERIFIED_CODE
-            else (d.code, d.filename, d.location.row, d.message)
-        )
-        if key not in best or len(d.message) > len(best[key].message):
+        key: tuple = (d.code, d.filename, d.location.row)
+        if d.code == NOT_VERIFIED_CODE:
+            # its fact, else its group (a finding's group: one per code, site and group)
+            fact, group = d.data.get("note"), d.data.get("group", "")
+            key += (group, fact or group or n)
+        if key not in best or _depth(d) > _depth(best[key]):
             best[key] = d
     return sorted(best.values(), key=Diagnostic.sort_key)
+
+
+def _depth(d: Diagnostic) -> int:
+    return len(d.data.get("path") or "")
 
 
 def polish(diagnostics: list[Diagnostic]) -> list[Diagnostic]:

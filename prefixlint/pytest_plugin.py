@@ -75,9 +75,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    worker = config.stash.get(_WORKER, None)
-    if worker is not None:
-        worker.close()
+    pool = config.stash.get(_WORKER, None)
+    if pool is not None:
+        pool.close()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -156,14 +156,15 @@ def _targets(config: pytest.Config) -> list[str]:
 
 
 def _worker(config: pytest.Config) -> Any:
-    """One phase-2 worker process for the session: vLLM is imported once, not per test."""
-    from prefixlint.introspect.process.client import Worker
+    """One phase-2 worker process for the session: vLLM is imported once, not per test.
+    It is the one worker of a pool, so it ends as ``check --introspect``'s and ``zoo``'s do."""
+    from prefixlint.introspect.process.pool import WorkerPool
     from prefixlint.introspect.process.warm import warm_folder
 
     if _WORKER not in config.stash:
         # forked from the warm zygote (PREFIXLINT_WARM_WORKER=0: a fresh one)
-        config.stash[_WORKER] = Worker(warm=warm_folder(False))
-    return config.stash[_WORKER]
+        config.stash[_WORKER] = WorkerPool(1, warm_folder(False))
+    return config.stash[_WORKER].workers[0]
 
 
 @dataclass

@@ -365,19 +365,34 @@ def test_a_bare_assertion_is_described_by_the_line_that_raised_it() -> None:
 def test_a_drafts_missing_pp_method_is_a_note() -> None:
     """A draft that declares ``SupportsPP`` (inherited from its target's class) without
     ``make_empty_intermediate_tensors``: vLLM runs drafts beside the last stage, so
-    nothing calls it today (a note); the same on a model that is no draft stays an error,
-    and other codes are left alone."""
-    from prefixlint.introspect.drafts.plan import soften_for_draft
-    from prefixlint.introspect.finding import Finding
+    nothing calls it today. PFX606's unit reads the draft's policy (data, not a rewrite
+    of its finding afterwards): a note for a draft, an error for a model, and a draft
+    that were pipelined would be an error again."""
+    from types import SimpleNamespace
 
-    message = "`EagleX` declares `SupportsPP` but has no callable `make_empty_intermediate_tensors`"
+    from torch import nn
 
-    def softened(code: str, kind: str) -> tuple[str, str]:
-        f = Finding(code, "error", message, "m.py", 1, group="pp", facts={"kind": kind})
-        soften_for_draft(f)
-        return f.severity, f.message
+    from prefixlint.introspect.checks.base import Findings, Subject
+    from prefixlint.introspect.checks.pfx606_interface import PipelineInterface
+    from prefixlint.introspect.drafts.plan import DraftPolicy
 
-    severity, text = softened("PFX606", "supports-pp")  # the fact PFX606's unit sets
+    class EagleX(nn.Module):
+        supports_pp = True
+
+    layout = SimpleNamespace(tp=1, pp=1, name="tp=1,pp=1")
+    build = SimpleNamespace(layout=layout, model=EagleX(), error=None, variant="")
+
+    def judged(draft: DraftPolicy | None) -> tuple[str, str]:
+        subject = Subject(EagleX, None, class_site=("m.py", 1), draft=draft)
+        out = Findings()
+        PipelineInterface().check([build], subject, out)
+        (found,) = out.finish()
+        return found.severity, found.message
+
+    severity, text = judged(DraftPolicy(layer_offset=4))
     assert severity == "note" and "only once drafts are pipelined" in text
-    assert softened("PFX601", "supports-pp") == ("error", message)
-    assert softened("PFX606", "") == ("error", message)  # the same words, another kind
+    severity, text = judged(None)
+    assert severity == "error" and "pipelined" not in text
+    assert judged(DraftPolicy(layer_offset=4, pipelined=True)) == (severity, text)
+    assert DraftPolicy(4).numbered_on("model.layers.0", "model.layers.4")
+    assert not DraftPolicy(4).numbered_on("model.layers.0", "model.layers.3")

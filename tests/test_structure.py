@@ -337,11 +337,10 @@ _WORD_METHODS |= {"replace", "find", "rfind", "index", "rindex", "partition", "s
 # public_name rewrites phase 2's internal class names for people, deciding nothing
 _CARRIERS = {"print", "echo", "str", "append", "setdefault", "public_name"}
 # Reads not yet replaced by a fact, by module and function: each must still read (drop
-# it once fixed). Both group findings whose words are the same (one per line and kind of
-# words; one per place across the classes of a file), for which no producer says a kind yet.
+# it once fixed). It groups findings whose words are the same (one per line and kind of
+# words), for which no producer says a kind yet.
 KNOWN_MESSAGE_READS = {
     ("prefixlint/introspect/dryrun/weights.py", "_kind"),
-    ("prefixlint/check_introspect.py", "merge_classes"),
 }
 
 

@@ -15,6 +15,7 @@ from torch import nn
 
 from prefixlint.introspect import introspect
 from prefixlint.introspect.builds.parallel import Layout
+from prefixlint.introspect.checks import findings_of
 from prefixlint.introspect.coverage import variant_dryrun
 from prefixlint.introspect.coverage.variants import Exploration, Variant
 from prefixlint.introspect.finding import Finding
@@ -122,7 +123,8 @@ def test_only_kept_variants_with_new_parameters_are_dry_run(monkeypatch) -> None
         ({"c": 1}, "kept", _model("w", "third")),  # the reference never reads `c`: a note
     )
     verdict = FakeOutcome(findings=[repeated])
-    out = variant_dryrun.dry_run_variants(None, None, [base], explored, verdict, True)
+    found, gaps = variant_dryrun.dry_run_variants(None, None, [base], explored, verdict, True)
+    out = found + findings_of(gaps)  # the notes as the PFX600 unit words them
     assert ran == ["a=1", "b=2"]
     assert [f.code for f in out] == ["PFX701", "PFX600", "PFX600"] and out[0].line == 7
     assert "config variant a=1" in out[0].message
@@ -131,10 +133,16 @@ def test_only_kept_variants_with_new_parameters_are_dry_run(monkeypatch) -> None
     # a base dry-run that did not verify: its own note says why, no variant runs
     ran.clear()
     unverified = FakeOutcome("not verified", "why")
-    assert variant_dryrun.dry_run_variants(None, None, [base], explored, unverified, True) == []
+    assert variant_dryrun.dry_run_variants(None, None, [base], explored, unverified, True) == (
+        [],
+        [],
+    )
     assert ran == []
     # no reference class (the model's own layout): a note per variant, no dry-run
-    own = variant_dryrun.dry_run_variants(None, None, [base], explored, verdict, True, None, True)
+    own_found, own_gaps = variant_dryrun.dry_run_variants(
+        None, None, [base], explored, verdict, True, None, True
+    )
+    own = own_found + findings_of(own_gaps)
     assert [(f.code, "config variant a=1" in f.message) for f in own][:1] == [("PFX600", True)]
     assert len(own) == 3 and ran == []
 

@@ -196,7 +196,7 @@ def test_parallel_builds_report_in_the_files_order(tmp_path: Path) -> None:
     import threading
     import time
 
-    from prefixlint.check_introspect import in_workers, worker_count
+    from prefixlint.introspect.process.pool import WorkerPool, worker_count
 
     assert worker_count(None, 5) == 1  # cold workers: one at a time
     assert 1 <= worker_count(tmp_path, 5) <= min(5, os.cpu_count() or 1)
@@ -210,7 +210,7 @@ def test_parallel_builds_report_in_the_files_order(tmp_path: Path) -> None:
             used[i] = id(worker)
         return f"report {i}"
 
-    got = list(in_workers(build_one, 4, 2, tmp_path))
+    got = list(WorkerPool(2, tmp_path).run(range(4), build_one))
     assert got == [(i, f"report {i}") for i in range(4)]
     assert len(set(used.values())) == 2  # two workers shared the four builds
 
@@ -218,7 +218,7 @@ def test_parallel_builds_report_in_the_files_order(tmp_path: Path) -> None:
         raise RuntimeError(f"build {i}")
 
     with pytest.raises(RuntimeError, match="build 0"):
-        list(in_workers(failing, 3, 2, tmp_path))
+        list(WorkerPool(2, tmp_path).run(range(3), failing))
 
 
 def test_a_workers_messages_print_sets_in_the_same_order_in_every_run() -> None:

@@ -145,7 +145,9 @@ def test_the_zoo_replaces_a_worker_left_holding_too_much(monkeypatch) -> None:
         worker.job_memory = {"rss_mb": left[arch], "arch_done": arch}  # type: ignore[dict-item]
         return run.Row(arch, group, "built")
 
-    monkeypatch.setattr(run, "Worker", Fake)
+    from prefixlint.introspect.process import pool
+
+    monkeypatch.setattr(pool, "Worker", Fake)
     monkeypatch.setattr(run, "_built_row", built)
     monkeypatch.setattr(
         run, "_selected", lambda only, shard, warm: (dict.fromkeys(left, "g"), list(left))

@@ -107,7 +107,7 @@ def zoo(
     writable(journal, "--journal")
     warm = warm_folder(no_warm_worker)
     if jobs is None:
-        from prefixlint.check_introspect import worker_count
+        from prefixlint.introspect.process.pool import worker_count
 
         jobs = worker_count(warm, 4)  # a forked worker costs a fork; a cold one, imports
     with stop_on_signals() as signals:  # a second signal must not lose the report

@@ -115,11 +115,26 @@ def to_diagnostics(result: dict[str, Any]) -> list[Diagnostic]:
                     "group": f.get("group", ""),  # "default-prefix": a leaf built with ""
                     # what it is, for code that reads it (`check --introspect`), never its words
                     **({"kind": f["facts"]["kind"]} if f.get("facts", {}).get("kind") else {}),
+                    **_identity(f),
                     # a note that says a check has nothing to run against is not a gap
                     **_verified_flag(f.get("facts", {})),
                 },
             )
         )
+    return out
+
+
+def _identity(f: dict[str, Any]) -> dict[str, Any]:
+    """What tells one class's finding from another's at the same place, as data: a PFX600
+    note's fact (``note``), and the module path or checkpoint name the finding is about
+    (``path``: the class that wraps the other names it in full)."""
+    facts = f.get("facts") or {}
+    out: dict[str, Any] = {}
+    if facts.get("note"):
+        out["note"] = facts["note"]
+    path = (f.get("paths") or [None])[0] or facts.get("path") or facts.get("subject")
+    if isinstance(path, str) and path:
+        out["path"] = path
     return out
 
 

@@ -1,9 +1,10 @@
 """What a phase-2 check reports: one finding at a line of the model's own code.
 
-Light (stdlib only): the checks (``checks/``), the coverage notes (``coverage/sites.py``)
-and the dry-run (``dryrun/``) all make findings, and none of them imports another for it.
-Which files are the model's own code is read here too (``model_code``), for them and for
-the crash sites, the plugins' error sites and the recorder.
+Light (stdlib only): the checks (``checks/``) make findings; the later stages (the
+dry-runs, coverage, the builds' gaps) return typed facts instead, among them ``Unverified``
+(what could not be checked, and why), which the PFX600 unit alone words. Which files are
+the model's own code is read here too (``model_code``), for them and for the crash sites,
+the plugins' error sites and the recorder.
 """
 
 from __future__ import annotations
@@ -38,6 +39,28 @@ class Finding:
 
     def key(self) -> tuple[str, str, int, str]:
         return (self.code, self.file, self.line, self.group)
+
+
+@dataclass(frozen=True)
+class Unverified:
+    """What phase 2 could not check at ``site`` of the model, and why: a fact the stages
+    return (dry-runs, coverage, builds) and the PFX600 unit alone words
+    (``checks/pfx600_not_verified.py``). ``kind`` says which of its sentences: "stage" (a
+    stage ``what`` did not run, or ran in part: ``cause``), "build" (building the
+    architecture ``what`` failed at ``layouts`` for the gap ``category`` of a config that
+    was or was not ``synthesised``), "site" (a construction site, calling ``what``, that no
+    build executed: ``cause`` says why, after ``tried`` config variants). ``advice``: what
+    would verify it."""
+
+    what: str
+    cause: str
+    site: tuple[str, int]
+    kind: str = "stage"
+    advice: str = ""
+    layouts: tuple[str, ...] = ()
+    category: str = ""
+    synthesised: bool = False
+    tried: int = 0
 
 
 # An error's first line is kept whole up to this; beyond it (a list of every parameter) it

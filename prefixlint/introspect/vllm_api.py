@@ -20,7 +20,7 @@ import importlib
 import inspect
 import re
 import textwrap
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 REGISTRY_MODULE = "vllm.model_executor.models.registry"
@@ -472,6 +472,70 @@ def attention_classes() -> tuple[type | None, type | None]:
     return attention, base
 
 
+# vLLM's state-space and linear-attention layers the comparison runs in torch
+# (``compare/statespace.py``): class name -> its module, 0.32 and 0.33.
+_STATESPACE_MODULES = {
+    "MambaMixer": "vllm.model_executor.layers.mamba.mamba_mixer",
+    "MambaMixer2": "vllm.model_executor.layers.mamba.mamba_mixer2",
+    "ShortConv": "vllm.model_executor.layers.mamba.short_conv",
+    "QwenGatedDeltaNetAttention": "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn",
+    "OlmoHybridGatedDeltaNetAttention": "vllm.model_executor.layers.mamba.gdn.olmo_gdn_linear_attn",
+}
+
+
+def statespace_layer(name: str) -> type | None:
+    """vLLM's state-space layer class ``name`` (``MambaMixer``, ``MambaMixer2``,
+    ``ShortConv``), or None in a layout without it."""
+    module = _module(_STATESPACE_MODULES.get(name, ""))
+    found = getattr(module, name, None) if module else None
+    return found if isinstance(found, type) else None
+
+
+@contextlib.contextmanager
+def custom_op_replaced(name: str, replacement: Callable) -> Iterator[None]:
+    """vLLM's custom op ``torch.ops.vllm.<name>`` is ``replacement`` while the context is
+    open. A layer looks its op up at each call (0.32: ``QwenGatedDeltaNetAttention.
+    forward_cpu`` calls ``torch.ops.vllm.cpu_gdn_attention_core``), and the namespace
+    keeps a resolved op as a plain attribute, so the attribute is what is replaced."""
+    import torch
+
+    namespace = torch.ops.vllm
+    original = namespace.__dict__.get(name)
+    setattr(namespace, name, replacement)
+    try:
+        yield
+    finally:
+        if original is None:
+            delattr(namespace, name)  # the next look-up resolves the registered op
+        else:
+            setattr(namespace, name, original)
+
+
+def forward_context_layer(layer_name: Any) -> Any:
+    """The layer a custom op's ``layer_name`` names in the current forward context (0.32:
+    a ``str`` or a ``LayerName`` wrapping one, ``forward_context.no_compile_layers``)."""
+    name = getattr(layer_name, "value", layer_name)
+    context = importlib.import_module("vllm.forward_context").get_forward_context()
+    return context.no_compile_layers[name]
+
+
+def mla_attention_class() -> type | None:
+    """vLLM's multi-head latent attention layer (``MLAAttention``: takes the rotated query,
+    the normed compressed KV, ``k_pe`` and the layer's ``kv_b_proj``):
+    ``vllm.model_executor.layers.attention`` (0.32, 0.33), then its own module, then
+    ``vllm.attention.layer`` (older layouts); None where this vLLM has none."""
+    for path in (
+        "vllm.model_executor.layers.attention",
+        "vllm.model_executor.layers.attention.mla_attention",
+        "vllm.attention.layer",
+    ):
+        module = _module(path)
+        cls = getattr(module, "MLAAttention", None) if module else None
+        if isinstance(cls, type):
+            return cls
+    return None
+
+
 def forward_context() -> Any:
     """``set_forward_context(attn_metadata, vllm_config)`` (``vllm.forward_context``, 0.32
     and 0.33): the context a model's forward reads its layers from (MoE layers find
@@ -487,34 +551,38 @@ def process_weights_after_loading() -> Any:
     return module.process_weights_after_loading
 
 
-def cpu_router_drops_bias(module: Any) -> bool:
-    """A fused-MoE layer whose CPU router (``fused_moe/router/cpu_router.py`` ``CPURouter``,
-    0.32) would ignore its ``e_score_correction_bias``: without grouped top-k, softmax
-    scoring takes ``_softmax_topk``, which never reads the bias. On a GPU the bias is used;
-    on this machine the layer computes something else than the model says."""
-    router = getattr(module, "router", None)
-    if router is None or type(router).__name__ != "CPURouter":
-        return False
-    return (
-        getattr(router, "e_score_correction_bias", None) is not None
-        and not getattr(router, "use_grouped_topk", False)
-        and getattr(router, "scoring_func", "") == "softmax"
-        and getattr(router, "custom_routing_function", None) is None
-    )
+def cpu_router_class() -> type | None:
+    """vLLM's CPU MoE router (``fused_moe/router/cpu_router.py`` ``CPURouter``, 0.32 and
+    0.33; every fused-MoE layer on the CPU platform gets one unless it routes to zero
+    experts): its ``_compute_routing(hidden_states, router_logits, indices_type, *,
+    input_ids)`` returns (weights, expert ids). None on a vLLM whose CPU experts route
+    inline (before the router classes): the layer's routing then runs as it is."""
+    module = _module("vllm.model_executor.layers.fused_moe.router.cpu_router")
+    cls = getattr(module, "CPURouter", None) if module else None
+    return cls if isinstance(cls, type) and hasattr(cls, "_compute_routing") else None
 
 
-def cpu_router_lacks_scoring(module: Any) -> str | None:
-    """The scoring function of a fused-MoE layer that vLLM's CPU router cannot route
-    (``CPURouter._compute_routing``, 0.32: without grouped top-k or a custom routing
-    function only softmax and sqrtsoftplus run; Laguna's sigmoid fails an assert there), or
-    None. On a GPU the layer runs; on this machine it does not."""
-    router = getattr(module, "router", None)
-    if router is None or type(router).__name__ != "CPURouter":
+def moe_routing(router: Any) -> dict[str, Any] | None:
+    """How a fused-MoE layer was configured to route, as its router keeps it (``CPURouter``'s
+    attributes, 0.32): top_k, scoring ("softmax", "sigmoid", ...), bias (the
+    ``e_score_correction_bias`` tensor or None), grouped, groups, topk_group, renormalize,
+    scale (``routed_scaling_factor`` as the router applies it; 1.0 where the layer applies
+    it to the output), custom (the model's own routing function or None), hashed (a
+    token-hash table routes). None for a router this reads nothing of."""
+    if not hasattr(router, "top_k") or not hasattr(router, "scoring_func"):
         return None
-    scoring = getattr(router, "scoring_func", "softmax")
-    if getattr(router, "use_grouped_topk", False) or router.custom_routing_function is not None:
-        return None
-    return None if scoring in ("softmax", "sqrtsoftplus") else str(scoring)
+    return {
+        "top_k": int(router.top_k),
+        "scoring": str(router.scoring_func),
+        "bias": getattr(router, "e_score_correction_bias", None),
+        "grouped": bool(getattr(router, "use_grouped_topk", False)),
+        "groups": getattr(router, "num_expert_group", None),
+        "topk_group": getattr(router, "topk_group", None),
+        "renormalize": bool(getattr(router, "renormalize", True)),
+        "scale": float(getattr(router, "routed_scaling_factor", 1.0) or 1.0),
+        "custom": getattr(router, "custom_routing_function", None),
+        "hashed": getattr(router, "_hash_indices_table", None) is not None,
+    }
 
 
 def _rotary_class() -> type | None:

@@ -15,10 +15,10 @@ import functools
 import inspect
 import time
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prefixlint.codes import NOT_VERIFIED_CODE
 from prefixlint.introspect.process.env import prepare
 
 prepare()
@@ -38,6 +38,7 @@ from prefixlint.introspect.builds.parallel import Layout  # noqa: E402
 from prefixlint.introspect.builds.recorder import named_sites  # noqa: E402
 from prefixlint.introspect.checks import check_build, findings_of  # noqa: E402
 from prefixlint.introspect.checks import pfx608_engine_start as startup  # noqa: E402
+from prefixlint.introspect.checks.pfx703_lora import folded  # noqa: E402
 from prefixlint.introspect.configs import (  # noqa: E402
     ConfigGap,
     ConfigSource,
@@ -53,14 +54,18 @@ from prefixlint.introspect.coverage.variant_dryrun import dry_run_variants  # no
 from prefixlint.introspect.coverage.variants import Exploration, explore  # noqa: E402
 from prefixlint.introspect.drafts.mtp_layers import complete_mtp_layers  # noqa: E402
 from prefixlint.introspect.drafts.plan import (  # noqa: E402
+    draft_policy,
     force_architecture,
     is_draft,
     plan_draft,
     shared_with_target,
-    soften_for_draft,
-    target_layer_offset,
 )
-from prefixlint.introspect.finding import Finding, class_site, in_models_folder  # noqa: E402
+from prefixlint.introspect.finding import (  # noqa: E402
+    Finding,
+    Unverified,
+    class_site,
+    in_models_folder,
+)
 from prefixlint.introspect.process.kernels import stand_ins_used  # noqa: E402
 from prefixlint.introspect.targets.resolve import (  # noqa: E402
     Target,
@@ -71,7 +76,12 @@ from prefixlint.introspect.targets.resolve import (  # noqa: E402
 # (the worker reaches the targets through this module)
 from prefixlint.introspect.targets.resolve import resolve_targets as resolve_targets  # noqa: E402
 from prefixlint.introspect.verdict import own  # noqa: E402
-from prefixlint.introspect.verdict.gaps import describe, note, reclaim, split_gaps  # noqa: E402
+from prefixlint.introspect.verdict.gaps import (  # noqa: E402
+    describe,
+    fix_hint,
+    reclaim,
+    split_gaps,
+)
 from prefixlint.introspect.verdict.located import in_user_code  # noqa: E402
 from prefixlint.introspect.verdict.outcome import (  # noqa: E402
     LayoutOutcome,
@@ -120,79 +130,154 @@ def target_config_source(
         return source
 
 
-def run_target(
-    target: Target,
-    layouts: list[Layout],
-    config: str | None = None,
-    config_table: dict[str, str] | None = None,
-    config_base: str | None = None,
-    dryrun: bool = True,
-    explore_budget: float = 0.0,
-    deadline: float | None = None,
-    checkpoint: str | None = None,
-    lora: str | None = None,
-    compare: bool = True,
-) -> TargetResult:
-    """``compare``: run the comparison with transformers (``compare/``, PFX609).
-    ``checkpoint``: a checkpoint folder whose layout and quantization config the
-    dry-run checks (``checkpoint_run.py``); its config.json is the build config unless
-    ``config`` is given. ``lora``: a PEFT adapter folder the LoRA dry-run matches
-    (``dryrun/lora.py``; without one, a synthetic adapter)."""
-    started = time.perf_counter()
+@dataclass
+class Options:
+    """What the caller asked of a target's run (``run_target``'s keywords)."""
+
+    config: str | None = None
+    config_table: dict[str, str] | None = None
+    config_base: str | None = None
+    dryrun: bool = True
+    explore_budget: float = 0.0
+    deadline: float | None = None
+    checkpoint: str | None = None
+    lora: str | None = None
+    compare: bool = True
+
+
+@dataclass
+class TargetRun:
+    """One target's run as it passes through the stages: what each stage leaves for the
+    next. ``result`` is what the worker answers."""
+
+    target: Target
+    layouts: list[Layout]
+    options: Options
+    result: TargetResult
+    started: float
+    cls: Any = None
+    plan: Any = None
+    source: Any = None
+    builds: list[Build] = field(default_factory=list)
+    explored: Exploration | None = None
+    numbered: list[Any] = field(default_factory=list)  # a draft's numbering facts
+
+
+def run_target(target: Target, layouts: list[Layout], **options: Any) -> TargetResult:
+    """A target's run, stage by stage (``STAGES``), each stage one function over the
+    ``TargetRun``; a stage that returns False ends the run (a target refused at set-up).
+    ``options`` are ``Options``' fields: ``compare``, the comparison with transformers
+    (``compare/``, PFX609); ``checkpoint``, a checkpoint folder whose layout and
+    quantization config the dry-run checks (``checkpoint_run.py``; its config.json is the
+    build config unless ``config`` is given); ``lora``, a PEFT adapter folder the LoRA
+    dry-run matches (``dryrun/lora.py``; without one, a synthetic adapter)."""
     result = TargetResult(target=target.spec, arch=target.arch)
+    run = TargetRun(target, layouts, Options(**options), result, time.perf_counter())
+    for stage in STAGES:
+        if stage(run) is False:
+            return run.result
+    return run.result
+
+
+def _set_up(run: TargetRun) -> bool:
+    """Set-up: the target's class and its config (a refusal here is the model's finding
+    at its line, or the target is skipped)."""
     registry = vllm_registry()
-    cls = target.cls
-    if cls is None:
+    result, target, given = run.result, run.target, run.options
+    run.cls = target.cls
+    if run.cls is None:
         try:
-            cls = load_class(registry, target.arch)
+            run.cls = load_class(registry, target.arch)
         except (Exception, SystemExit) as e:
             own = startup.import_failure(e) or startup.unresolved_registration(
                 registry, target.arch
             )
-            return _refused(skipped(result, e, started), own)
-    arch_for_config = target.arch.removesuffix("__prefixlint")
+            run.result = _refused(skipped(result, e, run.started), own)
+            return False
+    config = (given.config, given.config_table, given.config_base, given.checkpoint)
     try:
-        plan, source = _target_config(
-            result, target, cls, registry, (config, config_table, config_base, checkpoint)
-        )
+        run.plan, run.source = _target_config(result, target, run.cls, registry, config)
     except Exception as e:
-        own = startup.interface_refusal(cls, e) or startup.malformed_config(e)
-        return _refused(skipped(result, e, started), own)
+        own = startup.interface_refusal(run.cls, e) or startup.malformed_config(e)
+        run.result = _refused(skipped(result, e, run.started), own)
+        return False
+    if run.layouts:
+        draft = (target.arch.removesuffix("__prefixlint"), registry, target)
+        run.plan = _prepared(result, run.plan, run.layouts[0], run.cls, run.source, draft)
+    return True
 
-    if layouts:
-        plan = _prepared(result, plan, layouts[0], cls, source, (arch_for_config, registry, target))
-    model_config = plan.model_config
-    builds = _build_layouts(result, plan, layouts)
+
+def _builds(run: TargetRun) -> None:
+    """Builds: one per layout, then the config variants that reach sites no layout ran
+    (and, for a draft, its layers numbered on), and which construction sites ran."""
+    plan, cls, layouts = run.plan, run.cls, run.layouts
+    run.builds = _build_layouts(run.result, plan, layouts)
 
     def build(config: Any, layout: Layout) -> Build:
         # a variant's overrides are applied to the plan's own config, in place
         return build_layout(plan, layout)
 
-    explored = explore(cls, model_config, layouts, builds, build, explore_budget)
-    numbered: list[Finding] = []
-    if plan.draft_spec is not None and explore_budget > 0:  # layers numbered on
-        numbered = explore_numbering(cls, model_config, layouts, builds, build, explored)
-    builds += explored.builds
-    covered(result, cls, builds, explored)
+    budget = run.options.explore_budget
+    explored = explore(cls, plan.model_config, layouts, run.builds, build, budget)
+    if plan.draft_spec is not None and budget > 0:  # layers numbered on
+        run.numbered = explore_numbering(
+            cls, plan.model_config, layouts, run.builds, build, explored
+        )
+    run.builds += explored.builds
+    run.explored = explored
+    covered(run.result, cls, run.builds, explored)
+
+
+def _checks(run: TargetRun) -> None:
+    """Per-build and target checks (``checks.CHECKS``), the coverage's notes, and the
+    layer-index refusals vLLM's start would raise."""
+    result, cls, plan = run.result, run.cls, run.plan
     complete = not result.coverage["not_executed"]
-    result.findings = _findings(target.arch, cls, plan, builds, result.synthesised, complete)
-    result.findings += numbered + not_verified(result.coverage)
-    result.findings += startup.layer_index_refusals(builds, model_config, cls)
-    given = (checkpoint, lora)
-    _dry_run(result, cls, plan, builds, dryrun, deadline, given, explored)
-    if not checkpoint:  # a real checkpoint's config: its weights are not transformers'
-        _compare(result, cls, plan, builds, compare)
-    result.findings = in_user_code(result.findings, cls, builds)  # a plugin's, not vLLM's
+    result.findings = _findings(
+        run.target.arch, cls, plan, run.builds, result.synthesised, complete
+    )
+    result.findings += findings_of(run.numbered + not_verified(result.coverage))
+    result.findings += startup.layer_index_refusals(run.builds, plan.model_config, cls)
+
+
+def _dry_runs(run: TargetRun) -> None:
+    """Dry-runs: the checkpoint, quantization and LoRA (PFX701-703)."""
+    given = (run.options.checkpoint, run.options.lora)
+    _dry_run(
+        run.result,
+        run.cls,
+        run.plan,
+        run.builds,
+        run.options.dryrun,
+        run.options.deadline,
+        given,
+        run.explored,
+    )
+
+
+def _comparison(run: TargetRun) -> None:
+    """The comparison with transformers (PFX609); a real checkpoint's config is not
+    compared: its weights are not transformers'."""
+    if not run.options.checkpoint:
+        _compare(run.result, run.cls, run.plan, run.builds, run.options.compare)
+
+
+def _finish(run: TargetRun) -> None:
+    """What it came to: findings in the user's code only (a plugin's, not vLLM's), the
+    target's status, and the meta models freed (a zoo worker builds hundreds)."""
+    result, builds = run.result, run.builds
+    result.findings = in_user_code(result.findings, run.cls, builds)
     failed = [b for b in builds if b.error is not None]
     if len(failed) == len(builds) and builds:
         result.status = "failed"
         result.reason = _describe(failed[0].error)
         result.category = classify(failed[0].error, result.findings, result.synthesised)
-    result.seconds = time.perf_counter() - started
-    # Free the meta models now: a zoo worker builds hundreds.
+    result.seconds = time.perf_counter() - run.started
     for build in builds:
         build.model = None
-    return result
+
+
+STAGES = (_set_up, _builds, _checks, _dry_runs, _comparison, _finish)
 
 
 def _target_config(
@@ -311,25 +396,22 @@ def _findings(
     the layouts that failed because of the config or this machine (see ``gaps.py``)."""
     checked, gap_builds = split_gaps(builds, synthesised, classify)
     checked, gap_builds = reclaim(checked, gap_builds, _own_failure(plan, builds, arch, cls))
-    findings = check_build(cls, plan.model_config, checked, complete)
-    spec = plan.draft_spec
-    if spec is not None:  # a draft's layers are numbered on from its target's
-        offset = getattr(spec.target_model_config.hf_text_config, "num_hidden_layers", 0)
-        findings = [
-            f
-            for f in findings
-            if not (
-                f.code == "PFX601"
-                and target_layer_offset(f.facts.get("path", ""), f.facts.get("prefix"), offset or 0)
-            )
-        ]
-        for f in findings:
-            soften_for_draft(f)
-    file, line = class_site(cls)
-    for (category, reason), failed in gap_builds.items():
-        layouts = [b.layout.name for b in failed]
-        findings.append(Finding(**note(arch, layouts, category, reason, synthesised, file, line)))
-    return findings
+    draft = draft_policy(plan.draft_spec)  # consulted by the checks
+    findings = check_build(cls, plan.model_config, checked, complete, draft)
+    gaps = [
+        Unverified(
+            arch,
+            reason,
+            class_site(cls),
+            "build",
+            fix_hint(category, reason, synthesised),
+            tuple(b.layout.name for b in failed),
+            category,
+            synthesised,
+        )
+        for (category, reason), failed in gap_builds.items()
+    ]
+    return findings + findings_of(gaps)
 
 
 def _own_failure(plan: BuildPlan, builds: list[Build], arch: str, cls: type | None) -> Any:
@@ -416,14 +498,12 @@ def _dry_run(
                     cls, model_config, builds, result.synthesised, why, deadline
                 )
     except Exception as e:
-        file, line = class_site(cls)
-        note = f"not verified: the checkpoint dry-run failed: {_describe(e)}"
-        finding = Finding(NOT_VERIFIED_CODE, "note", note, file, line)
-        outcome = dryrun.DryRun("not verified", _describe(e), [finding])
+        failed = Unverified("the checkpoint dry-run failed", _describe(e), class_site(cls))
+        outcome = dryrun.DryRun("not verified", _describe(e), facts=[failed])
     outcome.findings += findings_of(outcome.facts)
     if explored is not None and not checkpoint:  # a real checkpoint's config has no variants
         synthesised = result.synthesised
-        outcome.findings += dry_run_variants(
+        found, gaps = dry_run_variants(
             cls,
             model_config,
             builds,
@@ -434,6 +514,7 @@ def _dry_run(
             own_layout,
             rendered=findings_of,
         )
+        outcome.findings += found + findings_of(gaps)
     if plan.draft_spec is not None:
         for f in outcome.findings:
             shared_with_target(f)
@@ -441,7 +522,7 @@ def _dry_run(
     fused = packed.missing_entries(cls, builds, outcome.mapping)
     adapted = lora.run(cls, model_config, builds, outcome.mapping, enabled, adapter)
     result.findings += packed.without_duplicates(outcome.findings, fused)
-    result.findings += lora.folded(adapted.findings, fused) + fused
+    result.findings += folded(findings_of(adapted.facts), fused) + fused
     result.dryrun, result.dryrun_reason = outcome.status, outcome.reason
     result.loading = outcome.loading
     result.lora, result.lora_reason = adapted.status, adapted.reason

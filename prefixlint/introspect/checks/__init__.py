@@ -65,13 +65,19 @@ CHECKS: tuple[Check, ...] = (
 
 
 def check_build(
-    cls: type | None, model_config: Any, builds: list[Any], complete: bool = True
+    cls: type | None,
+    model_config: Any,
+    builds: list[Any],
+    complete: bool = True,
+    draft: Any = None,
 ) -> list[Finding]:
     """Every check of ``CHECKS`` over a target's builds, one finding per construction site.
     ``complete``: every construction site ran in some build (a packed key no build made is
-    then a finding; otherwise it is not verified)."""
+    then a finding; otherwise it is not verified). ``draft``: a speculative draft's
+    ``DraftPolicy``, which the checks consult."""
     out = Findings()
     subject = Subject.of(cls, model_config, complete)
+    subject.draft = draft
     subject.unstaged_failures = {
         failure_key(b, subject.class_site)
         for b in builds

@@ -92,6 +92,8 @@ class Subject:
     kv_heads: Any = None
     # (site, what it raised) of the failed builds that split no pipeline (pp=1)
     unstaged_failures: set[tuple[tuple[str, int], str]] = field(default_factory=set)
+    # a speculative draft's policy (``drafts.plan.DraftPolicy``), None for a model
+    draft: Any = None
 
     @classmethod
     def of(cls_, cls: type | None, model_config: Any, complete: bool) -> Subject:

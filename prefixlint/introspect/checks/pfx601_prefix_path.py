@@ -76,6 +76,8 @@ class PrefixPath(BuildCheck):
             roots.append((path, r.prefix))
             if _convention(view, path):
                 continue
+            if subject.draft is not None and subject.draft.numbered_on(path, r.prefix):
+                continue  # a draft's layers are numbered on from its target's: the contract
             below = [p for p in view.by_path if p.startswith(path + ".") and view.wrong(p)]
             if r.defaulted and r.prefix == "" and not below and view.is_container(path):
                 continue  # a container whose layers get their names some other way
@@ -87,7 +89,7 @@ class PrefixPath(BuildCheck):
                 message = f'`{r.cls}` at `{path}` was built without `prefix` (`""`){inside}: {why}'
             else:
                 message = f"`{r.cls}` is at `{path}` but was given prefix `{r.prefix}`: {why}"
-                facts = {"path": path, "prefix": r.prefix}  # a draft's numbering is read here
+                facts = {"path": path, "prefix": r.prefix}
             group = "default-prefix" if leaf else ""
             site = (r.site_file, r.site_line)
             finding = Finding(self.code, severity, message, *site, group=group, facts=facts)

@@ -8,17 +8,19 @@ from typing import Any, ClassVar
 from prefixlint.codes import NOT_VERIFIED_CODE
 from prefixlint.introspect.checks.base import (
     Case,
+    FactCheck,
     FailureCheck,
     Subject,
     config_value,
     first_line,
     model_frame,
 )
+from prefixlint.introspect.coverage.numbering import DraftListIndexed
 from prefixlint.introspect.finding import Finding
 from prefixlint.introspect.verdict import own
 
 
-class ConstructionFailed(FailureCheck):
+class ConstructionFailed(FailureCheck, FactCheck):
     """## What it does
     A build that raised in the model's own code, for a reason no earlier check of the table
     explains, is reported at the innermost frame of the model's file, once per site (the
@@ -49,6 +51,10 @@ class ConstructionFailed(FailureCheck):
     module its own package lacks (`from .layerz import ...`), are PFX604 at that line; a
     top-level package that is not installed here (an optional dependency) is a note.
 
+    A draft whose per-layer list (one entry per draft layer, as its checkpoint's config
+    holds it: `coverage/numbering.py` builds it so) is indexed with a layer's global
+    number raises `IndexError` at that subscript: PFX604 there.
+
     ## Details
     Reported at the innermost frame in the model's own file. A hang or a crash of the
     worker process is reported too, never a dead run.
@@ -75,6 +81,29 @@ class ConstructionFailed(FailureCheck):
             pp=(2,),
         ),
     )
+
+    reads: ClassVar[tuple[type, ...]] = (DraftListIndexed,)
+
+    def findings(self, facts: list[Any]) -> list[Finding]:
+        return [self._indexed(f) for f in facts]
+
+    def _indexed(self, fact: DraftListIndexed) -> Finding:
+        message = (
+            f"building the draft failed with `{fact.attr}` holding one entry per draft layer "
+            f"({fact.entries}, as a draft checkpoint's config.json holds it): IndexError: "
+            f"{fact.error}. vLLM numbers a draft's layers on from the target's, so a "
+            "per-layer list of the draft's config is indexed with the layer's position in the "
+            "draft (its number minus the target's layer count), not with its number"
+        )
+        return Finding(
+            self.code,
+            "error",
+            message,
+            *fact.site,
+            layouts=[fact.layout],
+            variants=[fact.variant],
+            group=f"draft-numbering:{fact.attr}",
+        )
 
     def judge(self, build: Any, subject: Subject) -> Finding | None:
         layout = build.layout

@@ -15,7 +15,14 @@ from typing import Any
 import torch
 
 from prefixlint.introspect import vllm_api
-from prefixlint.introspect.compare import attention, boundaries, reference
+from prefixlint.introspect.compare import (
+    attention,
+    boundaries,
+    mla,
+    reference,
+    routing,
+    statespace,
+)
 from prefixlint.introspect.compare.facts import TOLERANCE, Boundary, Comparison, Reason, Status
 
 __all__ = ["TOLERANCE", "Boundary", "Comparison", "Reason", "Status", "compare"]
@@ -57,7 +64,7 @@ def _compare(
     if ref_cls is None:
         return Comparison.not_run(Reason.NO_REFERENCE)
     try:
-        ref = reference.build(ref_cls, model_config.hf_config)
+        ref = reference.build(ref_cls, mla.reference_config(model_config.hf_config))
     except Exception as e:
         return Comparison.not_run(Reason.REFERENCE_FAILED, f"{ref_cls.__name__}: {_words(e)}")
     from prefixlint.introspect.builds.layout import build_layout
@@ -67,19 +74,14 @@ def _compare(
     real = build_layout(plan, Layout(), meta=False)
     if real.error is not None or real.model is None:
         return Comparison.not_run(Reason.BUILD_FAILED, _words(real.error))
-    unsupported = attention.unsupported_layers(real.model)
+    unsupported = attention.unsupported_layers(
+        real.model, lambda m: statespace.runs(m) or mla.runs(m)
+    )
     if unsupported:
         return Comparison.not_run(Reason.UNSUPPORTED_LAYER, ", ".join(unsupported))
-    biased = [n for n, m in real.model.named_modules() if vllm_api.cpu_router_drops_bias(m)]
-    if biased:  # vLLM's CPU backend, not the model: what the engine computes on a GPU
-        detail = f"vLLM's CPU MoE router ignores `e_score_correction_bias` at `{biased[0]}`"
-        return Comparison.not_run(Reason.UNSUPPORTED_LAYER, detail)
-    routers = [(n, vllm_api.cpu_router_lacks_scoring(m)) for n, m in real.model.named_modules()]
-    lacking = [(n, s) for n, s in routers if s is not None]
-    if lacking:  # the CPU backend again: the layer routes on a GPU
-        name, scoring = lacking[0]
-        detail = f"vLLM's CPU MoE router has no `{scoring}` scoring (at `{name}`)"
-        return Comparison.not_run(Reason.UNSUPPORTED_LAYER, detail)
+    unroutable = routing.unroutable(real.model)
+    if unroutable is not None:  # neither the reference routing nor vLLM's CPU router
+        return Comparison.not_run(Reason.UNSUPPORTED_LAYER, f"MoE routing: {unroutable}")
     context = _context(real)
     refused = _load(real.model, ref, model_config, context)
     if refused is not None:
@@ -183,6 +185,9 @@ def _run(
             context(),
             vllm_api.forward_context()(None, vllm_config),
             attention.reference_attention(),
+            statespace.reference_statespace(),
+            mla.reference_mla(),
+            routing.reference_routing(),
             boundaries.hooked(model, {p: boundaries.key(v) for p, v in names.items()}, ours),
         ):
             hidden = model(input_ids=ids, positions=positions)
@@ -191,7 +196,11 @@ def _run(
         return Comparison.not_run(Reason.FORWARD_FAILED, _words(e))
     try:
         parts = {p: p for v in names.values() for p in v}
-        with torch.no_grad(), boundaries.hooked(ref.model, parts, theirs):
+        with (
+            torch.no_grad(),
+            statespace.reference_mixers(ref.model, TOKENS),
+            boundaries.hooked(ref.model, parts, theirs),
+        ):
             out = ref.model(input_ids=ids[None], position_ids=positions[None], use_cache=False)
         boundaries.join_parts(theirs, names)
     except Exception as e:

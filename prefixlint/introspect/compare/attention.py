@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -27,9 +27,12 @@ class Unsupported(Exception):
     """A layer this reference cannot stand in for (MLA, Mamba, cross-attention, ...)."""
 
 
-def unsupported_layers(model: torch.nn.Module) -> list[str]:
+def unsupported_layers(
+    model: torch.nn.Module, runs: Callable[[torch.nn.Module], bool] = lambda _: False
+) -> list[str]:
     """Layers that read attention metadata and are not plain ``Attention`` of a type the
-    reference runs: (class name) each, once."""
+    reference runs, nor a layer ``runs`` says another reference runs (state-space
+    layers, ``statespace.runs``): (class name) each, once."""
     attention, base = vllm_api.attention_classes()
     out: list[str] = []
     for module in model.modules():
@@ -39,7 +42,9 @@ def unsupported_layers(model: torch.nn.Module) -> list[str]:
             plain = False
         if plain and type(module).forward is not attention.forward:  # its own forward
             plain = False
-        if base is not None and isinstance(module, base) and not plain and name not in out:
+        if plain or runs(module):
+            continue
+        if base is not None and isinstance(module, base) and name not in out:
             out.append(name)
     return out
 

@@ -4,6 +4,7 @@ what each computed (forward hooks), and how far apart the two are."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -112,7 +113,9 @@ def hooked(root: nn.Module, paths: dict[str, str], seen: Seen) -> Iterator[None]
             continue
         layer = path.rsplit(".", 1)[-1].isdigit()
 
-        def hook(_m: nn.Module, args: tuple, kwargs: dict, out: Any, key=key, layer=layer):
+        def hook(m: nn.Module, args: tuple, kwargs: dict, out: Any, key=key, layer=layer):
+            if out is None:  # a layer that writes into its ``output`` argument
+                out, args, kwargs = _written(m, args, kwargs)
             value, other = _output(out, layer)
             if value is not None and key not in seen.outputs:  # the first call only
                 seen.outputs[key] = _kept(value)
@@ -129,6 +132,24 @@ def hooked(root: nn.Module, paths: dict[str, str], seen: Seen) -> Iterator[None]
     finally:
         for handle in handles:
             handle.remove()
+
+
+def _written(module: nn.Module, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
+    """(the ``output`` argument, the other arguments) of a vLLM layer that returns None and
+    writes its result into ``output`` (``MambaMixer``, ``ShortConv``: ``forward(
+    hidden_states, output)``); (None, as given) for others. The written tensor is no
+    input: it holds the result by the time the hook reads it."""
+    if "output" in kwargs:
+        rest = {k: v for k, v in kwargs.items() if k != "output"}
+        return kwargs["output"], args, rest
+    try:
+        names = [n for n in inspect.signature(module.forward).parameters if n != "self"]
+    except (TypeError, ValueError):
+        return None, args, kwargs
+    at = names.index("output") if "output" in names else len(args)
+    if at >= len(args) or not isinstance(args[at], torch.Tensor):
+        return None, args, kwargs
+    return args[at], args[:at] + args[at + 1 :], kwargs
 
 
 def _kept(t: torch.Tensor) -> torch.Tensor:

@@ -45,8 +45,14 @@ SHRINK: dict[str, Any] = {
 
 
 # Defaults that are None where the model needs a number (a checkpoint always says): the
-# value keeps the shrunk sizes consistent (8 KV heads divide 16 query heads).
-FILL_NONE: dict[str, Any] = {"num_key_value_heads": 8}
+# value keeps the shrunk sizes consistent (8 KV heads divide 16 query heads). DeepSeek-V2's
+# routing (top-k of None; vLLM's GPU router refuses groups of None) as V2-Lite's is.
+FILL_NONE: dict[str, Any] = {
+    "num_key_value_heads": 8,
+    "num_experts_per_tok": 2,
+    "n_group": 1,
+    "topk_group": 1,
+}
 
 
 def _pick_layers(values: list, n: int) -> list:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from prefixlint.codes import CONSTRUCTION_FAILED_CODE
 from prefixlint.introspect.coverage.sites import measure, own_files
 from prefixlint.introspect.coverage.variants import (
     OTHER_KIND,
@@ -31,7 +31,20 @@ from prefixlint.introspect.coverage.variants import (
     file_facts,
     repaired_build,
 )
-from prefixlint.introspect.finding import Finding
+
+
+@dataclass(frozen=True)
+class DraftListIndexed:
+    """A draft that indexes its per-layer list ``attr`` (given ``entries`` entries, one per
+    draft layer) with a layer's global number: building it at ``layout`` with the variant
+    ``variant`` raised ``IndexError: error`` at ``site``, the subscript (PFX604)."""
+
+    attr: str
+    entries: int
+    error: str
+    site: tuple[str, int]
+    layout: str
+    variant: str
 
 
 def numbering_variants(model_config: Any, files: list[str]) -> list[tuple[Variant, set[str]]]:
@@ -76,14 +89,14 @@ def explore_numbering(
     builds: list[Any],
     build: Callable[[Any, Any], Any],
     explored: Exploration,
-) -> list[Finding]:
+) -> list[DraftListIndexed]:
     """The numbering variants of a draft built at the first layout (kept ones at all);
-    PFX604 findings for a list indexed past its end at one of its subscripts."""
+    a list indexed past its end at one of its subscripts, as facts (PFX604)."""
     if not layouts or not any(b.error is None for b in builds):
         return []
     files = own_files(cls, builds[0].recorder.external)
     repaired = repaired_build(build, files)
-    found: list[Finding] = []
+    found: list[DraftListIndexed] = []
     for variant, sites in numbering_variants(model_config, files):
         explored.variants.append(variant)
         with applied(model_config, variant.overrides, variant.everywhere) as ok:
@@ -121,24 +134,10 @@ def _raised_at(build: Any, sites: set[str]) -> tuple[str, int] | None:
     return (frame.f_code.co_filename, line) if site in sites else None
 
 
-def _finding(variant: Variant, build: Any, site: tuple[str, int]) -> Finding:
+def _finding(variant: Variant, build: Any, site: tuple[str, int]) -> DraftListIndexed:
     ((attr, value),) = variant.overrides.items()
-    message = (
-        f"building the draft failed with `{attr}` holding one entry per draft layer "
-        f"({len(value)}, as a draft checkpoint's config.json holds it): IndexError: "
-        f"{_line(build.error)}. vLLM numbers a draft's layers on from the target's, so a "
-        "per-layer list of the draft's config is indexed with the layer's position in the "
-        "draft (its number minus the target's layer count), not with its number"
-    )
-    return Finding(
-        CONSTRUCTION_FAILED_CODE,
-        "error",
-        message,
-        *site,
-        layouts=[build.layout.name],
-        variants=[variant.label()],
-        group=message,
-    )
+    error = _line(build.error)
+    return DraftListIndexed(attr, len(value), error, site, build.layout.name, variant.label())
 
 
 def _keep(

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefixlint.codes import NOT_VERIFIED_CODE
-
 # Calls that pass ``prefix=`` but construct nothing (or are the class's own ``super()``).
 _NOT_CONSTRUCTORS = frozenset(
     {"__init__", "is_layer_skipped", "dict", "set_current_vllm_config", "maybe_prefix"}
@@ -243,8 +241,9 @@ UNEXECUTED_SITE = "unexecuted-site"
 
 
 def not_verified(coverage: dict[str, Any]) -> list[Any]:
-    """A PFX600 note at each site no build executed: nothing there was checked."""
-    from prefixlint.introspect.finding import Finding
+    """What no build executed: an ``Unverified`` fact (a PFX600 note) at each such site,
+    since nothing there was checked."""
+    from prefixlint.introspect.finding import Unverified
 
     tried = coverage.get("explored", 0)
     why = {
@@ -257,18 +256,7 @@ def not_verified(coverage: dict[str, Any]) -> list[Any]:
     for site in coverage.get("not_executed", []):
         file, _, line = site.rpartition(":")
         callee = next((s.callee for s in construction_sites(file) if s.line == int(line)), "")
-        out.append(
-            Finding(
-                NOT_VERIFIED_CODE,
-                "note",
-                f"not verified: no build executed this construction site (`{callee}(...)`), "
-                f"so phase 2 did not check the prefix it passes; {why} ({tried} variants "
-                "tried). A config that builds it (`--config`) would",
-                file,
-                int(line),
-                group=UNEXECUTED_SITE,
-            )
-        )
+        out.append(Unverified(callee, why, (file, int(line)), "site", tried=tried))
     return out
 
 

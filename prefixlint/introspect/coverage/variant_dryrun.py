@@ -14,9 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from prefixlint.codes import NOT_VERIFIED_CODE
 from prefixlint.introspect.coverage.variants import Exploration, applied, config_objects
-from prefixlint.introspect.finding import Finding, class_site
+from prefixlint.introspect.finding import Finding, Unverified, class_site
 
 _OWN_LAYOUT = (
     "not run: no transformers class says what a checkpoint of the variant's config holds "
@@ -74,36 +73,38 @@ def dry_run_variants(
     deadline: float | None = None,
     own_layout: bool = False,
     rendered: Callable[[list[Any]], list[Finding]] | None = None,
-) -> list[Finding]:
-    """PFX701 findings (and PFX600 notes) of the kept variants that add parameters, for
-    a base dry-run ``base`` (``dryrun.DryRun``) that verified; nothing otherwise (the base
-    dry-run's own note says why nothing was checked). ``own_layout``: the base dry-run had
-    no reference class (``selflayout.py``); the variants get a note, not a dry-run.
-    ``rendered``: the findings of a dry-run's typed facts (``checks.findings_of``, passed
-    in: the checks read coverage, so coverage does not import them)."""
+) -> tuple[list[Finding], list[Unverified]]:
+    """PFX701 findings of the kept variants that add parameters, and what of them was not
+    verified (``Unverified`` facts, PFX600 notes), for a base dry-run ``base``
+    (``dryrun.DryRun``) that verified; nothing otherwise (the base dry-run's own note says
+    why nothing was checked). ``own_layout``: the base dry-run had no reference class
+    (``selflayout.py``); the variants get a note, not a dry-run. ``rendered``: the findings
+    of a dry-run's typed facts (``checks.findings_of``, passed in: the checks read
+    coverage, so coverage does not import them)."""
     from prefixlint.introspect import dryrun
     from prefixlint.introspect.dryrun.quant import OUT_OF_TIME, past
 
     start = _tp1(builds, "")
     if base.status != "verified" or start is None:
-        return []
+        return [], []
     known = {(f.code, f.file, f.line) for f in base.findings}
     base_params = _parameters(start)
     out: list[Finding] = []
+    notes: list[Unverified] = []
     for variant in explored.variants:
         label = variant.label()
         build = _tp1(explored.builds, label) if variant.status == "kept" else None
         if build is None or not _parameters(build) - base_params:
             continue
         if own_layout:
-            out.append(_note(cls, label, _OWN_LAYOUT))
+            notes.append(_note(cls, label, _OWN_LAYOUT))
             continue
         unread = _unread_by_reference(model_config, variant.overrides)
         if unread:
-            out.append(_note(cls, label, _UNREAD.format(", ".join(f"`{a}`" for a in unread))))
+            notes.append(_note(cls, label, _UNREAD.format(", ".join(f"`{a}`" for a in unread))))
             continue
         if past(deadline):
-            out.append(_note(cls, label, OUT_OF_TIME))
+            notes.append(_note(cls, label, OUT_OF_TIME))
             break
         try:
             with applied(model_config, variant.overrides, variant.everywhere):
@@ -111,10 +112,10 @@ def dry_run_variants(
                     cls, model_config, [build], True, synthesised, deadline, quantize=False
                 )
         except Exception as e:  # a failure of the dry-run itself, never a lost target
-            out.append(_note(cls, label, f"{type(e).__name__}: {str(e).strip()[:200]}"))
+            notes.append(_note(cls, label, f"{type(e).__name__}: {str(e).strip()[:200]}"))
             continue
         if outcome.status != "verified":
-            out.append(_note(cls, label, outcome.reason))
+            notes.append(_note(cls, label, outcome.reason))
         facts = getattr(outcome, "facts", None) or []
         if facts and rendered is None:
             raise TypeError("a variant's dry-run gave facts, and nothing renders them")
@@ -127,9 +128,8 @@ def dry_run_variants(
                 f" (config variant {label}, which builds parameters the base config does not)"
             )
             out.append(finding)
-    return out
+    return out, notes
 
 
-def _note(cls: type | None, label: str, reason: str) -> Finding:
-    message = f"not verified: the checkpoint dry-run of config variant {label}: {reason}"
-    return Finding(NOT_VERIFIED_CODE, "note", message, *class_site(cls))
+def _note(cls: type | None, label: str, reason: str) -> Unverified:
+    return Unverified(f"the checkpoint dry-run of config variant {label}", reason, class_site(cls))

@@ -381,20 +381,26 @@ def target_layer_offset(path: str, prefix: str | None, offset: int) -> bool:
     )
 
 
-DRAFT_PP_NOTE = (
-    " (a note: a speculative draft, which vLLM runs beside the last pipeline stage, so "
-    "nothing calls it today; it matters only once drafts are pipelined)"
-)
+@dataclass(frozen=True)
+class DraftPolicy:
+    """What vLLM does with a speculative draft that the checks read as data (issue 20):
+    its layers are numbered on from the target's ``layer_offset`` layers
+    (``numbered_on``), and it runs beside the last pipeline stage, so its ``SupportsPP``
+    methods are never called (``pipelined`` False: PFX606 says so in a note)."""
+
+    layer_offset: int
+    pipelined: bool = False
+
+    def numbered_on(self, path: str, prefix: str | None) -> bool:
+        return target_layer_offset(path, prefix, self.layer_offset)
 
 
-def soften_for_draft(finding: Any) -> None:
-    """A draft that inherits ``SupportsPP`` from its target's class (EAGLE from Llama)
-    without the methods: nothing calls them today, so a note (shown with
-    ``--show-notes``, in JSON and SARIF), with the reason in the message (issue 20)."""
-    pp = finding.facts.get("kind") == "supports-pp"
-    if finding.code == "PFX606" and pp and finding.severity == "error":
-        finding.severity = "note"
-        finding.message += DRAFT_PP_NOTE
+def draft_policy(spec: Any) -> DraftPolicy | None:
+    """The policy of a draft's build plan (``BuildPlan.draft_spec``); None for a model."""
+    if spec is None:
+        return None
+    offset = getattr(spec.target_model_config.hf_text_config, "num_hidden_layers", 0)
+    return DraftPolicy(offset or 0)
 
 
 # vLLM's proposer replaces these modules of a draft with the target's

@@ -52,7 +52,7 @@ from prefixlint.introspect.dryrun.weights import (
     merge,
     refused_modules,
 )
-from prefixlint.introspect.finding import Finding, class_site, describe_error
+from prefixlint.introspect.finding import Finding, Unverified, class_site, describe_error
 
 __all__ = ["DryRun", "NotVerified", "incomplete_experts", "reference_class", "run"]
 
@@ -71,24 +71,43 @@ class DryRun:
     loading: dict[str, Any] = field(default_factory=dict)
     # typed facts (not findings): the pipeline hands them to their check units
     # (``checks.findings_of``); producers move here from ``findings`` one by one. Last,
-    # so that the positional ``mapping`` and ``loading`` of the callers keep their place
+    # by keyword only: callers pass ``mapping`` and ``loading`` by position.
     facts: list[Any] = field(default_factory=list)
 
 
 def _note(message: str, site: tuple[str, int]) -> Finding:
+    """Compatibility only, until the modules that still call it (``selflayout``,
+    ``checkpoint_run``) return ``Unverified`` facts: a PFX600 note as a finding."""
     return Finding(NOT_VERIFIED_CODE, "note", f"not verified: {message}", *site)
 
 
-def _divergence_note(divergence: Divergence, sites: Sites) -> Finding:
+# what of the dry-run did not run, or ran in part (``Unverified.what``)
+CHECKPOINT = "checkpoint dry-run"
+CHECKPOINT_IN_PART = "checkpoint dry-run, in part"
+
+
+def _divergence_note(divergence: Divergence, sites: Sites) -> Unverified:
     shown = divergence.reasons[:4]
     more = len(divergence.reasons) - len(shown)
     what = "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
-    return _note(
-        "checkpoint dry-run, in part: transformers and vLLM read the synthesised config "
+    return Unverified(
+        CHECKPOINT_IN_PART,
+        "transformers and vLLM read the synthesised config "
         f"differently, so what a checkpoint holds there is unknown ({what}); those tensors "
         "are not judged. `--config` with a real checkpoint's config.json checks them",
         sites.class_site,
     )
+
+
+def _in_part(divergence: Divergence | None, why: str, sites: Sites) -> list[Unverified]:
+    """What of the chosen layout was not streamed: parts a synthesised config is read
+    differently as, and experts left out (``why``)."""
+    notes = []
+    if divergence is not None and divergence.reasons:
+        notes.append(_divergence_note(divergence, sites))
+    if why:
+        notes.append(Unverified(CHECKPOINT_IN_PART, why, sites.class_site))
+    return notes
 
 
 def refused_reason(broken: bool) -> str:
@@ -177,7 +196,7 @@ def unbuilt(cls: type | None, builds: list[Any]) -> DryRun:
     error = failed.error if failed is not None else None
     why = f" ({describe_error(error)})" if error is not None else ""
     reason = f"the dry-run loads into the tp=1 build, which failed{why}"
-    return DryRun("not verified", reason, [_note(reason, class_site(cls))])
+    return DryRun("not verified", reason, facts=[Unverified("", reason, class_site(cls))])
 
 
 def _quantized_layouts(
@@ -187,10 +206,11 @@ def _quantized_layouts(
     sites: Sites,
     deadline: float | None,
     found: tuple[list[Finding], list[Loading]],
+    notes: list[Unverified],
 ) -> list[str]:
     """PFX701 on FP8 layouts (``quantlayouts.py``), its facts added to ``found``'s; what
-    of it did not run is a note in its findings and the part of the reason returned."""
-    findings, facts = found
+    of it did not run is a fact in ``notes`` and the part of the reason returned."""
+    facts = found[1]
 
     def through(build: Any, layout: dict[str, Any]) -> Any:
         with _as_served(build.model, model_config):
@@ -200,7 +220,7 @@ def _quantized_layouts(
     facts += seen
     if not gap:
         return []
-    findings.append(_note(f"quantized layouts, in part: {gap}", sites.class_site))
+    notes.append(Unverified("quantized layouts, in part", gap, sites.class_site))
     return [f"the quantized layouts in part ({gap})"]
 
 
@@ -212,20 +232,21 @@ def _quantization(
     sites: Sites,
     deadline: float | None,
     found: tuple[list[Finding], list[Loading]],
+    notes: list[Unverified],
 ) -> list[str]:
     """PFX702 (``quant_findings``) and the FP8 layouts' PFX701 for the base build, its
-    layer sources and the stream it loaded, added to ``found`` (findings, facts); returns
-    what of them did not run. ``quantize`` false (a config variant's dry-run): PFX701
-    only, nothing here."""
+    layer sources and the stream it loaded, added to ``found`` (findings, facts; what did
+    not run: to ``notes``); returns what of them did not run. ``quantize`` false (a
+    config variant's dry-run): PFX701 only, nothing here."""
     if not quantize:
         return []
     base, sources, reference = quantized
     findings = found[0]
     quant, skipped = quant_findings(cls, model_config, base, sources, sites, deadline)
     findings += quant
-    partial = _quantized_layouts(model_config, base, reference, sites, deadline, found)
+    partial = _quantized_layouts(model_config, base, reference, sites, deadline, found, notes)
     if skipped:
-        findings.append(_note(f"quantization dry-run: {skipped}", sites.class_site))
+        notes.append(Unverified("quantization dry-run", skipped, sites.class_site))
         partial.append(f"the quantization dry-run did not run ({skipped})")
     return partial
 
@@ -235,7 +256,7 @@ def _refused(
     model_config: Any,
     streamed: tuple[Any, dict[str, Any]],
     sites: Sites,
-    found: tuple[list[Finding], list[Loading]],
+    found: tuple[list[Finding], list[Loading], list[Unverified]],
 ) -> DryRun:
     """A stream that raised on too many kinds of names: the loader's error when the names
     are the model's own, else not verified (``loader_refusals``)."""
@@ -244,9 +265,9 @@ def _refused(
         with _as_served(base.model, model_config):
             return stream(base.model, part, _stream_context(base, model_config))
 
-    findings, facts = found
+    findings, facts, notes = found
     judged, broken = loader_refusals(facts, *streamed, sites, restream)
-    return DryRun("not verified", refused_reason(broken), merge(findings), facts=judged)
+    return DryRun("not verified", refused_reason(broken), merge(findings), facts=judged + notes)
 
 
 def run(
@@ -270,8 +291,8 @@ def run(
     sites = Sites(cls, base.model, base.recorder)
     sites.embedding = _served_as_embedding(model_config)
     if past(deadline):
-        note = _note(f"checkpoint and quantization dry-run: {OUT_OF_TIME}", sites.class_site)
-        return DryRun("not verified", OUT_OF_TIME, [note])
+        note = Unverified("checkpoint and quantization dry-run", OUT_OF_TIME, sites.class_site)
+        return DryRun("not verified", OUT_OF_TIME, facts=[note])
     try:
         from vllm.config import set_current_vllm_config
 
@@ -283,7 +304,8 @@ def run(
         if not callable(getattr(base.model, "load_weights", None)):
             raise NotVerified("the model has no `load_weights`")
     except NotVerified as e:
-        return DryRun("not verified", str(e), [_note(f"checkpoint dry-run: {e}", sites.class_site)])
+        said = Unverified(CHECKPOINT, str(e), sites.class_site)
+        return DryRun("not verified", str(e), facts=[said])
     tried = []
     for layout in layouts:
         divergence = reconcile(cls, ref, base.model, layout) if synthesised else None
@@ -302,23 +324,20 @@ def run(
     # the layout vLLM loads best: a loader need only accept one of them
     s, streamed, facts, divergence, why = min(tried, key=lambda t: (not t[0].complete, len(t[2])))
     findings: list[Finding] = []
-    if divergence is not None and divergence.reasons:
-        findings.append(_divergence_note(divergence, sites))
-    if why:
-        findings.append(_note(f"checkpoint dry-run, in part: {why}", sites.class_site))
+    notes = _in_part(divergence, why, sites)
     if s.limit:
         reason = f"a weight loader needs real data on meta tensors ({s.limit})"
         site = (s.limit_error and sites.frame(s.limit_error)) or sites.loader("")
-        findings.append(_note(f"checkpoint dry-run: {reason}", site))
-        return DryRun("not verified", reason, merge(findings), facts=facts)
+        notes.append(Unverified(CHECKPOINT, reason, site))
+        return DryRun("not verified", reason, merge(findings), facts=facts + notes)
     if not s.complete:
-        return _refused(base, model_config, (s, streamed), sites, (findings, facts))
+        return _refused(base, model_config, (s, streamed), sites, (findings, facts, notes))
     refused = refused_modules(s, sites)
     sources = {k: v for k, v in layer_sources(s, base.model).items() if normal(k) not in refused}
     mapping = {layer: path for path, layers in sources.items() for layer in layers}
     quantized = (base, sources, (streamed, s))
     found = (findings, facts)
-    partial = _quantization(quantize, cls, model_config, quantized, sites, deadline, found)
+    partial = _quantization(quantize, cls, model_config, quantized, sites, deadline, found, notes)
     # "verified" with a reason: what of the check did not run, never left unsaid
     if divergence is not None and divergence.reasons:
         partial.append(f"{len(divergence.reasons)} part(s) read differently from the config")
@@ -326,7 +345,7 @@ def run(
         partial.append(why)
     reason = f"in part: {'; '.join(partial)}" if partial else ""
     loading = _loading(s, streamed, sites)
-    return DryRun("verified", reason, merge(findings), mapping, loading, facts=facts)
+    return DryRun("verified", reason, merge(findings), mapping, loading, facts=facts + notes)
 
 
 def _loading(s: Any, streamed: dict[str, Any], sites: Sites) -> dict[str, Any]:

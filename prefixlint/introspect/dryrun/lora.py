@@ -23,20 +23,18 @@ manager's choice of modules), so those loops alone are repeated here.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
-from prefixlint.codes import LORA_TARGET_UNMAPPED_CODE, NOT_VERIFIED_CODE
 from prefixlint.introspect.dryrun import _base_build, _served_as_embedding
 from prefixlint.introspect.dryrun.sites import Sites
-from prefixlint.introspect.finding import Finding, class_site, describe_error
+from prefixlint.introspect.finding import Unverified, class_site, describe_error
 from prefixlint.introspect.targets.adapter import Adapter, read_adapter
 from prefixlint.introspect.targets.checkpoint import CheckpointError
 
-_SHOWN = 8  # expected names quoted in a message
 EMBEDDING_ENDS = ("lora_embedding_A", "lora_embedding_B")  # PEFT's, for an embedding
 # vLLM's manager gives a classification head's full weights (``modules_to_save``) to a
 # top-level module of one of these names only (``supported_modules_to_save``)
@@ -51,7 +49,9 @@ OWN_LAYOUT = (
 class LoraRun:
     status: str = "off"  # verified | not verified | off
     reason: str = ""
-    findings: list[Finding] = field(default_factory=list)
+    # what it found and what it could not check (``LoraIssue``, ``Unverified``): the
+    # pipeline hands them to their units (``checks.findings_of``)
+    facts: list[Any] = field(default_factory=list)
 
 
 def synthetic_adapter(mapping: dict[str, str], language: str | None) -> tuple[Adapter, int]:
@@ -260,8 +260,8 @@ def taker(
 
 @dataclass
 class Judge:
-    """Turns a ``Match`` into findings at the model's lines, one per site: the names an
-    issue covers are gathered (``gather``) before its message is written (``finish``)."""
+    """Turns a ``Match`` into ``LoraIssue`` facts at the model's lines, one per site: the
+    names an issue covers are gathered (``gather``) before its fact is made (``finish``)."""
 
     cls: type | None
     model: nn.Module
@@ -279,14 +279,6 @@ class Judge:
         issue = self.issues.setdefault((*site, group), {"names": [], **what})
         if name not in issue["names"]:
             issue["names"].append(name)
-
-    def expected(self) -> str:
-        # per-expert names (``experts.0.w1``) left out: a list of hundreds says nothing
-        names = sorted(n for n in self.found.expected if "." not in n)
-        more = len(names) - _SHOWN
-        return ", ".join(f"`{n}`" for n in names[:_SHOWN]) + (
-            f" and {more} more" if more > 0 else ""
-        )
 
     def refused(self, peft: str, name: str) -> None:
         """An adapter module vLLM's loader refuses: its name is no expected one."""
@@ -378,125 +370,55 @@ class Judge:
                 return self.sites.module(path)
         return self.sites.class_site
 
-    def finish(self) -> list[Finding]:
+    def finish(self) -> list[LoraIssue]:
         # vLLM refuses the whole adapter first: what else a refused site's layer would do
         # with it is moot (one finding per site)
         refusing = {(f, n) for (f, n, g), i in self.issues.items() if i.get("refused", True)}
         out = []
         for (file, line, group), issue in self.issues.items():
-            kind = group.split(":")[1]
             if not issue.get("refused", True) and (file, line) in refusing:
                 continue
-            severity, message = getattr(self, f"_{kind}")(issue)
-            more = len(issue["names"]) - 1
-            if more and kind in ("renamed", "unmapped"):
-                message += f" (the same for {more} more module{'s' if more > 1 else ''})"
-            out.append(
-                Finding(LORA_TARGET_UNMAPPED_CODE, severity, message, file, line, group=group)
-            )
+            out.append(self.issue((file, line), group, issue))
         return out
 
-    # one message per kind of issue -----------------------------------------------------------
-
-    def _fused(self, issue: dict[str, Any]) -> tuple[str, str]:
-        path, parts = issue["path"], issue["names"]
-        leaf = path.rsplit(".", 1)[-1]
-        entry = self.found.packed.get(leaf)
-        table = f"`{self.name}.packed_modules_mapping`"
-        has = f"maps `{leaf}` to {list(entry)}" if entry else f"has no entry for `{leaf}`"
-        fix = self.fed(path) or parts
-        module = self.module(path)
-        return "error", (
-            f"`{path}` is a fused `{type(module).__name__}` that loads the adapter's "
-            f"{_quoted(parts)}, and {table} {has}: vLLM's LoRA loader expects only "
-            f'{self.expected()} and refuses the adapter ("expected target modules in ... '
-            f'but received [...]"); make the entry `{leaf!r}: {fix!r}`'
+    def issue(self, site: tuple[str, int], group: str, issue: dict[str, Any]) -> LoraIssue:
+        """One gathered issue as its fact: what the unit's words need, read off the model."""
+        kind = group.split(":")[1]
+        path = issue.get("path", "")
+        peft = issue.get("peft", "")
+        into = self.mapping.get(peft, "") if kind == "renamed" else ""
+        module = self.module(path) if path else None
+        entry = self.found.packed.get(path.rsplit(".", 1)[-1]) if path else None
+        judged = into or path  # the module whose kind softens the finding (a router)
+        return LoraIssue(
+            kind,
+            site,
+            group,
+            tuple(issue["names"]),
+            self.name,
+            tuple(sorted(n for n in self.found.expected if "." not in n)),
+            path=path,
+            module=type(module).__name__ if path else "",
+            entry=tuple(entry) if entry is not None else None,
+            fed=tuple(self.fed(path)) if kind == "fused" else (),
+            peft=peft,
+            loads_into=into,
+            refused=issue.get("refused", True),
+            router=kind in ("renamed", "unwrapped") and self.router(judged),
+            language=issue.get("language", ""),
         )
 
-    def _whole(self, issue: dict[str, Any]) -> tuple[str, str]:
-        path = issue["path"]
-        leaf = path.rsplit(".", 1)[-1]
-        return "error", (
-            f"the adapter trains `{path}` (a `{type(self.module(path)).__name__}`) whole, "
-            f"as `{leaf}`, and `{self.name}.packed_modules_mapping` maps `{leaf}` to "
-            f"{list(self.found.packed[leaf])}: vLLM's LoRA loader expects only "
-            f'{self.expected()} and refuses the adapter ("expected target modules in ... '
-            'but received [...]")'
-        )
-
-    def _embedding(self, issue: dict[str, Any]) -> tuple[str, str]:
-        return "error", (
-            f"the adapter trains the embedding {_quoted(issue['names'])}, which "
-            f"`{self.name}.embedding_modules` does not list: vLLM's LoRA loader refuses the "
-            "adapter; list the embedding there, as vLLM's models do"
-        )
-
-    def _renamed(self, issue: dict[str, Any]) -> tuple[str, str]:
-        name, peft = issue["names"][0], issue["peft"]
-        head = (
-            f"the checkpoint's `{peft}` loads into `{self.mapping[peft]}` (this "
-            f"`load_weights` renames it), but vLLM's LoRA loader names the adapter's module "
-            f"`{name}` (through `hf_to_vllm_mapper`'s renames only)"
-        )
-        message = f"{head}: {self.consequence(issue)}; rename it in `hf_to_vllm_mapper`"
-        return self.severity(self.mapping[peft], message)
-
-    def _unmapped(self, issue: dict[str, Any]) -> tuple[str, str]:
-        head = f"the adapter trains `{issue['names'][0]}`, which no module of `{self.name}` is"
-        return "error", f"{head}: {self.consequence(issue)}"
-
-    def _unwrapped(self, issue: dict[str, Any]) -> tuple[str, str]:
-        path = issue["path"]
-        module = self.module(path)
-        leaf = path.rsplit(".", 1)[-1]
-        parts = self.found.packed.get(leaf)
-        table = (
-            f"`packed_modules_mapping` has no entry for `{leaf}`"
-            if parts is None
-            else f"its `packed_modules_mapping` entry is {list(parts)}"
-        )
-        message = (
-            f"`{path}` (a `{type(module).__name__}`) takes the adapter's "
-            f"{_quoted(issue['names'])}, and none of vLLM's LoRA layers replaces it ({table}"
-            "): vLLM's manager leaves it unwrapped and drops its adapter weights (a warning at "
-            "start-up, nothing else)"
-        )
-        if parts is None and len(issue["names"]) == 1:
-            message += (
-                f"; a fused layer the adapter trains whole needs `{leaf!r}: {[leaf]!r}`, as "
-                "its checkpoint holds it fused"
-            )
-        return self.severity(path, message)
-
-    def _tower(self, issue: dict[str, Any]) -> tuple[str, str]:
-        return "note", (
-            f"the adapter trains {len(issue['names'])} module(s) outside the language model "
-            f"`{issue['language']}` (`{issue['names'][0]}`, ...), which vLLM applies only "
-            "with `enable_tower_connector_lora` on a model that supports it (a note: a "
-            "deployment choice)"
-        )
-
-    def severity(self, path: str, message: str) -> tuple[str, str]:
-        """An error, but a warning for a router (one output per expert): adapters train
-        one only with PEFT's ``all-linear`` (docs/precision.md)."""
+    def router(self, path: str) -> bool:
+        """The module at ``path`` is a router (one output per expert): adapters train one
+        only with PEFT's ``all-linear`` (docs/precision.md), so a warning."""
         from prefixlint.introspect.dryrun.quant import _router
 
         module = self.module(path)
-        if module is None or self.model_config is None or not _router(self.model_config, module):
-            return "error", message
-        return "warning", (
-            f"{message} (a warning: a router, one output per expert, which adapters train "
-            "only when they target every linear layer)"
+        return (
+            module is not None
+            and self.model_config is not None
+            and _router(self.model_config, module)
         )
-
-    def consequence(self, issue: dict[str, Any]) -> str:
-        base = issue["names"][0].rsplit(".", 1)[-1]
-        if issue["refused"]:
-            return (
-                f"`{base}` is none of the names LoRA expects ({self.expected()}), so vLLM "
-                "refuses the adapter"
-            )
-        return "no module has that path, so vLLM drops the adapter's weights for it unsaid"
 
     def fed(self, path: str) -> list[str]:
         """The checkpoint parts the dry-run saw written into ``path``, in their order."""
@@ -505,11 +427,37 @@ class Judge:
         )
 
 
-def _quoted(names: list[str]) -> str:
-    return ", ".join(f"`{n}`" for n in names)
+@dataclass(frozen=True)
+class LoraIssue:
+    """An adapter module vLLM's LoRA loader refuses or its manager drops (PFX703), at
+    ``site`` of the model, as ``checks/pfx703_lora.py`` words it. ``kind``: "fused" (a
+    fused layer whose ``packed_modules_mapping`` entry lacks parts the adapter trains),
+    "whole" (a module trained whole that the mapping splits), "embedding" (one
+    ``embedding_modules`` does not list), "renamed" (the loader renames in code, LoRA's
+    renames do not), "unmapped" (no module has the name), "unwrapped" (no LoRA layer
+    replaces the module that takes it), "tower" (outside the language model), "head" (a
+    ``modules_to_save`` head the model does not expose). ``names``: the adapter modules
+    it covers; ``expected``: the names LoRA expects; ``model``: the class's name."""
+
+    kind: str
+    site: tuple[str, int]
+    group: str
+    names: tuple[str, ...]
+    model: str
+    expected: tuple[str, ...] = ()
+    path: str = ""  # the module at issue, and its class's name
+    module: str = ""
+    entry: tuple[str, ...] | None = None  # its ``packed_modules_mapping`` entry
+    fed: tuple[str, ...] = ()  # the checkpoint parts the dry-run wrote into it
+    peft: str = ""  # renamed: the checkpoint's name, and the module it loads into
+    loads_into: str = ""
+    refused: bool = True  # the loader refuses the adapter (else drops the weights)
+    router: bool = False
+    language: str = ""  # tower: the language model's prefix
+    synthetic: bool = False  # found with the synthetic adapter
 
 
-def classifier_heads(model: nn.Module, adapter: Adapter, sites: Sites) -> list[Finding]:
+def classifier_heads(model: nn.Module, adapter: Adapter, sites: Sites) -> list[LoraIssue]:
     """A ``modules_to_save`` classification head the model does not expose: vLLM gives
     full weights only to a top-level ``score``/``classifier`` of a pooling model
     (``_validate_modules_to_save`` raises otherwise)."""
@@ -522,23 +470,13 @@ def classifier_heads(model: nn.Module, adapter: Adapter, sites: Sites) -> list[F
         if is_pooling_model(model) and head in dict(model.named_children()):
             continue
         name = type(model).__name__
-        message = (
-            f"the adapter saves the classification head `{head}` (`modules_to_save`), and "
-            f"`{name}` exposes none: vLLM's LoRA manager gives full weights only to a "
-            f'top-level `{head}` of a pooling model, and refuses the adapter ("the model '
-            'does not expose a unique ClassificationHeadWithLoRA")'
-        )
-        out.append(
-            Finding(
-                LORA_TARGET_UNMAPPED_CODE, "error", message, *sites.class_site, group="lora:head"
-            )
-        )
+        out.append(LoraIssue("head", sites.class_site, "lora:head", (head,), name))
     return out
 
 
 def adapter_notes(
     adapter: Adapter, found: Match, api: dict[str, Any], site: tuple
-) -> list[Finding]:
+) -> list[Unverified]:
     """What vLLM refuses in the adapter itself, whatever the model (its own
     ``PEFTHelper.validate_legal``; names it cannot parse): a PFX600 note each."""
     out = []
@@ -548,15 +486,15 @@ def adapter_notes(
     except (ValueError, TypeError) as e:
         out.append(_note(f"vLLM refuses the adapter itself, whatever the model: {e}", site))
     if found.unparsed:
-        shown = _quoted(found.unparsed[:3])
+        shown = ", ".join(f"`{n}`" for n in found.unparsed[:3])
         out.append(
             _note(f"vLLM cannot parse the adapter's tensor names {shown}: it refuses it", site)
         )
     return out
 
 
-def _note(message: str, site: tuple[str, int]) -> Finding:
-    return Finding(NOT_VERIFIED_CODE, "note", f"not verified: LoRA dry-run: {message}", *site)
+def _note(cause: str, site: tuple[str, int]) -> Unverified:
+    return Unverified("LoRA dry-run", cause, site)
 
 
 # -- entry point --------------------------------------------------------------------------------
@@ -607,11 +545,11 @@ def run(
 
     try:
         with set_current_vllm_config(base.vllm_config):
-            findings = _judged(cls, base, chosen, mapping, api)
+            facts = _judged(cls, base, chosen, mapping, api)
     except Exception as e:  # vLLM's matching on meta: a gap, never a lost target
         failed = f"vLLM's matching failed on the meta build: {describe_error(e)}"
         return LoraRun("not verified", failed, [_note(failed, site)])
-    return LoraRun("verified", why, findings)
+    return LoraRun("verified", why, facts)
 
 
 def _build_for_lora(model_config: Any, builds: list[Any]) -> tuple[Any, str]:
@@ -716,7 +654,7 @@ def own_layers(cls: type | None, model: nn.Module) -> dict[str, str]:
 
 def _judged(
     cls: type | None, base: Any, adapter: Adapter, mapping: dict[str, str], api: dict[str, Any]
-) -> list[Finding]:
+) -> list[Any]:
     sites = Sites(cls, base.model, base.recorder)
     found = match(base.model, adapter, api)
     judge = Judge(cls, base.model, sites, found, mapping, base.vllm_config.model_config)
@@ -728,46 +666,6 @@ def _judged(
             continue  # experts: matched by their own expert mapping; heads: below
         judge.dropped(peft, name, wrapped)
     out = judge.finish() + classifier_heads(base.model, adapter, sites)
-    if adapter.synthetic:
-        out = [_as_synthetic(f) for f in out]
-    return out + adapter_notes(adapter, found, api, sites.class_site)
-
-
-def _as_synthetic(f: Finding) -> Finding:
-    """A finding of the synthetic adapter is a warning at most: the adapter is prefixlint's
-    guess (PEFT's ``all-linear`` of the checkpoint's names), and whether a user's adapter
-    trains that layer under that name is not known (on half the 0.32 zoo, 8 of its 10
-    findings were errors before this, most on base or embedding models' renamed names;
-    with ``--lora``, the user's own adapter's findings keep their severity)."""
-    if f.severity != "error":
-        return f
-    f.severity = "warning"
-    f.message += " (a warning: found with a synthetic all-linear adapter; `--lora` checks yours)"
-    return f
-
-
-def folded(findings: list[Finding], packed: list[Finding]) -> list[Finding]:
-    """A fused layer ``packed_modules_mapping`` lacks is PFX606 already, at the same line
-    (``checks/packed.py``): one defect, reported once; the PFX606 finding says what vLLM's
-    LoRA loader did with the adapter (refused it; or, the layer unwrapped, dropped its
-    weights)."""
-    by_site = {(f.file, f.line): f for f in packed}
-    out = []
-    for f in findings:
-        grouped = f.group.startswith(("lora:fused:", "lora:unwrapped:"))
-        known = by_site.get((f.file, f.line)) if grouped else None
-        if known is None:
-            out.append(f)
-            continue
-        if f.group.startswith("lora:fused:"):
-            known.severity = "error"
-            known.message += (
-                "; the LoRA dry-run confirms it: vLLM's LoRA loader refuses an adapter that "
-                "trains the parts (PFX703)"
-            )
-        else:
-            known.message += (
-                "; the LoRA dry-run confirms it: no LoRA layer replaces it, and vLLM drops "
-                "the adapter's weights for the parts (PFX703)"
-            )
-    return out
+    if adapter.synthetic:  # prefixlint's guess of an adapter: a warning at most (the unit)
+        out = [replace(f, synthetic=True) for f in out]
+    return [*out, *adapter_notes(adapter, found, api, sites.class_site)]

@@ -96,9 +96,9 @@ def build_targets(job: dict[str, Any], targets: list[Any]) -> list[dict[str, Any
         result = build.run_target(
             target,
             layouts,
-            job.get("config"),
-            job.get("configs"),
-            job.get("config_base"),
+            config=job.get("config"),
+            config_table=job.get("configs"),
+            config_base=job.get("config_base"),
             dryrun=job.get("dryrun", True),
             explore_budget=job.get("explore_budget", 0.0),
             deadline=deadline,

@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from prefixlint.introspect import (
 from prefixlint.introspect.coverage.sites import UNEXECUTED_SITE, registry_share
 from prefixlint.introspect.process.client import Worker, WorkerDied, WorkerTimeout
 from prefixlint.introspect.process.memory import over_bound
+from prefixlint.introspect.process.pool import WorkerPool
 from prefixlint.introspect.verdict.gaps import GAP_CATEGORIES
 from prefixlint.introspect.vllm_api import installed_release
 from prefixlint.progress import end_steps, step
@@ -465,49 +464,28 @@ def run_zoo(
     groups, archs = _selected(only, shard, warm)
     done_before = {r.arch: r for r in previous if r.arch in set(archs)}
     todo = [a for a in archs if a not in done_before]
-    workers = [Worker(warm=warm) for _ in range(max(1, min(jobs, len(todo) or 1)))]
-    free = list(workers)
-    lock = threading.Lock()
     finished: dict[str, Row] = dict(done_before)
-    stopping = threading.Event()
     record = _Journal(resume or journal, params, append=resume is not None)
 
-    def one(arch: str) -> None:
-        if stopping.is_set():
-            return
-        with lock:
-            worker = free.pop()
-        try:
-            row = _built_row(worker, arch, groups[arch], {**params, "budget": timeout}, timeout)
-            if worker.job_memory.get("rss_mb", 0.0) > RECYCLE_RSS_MB:
-                worker.close()  # the next build starts a fresh worker
-        finally:
-            with lock:
-                free.append(worker)
-        with lock:
-            if stopping.is_set():
-                return  # killed by the interrupt: not a verdict on the model
-            finished[arch] = row
-            record.add(row)
-            if progress:
-                n = len(finished) - len(done_before)
-                step(sys.stderr, f"[{n}/{len(todo)}] {arch[:60]}")
+    def one(arch: str, worker: Worker) -> Row:
+        row = _built_row(worker, arch, groups[arch], {**params, "budget": timeout}, timeout)
+        if worker.job_memory.get("rss_mb", 0.0) > RECYCLE_RSS_MB:
+            worker.close()  # the next build starts a fresh worker
+        return row
 
-    pool = ThreadPoolExecutor(max_workers=len(workers))
+    pool = WorkerPool(min(jobs, len(todo) or 1), warm)
     interrupted = False
     try:
-        for future in [pool.submit(one, a) for a in todo]:
-            future.result()
+        # rows as they finish; an interrupt ends the builds in flight (not a verdict)
+        for i, row in pool.run(todo, one, ordered=False):
+            finished[todo[i]] = row
+            record.add(row)
+            if progress:
+                step(sys.stderr, f"[{len(finished) - len(done_before)}/{len(todo)}] {todo[i][:60]}")
     except KeyboardInterrupt:
         interrupted = True
-        stopping.set()
     finally:
-        stopping.set()
-        for w in workers:
-            w.close()  # a build in flight ends now, not at its timeout
-        pool.shutdown(wait=True, cancel_futures=True)
-        for w in workers:
-            w.close()  # one a thread started while the others were being closed
+        pool.close()
         record.close()
         if progress:
             end_steps(sys.stderr)
@@ -517,7 +495,7 @@ def run_zoo(
         time.perf_counter() - started,
         planned=len(archs),
         interrupted=interrupted,
-        worker_peak_rss_mb=[round(w.peak_rss_mb, 1) for w in workers],
+        worker_peak_rss_mb=pool.peak_rss_mb,
     )
 
 

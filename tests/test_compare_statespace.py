@@ -1,0 +1,278 @@
+"""State-space layers in the comparison (``compare/statespace.py``): the torch recurrences
+agree with transformers' own torch paths (fast), and on the real vLLM the Mamba 1 and
+Mamba 2 families compare equal while a one-token bug planted in a copy of the model file
+gives PFX609 at the line that built the mixer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import requires_vllm
+from tests.test_compare import _introspect, _line, _replace, model_copy
+
+pytestmark = requires_vllm
+
+
+def test_the_scan_is_transformers_chunked_mamba2_scan() -> None:
+    """One decay per head, B and C shared by a group's heads: the recurrence equals
+    transformers' chunked scan (several chunks, a padded last one) to float32 rounding."""
+    import torch
+    import torch.nn.functional as F
+    from transformers.models.mamba2.modeling_mamba2 import mamba2_chunk_scan
+
+    from prefixlint.introspect.compare.statespace import selective_scan
+
+    g = torch.Generator().manual_seed(0)
+    tokens, heads, head_dim, groups, state = 11, 4, 3, 2, 5
+    x = torch.randn(tokens, heads, head_dim, generator=g)
+    dt = torch.randn(tokens, heads, generator=g)
+    a = -torch.rand(heads, generator=g) - 0.5
+    b = torch.randn(tokens, groups, state, generator=g)
+    c = torch.randn(tokens, groups, state, generator=g)
+    d = torch.randn(heads, generator=g)
+    bias = torch.randn(heads, generator=g)
+    theirs = mamba2_chunk_scan(
+        x[None], dt[None], a, b[None], c[None], chunk_size=4, D=d, dt_bias=bias, dt_softplus=True
+    )[0]
+    per_head = heads // groups
+    ours = selective_scan(
+        x,
+        F.softplus(dt + bias),
+        a[:, None],
+        b.repeat_interleave(per_head, 1),
+        c.repeat_interleave(per_head, 1),
+        d,
+    )
+    assert torch.allclose(ours, theirs, atol=1e-5), (ours - theirs).abs().max()
+    # a wrong decay is seen: the test can fail
+    wrong = selective_scan(
+        x,
+        F.softplus(dt + bias),
+        2 * a[:, None],
+        b.repeat_interleave(2, 1),
+        c.repeat_interleave(2, 1),
+        d,
+    )
+    assert not torch.allclose(wrong, theirs, atol=1e-3)
+
+
+def test_the_gated_delta_rule_is_transformers_chunked_rule() -> None:
+    """With the L2 norm of q and k in the kernel and several chunks: equal to float32
+    rounding; a decay of the wrong sign is seen."""
+    import torch
+    from transformers.models.qwen3_next.modeling_qwen3_next import torch_chunk_gated_delta_rule
+
+    from prefixlint.introspect.compare.statespace import gated_delta_rule
+
+    g = torch.Generator().manual_seed(1)
+    tokens, heads, dk, dv = 11, 3, 4, 5
+    q, k = torch.randn(tokens, heads, dk, generator=g), torch.randn(tokens, heads, dk, generator=g)
+    v = torch.randn(tokens, heads, dv, generator=g)
+    decay = -torch.rand(tokens, heads, generator=g)
+    beta = torch.rand(tokens, heads, generator=g)
+    theirs, _ = torch_chunk_gated_delta_rule(
+        q[None],
+        k[None],
+        v[None],
+        decay[None],
+        beta[None],
+        chunk_size=4,
+        use_qk_l2norm_in_kernel=True,
+    )
+    ours = gated_delta_rule(q, k, v, decay, beta)
+    assert torch.allclose(ours, theirs[0], atol=1e-5), (ours - theirs[0]).abs().max()
+    assert not torch.allclose(gated_delta_rule(q, k, v, -decay, beta), theirs[0], atol=1e-3)
+
+
+def test_a_layer_that_writes_into_its_output_argument_is_compared_on_it() -> None:
+    """vLLM's ``MambaMixer`` and ``ShortConv`` return None and fill ``output``: the hook
+    records that tensor, and not as part of the input."""
+    import torch
+    from torch import nn
+
+    from prefixlint.introspect.compare.boundaries import Seen, hooked
+
+    class Writes(nn.Module):
+        def forward(self, hidden_states: torch.Tensor, output: torch.Tensor) -> None:
+            output[:] = hidden_states * 3
+
+    root = nn.Module()
+    root.mixer = Writes()
+    seen = Seen()
+    x = torch.arange(4.0)
+    with hooked(root, {"mixer": "mixer"}, seen):
+        root.mixer(x, torch.empty(4))
+    assert torch.equal(seen.outputs["mixer"], x * 3)
+    assert torch.equal(seen.inputs["mixer"], x)
+
+
+def test_the_causal_convolution_sees_only_the_past() -> None:
+    import torch
+
+    from prefixlint.introspect.compare.statespace import causal_conv
+
+    x = torch.zeros(6, 2)
+    x[3, 0] = 1.0  # an impulse at token 3, channel 0
+    weight = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    out = causal_conv(x, weight, None, None)
+    # the newest tap is the last weight; nothing before the impulse, nothing in channel 1
+    assert out[:, 0].tolist() == [0.0, 0.0, 0.0, 3.0, 2.0, 1.0]
+    assert out[:, 1].abs().sum() == 0
+
+
+def test_an_ungrouped_gated_norm_of_the_reference_normalises_per_group() -> None:
+    """transformers' ``MambaRMSNormGated`` ignores ``n_groups`` in its torch path; while the
+    reference runs it normalises per group, as FalconH1's grouped norm does, and after the
+    run it is transformers' own again."""
+    import torch
+    from torch import nn
+    from transformers.models.falcon_h1.modeling_falcon_h1 import FalconH1RMSNormGated
+    from transformers.models.mamba2.modeling_mamba2 import MambaRMSNormGated
+
+    from prefixlint.introspect.compare.statespace import reference_mixers
+
+    mixer = nn.Module()
+    mixer.n_groups = 2
+    mixer.norm = MambaRMSNormGated(8, eps=1e-6)
+    grouped = FalconH1RMSNormGated(8, eps=1e-6, n_groups=2, norm_before_gate=False)
+    x, gate = torch.randn(1, 3, 8), torch.randn(1, 3, 8)
+    before = mixer.norm(x, gate)
+    with reference_mixers(mixer, 9):
+        during = mixer.norm(x, gate)
+    assert torch.allclose(during, grouped(x, gate), atol=1e-6)
+    assert not torch.allclose(before, during, atol=1e-3)
+    assert torch.equal(mixer.norm(x, gate), before)
+
+
+def test_a_mixer_class_with_its_own_kernel_method_is_not_run() -> None:
+    """A subclass that overrides the method the reference replaces computes something the
+    reference does not know: it stays an unsupported layer."""
+    from vllm.model_executor.layers.mamba.mamba_mixer2 import MambaMixer2
+
+    from prefixlint.introspect.compare.statespace import runs
+
+    class Own(MambaMixer2):
+        def conv_ssm_forward(self, projected_states, output):  # pragma: no cover
+            return None
+
+    assert runs(MambaMixer2.__new__(MambaMixer2))
+    assert not runs(Own.__new__(Own))
+
+
+CLEAN = ["MambaForCausalLM", "FalconMambaForCausalLM", "JambaForCausalLM", "Mamba2ForCausalLM"]
+CLEAN += ["FalconH1ForCausalLM", "GraniteMoeHybridForCausalLM", "Qwen3NextForCausalLM"]
+CLEAN += ["Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", CLEAN)
+def test_clean_state_space_models_compare_equal(worker, arch) -> None:
+    report = _introspect(worker, arch)
+    [result] = report.results
+    assert result["compare"]["status"] == "equal", result["compare"]
+    assert result["compare"]["compared"] >= 10
+    assert not [d for d in report.diagnostics if d.code == "PFX609"]
+
+
+# (file, class, where the bug is, old, new, where the finding must be: class, needle)
+PLANTED = [
+    (  # the config's activation not passed to the mixer: the convolution runs linear
+        "mamba.py",
+        "MambaForCausalLM",
+        "MambaDecoderLayer",
+        "activation=config.hidden_act",
+        "activation=None",
+        ("MambaDecoderLayer", "self.mixer = MambaMixer("),
+    ),
+    (
+        "mamba2.py",
+        "Mamba2ForCausalLM",
+        "Mamba2DecoderLayer",
+        "activation=config.hidden_act",
+        "activation=None",
+        ("Mamba2DecoderLayer", "self.mixer = MambaMixer2("),
+    ),
+    (  # a hybrid: attention layers beside the mixers
+        "granitemoehybrid.py",
+        "GraniteMoeHybridForCausalLM",
+        "GraniteMoeHybridMambaDecoderLayer",
+        "activation=config.hidden_act",
+        "activation=None",
+        ("GraniteMoeHybridMambaDecoderLayer", "self.mamba = MambaMixer2("),
+    ),
+    (  # the checkpoint's b and a loaded into each other's shard of the fused in_proj_ba:
+        # found at the fused layer inside the GDN layer, reported at the model's line
+        "qwen3_5.py",
+        "Qwen3_5ForCausalLM",
+        "Qwen3_5Model",
+        '".in_proj_b": (".in_proj_ba", 0),\n            ".in_proj_a": (".in_proj_ba", 1),',
+        '".in_proj_b": (".in_proj_ba", 1),\n            ".in_proj_a": (".in_proj_ba", 0),',
+        ("Qwen3_5DecoderLayer", "self.linear_attn = QwenGatedDeltaNetAttention("),
+    ),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", PLANTED, ids=[c[1] for c in PLANTED])
+def test_a_planted_bug_in_a_state_space_model_gives_pfx609_at_the_mixer(worker, tmp_path, case):
+    name, arch, cls, old, new, (at_cls, at) = case
+    path, text = model_copy(tmp_path, name, _replace(cls, old, new))
+    report = _introspect(worker, f"{path}:{arch}")
+    found = [(d.code, Path(d.filename).name, d.location.row) for d in report.diagnostics]
+    expected = ("PFX609", path.name, _line(text, at_cls, at))
+    assert expected in found, (expected, found, [d.message for d in report.diagnostics])
+    assert [d.code for d in report.diagnostics].count("PFX609") == 1
+
+
+def _lfm2_config(folder: Path, moe: bool) -> str:
+    """A tiny LFM2 config with short-convolution layers, as published LFM2 configs carry
+    them (``layer_types`` with ``conv``; vLLM reads ``conv_dim`` and ``block_dim``, which
+    transformers' config class no longer declares). The synthesised one has none."""
+    from transformers import Lfm2Config, Lfm2MoeConfig
+
+    base = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, vocab_size=384)
+    base.update(num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    base["layer_types"] = ["conv", "full_attention", "conv", "full_attention"]
+    if moe:
+        experts = dict(num_experts=4, num_experts_per_tok=2, num_dense_layers=1)
+        config = Lfm2MoeConfig(**base, moe_intermediate_size=32, **experts)
+    else:
+        config = Lfm2Config(**base, full_attn_idxs=[1, 3], block_auto_adjust_ff_dim=False)
+    config.conv_dim = config.block_dim = 64
+    config.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["Lfm2ForCausalLM", "Lfm2MoeForCausalLM"])
+def test_lfm2_with_short_convolutions_compares_equal(worker, tmp_path, arch) -> None:
+    from prefixlint.introspect import introspect
+
+    config = _lfm2_config(tmp_path / "config", moe="Moe" in arch)
+    report = introspect(
+        arch, tp=(1,), pp=(1,), config=config, worker=worker, dryrun=False, explore_budget=0.0
+    )
+    [result] = report.results
+    assert result["compare"]["status"] == "equal", result["compare"]
+    assert result["compare"]["compared"] >= 10
+    assert not [d for d in report.diagnostics if d.code == "PFX609"]
+
+
+def test_a_replaced_custom_op_comes_back() -> None:
+    """``vllm_api.custom_op_replaced``: inside, ``torch.ops.vllm.<op>`` is the replacement
+    (as ``forward_cpu`` looks it up); after, vLLM's registered op again."""
+    import torch
+    from vllm.model_executor.layers.mamba.ops.cpu.gdn_attention import (
+        register_cpu_gdn_attention_ops,
+    )
+
+    from prefixlint.introspect import vllm_api
+
+    register_cpu_gdn_attention_ops()
+    before = torch.ops.vllm.cpu_gdn_attention_core
+    with vllm_api.custom_op_replaced("cpu_gdn_attention_core", len):
+        assert torch.ops.vllm.cpu_gdn_attention_core is len
+    after = torch.ops.vllm.cpu_gdn_attention_core
+    assert after is not len and after._qualified_op_name == before._qualified_op_name
