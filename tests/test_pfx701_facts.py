@@ -66,6 +66,9 @@ def test_a_layout_refused_as_a_whole_gives_notes() -> None:
     found = _one(LoaderRaises("a.w", "KeyError: 'a.w'", SITE, refused_layout=True))
     assert (found.code, found.severity) == ("PFX600", "note")
     assert found.message.startswith("not verified: `load_weights` raises on checkpoint tensor")
+    # the PFX600 unit's note, with its identity (``check_introspect.merge_classes``)
+    other = _one(LoaderRaises("b.w", "KeyError: 'b.w'", SITE, refused_layout=True))
+    assert found.facts["note"] and found.facts["note"] != other.facts["note"]
 
 
 def test_on_the_models_own_layout_only_the_skipped_head_stays_a_finding() -> None:

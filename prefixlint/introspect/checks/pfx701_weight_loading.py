@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any, ClassVar
 
-from prefixlint.codes import CHECKPOINT_COVERAGE_CODE, NOT_VERIFIED_CODE
+from prefixlint.codes import CHECKPOINT_COVERAGE_CODE
 from prefixlint.introspect.checks.base import Case, FactCheck
+from prefixlint.introspect.checks.pfx600_not_verified import NotVerified
 from prefixlint.introspect.dryrun.layouts import normal
 from prefixlint.introspect.dryrun.streaming import MAX_RETRIES
 from prefixlint.introspect.dryrun.weightfacts import (
@@ -24,7 +25,7 @@ from prefixlint.introspect.dryrun.weightfacts import (
     UnwrittenElements,
     UnwrittenShard,
 )
-from prefixlint.introspect.finding import Finding
+from prefixlint.introspect.finding import Finding, Unverified
 
 # the words that say a parameter (or shard) left unwritten stays random: a note on the
 # model's own layout says the rest without them
@@ -320,8 +321,10 @@ def _on_own_layout(fact: Loading) -> Finding:
     return _not_verified(message + _OWN_TABLES, fact.site)
 
 
-def _not_verified(message: str, site: tuple[str, int]) -> Finding:
-    return Finding(NOT_VERIFIED_CODE, "note", f"not verified: {message}", *site)
+def _not_verified(said: str, site: tuple[str, int]) -> Finding:
+    """A fact this unit does not hold against the model: the PFX600 unit's note (its one
+    builder, with the note's identity), in this unit's words."""
+    return NotVerified().note(Unverified("", said, site))
 
 
 def _same(fact: Loading) -> tuple:
