@@ -4,9 +4,16 @@ nothing (or say something else) and checks the decision follows the facts."""
 
 from __future__ import annotations
 
+from prefixlint.introspect.checks import findings_of
 from prefixlint.introspect.checks.packed import without_duplicates
 from prefixlint.introspect.drafts.plan import shared_with_target
 from prefixlint.introspect.dryrun.checkpoint_run import _one_per_module
+from prefixlint.introspect.dryrun.weightfacts import (
+    LoaderRaises,
+    NeverLoaded,
+    Unwritten,
+    UnwrittenShard,
+)
 from prefixlint.introspect.dryrun.weights import layout_refused, merge
 from prefixlint.introspect.finding import Finding
 
@@ -23,29 +30,49 @@ def test_raises_merge_by_their_error_whatever_the_tensor_or_words() -> None:
     assert len(other) == 2  # the same words, another error: two findings
 
 
-def test_a_refusing_layout_makes_its_raises_notes_by_kind() -> None:
-    [raised, dropped] = layout_refused(
+def test_pfx701_facts_merge_by_their_fields_never_their_words() -> None:
+    """The unit merges its facts per line and kind: a raise by its error whatever the
+    tensor, any other by all it says with layer numbers left out."""
+    site = ("m.py", 5)
+    found = findings_of(
         [
-            pfx701("words", kind="loader-raises"),
-            pfx701("`load_weights` raises", kind="never-loaded"),
+            LoaderRaises("a.0.w", "KeyError: 'x'", site),
+            LoaderRaises("a.1.w", "KeyError: 'x'", site),
+            LoaderRaises("a.2.w", "ValueError: y", site),
+            Unwritten("l.0.w", site),
+            Unwritten("l.1.w", site),
+            Unwritten("l.1.bias", site),
         ]
     )
-    assert raised.code == "PFX600" and dropped.code == "PFX701"
+    assert [
+        (f.facts.get("tensor") or f.facts["param"], f.message.endswith("like it)")) for f in found
+    ] == [
+        ("a.0.w", True),
+        ("a.2.w", False),
+        ("l.0.w", True),
+        ("l.1.bias", False),
+    ]
+
+
+def test_a_refusing_layout_makes_its_raises_notes_by_kind() -> None:
+    site = ("m.py", 5)
+    [raised, dropped] = findings_of(
+        layout_refused([LoaderRaises("a.w", "KeyError: 'a.w'", site), NeverLoaded("b.w", site)])
+    )
+    assert (raised.code, raised.severity) == ("PFX600", "note") and dropped.code == "PFX701"
 
 
 def test_unwritten_parts_are_one_finding_per_module_and_shard() -> None:
-    q = {"kind": "unwritten-part", "shard": "q"}
+    site = ("m.py", 5)
     found = _one_per_module(
         [
-            pfx701("first", param="l.0.qkv.weight_packed", **q),
-            pfx701("second", param="l.0.qkv.weight_scale", **q),
-            pfx701("third", param="l.0.qkv.weight_scale", kind="unwritten-part", shard="k"),
+            UnwrittenShard("l.0.qkv.weight_packed", "q", site),
+            UnwrittenShard("l.0.qkv.weight_scale", "q", site),
+            UnwrittenShard("l.0.qkv.weight_scale", "k", site),
         ]
     )
-    assert [f.message for f in found] == [
-        "first; so is the same part of its `weight_scale`",
-        "third",
-    ]
+    assert [(f.shard, f.also) for f in found] == [("q", ["weight_scale"]), ("k", [])]
+    assert findings_of(found)[0].message.endswith("; so is the same part of its `weight_scale`")
 
 
 def test_a_drafts_shared_head_is_a_note_by_what_the_finding_is_about() -> None:

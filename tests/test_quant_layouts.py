@@ -273,6 +273,7 @@ def test_kv_scales_of_a_block_without_kv_projections_are_contested(projection, s
     `transformer.h.0.attn.k_scale` is a warning; with a key projection, an error."""
     from torch import nn
 
+    from prefixlint.introspect.checks import findings_of
     from prefixlint.introspect.dryrun.quantlayouts import Synthesised, _dropped, _kv_namings
     from prefixlint.introspect.dryrun.realquant import kv_cache_method
 
@@ -285,7 +286,7 @@ def test_kv_scales_of_a_block_without_kv_projections_are_contested(projection, s
     made = Synthesised()
     [block, *_] = _kv_namings(quantized, {"attn.proj": [f"h.0.attn.{projection}"]}, made)
     assert sorted(block) == ["h.0.attn.k_scale", "h.0.attn.v_scale"]
-    f = _dropped(sorted(block), block, made.unprojected, ("m.py", 1))
+    [f] = findings_of([_dropped(sorted(block), block, made.unprojected, ("m.py", 1))])
     assert (f.severity, "a warning" in f.message) == (severity, severity == "warning")
 
 

@@ -505,7 +505,15 @@ def _dry_run(
     if explored is not None and not checkpoint:  # a real checkpoint's config has no variants
         synthesised = result.synthesised
         found, gaps = dry_run_variants(
-            cls, model_config, builds, explored, outcome, synthesised, deadline, own_layout
+            cls,
+            model_config,
+            builds,
+            explored,
+            outcome,
+            synthesised,
+            deadline,
+            own_layout,
+            rendered=findings_of,
         )
         outcome.findings += found + findings_of(gaps)
     if plan.draft_spec is not None:

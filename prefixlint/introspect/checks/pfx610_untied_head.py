@@ -27,10 +27,12 @@ class UntiedHead(BuildCheck):
     embedding (`VocabParallelEmbedding`), as `lm_head.tie_weights(embed_tokens)` makes it.
 
     ## Details
-    Only a model with exactly one head and one input embedding of the same shape is
-    judged (a draft with several heads, or a head of another vocabulary, is not). A head
-    that is the embedding module itself (`self.lm_head = self.model.embed_tokens`) is tied.
-    Reported at the line that built the head.
+    Only the base config's build is judged (not a config variant's), where the text config
+    and the top-level config both tie (a language model inside a multimodal one may read
+    either), and only a model with exactly one head and one input embedding of the same
+    shape (a draft with several heads, or a head of another vocabulary, is not). A head
+    that is the embedding module itself (`self.lm_head = self.model.embed_tokens`) is
+    tied. Reported at the line that built the head.
 
     ## Why is this bad?
     A tied checkpoint holds the embedding only: vLLM's loaders skip `lm_head.*` when the
@@ -62,7 +64,9 @@ class UntiedHead(BuildCheck):
     def check(self, view: View, subject: Subject, out: Findings) -> None:
         if view.layout.tp != 1 or view.layout.pp != 1:
             return
-        if not config_value(subject.hf, "tie_word_embeddings"):
+        if getattr(view.build, "variant", ""):
+            return  # a config variant's build: its own `tie_word_embeddings` is not read here
+        if not _ties(subject.hf, view.build):
             return
         heads = [m for m in view.model.modules() if _kind(m, "ParallelLMHead")]
         embeds = [
@@ -87,6 +91,16 @@ class UntiedHead(BuildCheck):
         )
         site = view.site_of(head, subject.cls)
         out.add(Finding(self.code, "error", message, *site), view.build, path)
+
+
+def _ties(text_config: Any, build: Any) -> bool:
+    """Both the text config and the top-level config tie (where the top-level one says
+    anything): a multimodal model's language model may read either (Qwen3-VL-MoE's reads
+    the top-level one), so a config whose two say otherwise is not judged."""
+    model_config = getattr(getattr(build, "vllm_config", None), "model_config", None)
+    top = getattr(model_config, "hf_config", None)
+    said = [config_value(c, "tie_word_embeddings") for c in (text_config, top) if c is not None]
+    return bool(said) and all(t is None or bool(t) for t in said) and any(said)
 
 
 def _kind(module: nn.Module, name: str) -> Any:

@@ -11,6 +11,7 @@ dry-run cannot run gets a PFX600 note with the variant and the reason.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from prefixlint.introspect.coverage.variants import Exploration, applied, config_objects
@@ -71,12 +72,15 @@ def dry_run_variants(
     synthesised: bool,
     deadline: float | None = None,
     own_layout: bool = False,
+    rendered: Callable[[list[Any]], list[Finding]] | None = None,
 ) -> tuple[list[Finding], list[Unverified]]:
     """PFX701 findings of the kept variants that add parameters, and what of them was not
     verified (``Unverified`` facts, PFX600 notes), for a base dry-run ``base``
     (``dryrun.DryRun``) that verified; nothing otherwise (the base dry-run's own note says
     why nothing was checked). ``own_layout``: the base dry-run had no reference class
-    (``selflayout.py``); the variants get a note, not a dry-run."""
+    (``selflayout.py``); the variants get a note, not a dry-run. ``rendered``: the findings
+    of a dry-run's typed facts (``checks.findings_of``, passed in: the checks read
+    coverage, so coverage does not import them)."""
     from prefixlint.introspect import dryrun
     from prefixlint.introspect.dryrun.quant import OUT_OF_TIME, past
 
@@ -112,7 +116,10 @@ def dry_run_variants(
             continue
         if outcome.status != "verified":
             notes.append(_note(cls, label, outcome.reason))
-        for finding in outcome.findings:
+        facts = getattr(outcome, "facts", None) or []
+        if facts and rendered is None:
+            raise TypeError("a variant's dry-run gave facts, and nothing renders them")
+        for finding in outcome.findings + (rendered(facts) if rendered and facts else []):
             key = (finding.code, finding.file, finding.line)
             if finding.code != "PFX701" or key in known:
                 continue

@@ -45,8 +45,9 @@ from prefixlint.introspect.dryrun.layouts import (
 from prefixlint.introspect.dryrun.quant import OUT_OF_TIME, layer_sources, past, quant_facts
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import stream
+from prefixlint.introspect.dryrun.weightfacts import Loading
 from prefixlint.introspect.dryrun.weights import (
-    coverage_findings,
+    coverage_facts,
     loader_refusals,
     merge,
     refused_modules,
@@ -204,18 +205,19 @@ def _quantized_layouts(
     reference: tuple[dict[str, Any], Any],
     sites: Sites,
     deadline: float | None,
-    findings: list[Finding],
+    found: tuple[list[Finding], list[Loading]],
     notes: list[Unverified],
 ) -> list[str]:
-    """PFX701 on FP8 layouts (``quantlayouts.py``), added to ``findings``; what of it did
-    not run is a fact in ``notes`` and the part of the reason returned."""
+    """PFX701 on FP8 layouts (``quantlayouts.py``), its facts added to ``found``'s; what
+    of it did not run is a fact in ``notes`` and the part of the reason returned."""
+    facts = found[1]
 
     def through(build: Any, layout: dict[str, Any]) -> Any:
         with _as_served(build.model, model_config):
             return stream(build.model, layout, _stream_context(build, model_config))
 
-    found, gap = quantlayouts.check(base, model_config, reference, sites, through, deadline)
-    findings += found
+    seen, gap = quantlayouts.check(base, model_config, reference, sites, through, deadline)
+    facts += seen
     if not gap:
         return []
     notes.append(Unverified("quantized layouts, in part", gap, sites.class_site))
@@ -229,20 +231,19 @@ def _quantization(
     quantized: tuple[Any, dict[str, Any], tuple[dict[str, Any], Any]],
     sites: Sites,
     deadline: float | None,
-    findings: list[Finding],
-    notes: list[Any],
+    found: tuple[list[Finding], list[Any]],
+    notes: list[Unverified],
 ) -> list[str]:
     """PFX702's typed facts (``quant_facts``) and the FP8 layouts' PFX701 for the base
-    build, its layer sources and the stream it loaded: the facts added to ``notes`` (the
-    dry-run's typed facts, with what did not run), the findings to ``findings``; returns
-    what of them did not run. ``quantize`` false (a config variant's dry-run): PFX701
-    only, nothing here."""
+    build, its layer sources and the stream it loaded, added to ``found`` (findings,
+    facts; what did not run: to ``notes``); returns what of them did not run.
+    ``quantize`` false (a config variant's dry-run): PFX701 only, nothing here."""
     if not quantize:
         return []
     base, sources, reference = quantized
     quant, skipped = quant_facts(cls, model_config, base, sources, sites, deadline)
-    notes += quant  # each reaches its unit (``checks.findings_of``), as the notes do
-    partial = _quantized_layouts(model_config, base, reference, sites, deadline, findings, notes)
+    found[1].extend(quant)  # each reaches its unit (``checks.findings_of``)
+    partial = _quantized_layouts(model_config, base, reference, sites, deadline, found, notes)
     if skipped:
         notes.append(Unverified("quantization dry-run", skipped, sites.class_site))
         partial.append(f"the quantization dry-run did not run ({skipped})")
@@ -254,7 +255,7 @@ def _refused(
     model_config: Any,
     streamed: tuple[Any, dict[str, Any]],
     sites: Sites,
-    found: tuple[list[Finding], list[Unverified]],
+    found: tuple[list[Finding], list[Loading], list[Unverified]],
 ) -> DryRun:
     """A stream that raised on too many kinds of names: the loader's error when the names
     are the model's own, else not verified (``loader_refusals``)."""
@@ -263,8 +264,9 @@ def _refused(
         with _as_served(base.model, model_config):
             return stream(base.model, part, _stream_context(base, model_config))
 
-    findings, broken = loader_refusals(found[0], *streamed, sites, restream)
-    return DryRun("not verified", refused_reason(broken), merge(findings), facts=found[1])
+    findings, facts, notes = found
+    judged, broken = loader_refusals(facts, *streamed, sites, restream)
+    return DryRun("not verified", refused_reason(broken), merge(findings), facts=judged + notes)
 
 
 def run(
@@ -314,28 +316,27 @@ def run(
         }
         with _as_served(base.model, model_config):
             s = stream(base.model, streamed, _stream_context(base, model_config))
-        found = coverage_findings(s, streamed, sites, divergence)
+        found = coverage_facts(s, streamed, sites, divergence)
         tried.append((s, streamed, found, divergence, why))
         if not found and not s.limit:
             break
     # the layout vLLM loads best: a loader need only accept one of them
-    s, streamed, findings, divergence, why = min(
-        tried, key=lambda t: (not t[0].complete, len(t[2]))
-    )
+    s, streamed, facts, divergence, why = min(tried, key=lambda t: (not t[0].complete, len(t[2])))
+    findings: list[Finding] = []
     notes = _in_part(divergence, why, sites)
     if s.limit:
         reason = f"a weight loader needs real data on meta tensors ({s.limit})"
         site = (s.limit_error and sites.frame(s.limit_error)) or sites.loader("")
         notes.append(Unverified(CHECKPOINT, reason, site))
-        return DryRun("not verified", reason, merge(findings), facts=notes)
+        return DryRun("not verified", reason, merge(findings), facts=facts + notes)
     if not s.complete:
-        return _refused(base, model_config, (s, streamed), sites, (findings, notes))
+        return _refused(base, model_config, (s, streamed), sites, (findings, facts, notes))
     refused = refused_modules(s, sites)
     sources = {k: v for k, v in layer_sources(s, base.model).items() if normal(k) not in refused}
     mapping = {layer: path for path, layers in sources.items() for layer in layers}
     quantized = (base, sources, (streamed, s))
-    found = (findings, notes)
-    partial = _quantization(quantize, cls, model_config, quantized, sites, deadline, *found)
+    found = (findings, facts)
+    partial = _quantization(quantize, cls, model_config, quantized, sites, deadline, found, notes)
     # "verified" with a reason: what of the check did not run, never left unsaid
     if divergence is not None and divergence.reasons:
         partial.append(f"{len(divergence.reasons)} part(s) read differently from the config")
@@ -343,7 +344,7 @@ def run(
         partial.append(why)
     reason = f"in part: {'; '.join(partial)}" if partial else ""
     loading = _loading(s, streamed, sites)
-    return DryRun("verified", reason, merge(findings), mapping, loading, facts=notes)
+    return DryRun("verified", reason, merge(findings), mapping, loading, facts=facts + notes)
 
 
 def _loading(s: Any, streamed: dict[str, Any], sites: Sites) -> dict[str, Any]:

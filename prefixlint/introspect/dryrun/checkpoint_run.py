@@ -33,7 +33,13 @@ from prefixlint.introspect.dryrun.quant import past as _past
 from prefixlint.introspect.dryrun.quantfacts import FusedPrecisionRefused, PartlyLoaded
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import Stream, stream
-from prefixlint.introspect.dryrun.weights import coverage_findings, merge
+from prefixlint.introspect.dryrun.weightfacts import (
+    Loading,
+    NeverLoaded,
+    UnwrittenElements,
+    UnwrittenShard,
+)
+from prefixlint.introspect.dryrun.weights import coverage_facts, merge
 from prefixlint.introspect.finding import Finding, describe_error
 from prefixlint.introspect.targets.checkpoint import CheckpointError, read
 
@@ -91,15 +97,13 @@ def run(
         reason = f"a weight loader needs real data on meta tensors ({s.limit})"
         site = (s.limit_error and sites.frame(s.limit_error)) or sites.loader("")
         return DryRun("not verified", reason, [_note(f"checkpoint dry-run: {reason}", site)])
-    findings: list[Finding] = []
     if not s.complete:
-        findings = coverage_findings(s, layout, sites)
+        facts = coverage_facts(s, layout, sites)
         # the real checkpoint's own names: each raise is what the engine's load meets
         reason = "`load_weights` raised on too many kinds of names to check the rest"
-        return DryRun("not verified", reason, merge(findings))
-    facts: list[Any] = []  # the PFX701/PFX702 units write their findings
-    findings, sources = _judged(
-        cls, s, layout, sites, (base, target, quant, model_config), (parts, facts), deadline
+        return DryRun("not verified", reason, facts=facts)
+    findings, facts, sources = _judged(
+        cls, s, layout, sites, (base, target, quant, model_config), parts, deadline
     )
     mapping = {layer: path for path, layers in sources.items() for layer in layers}
     return DryRun("verified", "; ".join(parts), merge(findings), mapping, facts=facts)
@@ -111,15 +115,15 @@ def _judged(
     layout: dict[str, Any],
     sites: Sites,
     built: tuple[Any, Any, Any, Any],
-    said: tuple[list[str], list[Any]],
+    parts: list[str],
     deadline: float | None,
-) -> tuple[list[Finding], dict[str, Any]]:
-    """What a complete stream of the checkpoint left undone, and each layer's quantization
-    judged (against the checkpoint's own config, else a synthetic ``Fp8Config``); ``said``:
-    what was done, and the typed facts found. ``built``: the tp=1 build, the one streamed,
-    the quantized build (or None) and the target's model config."""
+) -> tuple[list[Finding], list[Any], dict[str, Any]]:
+    """What a complete stream of the checkpoint left undone (PFX701 facts, and the
+    findings not yet facts), and each layer's quantization
+    judged (against the checkpoint's own config, else a synthetic ``Fp8Config``); ``parts``
+    gets what was done. ``built``: the tp=1 build, the one streamed, the quantized build (or
+    None) and the target's model config."""
     base, target, quant, base_config = built
-    parts, facts = said
     findings: list[Finding] = []
     realquant.drop_defaulted(s, target.model)
     scales = realquant.fold_shard_scales(s, target.model)
@@ -135,10 +139,10 @@ def _judged(
             "layer's quantization method judged against what the checkpoint stores"
         )
     judged_layout = {k: v for k, v in layout.items() if k.rpartition(".")[0] not in judged.layers}
-    findings += coverage_findings(s, judged_layout, sites)
-    realquant.name_folded_scales(findings, scales)
-    findings = _one_per_module(findings)
-    _point_at_skips(findings, sites, s.recorder.consumed)
+    facts = coverage_facts(s, judged_layout, sites)
+    realquant.name_folded_scales(facts, scales)
+    facts = _one_per_module(facts)
+    _point_at_skips(facts, sites, s.recorder.consumed)
     facts += realquant.dtype_facts(s, layout, sites, judged.paths)
     facts += _partly_loaded(s, sites)
     facts += judged.facts
@@ -153,7 +157,7 @@ def _judged(
                 "no quantization config: each linear layer judged under a synthetic "
                 "`Fp8Config` as without a checkpoint"
             )
-    return findings, sources
+    return findings, facts, sources
 
 
 def _mixed_precision(cls: type | None, base: Any, quant: realquant.QuantBuild) -> DryRun:
@@ -176,27 +180,23 @@ def _fold(s: Stream, judged: realquant.Judged) -> None:
     s.raised = [(n, e) for n, e in s.raised if n.rpartition(".")[0] not in judged.layers]
 
 
-def _one_per_module(findings: list[Finding]) -> list[Finding]:
+def _one_per_module(facts: list[Loading]) -> list[Loading]:
     """A quantized layer holds several parameters per shard (``weight_packed`` and its
     ``weight_scale``); one wrong mapping entry leaves the same shard of each unwritten.
-    One finding per module, shard and line, naming the other parameters."""
-    first: dict[tuple[str, str, str, int], tuple[Finding, list[str]]] = {}
-    out = []
-    for f in findings:
-        part = f.facts if f.code == "PFX701" and f.facts.get("kind") == "unwritten-part" else None
-        if part is None:
+    One fact per module, shard and line, naming the other parameters (``also``)."""
+    first: dict[tuple[str, str, str, int], UnwrittenShard | UnwrittenElements] = {}
+    out: list[Loading] = []
+    for f in facts:
+        if not isinstance(f, (UnwrittenShard, UnwrittenElements)):
             out.append(f)
             continue
-        path, _, leaf = part["param"].rpartition(".")
-        key = (path, part["shard"], f.file, f.line)
+        path, _, leaf = f.param.rpartition(".")
+        key = (path, f.shard if isinstance(f, UnwrittenShard) else "", *f.site)
         if key in first:
-            first[key][1].append(leaf)
+            first[key].also.append(leaf)
             continue
-        first[key] = (f, [])
+        first[key] = f
         out.append(f)
-    for f, others in first.values():
-        if others:
-            f.message += f"; so is the same part of its {', '.join(f'`{o}`' for o in others)}"
     return out
 
 
@@ -213,18 +213,17 @@ def _partly_loaded(s: Stream, sites: Sites) -> list[PartlyLoaded]:
     return out
 
 
-def _point_at_skips(findings: list[Finding], sites: Sites, consumed: set[str]) -> None:
+def _point_at_skips(facts: list[Loading], sites: Sites, consumed: set[str]) -> None:
     """A tensor the model's ``load_weights`` never loads is reported at the line of that
     function that names it (``if not n.startswith("lm_head.")``), not at its ``def``,
     where the function has one. Only names no loaded tensor shares count (a line that
     quotes ``"model."`` handles every tensor, not this one)."""
-    for f in findings:
-        name = f.facts.get("tensor") if f.facts.get("kind") == "never-loaded" else None
-        if f.code != "PFX701" or name is None or (f.file, f.line) != sites.loader(name):
+    for f in facts:
+        if not isinstance(f, NeverLoaded) or f.site != sites.loader(f.tensor):
             continue
-        found = _naming_line(f.file, f.line, name, consumed)
+        found = _naming_line(*f.site, f.tensor, consumed)
         if found is not None:
-            f.line = found
+            f.site = (f.site[0], found)
 
 
 def _naming_line(file: str, start: int, name: str, consumed: set[str]) -> int | None:

@@ -25,24 +25,19 @@ from typing import Any
 import torch
 from torch import nn
 
-from prefixlint.codes import CHECKPOINT_COVERAGE_CODE
 from prefixlint.introspect.builds.layout import build_layout
 from prefixlint.introspect.dryrun.layouts import normal
 from prefixlint.introspect.dryrun.quant import OUT_OF_TIME, past
 from prefixlint.introspect.dryrun.realquant import kv_cache_method, weight_sources
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import Stream
-from prefixlint.introspect.dryrun.weights import coverage_findings
-from prefixlint.introspect.finding import Finding, describe_error
+from prefixlint.introspect.dryrun.weightfacts import Loading, ScalesDropped
+from prefixlint.introspect.dryrun.weights import coverage_facts
+from prefixlint.introspect.finding import describe_error
 
 Layout = dict[str, tuple[tuple[int, ...], torch.dtype]]
 # the KV-cache scales a checkpoint stores (vLLM fills ``q_scale``/``prob_scale`` itself)
 KV_SCALES = ("k_scale", "v_scale")
-CONTESTED = (
-    " (a warning: these KV-cache scales are named at attention blocks with no "
-    "`k_proj`/`v_proj`/`qkv_proj`, where compressed-tensors puts none and ModelOpt "
-    "names its projections, so a real FP8 checkpoint may not hold them)"
-)
 # attention without a KV cache: no FP8 tool stores KV-cache scales for it
 NO_KV_CACHE = ("encoder", "encoder_only")
 KV_PROJECTIONS = ("k_proj", "v_proj", "qkv_proj")  # compressed-tensors' attention test
@@ -76,8 +71,8 @@ def check(
     sites: Sites,
     through: Callable[[Any, Layout], Stream],
     deadline: float | None = None,
-) -> tuple[list[Finding], str]:
-    """Findings on the quantized layouts, and why (part of) the check did not run.
+) -> tuple[list[Loading], str]:
+    """PFX701 facts on the quantized layouts, and why (part of) the check did not run.
     ``reference``: the unquantized layout streamed and its stream (complete);
     ``through``: streams a layout through a build's model as the dry-run does."""
     if past(deadline, need=base.seconds):
@@ -233,9 +228,9 @@ def judge(
     kv: dict[str, str],
     known: frozenset[str] | set[str] = frozenset(),
     unprojected: frozenset[str] | set[str] = frozenset(),
-) -> list[Finding]:
+) -> list[Loading]:
     """PFX701 on the added names only: those the loader refuses, those it drops (one
-    finding per loader line), and scale parameters none reaches although each of their
+    fact per loader line), and scale parameters none reaches although each of their
     tensors was loaded elsewhere (the unquantized stream judged the rest). ``known``: the
     kinds of names the unquantized stream raised on; any other raise is the scales'
     doing, even where the loader's frames still held an unquantized tensor. A stream the
@@ -244,7 +239,7 @@ def judge(
     s.raised = [(n, e) for n, e in s.raised if n in added or normal(n) not in known]
     contested = _contested_raises(s, sites, unprojected)
     if not s.complete:
-        return _with_layout(_one_per_line(coverage_findings(s, {}, sites) + contested), kv)
+        return _with_layout(_one_per_line(coverage_facts(s, {}, sites) + contested), kv)
     lost = [n for n in added if n not in s.recorder.consumed]
     dropped = [n for n in lost if normal(n) not in raised]
     # judged: scale parameters never written, but for a tensor's own finding; a shard of
@@ -255,7 +250,7 @@ def judge(
         if not (t.is_param and t.name in judged and not t.written):
             del s.recorder.by_storage[key]
     s.complete = True  # what raised on other names is the unquantized stream's to judge
-    found = coverage_findings(s, {}, sites)
+    found = coverage_facts(s, {}, sites)
     by_line: dict[tuple[str, int], list[str]] = {}
     for name in dropped:
         by_line.setdefault(sites.loader(name), []).append(name)
@@ -266,43 +261,36 @@ def judge(
 
 def _contested_raises(
     s: Stream, sites: Sites, unprojected: frozenset[str] | set[str]
-) -> list[Finding]:
+) -> list[Loading]:
     """The raises on KV-cache scales real checkpoints may not hold (``unprojected``), taken
-    out of ``s.raised``: warnings saying why, one per name as any raise."""
+    out of ``s.raised``: ``contested`` (the unit's warning), one per name as any raise."""
     mine = [(n, e) for n, e in s.raised if n in unprojected]
     if not mine:
         return []
     s.raised = [(n, e) for n, e in s.raised if n not in unprojected]
-    found = coverage_findings(Stream(s.recorder, raised=mine), {}, sites)  # raises only
+    found = coverage_facts(Stream(s.recorder, raised=mine), {}, sites)  # raises only
     for f in found:
-        f.severity = "warning"
-        f.message += CONTESTED
+        f.contested = True
     return found
 
 
-def _with_layout(found: list[Finding], kv: dict[str, str]) -> list[Finding]:
-    named = f", KV-cache scales named like `{next(iter(kv))}`" if kv else ""
+def _with_layout(found: list[Loading], kv: dict[str, str]) -> list[Loading]:
+    """The facts were seen on an FP8 layout, with this KV-cache scale naming."""
     for f in found:
-        f.message += (
-            "; in an FP8 checkpoint's layout, as vLLM's `Fp8Config` builds the model: "
-            f"per-tensor `weight_scale`/`input_scale`{named}"
-        )
+        f.fp8_kv = next(iter(kv)) if kv else ""
     return found
 
 
-def _one_per_line(found: list[Finding]) -> list[Finding]:
-    """One finding per line and code: the scales of one layer (``k_scale``, ``v_scale``)
-    meet the same line of the loader, which one fix mends."""
-    first: dict[tuple[str, str, int], Finding] = {}
-    more: dict[tuple[str, str, int], int] = {}
+def _one_per_line(found: list[Loading]) -> list[Loading]:
+    """One fact per line: the scales of one layer (``k_scale``, ``v_scale``) meet the
+    same line of the loader, which one fix mends."""
+    first: dict[tuple[str, int], Loading] = {}
     for f in found:
-        key = (f.code, f.file, f.line)
-        if key in first:
-            more[key] = more.get(key, 0) + 1
+        site = f.site  # type: ignore[attr-defined]
+        if site in first:
+            first[site].more_scales += 1
         else:
-            first[key] = f
-    for key, n in more.items():
-        first[key].message += f" (and {n} more kind(s) of scale at this line)"
+            first[site] = f
     return list(first.values())
 
 
@@ -311,23 +299,10 @@ def _dropped(
     added: dict[str, str],
     unprojected: frozenset[str] | set[str],
     site: tuple[str, int],
-) -> Finding:
-    """The drop finding of one loader line: an error, a warning where every name dropped
-    is a KV-cache scale of a block real FP8 tools may not name (``Synthesised.unprojected``)."""
-    msg = _dropped_message(names, added)
-    if not set(names) <= set(unprojected):
-        return Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *site)
-    return Finding(CHECKPOINT_COVERAGE_CODE, "warning", msg + CONTESTED, *site)
-
-
-def _dropped_message(names: list[str], added: dict[str, str]) -> str:
+) -> ScalesDropped:
+    """The drop of one loader line; ``contested`` where every name dropped is a KV-cache
+    scale of a block real FP8 tools may not name (``Synthesised.unprojected``)."""
     kinds = sorted({normal(n) for n in names})
     params = sorted({normal(added[n]) for n in names})
-    shown = ", ".join(f"`{k}`" for k in kinds[:4]) + (
-        f" and {len(kinds) - 4} more kinds" if len(kinds) > 4 else ""
-    )
-    held = ", ".join(f"`{p}`" for p in params[:3]) + (" ..." if len(params) > 3 else "")
-    return (
-        f"{len(names)} checkpoint tensor(s) of an FP8 checkpoint are never loaded: "
-        f"`load_weights` drops {shown} silently, so {held} keep vLLM's initial values"
-    )
+    contested = set(names) <= set(unprojected)
+    return ScalesDropped(names, kinds, params, site, contested=contested)

@@ -38,7 +38,7 @@ from prefixlint.introspect.dryrun.quantfacts import (
 from prefixlint.introspect.dryrun.sites import Sites
 from prefixlint.introspect.dryrun.streaming import Stream
 from prefixlint.introspect.dryrun.weights import module_leaf
-from prefixlint.introspect.finding import Finding, describe_error
+from prefixlint.introspect.finding import describe_error
 from prefixlint.introspect.targets.checkpoint import Checkpoint
 
 # safetensors dtype names -> torch attribute names (the format's table; a dtype this
@@ -546,12 +546,12 @@ def _key_of(stream: Stream, target: Any) -> int:
     return next(k for k, t in stream.recorder.by_storage.items() if t is target)
 
 
-def name_folded_scales(findings: list[Finding], folded: dict[str, list[str]]) -> None:
-    """Say, in the finding of the weight's shard, which scales miss the same slot."""
+def name_folded_scales(facts: list[Any], folded: dict[str, list[str]]) -> None:
+    """Say, in the fact of the weight's shard, which scales miss the same slot."""
+    from prefixlint.introspect.dryrun.weightfacts import UnwrittenShard
+
     for path, leaves in folded.items():
-        for f in findings:
-            part = f.facts if f.facts.get("kind") == "unwritten-part" else {}
-            if f.code == "PFX701" and part.get("param") == f"{path}.weight" and part["shard"]:
-                names = ", ".join(f"`{leaf}`" for leaf in sorted(leaves))
-                f.message += f"; so is that shard's slot of its {names}"
+        for f in facts:
+            if isinstance(f, UnwrittenShard) and f.param == f"{path}.weight" and f.shard:
+                f.slots = sorted(leaves)
                 break

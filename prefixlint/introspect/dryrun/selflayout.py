@@ -30,7 +30,6 @@ from typing import Any
 
 from torch import nn
 
-from prefixlint.codes import CHECKPOINT_COVERAGE_CODE, NOT_VERIFIED_CODE
 from prefixlint.introspect import dryrun
 from prefixlint.introspect.dryrun import renamed
 from prefixlint.introspect.dryrun.divergence import Divergence
@@ -45,8 +44,14 @@ from prefixlint.introspect.dryrun.tables import (
     shard_sources,
     weights_mapper,
 )
+from prefixlint.introspect.dryrun.weightfacts import (
+    BrokenLoader,
+    LoaderRaises,
+    Loading,
+    NeverLoaded,
+)
 from prefixlint.introspect.dryrun.weights import (
-    coverage_findings,
+    coverage_facts,
     loader_refusals,
     merge,
     refused_modules,
@@ -236,10 +241,12 @@ def derive(cls: type | None, model: nn.Module) -> Layout:
 # -- the dry-run over such a layout ------------------------------------------------------------
 
 
-def _suffixed(findings: list[Finding], what: str) -> list[Finding]:
-    for f in findings:
-        if f.code in ("PFX701", "PFX702"):
-            f.message += f" ({what})"
+def _suffixed(findings: list[Finding], facts: list[Any], what: str) -> list[Finding]:
+    """Every fact of the dry-run says which layout it was seen on (its unit writes it; the
+    PFX702 facts carry it already, frozen)."""
+    for fact in facts:
+        if isinstance(fact, Loading):
+            fact.layout = what
     return findings
 
 
@@ -250,11 +257,12 @@ _LOOKUP_ERRORS = (KeyError, IndexError, ValueError, AssertionError)
 TAKEN_SHARE = 0.9
 
 
-def _broken_loader(s: Any, sites: Any) -> list[Finding]:
-    """Errors for a ``load_weights`` whose own code fails: a ``TypeError`` raised in the
-    model's own frame (a wrong call), not a name it refuses (a lookup error, or an error
-    raised inside vLLM's loader on a name). No checkpoint layout would load through it."""
-    out: dict[tuple[str, int], Finding] = {}
+def _broken_loader(s: Any, sites: Any) -> list[Loading]:
+    """A ``load_weights`` whose own code fails: a ``TypeError`` raised in the model's own
+    frame (a wrong call), not a name it refuses (a lookup error, or an error raised inside
+    vLLM's loader on a name). No checkpoint layout would load through it. One fact per
+    line, however many tensors raise there."""
+    out: dict[tuple[str, int], BrokenLoader] = {}
     for name, error in s.raised:
         if isinstance(error, _LOOKUP_ERRORS) or not isinstance(error, TypeError):
             continue
@@ -262,31 +270,10 @@ def _broken_loader(s: Any, sites: Any) -> list[Finding]:
         if not frames or not sites.model_file(frames[-1][0].f_code.co_filename):
             continue  # raised inside a library, on what the model handed it
         site = (frames[-1][0].f_code.co_filename, frames[-1][1])
-        what = (
-            "before it reads any checkpoint tensor"
-            if name == "?"
-            else f"on checkpoint tensor `{name}`"
-        )
-        message = (
-            f"`load_weights` raises {what}: {describe_error(error)}; its own code fails, "
-            "so no checkpoint loads through it"
-        )
-        if site in out:  # one line, several tensors: one finding
-            known = out[site]
-            if not known.facts.get("more"):
-                known.facts["more"] = True
-                known.message += " (more tensors raise there)"
-                if known.facts.get("same"):
-                    more = known.facts["rest"] + " (more tensors raise there)"
-                    known.facts["same"] = normal(more[:120])
+        if site in out:
+            out[site].more = True
             continue
-        facts = {"kind": "loader-raises", "tensor": name}
-        if name != "?":  # merged per line and error, whatever tensor it raised on
-            rest = (
-                f" {describe_error(error)}; its own code fails, so no checkpoint loads through it"
-            )
-            facts.update(rest=rest, same=normal(rest[:120]))
-        out[site] = Finding(CHECKPOINT_COVERAGE_CODE, "error", message, *site, facts=facts)
+        out[site] = BrokenLoader(name, describe_error(error), site)
     return list(out.values())
 
 
@@ -361,31 +348,36 @@ def _judge_reference(
         incomplete, partial_why = incomplete_experts(layout)
         streamed = {k: v for k, v in layout.items() if k not in incomplete}
         s = _stream(base, model_config, streamed)
-        found = coverage_findings(s, streamed, sites)
+        found = coverage_facts(s, streamed, sites)
         tried.append((s, found, partial_why, streamed))
         if not found and not s.limit:
             break
-    s, findings, partial_why, streamed = min(tried, key=lambda t: (not t[0].complete, len(t[1])))
+    s, facts, partial_why, streamed = min(tried, key=lambda t: (not t[0].complete, len(t[1])))
+    findings: list[Finding] = []
     if partial_why:
         said = f"checkpoint dry-run, in part: {partial_why}"
         findings.append(dryrun._note(said, sites.class_site))
     if s.limit:
-        return _limited(s, sites, findings, what)
+        return _limited(s, sites, (findings, facts), what)
     if not s.complete:
         judged, broken = loader_refusals(
-            findings, s, streamed, sites, lambda part: _stream(base, model_config, part)
+            facts, s, streamed, sites, lambda part: _stream(base, model_config, part)
         )
         reason = dryrun.refused_reason(broken)
-        return dryrun.DryRun("not verified", reason, _suffixed(merge(judged), what))
+        findings = _suffixed(merge(findings), judged, what)
+        return dryrun.DryRun("not verified", reason, findings, facts=judged)
     partial = [what] + ([partial_why] if partial_why else [])
-    return _quantized(cls, model_config, base, sites, s, findings, partial, what, deadline)
+    found = (findings, facts)
+    return _quantized(cls, model_config, base, sites, s, found, partial, what, deadline)
 
 
-def _limited(s: Any, sites: Any, findings: list[Finding], what: str) -> Any:
+def _limited(s: Any, sites: Any, found: tuple[list[Finding], list[Loading]], what: str) -> Any:
+    findings, facts = found
     reason = f"a weight loader needs real data on meta tensors ({s.limit})"
     site = (s.limit_error and sites.frame(s.limit_error)) or sites.loader("")
     findings.append(dryrun._note(f"checkpoint dry-run: {reason}", site))
-    return dryrun.DryRun("not verified", reason, _suffixed(merge(findings), what))
+    findings = _suffixed(merge(findings), facts, what)
+    return dryrun.DryRun("not verified", reason, findings, facts=facts)
 
 
 def _quantized(
@@ -394,7 +386,7 @@ def _quantized(
     base: Any,
     sites: Any,
     s: Any,
-    findings: list[Finding],
+    found: tuple[list[Finding], list[Loading]],
     partial: list[str],
     what: str,
     deadline: float | None,
@@ -404,7 +396,9 @@ def _quantized(
     """The quantization dry-run on the stream's checkpoint-name mapping; ``keep``: which
     of its findings the layout can back; ``back``: checkpoint layers the loader took under
     a name it renames in code -> the layer as the model names it, which the quantization
-    dry-run uses (what the loader renames is its own affair, not the ignore list's)."""
+    dry-run uses (what the loader renames is its own affair, not the ignore list's).
+    ``found``: the findings and the PFX701 facts so far."""
+    findings, facts = found
     refused = refused_modules(s, sites)
     sources = {k: v for k, v in layer_sources(s, base.model).items() if normal(k) not in refused}
     if back:
@@ -414,51 +408,27 @@ def _quantized(
     mapping = {layer: path for path, layers in sources.items() for layer in layers}
     quant, skipped = quant_facts(cls, model_config, base, sources, sites, deadline)
     # the PFX702 unit says the layout after its words, as ``_suffixed`` does here
-    facts = [replace(f, layout=what) for f in quant if keep is None or keep(f)]
+    facts += [replace(f, layout=what) for f in quant if keep is None or keep(f)]
     if skipped:
         findings.append(dryrun._note(f"quantization dry-run: {skipped}", sites.class_site))
         partial.append(f"the quantization dry-run did not run ({skipped})")
-    findings = _suffixed(merge(findings), what)
+    findings = _suffixed(merge(findings), facts, what)
     reason = f"in part: {'; '.join(partial)}"
-    return dryrun.DryRun("verified", reason, findings, mapping, facts=facts)
+    return dryrun.DryRun("verified", reason, findings, mapping=mapping, facts=facts)
 
 
-def _judged_unwritten(f: Finding) -> Finding | None:
-    """What a finding of the stream is worth on the model's own layout.
+def _backed(f: Loading) -> bool:
+    """What of the stream the model's own layout can back: something left random. A name
+    it refused or dropped with nothing left random is nothing (the loader may read the
+    tensor under another name); the unit judges the rest (``own_layout``)."""
+    if isinstance(f, LoaderRaises):
+        return False
+    return not isinstance(f, NeverLoaded) or f.skips_param
 
-    A name it refused or dropped with nothing left random: nothing (it may read the
-    tensor under another name). The head, named as its parameter, that the loader skips
-    while it stays random: a warning, the loader's own gap unless its checkpoint renames
-    it (an unconditional ``lm_head`` skip on an untied head, a bug vLLM has fixed more
-    than once). Any other parameter or shard left unwritten: not verified (a PFX600
-    note). On vLLM's registry every such finding was a tensor the loader renames, splits
-    or loads from another file in code (SPLADE's ``cls.predictions``, Qwen3.5's
-    ``in_proj_qkvz``, Gemma 4's ``k_eq_v``, DFlash's ``mask_embedding.pt``:
-    docs/precision.md); the names rest on prefixlint's reading of the model's tables."""
-    kind, skips = f.facts.get("kind"), f.facts.get("skips_param", False)
-    if kind in ("loader-raises", "never-loaded", "cast") and not skips:
-        return None  # a name refused or dropped, or a value cast: nothing left random
-    if skips and f.facts["tensor"].startswith("lm_head."):
-        f.severity = "warning"
-        f.message += (
-            "; the loader takes every other name the model's parameters give, so this is "
-            "most likely its own gap, unless its checkpoint names the tensor otherwise"
-        )
-        return f
-    said = f.message
-    if "random" in f.facts:  # without the words that it stays random, where it says so
-        start, end = f.facts["random"]
-        said = said[:start] + said[end:]
-    return Finding(
-        NOT_VERIFIED_CODE,
-        "note",
-        f"not verified: {said}, with the checkpoint names the model's own tables give "
-        "(its loader may read that tensor under another name, renamed, split or loaded "
-        "apart in code, which a layout derived from the model cannot see: `--checkpoint` "
-        "with a real checkpoint, or the smoke phase, decides)",
-        f.file,
-        f.line,
-    )
+
+def _on_own_layout(f: Loading) -> Loading:
+    f.own_layout = True
+    return f
 
 
 def _judge_self(
@@ -473,16 +443,16 @@ def _judge_self(
     model, so a loader that refuses or drops one may read it under another name (renamed
     in code): raises on names and dropped names are not findings, and the layout is only
     taken as the one the loader reads when it takes ``TAKEN_SHARE`` of the names. Then
-    what is left unwritten is judged by ``_judged_unwritten``, a ``load_weights`` whose
+    what is left unwritten is judged by the PFX701 unit (``own_layout``), a ``load_weights`` whose
     own code fails is an error, and of the quantization dry-run only what ``packed_modules_mapping``
     decides (a prefix that is not its path is PFX601's, judged there)."""
     layout = derived.tensors
     s = _stream(base, model_config, layout)
     broken = _broken_loader(s, sites)
     if broken:
-        return dryrun.DryRun("not verified", "`load_weights` itself fails", broken)
+        return dryrun.DryRun("not verified", "`load_weights` itself fails", facts=broken)
     if s.limit:
-        return _limited(s, sites, [], SELF_DERIVED)
+        return _limited(s, sites, ([], []), SELF_DERIVED)
     derived_count = len(layout)
     layout, s, taken, probed, probed_names, left_out = _taken_layout(
         cls, model_config, base, derived, s, deadline
@@ -503,13 +473,9 @@ def _judge_self(
     divergence = None
     if derived.unknown:
         divergence = Divergence(paths=set(derived.unknown))
-    kept = [
-        judged
-        for f in coverage_findings(s, layout, sites, divergence)
-        if (judged := _judged_unwritten(f)) is not None
-    ]
+    kept = [_on_own_layout(f) for f in coverage_facts(s, layout, sites, divergence) if _backed(f)]
     partial = [SELF_DERIVED]
-    kept += _partial_notes(partial, probed, refused, shown, derived, sites)
+    notes = _partial_notes(partial, probed, refused, shown, derived, sites)
 
     def packed(f: Any) -> bool:
         # the table's entry for a fused layer, whatever the names around it; a fused layer
@@ -525,8 +491,9 @@ def _judge_self(
         for name, short in probed_names.items()
         if short not in whole
     }
+    found = (notes, kept)
     outcome = _quantized(
-        cls, model_config, base, sites, s, kept, partial, SELF_DERIVED, deadline, packed, back
+        cls, model_config, base, sites, s, found, partial, SELF_DERIVED, deadline, packed, back
     )
     # the parts are the model's own tables' reading: the PFX702 unit softens an entry
     # that names other parts into a note (not verified)

@@ -1,7 +1,8 @@
-"""PFX701: what the stream left undone. Checkpoint tensors never loaded, parameters (or
-shards of stacked parameters) never written, a ``load_weights`` that raises on a name;
-one finding per line and kind of message. Names the loader refuses that the model's own
-tables declare (``tables.declared_parts``) are its error, never "another format"."""
+"""PFX701: what the stream left undone, as typed facts (``weightfacts.py``): checkpoint
+tensors never loaded, parameters (or shards of stacked parameters) never written, a
+``load_weights`` that raises on a name. The PFX701 unit writes their words. Names the
+loader refuses that the model's own tables declare (``tables.declared_parts``) are its
+error, never "another format"."""
 
 from __future__ import annotations
 
@@ -12,20 +13,21 @@ from typing import Any
 import torch
 from torch import nn
 
-from prefixlint.codes import CHECKPOINT_COVERAGE_CODE, NOT_VERIFIED_CODE
 from prefixlint.introspect.dryrun.divergence import Divergence, explained_drop
 from prefixlint.introspect.dryrun.layouts import normal
 from prefixlint.introspect.dryrun.sites import Sites
-from prefixlint.introspect.dryrun.streaming import MAX_RETRIES, Stream
+from prefixlint.introspect.dryrun.streaming import Stream
 from prefixlint.introspect.dryrun.tables import declared_parts, fused_kind
+from prefixlint.introspect.dryrun.weightfacts import (
+    LoaderRaises,
+    Loading,
+    NeverLoaded,
+    RefusedDeclared,
+    Unwritten,
+    UnwrittenElements,
+    UnwrittenShard,
+)
 from prefixlint.introspect.finding import Finding, describe_error
-
-# a tensor named as its parameter that the loader skips (selflayout judges it apart)
-SKIPS_ITS_PARAMETER = "and the parameter of that name stays random: `load_weights` skips it"
-# how a parameter (or shard) left unwritten says it stays random; ``facts["random"]`` is
-# where in its message, so a note can say the rest without reading the words
-RANDOM_SHARD = ": it stays random"
-RANDOM_PARAMETER = ": no checkpoint tensor reaches it, so it stays random"
 
 
 def _shards(module: nn.Module, param: torch.Tensor) -> list[tuple[str, int, int]] | None:
@@ -45,7 +47,9 @@ def _shards(module: nn.Module, param: torch.Tensor) -> list[tuple[str, int, int]
     return out
 
 
-def shard_findings(stream: Stream, target: Any, sites: Sites) -> list[Finding]:
+def shard_facts(stream: Stream, target: Any, sites: Sites) -> list[Loading]:
+    """What of a written parameter stays unwritten: its shards no write covers (with the
+    shards more than one checkpoint layer wrote instead), else its elements."""
     path = target.name.rpartition(".")[0]
     try:
         module = sites.model.get_submodule(path)
@@ -60,12 +64,7 @@ def shard_findings(stream: Stream, target: Any, sites: Sites) -> list[Finding]:
         return []
     if shards is None:
         missing = int((~covered).sum())
-        msg = (
-            f"{missing} of {covered.numel()} elements of `{target.name}` are never written "
-            "by `load_weights`: they stay random"
-        )
-        part = {"kind": "unwritten-part", "param": target.name, "shard": "", "subject": target.name}
-        return [Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *sites.module(path), facts=part)]
+        return [UnwrittenElements(target.name, sites.module(path), missing, covered.numel())]
     dim = target.tensor.output_dim
     row = target.tensor.stride(dim)
     base = target.tensor.storage_offset()
@@ -75,24 +74,18 @@ def shard_findings(stream: Stream, target: Any, sites: Sites) -> list[Finding]:
         writers[label] = {
             t for wlo, whi, tags in target.writes if wlo < flat[1] and whi > flat[0] for t in tags
         }
-    out = []
+    out: list[Loading] = []
     for label, lo, hi in shards:
         if covered.narrow(dim, lo, hi - lo).all():
             continue
-        msg = f"shard `{label}` of `{target.name}` is never written by `load_weights`"
-        facts = {"kind": "unwritten-part", "param": target.name, "shard": label}
-        facts["random"] = (len(msg), len(msg + RANDOM_SHARD))  # the words that say so
-        msg += RANDOM_SHARD
         site = sites.module(path)
+        misrouted = []
         for other, names in writers.items():
             if len(names) < 2 or dim != 0:
                 continue
-            msg += (
-                f"; shard `{other}` is written by {' and '.join(f'`{n}`' for n in sorted(names))}"
-                " instead: a stacked-params mapping entry names the wrong shard"
-            )
+            misrouted.append((other, sorted(names)))
             site = _wrong_entry(sites, path, other, names) or site
-        out.append(Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *site, facts=facts))
+        out.append(UnwrittenShard(target.name, label, site, misrouted))
     return out
 
 
@@ -121,11 +114,12 @@ def module_leaf(path: str) -> str:
     return path.rsplit(".", 1)[-1]
 
 
-def coverage_findings(
+def coverage_facts(
     stream: Stream, reference: dict[str, Any], sites: Sites, divergence: Divergence | None = None
-) -> list[Finding]:
-    """``divergence`` (synthesised configs only): the parts not judged, and it collects the
-    tensors vLLM has no place for in a module it otherwise fills."""
+) -> list[Loading]:
+    """What the stream left undone, as PFX701 facts. ``divergence`` (synthesised configs
+    only): the parts not judged, and it collects the tensors vLLM has no place for in a
+    module it otherwise fills."""
 
     def explained(name: str) -> bool:
         why = divergence and explained_drop(sites.cls, sites.model, name, stream)
@@ -133,10 +127,10 @@ def coverage_findings(
             divergence.add(why)
         return bool(why)
 
-    out, declared = _raise_findings(stream, sites, explained)
+    out, declared = _raise_facts(stream, sites, explained)
     if not stream.complete:
         return out
-    # what stays random in the fused modules declared names fill is part of their finding
+    # what stays random in the fused modules declared names fill is part of their fact
     folded = {normal(p) for _, _, _, p in declared.values()}
     raised = {normal(n) for n, _ in stream.raised}
     targets = [
@@ -146,8 +140,7 @@ def coverage_findings(
     ]
     unwritten = {t.name: t for t in targets if not t.written}
     # With every parameter written, a dropped tensor has no place it was meant for in the
-    # built model: an unused head or statistic, most likely on purpose. Still reported, as
-    # a warning, since a renamed module that vLLM builds fresh would look the same.
+    # built model: an unused head or statistic, most likely on purpose (the unit's policy).
     nothing_random = not unwritten and not _partial(stream, sites)
     for name in sorted(reference):
         if name in stream.recorder.consumed or normal(name) in raised:
@@ -156,26 +149,8 @@ def coverage_findings(
             continue
         if nothing_random and _declared_drop(sites.cls, name):
             continue
-        severity = "error"
-        facts: dict[str, Any] = {"kind": "never-loaded", "tensor": name, "subject": name}
-        if name in unwritten:
-            unwritten.pop(name)
-            msg = f"checkpoint tensor `{name}` is never loaded {SKIPS_ITS_PARAMETER}"
-            facts["skips_param"] = True  # its parameter stays random
-        elif nothing_random:
-            # Nothing stays random: a tensor the model does without (a pooler vLLM's
-            # BERT never runs) breaks nothing today, a note (issue 20's severity).
-            severity = "note"
-            msg = (
-                f"checkpoint tensor `{name}` is never loaded: `load_weights` drops it, and "
-                "every parameter of the model is written without it (a note: nothing "
-                "stays random, so the model does without it)"
-            )
-        else:
-            msg = f"checkpoint tensor `{name}` is never loaded: `load_weights` drops it silently"
-        out.append(
-            Finding(CHECKPOINT_COVERAGE_CODE, severity, msg, *sites.loader(name), facts=facts)
-        )
+        skips = unwritten.pop(name, None) is not None  # its parameter stays random
+        out.append(NeverLoaded(name, sites.loader(name), skips, nothing_random and not skips))
     for name in sorted(unwritten):
         path = name.rpartition(".")[0]
         if normal(path) in folded:
@@ -184,38 +159,29 @@ def coverage_findings(
         if why and divergence is not None:
             divergence.add(why)
             continue
-        msg = f"`{name}` is never written by `load_weights`"
-        facts = {"kind": "unwritten", "param": name, "subject": name}
-        facts["random"] = (len(msg), len(msg + RANDOM_PARAMETER))
-        msg += RANDOM_PARAMETER
-        severity = "error"
-        if sites.embedding and name.startswith("lm_head."):
-            # vLLM's embedding adapter keeps the head; its pooler never computes logits
-            severity = "note"
-            msg += " (a note: served as an embedding model, whose pooler never uses the head)"
-        out.append(
-            Finding(CHECKPOINT_COVERAGE_CODE, severity, msg, *sites.module(path), facts=facts)
-        )
+        # vLLM's embedding adapter keeps the head; its pooler never computes logits
+        head = sites.embedding and name.startswith("lm_head.")
+        out.append(Unwritten(name, sites.module(path), embedding_head=head))
     for t in targets:
         if t.written and normal(t.name.rpartition(".")[0]) not in folded:
-            out.extend(shard_findings(stream, t, sites))
+            out.extend(shard_facts(stream, t, sites))
     return out
 
 
-def _raise_findings(
+def _raise_facts(
     stream: Stream, sites: Sites, explained: Callable[[str], bool]
-) -> tuple[list[Finding], dict[str, tuple[str, str, str, str]]]:
+) -> tuple[list[Loading], dict[str, tuple[str, str, str, str]]]:
     """The names ``load_weights`` raised on, and those of them the model's own tables
-    declare: in a complete stream, one finding for those (never explained away by a
-    config read differently), one per name for the rest."""
+    declare: in a complete stream, one fact for those (never explained away by a config
+    read differently), one per name for the rest."""
     declared = declared_names([n for n, _ in stream.raised], sites) if stream.complete else {}
-    out = [
-        _raise_finding(name, error, sites)
+    out: list[Loading] = [
+        _raised(name, error, sites)
         for name, error in stream.raised
         if name not in declared and not (stream.complete and explained(name))
     ]
     refused = [(n, e) for n, e in stream.raised if n in declared]
-    return out + refused_findings(refused, declared, sites), declared
+    return out + refused_facts(refused, declared, sites), declared
 
 
 def _declared_drop(cls: type | None, name: str) -> bool:
@@ -250,26 +216,19 @@ def _optional_bias(stream: Stream, reference: dict[str, Any], name: str) -> str 
 
 def _partial(stream: Stream, sites: Sites) -> bool:
     return any(
-        shard_findings(stream, t, sites)
+        shard_facts(stream, t, sites)
         for t in stream.recorder.by_storage.values()
         if t.is_param and t.written
     )
 
 
-def _raise_finding(name: str, error: BaseException, sites: Sites) -> Finding:
+def _raised(name: str, error: BaseException, sites: Sites) -> LoaderRaises:
     leaf = name.rsplit(".", 2)[-2] if name.count(".") >= 1 else name
     site = sites.frame(error) or sites.loader(name)
     entry = sites.mapping_line(leaf) if isinstance(error, ValueError) else None
     if entry is not None and "shard" in str(error).lower():
         site = entry
-    said = describe_error(error)
-    msg = f"`load_weights` raises on checkpoint tensor `{name}`: {said}"
-    # merged per line and error (layer numbers left out), whatever tensor it raised on
-    facts = {"kind": "loader-raises", "tensor": name, "same": normal(f" {said}"[:120])}
-    return Finding(CHECKPOINT_COVERAGE_CODE, "error", msg, *site, facts=facts)
-
-
-REFUSES_DECLARED = "`load_weights` refuses checkpoint tensors the model's own tables declare"
+    return LoaderRaises(name, describe_error(error), site)
 
 
 def declared_names(names: list[str], sites: Sites) -> dict[str, tuple[str, str, str, str]]:
@@ -297,36 +256,26 @@ def declared_names(names: list[str], sites: Sites) -> dict[str, tuple[str, str, 
     return out
 
 
-def refused_findings(
+def refused_facts(
     refused: list[tuple[str, BaseException]],
     declared: dict[str, tuple[str, str, str, str]],
     sites: Sites,
-) -> list[Finding]:
-    """PFX701, one per line of the loader that raised: the names it refused are the ones
+) -> list[Loading]:
+    """One fact per line of the loader that raised: the names it refused are the ones
     its own tables say the checkpoint holds, so a real checkpoint does not load either."""
     groups: dict[tuple[str, int], list[tuple[str, BaseException]]] = {}
     for name, error in refused:
         groups.setdefault(sites.frame(error) or sites.loader(name), []).append((name, error))
-    out = []
+    out: list[Loading] = []
     for site, items in groups.items():
-        said: dict[str, str] = {}  # one line per checkpoint part, however many tensors
-        for name, _ in items:
+        parts: dict[str, tuple[str, str, str, tuple[str, int] | None]] = {}
+        for name, _ in items:  # one per checkpoint part, however many tensors
             part, fused, table, _ = declared[name]
-            if part in said:
-                continue
-            where = sites.mapping_line(part, fused)
-            at = f"; {where[0].rsplit('/', 1)[-1]}:{where[1]} names both" if where else ""
-            said[part] = f"`{part}` (into `{fused}` by {table}{at})"
-        shown = list(said.values())[:6]
-        more = f" and {len(said) - 6} more" if len(said) > 6 else ""
-        fused = sorted({f"`{declared[n][3]}`" for n, _ in items})
-        message = (
-            f"{REFUSES_DECLARED}: {', '.join(shown)}{more}; on `{items[0][0]}`: "
-            f"{describe_error(items[0][1])}; {', '.join(fused)} stay random in part, and a real "
-            "checkpoint does not load either (the names are the model's own, not a layout "
-            "prefixlint guessed)"
-        )
-        out.append(Finding(CHECKPOINT_COVERAGE_CODE, "error", message, *site))
+            if part not in parts:
+                parts[part] = (part, fused, table, sites.mapping_line(part, fused))
+        fused_paths = sorted({declared[n][3] for n, _ in items})
+        said = describe_error(items[0][1])
+        out.append(RefusedDeclared(site, list(parts.values()), items[0][0], said, fused_paths))
     return out
 
 
@@ -340,57 +289,49 @@ def refused_modules(stream: Stream, sites: Sites) -> set[str]:
 
 
 def loader_refusals(
-    findings: list[Finding],
+    facts: list[Loading],
     stream: Stream,
     layout: dict[str, Any],
     sites: Sites,
     restream: Callable[[dict[str, Any]], Stream],
-) -> tuple[list[Finding], bool]:
-    """The findings of a stream that raised on too many kinds of names. When every name
-    it raised on is one the model's own tables declare, and the layout without every
+) -> tuple[list[Loading], bool]:
+    """The facts of a stream that raised on too many kinds of names. When every name it
+    raised on is one the model's own tables declare, and the layout without every
     declared name loads whole (``restream``), the loader is broken for exactly those
-    names: PFX701 errors (True). Otherwise the layout may be another format than the
-    loader's: ``layout_refused``'s notes (False)."""
+    names: ``RefusedDeclared`` in place of its raises (True). Otherwise the layout may be
+    another format than the loader's: ``layout_refused`` (False)."""
     raised = [n for n, _ in stream.raised]
     declared = declared_names(raised, sites)
     if not raised or len(declared) < len(raised):
-        return layout_refused(findings), False
+        return layout_refused(facts), False
     everything = declared_names(sorted(layout), sites)
     rest = restream({k: v for k, v in layout.items() if k not in everything})
     if not rest.complete or rest.raised or rest.limit:
-        return layout_refused(findings), False
-    kept = [f for f in findings if f.facts.get("kind") != "loader-raises"]
-    return kept + refused_findings(stream.raised, declared, sites), True
+        return layout_refused(facts), False
+    kept = [f for f in facts if not isinstance(f, LoaderRaises)]
+    return kept + refused_facts(stream.raised, declared, sites), True
 
 
-def layout_refused(findings: list[Finding]) -> list[Finding]:
+def layout_refused(facts: list[Loading]) -> list[Loading]:
     """A loader that raised on more kinds of names than the stream retries refuses the
     layout as a whole: far more often a checkpoint format other than the one prefixlint
     derived (remote code's own names, a Mistral-format loader) than a loader broken for
     every kind of tensor, which any real checkpoint would expose at once. On vLLM's
-    registry all six such loaders read another format (docs/precision.md), so its raises
-    are "not verified" notes that say so, never the model's defect."""
-    out = []
-    for f in findings:
-        if f.code == "PFX701" and f.facts.get("kind") == "loader-raises":
-            f = Finding(
-                NOT_VERIFIED_CODE,
-                "note",
-                f"not verified: {f.message} (one of more than {MAX_RETRIES} kinds of names "
-                "it refused: the checkpoint layout checked may not be the one this loader "
-                "reads; `--checkpoint` with a real checkpoint, or the smoke phase with its "
-                "weights, decides)",
-                f.file,
-                f.line,
-            )
-        out.append(f)
-    return out
+    registry all six such loaders read another format (docs/precision.md): its raises
+    are marked ``refused_layout`` (the unit says "not verified", never the model's
+    defect)."""
+    for f in facts:
+        if isinstance(f, LoaderRaises):
+            f.refused_layout = True
+    return facts
 
 
 def _kind(f: Finding) -> str:
     """What a finding says with layer numbers, and for a raise the tensor name, left out:
     its ``facts["same"]`` where the maker says it, else its words (the maker's own text,
-    compared whole: nothing is read out of them)."""
+    compared whole: nothing is read out of them). PFX701's facts merge in their unit
+    (``checks/pfx701_weight_loading.py``) by their fields; this serves the findings the
+    dry-run's other producers (PFX702, the notes) still build, until they are facts."""
     return f.facts.get("same") or normal(f.message)
 
 
