@@ -14,20 +14,12 @@ from prefixlint.introspect.dryrun.weightfacts import (
     Unwritten,
     UnwrittenShard,
 )
-from prefixlint.introspect.dryrun.weights import layout_refused, merge
+from prefixlint.introspect.dryrun.weights import layout_refused
 from prefixlint.introspect.finding import Finding
 
 
 def pfx701(words: str, line: int = 5, **facts) -> Finding:
     return Finding("PFX701", "error", words, "m.py", line, facts=facts)
-
-
-def test_raises_merge_by_their_error_whatever_the_tensor_or_words() -> None:
-    same = {"kind": "loader-raises", "same": " KeyError: 'x'"}
-    found = merge([pfx701("one", tensor="a.0.w", **same), pfx701("two", tensor="a.1.w", **same)])
-    assert [f.message for f in found] == ["one (and 1 more like it)"]
-    other = merge([pfx701("one", **same), pfx701("one", kind="loader-raises", same=" ValueError")])
-    assert len(other) == 2  # the same words, another error: two findings
 
 
 def test_pfx701_facts_merge_by_their_fields_never_their_words() -> None:

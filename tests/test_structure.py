@@ -339,9 +339,7 @@ _CARRIERS = {"print", "echo", "str", "append", "setdefault", "public_name"}
 # Reads not yet replaced by a fact, by module and function: each must still read (drop
 # it once fixed). It groups findings whose words are the same (one per line and kind of
 # words), for which no producer says a kind yet.
-KNOWN_MESSAGE_READS = {
-    ("prefixlint/introspect/dryrun/weights.py", "_kind"),
-}
+KNOWN_MESSAGE_READS: set[tuple[str, str]] = set()
 
 
 def _parents(tree: ast.AST) -> dict[ast.AST, ast.AST]:
@@ -430,3 +428,17 @@ def test_message_reads_are_found() -> None:
         "m = f.message\n"
     )
     assert message_reads(ast.parse(carried)) == []
+
+
+def test_only_the_check_units_build_a_finding() -> None:
+    """Issue 37: the stages return typed facts; a phase-2 finding is built by its unit
+    under ``introspect/checks/`` only (and by nothing in ``check_introspect.py``)."""
+    introspect = PACKAGE / "introspect"
+    builders = []
+    for path in [*introspect.rglob("*.py"), PACKAGE / "check_introspect.py"]:
+        if "checks" in path.relative_to(PACKAGE).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Finding":
+                builders.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    assert not builders, "a fact for the unit, not a finding: " + ", ".join(builders)

@@ -181,8 +181,7 @@ def alike(value: Any) -> Any:
 def by_site_alike(facts: list[Any]) -> list[list[Any]]:
     """Facts (each with a ``site``) grouped per site and ``alike`` value, in the order
     each group first appears: a unit reports a group once, at its first fact, saying
-    ``more_like_it`` for the others (the dry-runs' ``merge`` for the findings they still
-    build)."""
+    ``more_like_it`` for the others."""
     groups: dict[tuple, list[Any]] = {}
     for fact in facts:
         groups.setdefault((fact.site, alike(fact)), []).append(fact)

@@ -30,7 +30,6 @@ from typing import Any
 
 from torch import nn
 
-from prefixlint.codes import NOT_VERIFIED_CODE
 from prefixlint.introspect.builds.layout import build_layout
 from prefixlint.introspect.builds.parallel import Layout
 from prefixlint.introspect.dryrun import quantlayouts
@@ -49,7 +48,6 @@ from prefixlint.introspect.dryrun.weightfacts import Loading
 from prefixlint.introspect.dryrun.weights import (
     coverage_facts,
     loader_refusals,
-    merge,
     refused_modules,
 )
 from prefixlint.introspect.finding import Finding, Unverified, class_site, describe_error
@@ -75,10 +73,10 @@ class DryRun:
     facts: list[Any] = field(default_factory=list)
 
 
-def _note(message: str, site: tuple[str, int]) -> Finding:
-    """Compatibility only, until the modules that still call it (``selflayout``,
-    ``checkpoint_run``) return ``Unverified`` facts: a PFX600 note as a finding."""
-    return Finding(NOT_VERIFIED_CODE, "note", f"not verified: {message}", *site)
+def _note(message: str, site: tuple[str, int]) -> Unverified:
+    """What the dry-run could not check, said whole (``message``) at ``site``: a fact the
+    PFX600 unit words."""
+    return Unverified("", message, site)
 
 
 # what of the dry-run did not run, or ran in part (``Unverified.what``)
@@ -205,7 +203,7 @@ def _quantized_layouts(
     reference: tuple[dict[str, Any], Any],
     sites: Sites,
     deadline: float | None,
-    found: tuple[list[Finding], list[Loading]],
+    found: tuple[list[Any], list[Loading]],
     notes: list[Unverified],
 ) -> list[str]:
     """PFX701 on FP8 layouts (``quantlayouts.py``), its facts added to ``found``'s; what
@@ -231,7 +229,7 @@ def _quantization(
     quantized: tuple[Any, dict[str, Any], tuple[dict[str, Any], Any]],
     sites: Sites,
     deadline: float | None,
-    found: tuple[list[Finding], list[Any]],
+    found: tuple[list[Any], list[Any]],
     notes: list[Unverified],
 ) -> list[str]:
     """PFX702's typed facts (``quant_facts``) and the FP8 layouts' PFX701 for the base
@@ -255,7 +253,7 @@ def _refused(
     model_config: Any,
     streamed: tuple[Any, dict[str, Any]],
     sites: Sites,
-    found: tuple[list[Finding], list[Loading], list[Unverified]],
+    found: tuple[list[Any], list[Loading], list[Unverified]],
 ) -> DryRun:
     """A stream that raised on too many kinds of names: the loader's error when the names
     are the model's own, else not verified (``loader_refusals``)."""
@@ -266,7 +264,7 @@ def _refused(
 
     findings, facts, notes = found
     judged, broken = loader_refusals(facts, *streamed, sites, restream)
-    return DryRun("not verified", refused_reason(broken), merge(findings), facts=judged + notes)
+    return DryRun("not verified", refused_reason(broken), facts=findings + judged + notes)
 
 
 def run(
@@ -322,13 +320,13 @@ def run(
             break
     # the layout vLLM loads best: a loader need only accept one of them
     s, streamed, facts, divergence, why = min(tried, key=lambda t: (not t[0].complete, len(t[2])))
-    findings: list[Finding] = []
+    findings: list[Any] = []  # notes (``Unverified``) of what did not run
     notes = _in_part(divergence, why, sites)
     if s.limit:
         reason = f"a weight loader needs real data on meta tensors ({s.limit})"
         site = (s.limit_error and sites.frame(s.limit_error)) or sites.loader("")
         notes.append(Unverified(CHECKPOINT, reason, site))
-        return DryRun("not verified", reason, merge(findings), facts=facts + notes)
+        return DryRun("not verified", reason, facts=findings + facts + notes)
     if not s.complete:
         return _refused(base, model_config, (s, streamed), sites, (findings, facts, notes))
     refused = refused_modules(s, sites)
@@ -344,7 +342,7 @@ def run(
         partial.append(why)
     reason = f"in part: {'; '.join(partial)}" if partial else ""
     loading = _loading(s, streamed, sites)
-    return DryRun("verified", reason, merge(findings), mapping, loading, facts=facts + notes)
+    return DryRun("verified", reason, [], mapping, loading, facts=findings + facts + notes)
 
 
 def _loading(s: Any, streamed: dict[str, Any], sites: Sites) -> dict[str, Any]:

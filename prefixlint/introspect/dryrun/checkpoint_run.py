@@ -39,8 +39,8 @@ from prefixlint.introspect.dryrun.weightfacts import (
     UnwrittenElements,
     UnwrittenShard,
 )
-from prefixlint.introspect.dryrun.weights import coverage_facts, merge
-from prefixlint.introspect.finding import Finding, describe_error
+from prefixlint.introspect.dryrun.weights import coverage_facts
+from prefixlint.introspect.finding import describe_error
 from prefixlint.introspect.targets.checkpoint import CheckpointError, read
 
 
@@ -96,7 +96,7 @@ def run(
     if s.limit:
         reason = f"a weight loader needs real data on meta tensors ({s.limit})"
         site = (s.limit_error and sites.frame(s.limit_error)) or sites.loader("")
-        return DryRun("not verified", reason, [_note(f"checkpoint dry-run: {reason}", site)])
+        return DryRun("not verified", reason, facts=[_note(f"checkpoint dry-run: {reason}", site)])
     if not s.complete:
         facts = coverage_facts(s, layout, sites)
         # the real checkpoint's own names: each raise is what the engine's load meets
@@ -106,7 +106,7 @@ def run(
         cls, s, layout, sites, (base, target, quant, model_config), parts, deadline
     )
     mapping = {layer: path for path, layers in sources.items() for layer in layers}
-    return DryRun("verified", "; ".join(parts), merge(findings), mapping, facts=facts)
+    return DryRun("verified", "; ".join(parts), [], mapping, facts=findings + facts)
 
 
 def _judged(
@@ -117,14 +117,14 @@ def _judged(
     built: tuple[Any, Any, Any, Any],
     parts: list[str],
     deadline: float | None,
-) -> tuple[list[Finding], list[Any], dict[str, Any]]:
+) -> tuple[list[Any], list[Any], dict[str, Any]]:
     """What a complete stream of the checkpoint left undone (PFX701 facts, and the
     findings not yet facts), and each layer's quantization
     judged (against the checkpoint's own config, else a synthetic ``Fp8Config``); ``parts``
     gets what was done. ``built``: the tp=1 build, the one streamed, the quantized build (or
     None) and the target's model config."""
     base, target, quant, base_config = built
-    findings: list[Finding] = []
+    findings: list[Any] = []  # notes (``Unverified``) of what did not run
     realquant.drop_defaulted(s, target.model)
     scales = realquant.fold_shard_scales(s, target.model)
     sources = layer_sources(s, target.model)
@@ -263,4 +263,4 @@ def _naming_line(file: str, start: int, name: str, consumed: set[str]) -> int | 
 
 
 def _not_verified(reason: str, site: tuple[str, int]) -> DryRun:
-    return DryRun("not verified", reason, [_note(f"checkpoint dry-run: {reason}", site)])
+    return DryRun("not verified", reason, facts=[_note(f"checkpoint dry-run: {reason}", site)])

@@ -53,10 +53,9 @@ from prefixlint.introspect.dryrun.weightfacts import (
 from prefixlint.introspect.dryrun.weights import (
     coverage_facts,
     loader_refusals,
-    merge,
     refused_modules,
 )
-from prefixlint.introspect.finding import Finding, describe_error
+from prefixlint.introspect.finding import Unverified, describe_error
 
 SELF_DERIVED = (
     "checkpoint layout derived from the model itself (its parameters through its "
@@ -241,13 +240,21 @@ def derive(cls: type | None, model: nn.Module) -> Layout:
 # -- the dry-run over such a layout ------------------------------------------------------------
 
 
-def _suffixed(findings: list[Finding], facts: list[Any], what: str) -> list[Finding]:
+def _suffixed(facts: list[Any], what: str) -> None:
     """Every fact of the dry-run says which layout it was seen on (its unit writes it; the
     PFX702 facts carry it already, frozen)."""
     for fact in facts:
         if isinstance(fact, Loading):
             fact.layout = what
-    return findings
+
+
+def _distinct(notes: list[Any]) -> list[Any]:
+    """Each note once: a layout tried again says the same of the same site."""
+    out: list[Any] = []
+    for note in notes:
+        if note not in out:
+            out.append(note)
+    return out
 
 
 # a loader that cannot place a name (or shape) raises these; others are its own code failing
@@ -314,7 +321,7 @@ def run(
     sites.embedding = dryrun._served_as_embedding(model_config)
     if not callable(getattr(base.model, "load_weights", None)):
         note = dryrun._note("checkpoint dry-run: the model has no `load_weights`", sites.class_site)
-        return dryrun.DryRun("not verified", "the model has no `load_weights`", [note])
+        return dryrun.DryRun("not verified", "the model has no `load_weights`", facts=[note])
     given = not synthesised
     found = _reference_layouts(model_config, cls, base) if given else None
     if found is not None:
@@ -324,7 +331,7 @@ def run(
     derived = derive(cls, base.model)
     if not derived.tensors:
         said = f"checkpoint dry-run: {why}; no layout derives from the model"
-        return dryrun.DryRun("not verified", why, [dryrun._note(said, sites.class_site)])
+        return dryrun.DryRun("not verified", why, facts=[dryrun._note(said, sites.class_site)])
     return _judge_self(cls, model_config, base, sites, derived, deadline)
 
 
@@ -353,7 +360,7 @@ def _judge_reference(
         if not found and not s.limit:
             break
     s, facts, partial_why, streamed = min(tried, key=lambda t: (not t[0].complete, len(t[1])))
-    findings: list[Finding] = []
+    findings: list[Any] = []  # notes (``Unverified``)
     if partial_why:
         said = f"checkpoint dry-run, in part: {partial_why}"
         findings.append(dryrun._note(said, sites.class_site))
@@ -364,20 +371,20 @@ def _judge_reference(
             facts, s, streamed, sites, lambda part: _stream(base, model_config, part)
         )
         reason = dryrun.refused_reason(broken)
-        findings = _suffixed(merge(findings), judged, what)
-        return dryrun.DryRun("not verified", reason, findings, facts=judged)
+        _suffixed(judged, what)
+        return dryrun.DryRun("not verified", reason, facts=_distinct(findings) + judged)
     partial = [what] + ([partial_why] if partial_why else [])
     found = (findings, facts)
     return _quantized(cls, model_config, base, sites, s, found, partial, what, deadline)
 
 
-def _limited(s: Any, sites: Any, found: tuple[list[Finding], list[Loading]], what: str) -> Any:
+def _limited(s: Any, sites: Any, found: tuple[list[Any], list[Loading]], what: str) -> Any:
     findings, facts = found
     reason = f"a weight loader needs real data on meta tensors ({s.limit})"
     site = (s.limit_error and sites.frame(s.limit_error)) or sites.loader("")
     findings.append(dryrun._note(f"checkpoint dry-run: {reason}", site))
-    findings = _suffixed(merge(findings), facts, what)
-    return dryrun.DryRun("not verified", reason, findings, facts=facts)
+    _suffixed(facts, what)
+    return dryrun.DryRun("not verified", reason, facts=_distinct(findings) + facts)
 
 
 def _quantized(
@@ -386,7 +393,7 @@ def _quantized(
     base: Any,
     sites: Any,
     s: Any,
-    found: tuple[list[Finding], list[Loading]],
+    found: tuple[list[Any], list[Loading]],
     partial: list[str],
     what: str,
     deadline: float | None,
@@ -412,9 +419,9 @@ def _quantized(
     if skipped:
         findings.append(dryrun._note(f"quantization dry-run: {skipped}", sites.class_site))
         partial.append(f"the quantization dry-run did not run ({skipped})")
-    findings = _suffixed(merge(findings), facts, what)
+    _suffixed(facts, what)
     reason = f"in part: {'; '.join(partial)}"
-    return dryrun.DryRun("verified", reason, findings, mapping=mapping, facts=facts)
+    return dryrun.DryRun("verified", reason, mapping=mapping, facts=_distinct(findings) + facts)
 
 
 def _backed(f: Loading) -> bool:
@@ -469,7 +476,7 @@ def _judge_self(
             "layout derived from the model cannot see"
         )
         note = dryrun._note(f"checkpoint dry-run: {reason}", sites.loader(""))
-        return dryrun.DryRun("not verified", reason, [note])
+        return dryrun.DryRun("not verified", reason, facts=[note])
     divergence = None
     if derived.unknown:
         divergence = Divergence(paths=set(derived.unknown))
@@ -547,10 +554,10 @@ def _partial_notes(
     shown: str,
     derived: Layout,
     sites: Any,
-) -> list[Finding]:
+) -> list[Unverified]:
     """The notes of a self-derived dry-run that checked part of the layout; ``partial``
     gets what each covers."""
-    kept: list[Finding] = []
+    kept: list[Unverified] = []
     if probed:
         said = "; ".join(probed)
         partial.append(f"names its loader renames in code, asked of the loader: {said}")

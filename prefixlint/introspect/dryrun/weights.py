@@ -27,7 +27,7 @@ from prefixlint.introspect.dryrun.weightfacts import (
     UnwrittenElements,
     UnwrittenShard,
 )
-from prefixlint.introspect.finding import Finding, describe_error
+from prefixlint.introspect.finding import describe_error
 
 
 def _shards(module: nn.Module, param: torch.Tensor) -> list[tuple[str, int, int]] | None:
@@ -324,29 +324,3 @@ def layout_refused(facts: list[Loading]) -> list[Loading]:
         if isinstance(f, LoaderRaises):
             f.refused_layout = True
     return facts
-
-
-def _kind(f: Finding) -> str:
-    """What a finding says with layer numbers, and for a raise the tensor name, left out:
-    its ``facts["same"]`` where the maker says it, else its words (the maker's own text,
-    compared whole: nothing is read out of them). PFX701's facts merge in their unit
-    (``checks/pfx701_weight_loading.py``) by their fields; this serves the findings the
-    dry-run's other producers (PFX702, the notes) still build, until they are facts."""
-    return f.facts.get("same") or normal(f.message)
-
-
-def merge(findings: list[Finding]) -> list[Finding]:
-    """One finding per line and kind of message: layer 0's, with how many layers repeat it."""
-    groups: dict[tuple[str, str, int, str], list[Finding]] = {}
-    for f in findings:
-        groups.setdefault((f.code, f.file, f.line, _kind(f)), []).append(f)
-    out = []
-    for same in groups.values():
-        first = same[0]
-        if len(same) > 1:
-            first.message += f" (and {len(same) - 1} more like it)"
-        out.append(first)
-    return out
-
-
-# -- PFX702 -------------------------------------------------------------------------------------
