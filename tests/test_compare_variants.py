@@ -52,6 +52,23 @@ def test_variants_are_the_declared_flags_and_fractions_the_model_reads() -> None
     assert not [x for x in llama if "rotary" in x]
 
 
+def test_a_heterogeneous_config_gives_variants_without_a_lost_target() -> None:
+    """Gemma 4's config refuses a global read of a per-layer attribute (``head_dim``) with
+    its own error; reading it for the variants lost the whole target (the zoo's Gemma 4:
+    built -> skipped). Such an attribute has no one value to vary: none is read."""
+    from transformers import AutoConfig
+
+    from prefixlint.introspect.compare.variants import comparison_variants
+
+    config = AutoConfig.for_model("gemma4_text")
+    with pytest.raises(Exception, match="per-layer"):
+        _ = config.head_dim
+    labels = [
+        v.label for v in comparison_variants(_model_config(config), [_file("gemma4.py")], None)
+    ]
+    assert not [x for x in labels if x.startswith("head_dim")]
+
+
 def test_a_variant_carries_what_the_config_class_derives_from_it() -> None:
     from transformers import Qwen2Config
 

@@ -551,11 +551,17 @@ def _compare(
     comparison = compare(cls, plan, builds, enabled, result.synthesised)
     explored, budget = explore
     variants = []
+    refused = ""
     if budget > 0 and comparison.status.name != "NOT_RUN":
-        variants = compare_variants(
-            cls, plan, builds, explored, result.synthesised, budget, comparison.assumed
-        )
+        try:
+            variants = compare_variants(
+                cls, plan, builds, explored, result.synthesised, budget, comparison.assumed
+            )
+        except Exception as e:  # the variants are this stage's extra, never a lost target
+            refused = _describe(e)
     result.compare = comparison.to_json()
+    if refused:
+        result.compare["variants_refused"] = refused
     if variants:
         result.compare["variants"] = [v.to_json() for v in variants]
         result.compare["seconds"] = round(comparison.seconds + sum(v.seconds for v in variants), 3)

@@ -53,11 +53,11 @@ def comparison_variants(model_config: Any, files: list[str], explored: Any) -> l
     reads = set().union(*(file_facts(f).reads for f in files)) if files else set()
     out: list[CompareVariant] = []
     for attr in sorted(reads & own):
-        value = getattr(config, attr, None)
+        value = _value(config, attr)
         if isinstance(value, bool):
             out.append(_variant(config, attr, not value))
     for attr in sorted(reads & own):
-        value = getattr(config, attr, None)
+        value = _value(config, attr)
         if _fraction(attr, value):
             out.append(_variant(config, attr, 0.5 if value == 1 else 1.0))
     rotary = _rotary(config, reads)
@@ -70,6 +70,16 @@ def comparison_variants(model_config: Any, files: list[str], explored: Any) -> l
     return [v for v in out if not (v.label in seen or seen.add(v.label))]
 
 
+def _value(config: Any, attr: str) -> Any:
+    """``config.attr``, or None. A heterogeneous config (transformers' per-layer configs,
+    Gemma 4's ``head_dim``) refuses a global read of a per-layer attribute with its own
+    error: that value has no one variant."""
+    try:
+        return getattr(config, attr, None)
+    except Exception:
+        return None
+
+
 def _fraction(attr: str, value: Any) -> bool:
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     return number and 0 < value <= 1 and any(w in attr.lower() for w in _FRACTION_WORDS)
@@ -79,7 +89,7 @@ def _rotary(config: Any, reads: set[str]) -> CompareVariant | None:
     """``rope_parameters["partial_rotary_factor"]`` (transformers 5 keeps it there; vLLM's
     ``get_rope`` reads it) where the class's default holds one and the model passes
     ``rope_parameters`` on."""
-    current = getattr(config, "rope_parameters", None)
+    current = _value(config, "rope_parameters")
     default = getattr(_default(type(config)), "rope_parameters", None)
     if "rope_parameters" not in reads or not isinstance(current, dict):
         return None
