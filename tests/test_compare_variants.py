@@ -69,6 +69,28 @@ def test_a_heterogeneous_config_gives_variants_without_a_lost_target() -> None:
     assert not [x for x in labels if x.startswith("head_dim")]
 
 
+def test_a_flag_transformers_never_computes_with_is_no_variant() -> None:
+    """transformers' DeepSeek-V2 declares ``norm_topk_prob`` but never reads it (its router
+    never renormalises; the authors' code and vLLM do when it is set): a variant of it was
+    a false PFX609 on clean vLLM. Cohere2-MoE's router reads it: its variant stays, as
+    does the tied head every transformers class ties."""
+    from transformers import Cohere2MoeConfig, DeepseekV2Config
+    from transformers.models.cohere2_moe.modeling_cohere2_moe import Cohere2MoeForCausalLM
+    from transformers.models.deepseek_v2.modeling_deepseek_v2 import DeepseekV2ForCausalLM
+
+    from prefixlint.introspect.compare.variants import comparison_variants
+
+    def labels(config, name: str, reference: type | None) -> list[str]:
+        found = comparison_variants(_model_config(config), [_file(name)], None, reference)
+        return [v.label for v in found]
+
+    deepseek = DeepseekV2Config()
+    assert "norm_topk_prob=True" in labels(deepseek, "deepseek_v2.py", None)
+    assert "norm_topk_prob=True" not in labels(deepseek, "deepseek_v2.py", DeepseekV2ForCausalLM)
+    cohere = labels(Cohere2MoeConfig(), "cohere2_moe.py", Cohere2MoeForCausalLM)
+    assert "norm_topk_prob=False" in cohere
+
+
 def test_a_variant_carries_what_the_config_class_derives_from_it() -> None:
     from transformers import Qwen2Config
 

@@ -175,6 +175,10 @@ def _cpu_gaps(model: Any) -> Comparison | None:
     unsupported = attention.unsupported_layers(model, lambda m: statespace.runs(m) or mla.runs(m))
     if unsupported:
         return Comparison.not_run(Reason.UNSUPPORTED_LAYER, ", ".join(unsupported))
+    sinkless = mla.disabled_sinks(model)
+    if sinkless:  # vLLM's CPU build drops the sink an engine on a GPU applies
+        detail = f"a learnable attention sink vLLM's CPU build disables (at `{sinkless[0]}`)"
+        return Comparison.not_run(Reason.UNSUPPORTED_LAYER, detail)
     unroutable = routing.unroutable(model)
     if unroutable is not None:  # neither the reference routing nor vLLM's CPU router
         return Comparison.not_run(Reason.UNSUPPORTED_LAYER, f"MoE routing: {unroutable}")

@@ -89,6 +89,32 @@ def _source(ref_cls: type) -> str:
     return "\n".join(texts)
 
 
+def transformers_reads(ref_cls: type, attr: str) -> bool:
+    """Whether transformers' class computes with ``attr``: its modeling module names it,
+    or its config class derives another value from it (a mention other than the
+    attribute's own declaration and its docstring entry). A flag the reference never
+    reads (DeepSeek-V2's ``norm_topk_prob`` in transformers' port) has no reference value
+    to compare a variant with."""
+    word = re.compile(rf"\b{re.escape(attr)}\b")
+    if word.search(_module_source(inspect.getmodule(ref_cls))):
+        return True
+    own = re.compile(rf"(self\.)?{re.escape(attr)}\s*(:[^=]*)?(=|$)|{re.escape(attr)}\s*\(")
+    config_module = inspect.getmodule(getattr(ref_cls, "config_class", None))
+    for line in _module_source(config_module).splitlines():
+        text = line.strip()
+        if word.search(text) and not own.match(text):
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=64)
+def _module_source(module: Any) -> str:
+    try:
+        return inspect.getsource(module) if module is not None else ""
+    except (OSError, TypeError):
+        return ""
+
+
 def settle(
     first: Comparison,
     choices: dict[str, list[Any]],

@@ -117,3 +117,19 @@ def reference_mla() -> Iterator[None]:
         yield
     finally:
         cls.forward = original  # type: ignore[method-assign]
+
+
+def disabled_sinks(model: torch.nn.Module) -> list[str]:
+    """Layers whose learnable attention sink vLLM built disabled: where no attention
+    backend of this platform consumes sinks (the CPU), HY V4's attention keeps the
+    parameter in the checkpoint's dtype and never hands it to the attention
+    (``vllm/models/hy_v4/nvidia/attention.py``: "the disabled path keeps the checkpoint
+    dtype since the value is never consumed"); an engine on a GPU uses it. Such a layer
+    computes without the sink here only: a gap of this machine, not the model's."""
+    out = []
+    for name, module in model.named_modules():
+        param = getattr(module, "learnable_sink_param", None)
+        sink = getattr(module, "learnable_sink", False) is True
+        if sink and isinstance(param, torch.Tensor) and param.dtype != torch.float32:
+            out.append(name)
+    return out

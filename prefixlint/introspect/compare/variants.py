@@ -44,13 +44,21 @@ class CompareVariant:
     label: str  # what a person reads: ``attention_bias=True``
 
 
-def comparison_variants(model_config: Any, files: list[str], explored: Any) -> list[CompareVariant]:
-    """The variants to compare on, in order: flags, fractions, the explorer's."""
+def comparison_variants(
+    model_config: Any, files: list[str], explored: Any, reference: type | None = None
+) -> list[CompareVariant]:
+    """The variants to compare on, in order: flags, fractions, the explorer's. With the
+    ``reference`` class, only the flags and fractions it computes with (a value
+    transformers ignores has nothing to be compared with)."""
+    from prefixlint.introspect.compare.guesses import transformers_reads
     from prefixlint.introspect.coverage.variants import config_objects, file_facts
 
     config = config_objects(model_config)[0]
     own = _own_declared(type(config))
     reads = set().union(*(file_facts(f).reads for f in files)) if files else set()
+    if reference is not None:
+        # ``tie_word_embeddings``: transformers' ``PreTrainedModel`` ties for every class
+        reads = {a for a in reads if a in _GENERIC_KEPT or transformers_reads(reference, a)}
     out: list[CompareVariant] = []
     for attr in sorted(reads & own):
         value = _value(config, attr)
@@ -166,7 +174,10 @@ def compare_variants(
     files = own_files(cls, base.recorder.external)
     started = time.perf_counter()
     out: list[Comparison] = []
-    for variant in comparison_variants(plan.model_config, files, explored)[:MAX_VARIANTS]:
+    from prefixlint.introspect.compare.reference import reference_class
+
+    ref = reference_class(plan.model_config.hf_config, cls, not synthesised)
+    for variant in comparison_variants(plan.model_config, files, explored, ref)[:MAX_VARIANTS]:
         if time.perf_counter() - started > budget:
             break
         with applied(plan.model_config, {**(assumed or {}), **variant.overrides}) as ok:
