@@ -477,3 +477,45 @@ def test_a_fused_tensor_the_reference_streams_is_the_checkpoints_layout(
     lora = [d for d in report.diagnostics if d.code == "PFX703"]
     assert [Path(d.filename).name for d in lora] == ["llama.py"], [d.message for d in lora]
     assert "`'gate_up_proj': ['gate_up_proj']`" in lora[0].message
+
+
+def test_a_table_declares_whole_only_the_layers_inside_its_class(monkeypatch) -> None:
+    """Phi-4-V: its language model (Phi-3) declares ``qkv_proj`` whole, its SigLIP tower's
+    ``qkv_proj`` is stored split (no table of the tower or the top class says otherwise).
+    Read by leaf over the whole model, the language model's table hid the tower's true
+    PFX702. A leaf is whole where every fused module of it is inside a declaring class."""
+    from torch import nn
+
+    from prefixlint.introspect.dryrun import tables
+
+    class Fused(nn.Module):
+        pass
+
+    monkeypatch.setattr(tables, "fused_kind", lambda m: "qkv" if isinstance(m, Fused) else None)
+
+    class Language(nn.Module):
+        packed_modules_mapping = {"qkv_proj": ["qkv_proj"]}
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv_proj = Fused()
+
+    class Tower(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv_proj = Fused()
+
+    class Both(nn.Module):
+        def __init__(self, tower: bool) -> None:
+            super().__init__()
+            self.language_model = Language()
+            if tower:
+                self.vision_tower = Tower()
+
+    assert tables.declared_whole(Both(tower=False), Both) == {"qkv_proj"}
+    assert tables.declared_whole(Both(tower=True), Both) == set()
+
+    class Declaring(Both):  # OpenCUA: the top-level class's table speaks for the model
+        packed_modules_mapping = {"qkv_proj": ["qkv_proj"]}
+
+    assert tables.declared_whole(Declaring(tower=True), Declaring) == {"qkv_proj"}

@@ -117,20 +117,38 @@ def _one_layout(sources: list[tuple[str, int]], listed: Any) -> list[tuple[str, 
 
 
 def declared_whole(model: nn.Module, cls: type | None) -> set[str]:
-    """Fused leaves a ``packed_modules_mapping`` of the model's classes (any class in the
-    MRO of the top-level class or of a built module) maps to themselves: the model's word
-    that its checkpoint holds the layer whole (Qwen2.5-VL's ``"qkv": ["qkv"]  # For vision
-    tower's already-packed QKV``, which OpenCUA inherits the tower and loader of). A
-    stacked entry for the same layer (the tower's mapper also stacks ``.attn.q.``, for
-    Qwen2.5-Omni's checkpoint) only says the loader takes the parts too: a loader stacks
-    a part where one occurs and loads the fused tensor by its own name otherwise."""
+    """Fused leaves a ``packed_modules_mapping`` maps to themselves, for every fused module
+    of that leaf: the model's word that its checkpoint holds the layer whole (Qwen2.5-VL's
+    ``"qkv": ["qkv"]  # For vision tower's already-packed QKV``, which OpenCUA inherits the
+    tower and loader of). A table speaks for the modules inside the one whose class (any
+    class in its MRO) holds it, the top-level class's for the whole model: Phi-4-V's
+    language model (Phi-3) declares its ``qkv_proj`` whole, its SigLIP tower's
+    ``qkv_proj`` is stored split. A stacked entry for the same layer (the tower's mapper
+    also stacks ``.attn.q.``, for Qwen2.5-Omni's checkpoint) only says the loader takes
+    the parts too: a loader stacks a part where one occurs and loads the fused tensor by
+    its own name otherwise."""
+    scopes: dict[str, list[str]] = {leaf: [""] for leaf in _whole_in_tables(cls)}
+    fused: dict[str, list[str]] = {}
+    for path, module in model.named_modules():
+        for leaf in _whole_in_tables(type(module)):
+            scopes.setdefault(leaf, []).append(path)
+        if fused_kind(module) is not None:
+            fused.setdefault(path.rsplit(".", 1)[-1], []).append(path)
+
+    def covered(leaf: str, path: str) -> bool:
+        return any(s == "" or path.startswith(s + ".") for s in scopes.get(leaf, []))
+
+    return {leaf for leaf, paths in fused.items() if all(covered(leaf, p) for p in paths)}
+
+
+def _whole_in_tables(klass: type | None) -> set[str]:
+    """The leaves a ``packed_modules_mapping`` in ``klass``'s MRO maps to themselves."""
     out: set[str] = set()
-    for klass in {type(m) for m in model.modules()} | ({cls} if cls else set()):
-        for base in getattr(klass, "__mro__", ()):
-            table = vars(base).get("packed_modules_mapping")
-            for leaf, parts in table.items() if isinstance(table, dict) else ():
-                if isinstance(parts, (list, tuple)) and list(parts) == [leaf]:
-                    out.add(leaf)
+    for base in getattr(klass, "__mro__", ()):
+        table = vars(base).get("packed_modules_mapping")
+        for leaf, parts in table.items() if isinstance(table, dict) else ():
+            if isinstance(parts, (list, tuple)) and list(parts) == [leaf]:
+                out.add(leaf)
     return out
 
 
