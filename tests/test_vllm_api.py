@@ -12,7 +12,12 @@ from types import SimpleNamespace
 import pytest
 
 from prefixlint.introspect import vllm_api
+from prefixlint.introspect.process.env import prepare
 from tests.conftest import requires_vllm
+
+# vLLM's CPU platform, as phase 2's worker selects it: a VllmConfig built here under the
+# CUDA wheel (CI's 0.33.0 matrix) cannot infer a device otherwise
+prepare()
 
 
 def vllm_version() -> tuple[int, ...]:
