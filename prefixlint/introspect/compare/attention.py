@@ -138,3 +138,22 @@ def reference_attention() -> Iterator[None]:
     finally:
         attention.forward = original  # type: ignore[method-assign]
         _KV.clear()
+
+
+@contextlib.contextmanager
+def replaced(cls: type | None, name: str, value: Any) -> Iterator[None]:
+    """``cls.name`` is ``value`` while the comparison runs, then what it was; nothing when
+    this vLLM has no such class (None)."""
+    if cls is None:
+        yield
+        return
+    own = name in vars(cls)  # else inherited: the class's own attribute goes again after
+    original = vars(cls).get(name)
+    setattr(cls, name, value)
+    try:
+        yield
+    finally:
+        if own:
+            setattr(cls, name, original)
+        else:
+            delattr(cls, name)

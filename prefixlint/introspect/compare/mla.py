@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from prefixlint.introspect import vllm_api
-from prefixlint.introspect.compare.attention import Unsupported, reference_forward
+from prefixlint.introspect.compare.attention import Unsupported, reference_forward, replaced
 
 
 def runs(layer: Any) -> bool:
@@ -107,16 +107,8 @@ def mla_forward(
 def reference_mla() -> Iterator[None]:
     """vLLM's ``MLAAttention.forward`` is the reference above while the comparison runs;
     nothing when this vLLM has no MLA layer."""
-    cls = vllm_api.mla_attention_class()
-    if cls is None:
+    with replaced(vllm_api.mla_attention_class(), "forward", mla_forward):
         yield
-        return
-    original = cls.forward
-    cls.forward = mla_forward  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        cls.forward = original  # type: ignore[method-assign]
 
 
 def disabled_sinks(model: torch.nn.Module) -> list[str]:

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from prefixlint.introspect import vllm_api
+from prefixlint.introspect.compare.attention import replaced
 
 SCORING = ("softmax", "sigmoid")
 
@@ -107,12 +108,6 @@ def reference_routing() -> Iterator[None]:
     """vLLM's CPU router routes with the reference above while the comparison runs;
     nothing on a vLLM without that router class."""
     cls = vllm_api.cpu_router_class()
-    if cls is None:
+    routed = None if cls is None else _routed_by_reference(cls._compute_routing)
+    with replaced(cls, "_compute_routing", routed):
         yield
-        return
-    original = cls._compute_routing
-    cls._compute_routing = _routed_by_reference(original)  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        cls._compute_routing = original  # type: ignore[method-assign]
