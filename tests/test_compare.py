@@ -183,11 +183,17 @@ PLANTED = [
 @pytest.mark.slow
 @pytest.mark.parametrize("case", PLANTED, ids=[c[1] for c in PLANTED])
 def test_a_planted_numeric_bug_gives_pfx609_at_the_divergent_module(worker, tmp_path, case):
-    name, arch, cls, old, new, (at_cls, at) = case
+    name, arch, cls, old, new, at = case
     path, text = model_copy(tmp_path, name, _replace(cls, old, new))
+    assert_one_pfx609_at(worker, path, text, arch, at)
+
+
+def assert_one_pfx609_at(worker, path: Path, text: str, arch: str, at: tuple[str, str]) -> None:
+    """The planted copy ``path`` (its ``text``) of ``arch`` gives one PFX609, at the line
+    ``at`` names (a class, then the text of the line inside it)."""
     report = _introspect(worker, f"{path}:{arch}")
     found = [(d.code, Path(d.filename).name, d.location.row) for d in report.diagnostics]
-    expected = ("PFX609", path.name, _line(text, at_cls, at))
+    expected = ("PFX609", path.name, _line(text, *at))
     assert expected in found, (expected, found, [d.message for d in report.diagnostics])
     assert [d.code for d in report.diagnostics].count("PFX609") == 1
 

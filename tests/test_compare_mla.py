@@ -15,7 +15,13 @@ import torch
 from torch import nn
 
 from tests.conftest import requires_vllm
-from tests.test_compare import _introspect, _line, _replace, model_copy
+from tests.test_compare import (
+    _introspect,
+    _line,
+    _replace,
+    assert_one_pfx609_at,
+    model_copy,
+)
 
 pytestmark = requires_vllm
 
@@ -283,13 +289,9 @@ PLANTED = [
 @pytest.mark.slow
 @pytest.mark.parametrize("case", PLANTED, ids=["mla_scale", "mla_rope_style", "moe_bias"])
 def test_a_planted_bug_in_mla_or_routing_gives_pfx609_at_its_module(worker, tmp_path, case):
-    name, arch, cls, old, new, (at_cls, at) = case
+    name, arch, cls, old, new, at = case
     path, text = _copy(tmp_path, name, _replace(cls, old, new))
-    report = _introspect(worker, f"{path}:{arch}")
-    found = [(d.code, Path(d.filename).name, d.location.row) for d in report.diagnostics]
-    expected = ("PFX609", path.name, _line(text, at_cls, at))
-    assert expected in found, (expected, found, [d.message for d in report.diagnostics])
-    assert [d.code for d in report.diagnostics].count("PFX609") == 1
+    assert_one_pfx609_at(worker, path, text, arch, at)
 
 
 @pytest.mark.slow

@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import requires_vllm
-from tests.test_compare import _introspect, _line, _replace, model_copy
+from tests.test_compare import (
+    _introspect,
+    _replace,
+    assert_one_pfx609_at,
+    model_copy,
+)
 
 pytestmark = requires_vllm
 
@@ -217,13 +222,9 @@ PLANTED = [
 @pytest.mark.slow
 @pytest.mark.parametrize("case", PLANTED, ids=[c[1] for c in PLANTED])
 def test_a_planted_bug_in_a_state_space_model_gives_pfx609_at_the_mixer(worker, tmp_path, case):
-    name, arch, cls, old, new, (at_cls, at) = case
+    name, arch, cls, old, new, at = case
     path, text = model_copy(tmp_path, name, _replace(cls, old, new))
-    report = _introspect(worker, f"{path}:{arch}")
-    found = [(d.code, Path(d.filename).name, d.location.row) for d in report.diagnostics]
-    expected = ("PFX609", path.name, _line(text, at_cls, at))
-    assert expected in found, (expected, found, [d.message for d in report.diagnostics])
-    assert [d.code for d in report.diagnostics].count("PFX609") == 1
+    assert_one_pfx609_at(worker, path, text, arch, at)
 
 
 def _lfm2_config(folder: Path, moe: bool) -> str:
