@@ -57,7 +57,8 @@ def compare(
         other = _guarded(cls, plan, builds, enabled, synthesised, SDPA)
         if other.status is Status.EQUAL:
             result = other
-    if synthesised and result.status is Status.DIFFERS:  # a guess, or the model?
+    # a guess, or the model? (a load that fails on a guess: DeepSeek-V3's router, guesses.py)
+    if synthesised and (result.status is Status.DIFFERS or result.reason is Reason.LOAD_FAILED):
         result = _settled(result, cls, plan, builds)
     result.seconds = time.perf_counter() - started
     return result
@@ -89,9 +90,11 @@ def _settled(first: Comparison, cls: type | None, plan: Any, builds: list[Any]) 
         return first
     files = own_files(cls, base.recorder.external)
     choices = guesses.unread_guesses(plan.model_config, ref_cls, files)
+    choices.update(guesses.absent_guesses(plan.model_config, ref_cls, files))
 
     def run(values: dict[str, Any]) -> Comparison:
-        with applied(plan.model_config, values):
+        given = {k: v for k, v in values.items() if v is not guesses.ABSENT}
+        with applied(plan.model_config, given):
             return _guarded(cls, plan, builds, True, True)
 
     return guesses.settle(first, choices, run)
@@ -146,7 +149,8 @@ def _compare_built(
     from prefixlint.introspect.builds.parallel import Layout
 
     torch.manual_seed(reference.SEED)
-    real = build_layout(plan, Layout(), meta=False)
+    backend = vllm_api.reference_mla_backend(model_config)  # not AMX's packed weights
+    real = build_layout(plan, Layout(), meta=False, attention_backend=backend)
     if real.error is not None or real.model is None:
         return Comparison.not_run(Reason.BUILD_FAILED, _words(real.error))
     size = _parameters(real.model)
