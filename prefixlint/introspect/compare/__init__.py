@@ -19,6 +19,7 @@ from prefixlint.introspect.compare import (
     attention,
     boundaries,
     guesses,
+    layerlists,
     mla,
     reference,
     rotary,
@@ -127,9 +128,26 @@ def _compare(
         if not ok:
             return Comparison.not_run(Reason.TOO_LARGE, f"{size / 1e6:.0f}M parameters")
         built = (ref_cls, base.vllm_config, bool(values))
-        result = _compare_built(cls, plan, builds, built, path)
+        lists = _derived_lists(cls, model_config, ref_cls, base) if synthesised else {}
+        with _applied(model_config, lists):
+            result = _compare_built(cls, plan, builds, built, path)
     result.smaller = values
+    result.derived = lists
     return result
+
+
+def _derived_lists(cls: type | None, model_config: Any, ref_cls: type, base: Any) -> dict:
+    """A synthesised config's per-layer lists only transformers reads, as its config
+    class derives them for this layer count (``layerlists.py``)."""
+    from prefixlint.introspect.coverage.sites import own_files
+
+    return layerlists.derived(model_config, ref_cls, own_files(cls, base.recorder.external))
+
+
+def _applied(model_config: Any, values: dict[str, Any]) -> Any:
+    from prefixlint.introspect.coverage.variants import applied
+
+    return applied(model_config, values) if values else contextlib.nullcontext()
 
 
 def _compare_built(
