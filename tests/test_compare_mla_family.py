@@ -116,3 +116,30 @@ def test_a_planted_bug_of_glm4_moe_lite_is_found_on_its_synthesised_config(worke
     assert len(found) == 1, [d.message for d in report.diagnostics]
     at = _line(text, "Glm4MoeLiteModel", "lambda prefix: Glm4MoeLiteDecoderLayer(")
     assert found[0][1] in range(at, at + 3), (found, at)
+
+
+def test_a_load_that_fails_on_the_guesses_is_settled_by_their_other_values() -> None:
+    """The base comparison did not run (the load refused the checkpoint's bias): the
+    combinations are tried, the one that compares equal wins, and what it assumed leaves
+    out the attributes it left absent. When none runs, nothing is assumed."""
+    from prefixlint.introspect.compare.facts import Comparison, Reason, Status
+    from prefixlint.introspect.compare.guesses import ABSENT, settle
+
+    failed = Comparison.not_run(Reason.LOAD_FAILED, "KeyError: 'gate.e_score_correction_bias'")
+    choices = {"topk_method": [ABSENT, "noaux_tc"], "scoring_func": [ABSENT, "sigmoid"]}
+    right = {"topk_method": "noaux_tc", "scoring_func": "sigmoid"}
+
+    def run(values):
+        if values == right:
+            return Comparison(Status.EQUAL)
+        if values["topk_method"] == "noaux_tc":  # loads, routes with softmax: differs
+            return Comparison(Status.DIFFERS)
+        return Comparison.not_run(Reason.LOAD_FAILED)
+
+    settled = settle(failed, choices, run)
+    assert settled.status is Status.EQUAL and settled.assumed == right
+    none = settle(failed, choices, lambda values: Comparison.not_run(Reason.LOAD_FAILED))
+    assert none is failed and none.assumed == {}
+    partly = {"topk_method": [ABSENT, "noaux_tc"], "scoring_func": [ABSENT]}
+    differs = settle(failed, partly, run)  # one that runs beats one that does not
+    assert differs.status is Status.DIFFERS and differs.assumed == {"topk_method": "noaux_tc"}

@@ -195,7 +195,8 @@ def settle(
         order = order or [b.path for b in result.boundaries]  # the base did not run
         if result.status is Status.DIFFERS and _reach(result, order) > _reach(best, order):
             best, best_values = result, values
-    best.assumed = {n: v for n, v in best_values.items() if v is not ABSENT}
+    if best.status is not Status.NOT_RUN:  # no value ran: it assumed nothing
+        best.assumed = {n: v for n, v in best_values.items() if v is not ABSENT}
     best.seconds = first.seconds
     return best
 
