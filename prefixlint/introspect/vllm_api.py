@@ -544,6 +544,25 @@ def forward_context() -> Any:
     return importlib.import_module("vllm.forward_context").set_forward_context
 
 
+def reference_mla_backend(model_config: Any) -> Any:
+    """vLLM's reference CPU MLA backend (``AttentionBackendEnum.CPU_MLA``, 0.32 and 0.33)
+    for an MLA model on the CPU platform, else None. On a CPU with AMX tiles the platform
+    prefers ``AMX_MLA``, whose ``process_weights_after_loading`` packs ``kv_b_proj`` into
+    its own layout and empties the weight (and refuses a tiny config's 16 input features:
+    "invalid weight input features 16"); the comparison runs its own MLA over the
+    weight, so it builds with the backend a CPU without AMX selects."""
+    if not getattr(model_config, "use_mla", False):
+        return None
+    try:
+        from vllm.platforms import current_platform
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    except ImportError:
+        return None
+    if not current_platform.is_cpu():
+        return None
+    return getattr(AttentionBackendEnum, "CPU_MLA", None)
+
+
 def process_weights_after_loading() -> Any:
     """The loader's step after ``load_weights`` (``model_loader.utils``, 0.32 and 0.33):
     quantization methods and CPU linears prepare their weights there."""

@@ -129,16 +129,27 @@ class OutputMismatch(Check):
     def _assumed(self, comparison: Comparison, cls: type | None) -> list[Finding]:
         """The values a comparison ran with for guessed attributes transformers' class
         never reads: other values are not verified (a note, a gap)."""
-        if not comparison.assumed:
-            return []
-        values = ", ".join(f"`{k}={v!r}`" for k, v in comparison.assumed.items())
-        message = (
-            f"not verified: the comparison with transformers ran with {values}: the "
-            f"synthesised config guessed these, and `{comparison.reference}` never reads "
-            "them (it computes one way), so other values are not compared; give a "
-            "checkpoint's config with --config"
-        )
-        return [Finding(NOT_VERIFIED_CODE, "note", message, *class_site(cls))]
+        out = []
+        if comparison.assumed:
+            values = ", ".join(f"`{k}={v!r}`" for k, v in comparison.assumed.items())
+            message = (
+                f"not verified: the comparison with transformers ran with {values}: the "
+                "synthesised config guessed these or lacked them (the model read its "
+                f"default), and `{comparison.reference}` never reads them (it computes "
+                "one way), so other values are not compared; give a checkpoint's config "
+                "with --config"
+            )
+            out.append(Finding(NOT_VERIFIED_CODE, "note", message, *class_site(cls)))
+        if comparison.derived:  # compare/layerlists.py
+            values = ", ".join(f"`{k}={v!r}`" for k, v in comparison.derived.items())
+            message = (
+                f"not verified: the comparison with transformers ran with {values}, as "
+                f"`{comparison.reference}`'s config class derives it for this many layers: "
+                "the synthesised config's shrunk list, which the model never reads, is "
+                "not compared; give a checkpoint's config with --config"
+            )
+            out.append(Finding(NOT_VERIFIED_CODE, "note", message, *class_site(cls)))
+        return out
 
     def _not_run(self, comparison: Comparison, cls: type | None) -> list[Finding]:
         reason = comparison.reason

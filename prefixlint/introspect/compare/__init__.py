@@ -19,6 +19,7 @@ from prefixlint.introspect.compare import (
     attention,
     boundaries,
     guesses,
+    layerlists,
     mla,
     reference,
     rotary,
@@ -57,7 +58,8 @@ def compare(
         other = _guarded(cls, plan, builds, enabled, synthesised, SDPA)
         if other.status is Status.EQUAL:
             result = other
-    if synthesised and result.status is Status.DIFFERS:  # a guess, or the model?
+    # a guess, or the model? (a load that fails on a guess: DeepSeek-V3's router, guesses.py)
+    if synthesised and (result.status is Status.DIFFERS or result.reason is Reason.LOAD_FAILED):
         result = _settled(result, cls, plan, builds)
     result.seconds = time.perf_counter() - started
     return result
@@ -89,9 +91,11 @@ def _settled(first: Comparison, cls: type | None, plan: Any, builds: list[Any]) 
         return first
     files = own_files(cls, base.recorder.external)
     choices = guesses.unread_guesses(plan.model_config, ref_cls, files)
+    choices.update(guesses.absent_guesses(plan.model_config, ref_cls, files))
 
     def run(values: dict[str, Any]) -> Comparison:
-        with applied(plan.model_config, values):
+        given = {k: v for k, v in values.items() if v is not guesses.ABSENT}
+        with applied(plan.model_config, given):
             return _guarded(cls, plan, builds, True, True)
 
     return guesses.settle(first, choices, run)
@@ -124,9 +128,26 @@ def _compare(
         if not ok:
             return Comparison.not_run(Reason.TOO_LARGE, f"{size / 1e6:.0f}M parameters")
         built = (ref_cls, base.vllm_config, bool(values))
-        result = _compare_built(cls, plan, builds, built, path)
+        lists = _derived_lists(cls, model_config, ref_cls, base) if synthesised else {}
+        with _applied(model_config, lists):
+            result = _compare_built(cls, plan, builds, built, path)
     result.smaller = values
+    result.derived = lists
     return result
+
+
+def _derived_lists(cls: type | None, model_config: Any, ref_cls: type, base: Any) -> dict:
+    """A synthesised config's per-layer lists only transformers reads, as its config
+    class derives them for this layer count (``layerlists.py``)."""
+    from prefixlint.introspect.coverage.sites import own_files
+
+    return layerlists.derived(model_config, ref_cls, own_files(cls, base.recorder.external))
+
+
+def _applied(model_config: Any, values: dict[str, Any]) -> Any:
+    from prefixlint.introspect.coverage.variants import applied
+
+    return applied(model_config, values) if values else contextlib.nullcontext()
 
 
 def _compare_built(
@@ -146,7 +167,8 @@ def _compare_built(
     from prefixlint.introspect.builds.parallel import Layout
 
     torch.manual_seed(reference.SEED)
-    real = build_layout(plan, Layout(), meta=False)
+    backend = vllm_api.reference_mla_backend(model_config)  # not AMX's packed weights
+    real = build_layout(plan, Layout(), meta=False, attention_backend=backend)
     if real.error is not None or real.model is None:
         return Comparison.not_run(Reason.BUILD_FAILED, _words(real.error))
     size = _parameters(real.model)

@@ -82,6 +82,9 @@ class Comparison:
     assumed: dict[str, Any] = field(default_factory=dict)
     variant: str = ""  # the config variant it ran on ("": the config itself; variants.py)
     attention: str = "eager"  # the reference's attention path (sdpa: see compare())
+    # per-layer lists of a synthesised config only transformers reads, as its config
+    # class derives them for the layer count (``layerlists.py``), set while it ran
+    derived: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def not_run(cls, reason: Reason, detail: str = "") -> Comparison:
@@ -105,6 +108,8 @@ class Comparison:
             out["reference_attention"] = self.attention
         if self.smaller:
             out["smaller"] = dict(self.smaller)
+        if self.derived:
+            out["derived"] = {k: repr(v) for k, v in self.derived.items()}
         if self.first is not None:
             out["first"] = self.first.path
             out["max_abs"] = self.first.max_abs

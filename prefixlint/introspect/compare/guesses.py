@@ -14,6 +14,16 @@ in turn. The first that compares equal is the value transformers' class hard-cod
 comparison holds for it, and a note says the other values are not verified. When none
 does, the one that agrees furthest into the model is kept: a difference no value of a
 guess removes is the model's, and stays a PFX609.
+
+An attribute the model reads with a ``getattr`` default, which the synthesised config
+lacks altogether (nothing failed, so synthesis guessed nothing), is such a guess too: the
+default. DeepSeek-V3's checkpoints say ``"topk_method": "noaux_tc"`` and ``"scoring_func":
+"sigmoid"``; transformers' class declares neither and always routes so, while vLLM's
+``getattr(config, "scoring_func", "softmax")`` builds a softmax router without the
+correction bias, and the load refuses the checkpoint's bias. Its values to try are the
+strings the code compares it with and, for a routing default, the other scoring functions
+the reference routing computes (``routing.SCORING``). A load that fails on the guesses is
+settled the same way (``compare``).
 """
 
 from __future__ import annotations
@@ -29,6 +39,16 @@ from typing import Any
 from prefixlint.introspect.compare.facts import Comparison, Status
 
 MAX_TRIES = 7  # combinations tried besides the guess itself (three flags)
+
+
+class _Absent:
+    """The value of an attribute the config lacks: the model's ``getattr`` default."""
+
+    def __repr__(self) -> str:
+        return "<absent>"
+
+
+ABSENT = _Absent()
 
 
 def unread_guesses(model_config: Any, ref_cls: type, files: list[str]) -> dict[str, list[Any]]:
@@ -52,6 +72,35 @@ def unread_guesses(model_config: Any, ref_cls: type, files: list[str]) -> dict[s
         values = _values(value, compared)
         if len(values) > 1:
             out[attr] = values
+    return out
+
+
+def absent_guesses(model_config: Any, ref_cls: type, files: list[str]) -> dict[str, list[Any]]:
+    """Attribute -> the values to try (``ABSENT`` first), for each attribute the model's
+    files read with a ``getattr`` default, that the config neither holds nor declares and
+    that transformers' class never names: only the default stands there for a
+    checkpoint's value."""
+    from prefixlint.introspect.compare.routing import SCORING
+    from prefixlint.introspect.coverage.variants import config_objects, file_facts
+
+    configs = config_objects(model_config)
+    source = _source(ref_cls)
+    out: dict[str, list[Any]] = {}
+    for facts in (file_facts(f) for f in files):
+        for attr, use in facts.uses.items():
+            default = use.default
+            if attr in out or not isinstance(default, (str, type(None))) or use.indexed:
+                continue  # no default, a number's, or a list whose elements are compared
+            if any(attr in vars(c) or attr in declared(type(c)) for c in configs):
+                continue
+            if re.search(rf"\b{re.escape(attr)}\b", source):  # transformers reads it
+                continue
+            strings = [v for v in use.compared if isinstance(v, str)]
+            if default in SCORING:  # handed to the router: the scorings it computes
+                strings += list(SCORING)
+            values = [v for v in dict.fromkeys(strings) if v != default]
+            if values:
+                out[attr] = [ABSENT, *values]
     return out
 
 
@@ -143,16 +192,21 @@ def settle(
         if result.status is Status.EQUAL:
             best, best_values = result, values
             break
+        order = order or [b.path for b in result.boundaries]  # the base did not run
         if result.status is Status.DIFFERS and _reach(result, order) > _reach(best, order):
             best, best_values = result, values
-    best.assumed = best_values
+    if best.status is not Status.NOT_RUN:  # no value ran: it assumed nothing
+        best.assumed = {n: v for n, v in best_values.items() if v is not ABSENT}
     best.seconds = first.seconds
     return best
 
 
 def _reach(result: Comparison, order: list[str]) -> int:
     """How far into the model a differing comparison agrees: the position of its first
-    divergent module in the base run's completion order (the logits last)."""
+    divergent module in the base run's completion order (the logits last); one that did
+    not run (a load the guesses failed) least."""
+    if result.status is Status.NOT_RUN:
+        return -2
     if result.first is None:
         return len(order)
     path = result.first.path
