@@ -258,7 +258,7 @@ def _load(
     model's own ``load_weights``, then the loader's after-loading step and ``eval()``."""
     state = {k: v for k, v in ref.checkpoint.items() if k not in ref.extras}
     try:
-        with context(), mla.weights_kept():
+        with context():
             model.load_weights(iter(list(state.items())))
             vllm_api.process_weights_after_loading()(model, model_config, torch.device("cpu"))
         # as vLLM's loader returns it (``BaseModelLoader.load_model``): a module that reads

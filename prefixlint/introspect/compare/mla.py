@@ -103,21 +103,6 @@ def mla_forward(
     return out.reshape(output_shape) if output_shape is not None else out
 
 
-def _weights_kept(layer: Any, act_dtype: Any) -> None:
-    """``MLAAttention.process_weights_after_loading`` while the comparison loads: nothing.
-    vLLM's step hands ``kv_b_proj`` to the backend, which packs it for its own kernels (the
-    AMX backend, chosen on CPUs with AMX tiles, packs it into 32-wide tiles, fails on a tiny
-    config's 16 features and frees the weight). Only the backend's forward reads what it
-    packs, and the reference above replaces that forward and reads ``kv_b_proj`` itself."""
-
-
-@contextlib.contextmanager
-def weights_kept() -> Iterator[None]:
-    """MLA layers keep ``kv_b_proj`` as loaded while the comparison loads the model."""
-    with replaced(vllm_api.mla_attention_class(), "process_weights_after_loading", _weights_kept):
-        yield
-
-
 @contextlib.contextmanager
 def reference_mla() -> Iterator[None]:
     """vLLM's ``MLAAttention.forward`` is the reference above while the comparison runs;
