@@ -143,3 +143,33 @@ def test_a_load_that_fails_on_the_guesses_is_settled_by_their_other_values() -> 
     partly = {"topk_method": [ABSENT, "noaux_tc"], "scoring_func": [ABSENT]}
     differs = settle(failed, partly, run)  # one that runs beats one that does not
     assert differs.status is Status.DIFFERS and differs.assumed == {"topk_method": "noaux_tc"}
+
+
+def test_a_flag_a_config_lacks_and_a_guessed_scoring_are_tried_both_ways() -> None:
+    """MiniMax M2: vLLM reads ``getattr(config, "use_routing_bias", False)`` and passes
+    ``config.scoring_func`` to its router; transformers' class declares neither (its
+    router is always a sigmoid with a correction bias). The lacking flag is tried with its
+    other value, the guessed scoring with the other scoring the routing computes."""
+    import vllm.model_executor.models.minimax_m2 as minimax
+    from transformers import MiniMaxM2Config, MiniMaxM2ForCausalLM
+
+    from prefixlint.introspect.compare.guesses import ABSENT, absent_guesses, unread_guesses
+
+    config = MiniMaxM2Config(num_hidden_layers=2)
+    config.scoring_func = "softmax"  # synthesis's guess (configs/hints.py)
+    model_config, files = _model_config(config), [minimax.__file__]
+    assert absent_guesses(model_config, MiniMaxM2ForCausalLM, files)["use_routing_bias"] == [
+        ABSENT,
+        True,
+    ]
+    guessed = unread_guesses(model_config, MiniMaxM2ForCausalLM, files)
+    assert guessed["scoring_func"] == ["softmax", "sigmoid"]
+
+
+@pytest.mark.slow
+def test_minimax_m2_compares_on_the_routing_transformers_hard_codes(worker) -> None:
+    report = _introspect(worker, "MiniMaxM2ForCausalLM")
+    compared = _compared(report)
+    assert compared["status"] == "equal", compared
+    assert compared["assumed"] == {"scoring_func": "'sigmoid'", "use_routing_bias": "True"}
+    assert not [d for d in report.diagnostics if d.code == "PFX609"]

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from prefixlint.introspect.compare.facts import Comparison, Status
+from prefixlint.introspect.compare.routing import SCORING
 
 MAX_TRIES = 7  # combinations tried besides the guess itself (three flags)
 
@@ -69,6 +70,8 @@ def unread_guesses(model_config: Any, ref_cls: type, files: list[str]) -> dict[s
             continue
         value = vars(config)[attr]
         compared = [v for f in facts if attr in f.uses for v in f.uses[attr].compared]
+        if value in SCORING:  # handed to the router (MiniMax M2's): the scorings it computes
+            compared += list(SCORING)
         values = _values(value, compared)
         if len(values) > 1:
             out[attr] = values
@@ -77,10 +80,9 @@ def unread_guesses(model_config: Any, ref_cls: type, files: list[str]) -> dict[s
 
 def absent_guesses(model_config: Any, ref_cls: type, files: list[str]) -> dict[str, list[Any]]:
     """Attribute -> the values to try (``ABSENT`` first), for each attribute the model's
-    files read with a ``getattr`` default, that the config neither holds nor declares and
+    files read with a flag's, a string's or None as ``getattr`` default, that the config neither holds nor declares and
     that transformers' class never names: only the default stands there for a
     checkpoint's value."""
-    from prefixlint.introspect.compare.routing import SCORING
     from prefixlint.introspect.coverage.variants import config_objects, file_facts
 
     configs = config_objects(model_config)
@@ -89,11 +91,14 @@ def absent_guesses(model_config: Any, ref_cls: type, files: list[str]) -> dict[s
     for facts in (file_facts(f) for f in files):
         for attr, use in facts.uses.items():
             default = use.default
-            if attr in out or not isinstance(default, (str, type(None))) or use.indexed:
+            if attr in out or not isinstance(default, (bool, str, type(None))) or use.indexed:
                 continue  # no default, a number's, or a list whose elements are compared
             if any(attr in vars(c) or attr in declared(type(c)) for c in configs):
                 continue
             if re.search(rf"\b{re.escape(attr)}\b", source):  # transformers reads it
+                continue
+            if isinstance(default, bool):  # a flag: its other value (HYV3's `qk_norm`)
+                out[attr] = [ABSENT, not default]
                 continue
             strings = [v for v in use.compared if isinstance(v, str)]
             if default in SCORING:  # handed to the router: the scorings it computes
