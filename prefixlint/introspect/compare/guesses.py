@@ -80,9 +80,9 @@ def unread_guesses(model_config: Any, ref_cls: type, files: list[str]) -> dict[s
 
 def absent_guesses(model_config: Any, ref_cls: type, files: list[str]) -> dict[str, list[Any]]:
     """Attribute -> the values to try (``ABSENT`` first), for each attribute the model's
-    files read with a flag's, a string's or None as ``getattr`` default, that the config neither holds nor declares and
-    that transformers' class never names: only the default stands there for a
-    checkpoint's value."""
+    files read with a flag, a string or None as ``getattr`` default, that the config
+    neither holds nor declares and that transformers' class never names: only the default
+    stands there for a checkpoint's value."""
     from prefixlint.introspect.coverage.variants import config_objects, file_facts
 
     configs = config_objects(model_config)
