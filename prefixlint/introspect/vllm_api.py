@@ -536,6 +536,20 @@ def mla_attention_class() -> type | None:
     return None
 
 
+def float32_mla_backend(model_config: Any) -> Any:
+    """The attention backend an MLA model is built with to run in float32 on the CPU:
+    vLLM's reference ``CPU_MLA`` (any dtype), as ``--attention-backend CPU_MLA`` selects
+    it. On a host with AMX tiles vLLM's CPU platform picks ``AMX_MLA`` otherwise
+    (``platforms/cpu.py``), which is bf16 only ("requires AMX (bf16 only ...)",
+    ``amx_mla.py``) and fails to pack float32 ``W_UK`` of a small head at load. None for
+    a model without MLA or a vLLM without the enum."""
+    if not getattr(model_config, "use_mla", False):
+        return None
+    module = _module("vllm.v1.attention.backends.registry")
+    enum = getattr(module, "AttentionBackendEnum", None) if module else None
+    return getattr(enum, "CPU_MLA", None)
+
+
 def forward_context() -> Any:
     """``set_forward_context(attn_metadata, vllm_config)`` (``vllm.forward_context``, 0.32
     and 0.33): the context a model's forward reads its layers from (MoE layers find
@@ -559,6 +573,18 @@ def cpu_router_class() -> type | None:
     inline (before the router classes): the layer's routing then runs as it is."""
     module = _module("vllm.model_executor.layers.fused_moe.router.cpu_router")
     cls = getattr(module, "CPURouter", None) if module else None
+    return cls if isinstance(cls, type) and hasattr(cls, "_compute_routing") else None
+
+
+def zero_expert_router_class() -> type | None:
+    """vLLM's router of a fused-MoE layer with zero-computation experts (LongCat's
+    ``ZeroExpertRouter``, ``fused_moe/router/zero_expert_router.py``, 0.32): it routes over
+    the real and the zero experts with ``fused_topk_bias`` (a CUDA op, ``topk_softmax``),
+    keeps the zero experts' identity output for the layer to add (``zero_expert_output``,
+    from ``num_logical_experts`` and ``zero_expert_type``) and gives the zero experts' slots
+    to expert 0 with weight 0. None on a vLLM without it."""
+    module = _module("vllm.model_executor.layers.fused_moe.router.zero_expert_router")
+    cls = getattr(module, "ZeroExpertRouter", None) if module else None
     return cls if isinstance(cls, type) and hasattr(cls, "_compute_routing") else None
 
 

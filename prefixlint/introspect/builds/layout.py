@@ -72,9 +72,11 @@ def build_layout(
     quant_config: Any = None,
     lora_config: Any = None,
     meta: bool = True,
+    attention_backend: Any = None,
 ) -> Build:
     """``meta=False``: parameters real, on the CPU (the comparison with transformers runs
-    the model)."""
+    the model). ``attention_backend``: the attention backend the build selects, as
+    ``--attention-backend`` does (the comparison's float32 MLA backend)."""
     from vllm.model_executor.model_loader.utils import initialize_model
 
     set_default_torch_dtype = vllm_api.set_default_torch_dtype()
@@ -90,6 +92,8 @@ def build_layout(
             vllm_config.quant_config = quant_config
         if lora_config is not None:  # the LoRA dry-run's: as `--enable-lora` builds it
             vllm_config.lora_config = lora_config
+        if attention_backend is not None:
+            vllm_config.attention_config.backend = attention_backend
     except Exception as e:
         return Build(layout, None, None, recorder, 0.0, e, e.__traceback__, plan=plan)
     model = None

@@ -146,7 +146,8 @@ def _compare_built(
     from prefixlint.introspect.builds.parallel import Layout
 
     torch.manual_seed(reference.SEED)
-    real = build_layout(plan, Layout(), meta=False)
+    backend = vllm_api.float32_mla_backend(model_config)  # not AMX's bf16-only MLA
+    real = build_layout(plan, Layout(), meta=False, attention_backend=backend)
     if real.error is not None or real.model is None:
         return Comparison.not_run(Reason.BUILD_FAILED, _words(real.error))
     size = _parameters(real.model)
@@ -346,5 +347,9 @@ def _sites(build: Any, names: dict[str, str]) -> dict[str, tuple[str, int]]:
 def _words(error: BaseException | None) -> str:
     if error is None:
         return ""
+    import traceback
+
+    with open("/tmp/h3/tb.txt", "a") as f:
+        f.write("".join(traceback.format_exception(error)) + "\n=====\n")
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0][:200] if text else ''}"
