@@ -1,0 +1,227 @@
+"""Issue 38, fourth round: architectures the comparison did not run. Llama 4 and
+LongCat-Flash were too large even on the comparison's smaller config (``smaller.py``: now
+fewer layers, the widths synthesis left at the class default, the family's top-k); LongCat's
+zero experts (``reference.py``'s checkpoint, ``routing.py``'s router); MLA models on a host
+with AMX tiles (``vllm_api.float32_mla_backend``); HY V4's learnable sink that vLLM's CPU
+build disables (``mla.py``)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from tests.conftest import requires_vllm
+from tests.test_compare import _introspect, _replace, assert_one_pfx609_at, model_copy
+
+pytestmark = requires_vllm
+
+
+def _model_config(config: object) -> SimpleNamespace:
+    return SimpleNamespace(hf_config=config, hf_text_config=config)
+
+
+def _llama4(**kw) -> object:
+    from transformers import Llama4TextConfig
+
+    # as synthesis leaves it: 128 wide, but every layer kept (its ``moe_layers`` lists
+    # all 48) and 2 experts per token
+    values = dict(hidden_size=128, intermediate_size=256, head_dim=16, num_attention_heads=16)
+    values |= dict(num_key_value_heads=8, vocab_size=512, num_local_experts=8)
+    values |= dict(num_hidden_layers=48, num_experts_per_tok=2, moe_layers=list(range(48)))
+    return Llama4TextConfig(**(values | kw))
+
+
+def test_a_config_synthesis_left_deep_is_compared_on_its_first_layers() -> None:
+    """Llama 4's synthesised config keeps 48 layers (47M parameters): the comparison's
+    config has 2, each per-layer list cut to them, the layer-index list kept below them,
+    the dense layers' width sized for the 128 wide model as the class's for its 5120, and
+    the family's top-1 (vLLM's Llama 4 weights the expert's input: top-1 only). Every
+    attribute is restored afterwards."""
+    from prefixlint.introspect.compare import smaller
+
+    # its per-layer lists as synthesis left them: a NoPE layer second, then every fourth
+    config = _llama4(no_rope_layers=[1, 0] + [1, 1, 1, 0] * 11 + [1, 1])
+    values = smaller.overrides(_model_config(config))
+    assert values == {
+        "num_hidden_layers": 2,
+        "layer_types": ["chunked_attention", "full_attention"],
+        "no_rope_layers": [1, 0],
+        "moe_layers": [0, 1],
+        "intermediate_size_mlp": 408,  # 16384 of 5120 -> 408 of 128
+        "num_experts_per_tok": 1,
+    }
+    before = dict(vars(config))
+    with smaller.applied(_model_config(config), values) as ok:
+        assert ok and config.num_hidden_layers == 2 and config.moe_layers == [0, 1]
+    assert vars(config) == before
+
+
+def test_the_first_layers_kept_hold_every_kind_of_layer() -> None:
+    """A NoPE layer every fourth: the first four layers hold both kinds; an MoE layer every
+    other one (``moe_layers`` 1, 3, ...) keeps its indices below."""
+    from prefixlint.introspect.compare import smaller
+
+    config = _llama4(no_rope_layers=[1, 1, 1, 0] * 12, moe_layers=list(range(1, 48, 2)))
+    values = smaller.overrides(_model_config(config))
+    assert values["num_hidden_layers"] == 4
+    assert values["no_rope_layers"] == [1, 1, 1, 0]
+    assert values["moe_layers"] == [1, 3]
+
+
+def test_longcat_s_widths_keep_their_ratio_to_the_class_s_hidden_size() -> None:
+    """LongCat names its widths ``ffn_hidden_size`` and ``expert_ffn_hidden_size`` (its
+    ``attribute_map``'s ``intermediate_size``/``moe_intermediate_size``), which synthesis
+    does not shrink, and its layer count ``num_layers``."""
+    from transformers import LongcatFlashConfig
+
+    from prefixlint.introspect.compare import smaller
+
+    config = LongcatFlashConfig(hidden_size=128, num_layers=4, n_routed_experts=8)
+    values = smaller.overrides(_model_config(config))
+    assert values == {"ffn_hidden_size": 256, "expert_ffn_hidden_size": 40, "num_layers": 2}
+
+
+def _tiny_longcat() -> object:
+    from transformers import LongcatFlashConfig
+
+    return LongcatFlashConfig(
+        vocab_size=64,
+        hidden_size=32,
+        ffn_hidden_size=64,
+        expert_ffn_hidden_size=16,
+        num_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        n_routed_experts=4,
+        zero_expert_num=2,
+        moe_topk=2,
+        kv_lora_rank=16,
+        q_lora_rank=16,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=8,
+        v_head_dim=8,
+    )
+
+
+def test_the_reference_checkpoint_holds_no_weights_for_zero_experts() -> None:
+    """transformers sizes LongCat's fused ``gate_up_proj`` for the zero experts too (its
+    forward never reads those rows); a real checkpoint holds the routed experts only."""
+    from transformers import LongcatFlashForCausalLM
+
+    from prefixlint.introspect.compare import reference
+
+    built = reference.build(LongcatFlashForCausalLM, _tiny_longcat())
+    experts = {
+        int(k.split(".experts.")[1].split(".")[0]) for k in built.checkpoint if ".experts." in k
+    }
+    assert experts == {0, 1, 2, 3}
+
+
+def test_zero_experts_route_as_identities_beside_the_real_ones() -> None:
+    """The zero-expert router (a CUDA op on the CPU) routes over all experts, keeps the
+    identity experts' output (the hidden state times their weights) for the layer, and
+    gives their slots to expert 0 with weight 0."""
+    from prefixlint.introspect.compare import routing
+
+    torch.manual_seed(0)
+    hidden, logits = torch.randn(5, 8), torch.randn(5, 6)
+    router = SimpleNamespace(
+        top_k=3,
+        scoring_func="softmax",
+        e_score_correction_bias=torch.zeros(6),
+        renormalize=False,
+        routed_scaling_factor=2.0,
+        num_logical_experts=4,
+        zero_expert_type="identity",
+    )
+    weights, ids = routing._zero_experts_by_reference(None)(router, hidden, logits, None)
+    scores = logits.softmax(-1)
+    top = scores.topk(3, dim=-1)
+    zero = top.indices >= 4
+    expected_identity = hidden * (top.values * 2.0 * zero).sum(-1, keepdim=True)
+    torch.testing.assert_close(router._zero_expert_output, expected_identity)
+    torch.testing.assert_close(weights, (top.values * 2.0).masked_fill(zero, 0.0))
+    assert ids.masked_select(zero).eq(0).all() and zero.any()
+
+
+def test_an_mla_model_is_built_with_vllm_s_float32_cpu_backend() -> None:
+    """vLLM picks its AMX MLA backend on a host with AMX tiles, bfloat16 only: a float32
+    build fails to pack a 16-wide ``W_UK`` at load. The comparison asks for ``CPU_MLA``,
+    as ``--attention-backend CPU_MLA`` does; nothing for a model without MLA."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    from prefixlint.introspect import vllm_api
+
+    assert vllm_api.float32_mla_backend(SimpleNamespace(use_mla=True)) is (
+        AttentionBackendEnum.CPU_MLA
+    )
+    assert vllm_api.float32_mla_backend(SimpleNamespace(use_mla=False)) is None
+
+
+def test_the_reference_mla_applies_a_sink_it_is_given() -> None:
+    """HY V4's sink, applied as its GPU backend does (``out *= exp(lse) / (exp(lse) +
+    exp(sink))``): the sink takes probability mass from every key."""
+    from prefixlint.introspect.compare.mla import mla_forward
+    from tests.test_compare_mla import _mla_layer
+
+    layer = _mla_layer(0.5)
+    n = 3
+    q, kv_c, k_pe = torch.randn(n, 2, 6), torch.randn(n, 5), torch.randn(n, 1, 2)
+    sinks = torch.tensor([0.5, -1.0])
+    plain = mla_forward(layer, q, kv_c, k_pe)
+    sunk = mla_forward(layer, q, kv_c, k_pe, sinks=sinks)
+    kv = layer.kv_b_proj(kv_c)[0].view(n, 2, 7)
+    k = torch.cat([kv[..., :4], k_pe.expand(n, 2, 2)], -1)
+    scores = torch.einsum("ihd,jhd->hij", q, k) * 0.5
+    scores = scores.masked_fill(torch.ones(n, n).triu(1).bool(), float("-inf"))
+    lse = scores.logsumexp(-1)  # [heads, n]
+    keep = (lse.exp() / (lse.exp() + sinks.exp()[:, None])).T[..., None]  # [n, heads, 1]
+    torch.testing.assert_close(sunk, (plain.view(n, 2, 3) * keep).reshape(n, 6))
+
+
+def test_a_sink_no_reference_mla_layer_would_apply_stays_a_gap() -> None:
+    """A learnable sink held by a module with no MLA layer this reference runs is listed
+    (a gap); a module without a sink is not."""
+    from prefixlint.introspect.compare.mla import enable_sinks
+
+    class Attention(torch.nn.Module):
+        def __init__(self, sink: bool) -> None:
+            super().__init__()
+            self.learnable_sink = sink
+            self.learnable_sink_param = torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16))
+
+    model = torch.nn.ModuleDict({"off": Attention(True), "none": Attention(False)})
+    assert enable_sinks(model) == ["off"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["Llama4ForCausalLM", "LongcatFlashForCausalLM"])
+def test_architectures_too_large_before_compare_equal(worker, arch) -> None:
+    report = _introspect(worker, arch)
+    [result] = report.results
+    assert result["compare"]["status"] == "equal", result["compare"]
+    assert result["compare"]["smaller"] and result["compare"]["compared"] >= 20
+    assert not [d for d in report.diagnostics if d.code == "PFX609"]
+
+
+@pytest.mark.slow
+def test_a_bug_planted_in_longcat_s_moe_gives_pfx609_at_its_experts(worker, tmp_path) -> None:
+    """The routed weights renormalised (LongCat's are not): found on the smaller config,
+    through the zero-expert router's reference."""
+    edit = _replace("LongcatMoe", "renormalize=False", "renormalize=True")
+    path, text = model_copy(tmp_path, "longcat_flash.py", edit)
+    at = ("LongcatMoe", "self.experts = FusedMoEFactory(")
+    assert_one_pfx609_at(worker, path, text, "LongcatFlashForCausalLM", at)
+
+
+@pytest.mark.slow
+def test_hy_v4_is_compared_with_its_sink_and_differs_at_its_rotary_layout(worker) -> None:
+    """With the sink applied HY V4 runs; its attention differs from transformers' by the
+    rotary layout only (vLLM's interleaved pairs, transformers' halves: docs/precision.md,
+    "Fourth round")."""
+    report = _introspect(worker, "HYV4ForCausalLM")
+    [result] = report.results
+    assert result["compare"]["status"] == "differs", result["compare"]
+    assert result["compare"]["first"] == "model.layers.0.self_attn"
