@@ -176,9 +176,8 @@ def _cpu_gaps(model: Any) -> Comparison | None:
     unsupported = attention.unsupported_layers(model, lambda m: statespace.runs(m) or mla.runs(m))
     if unsupported:
         return Comparison.not_run(Reason.UNSUPPORTED_LAYER, ", ".join(unsupported))
-    # vLLM's CPU build drops the sink an engine on a GPU applies: made as on a GPU
-    sinkless = mla.enable_sinks(model)
-    if sinkless:  # held by a layer the reference MLA does not run
+    sinkless = mla.disabled_sinks(model)
+    if sinkless:  # vLLM's CPU build drops the sink an engine on a GPU applies
         detail = f"a learnable attention sink vLLM's CPU build disables (at `{sinkless[0]}`)"
         return Comparison.not_run(Reason.UNSUPPORTED_LAYER, detail)
     unroutable = routing.unroutable(model)
@@ -286,7 +285,7 @@ def _run(
             vllm_api.forward_context()(None, vllm_config),
             attention.reference_attention(),
             statespace.reference_statespace(),
-            mla.reference_mla(mla.learnable_sinks(model)),
+            mla.reference_mla(),
             routing.reference_routing(),
             boundaries.hooked(model, {p: boundaries.key(v) for p, v in names.items()}, ours),
         ):
