@@ -2,8 +2,7 @@
 LongCat-Flash were too large even on the comparison's smaller config (``smaller.py``: now
 fewer layers, the widths synthesis left at the class default, the family's top-k); LongCat's
 zero experts (``reference.py``'s checkpoint, ``routing.py``'s router); MLA models on a host
-with AMX tiles (``vllm_api.float32_mla_backend``); HY V4's learnable sink that vLLM's CPU
-build disables (``mla.py``)."""
+with AMX tiles (``vllm_api.float32_mla_backend``)."""
 
 from __future__ import annotations
 
@@ -160,42 +159,6 @@ def test_an_mla_model_is_built_with_vllm_s_float32_cpu_backend() -> None:
     assert vllm_api.float32_mla_backend(SimpleNamespace(use_mla=False)) is None
 
 
-def test_the_reference_mla_applies_a_sink_it_is_given() -> None:
-    """HY V4's sink, applied as its GPU backend does (``out *= exp(lse) / (exp(lse) +
-    exp(sink))``): the sink takes probability mass from every key."""
-    from prefixlint.introspect.compare.mla import mla_forward
-    from tests.test_compare_mla import _mla_layer
-
-    layer = _mla_layer(0.5)
-    n = 3
-    q, kv_c, k_pe = torch.randn(n, 2, 6), torch.randn(n, 5), torch.randn(n, 1, 2)
-    sinks = torch.tensor([0.5, -1.0])
-    plain = mla_forward(layer, q, kv_c, k_pe)
-    sunk = mla_forward(layer, q, kv_c, k_pe, sinks=sinks)
-    kv = layer.kv_b_proj(kv_c)[0].view(n, 2, 7)
-    k = torch.cat([kv[..., :4], k_pe.expand(n, 2, 2)], -1)
-    scores = torch.einsum("ihd,jhd->hij", q, k) * 0.5
-    scores = scores.masked_fill(torch.ones(n, n).triu(1).bool(), float("-inf"))
-    lse = scores.logsumexp(-1)  # [heads, n]
-    keep = (lse.exp() / (lse.exp() + sinks.exp()[:, None])).T[..., None]  # [n, heads, 1]
-    torch.testing.assert_close(sunk, (plain.view(n, 2, 3) * keep).reshape(n, 6))
-
-
-def test_a_sink_no_reference_mla_layer_would_apply_stays_a_gap() -> None:
-    """A learnable sink held by a module with no MLA layer this reference runs is listed
-    (a gap); a module without a sink is not."""
-    from prefixlint.introspect.compare.mla import enable_sinks
-
-    class Attention(torch.nn.Module):
-        def __init__(self, sink: bool) -> None:
-            super().__init__()
-            self.learnable_sink = sink
-            self.learnable_sink_param = torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16))
-
-    model = torch.nn.ModuleDict({"off": Attention(True), "none": Attention(False)})
-    assert enable_sinks(model) == ["off"]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ["Llama4ForCausalLM", "LongcatFlashForCausalLM"])
 def test_architectures_too_large_before_compare_equal(worker, arch) -> None:
@@ -207,21 +170,11 @@ def test_architectures_too_large_before_compare_equal(worker, arch) -> None:
 
 
 @pytest.mark.slow
-def test_a_bug_planted_in_longcat_s_moe_gives_pfx609_at_its_experts(worker, tmp_path) -> None:
+def test_a_bug_planted_in_longcat_s_moe_gives_pfx609_at_its_layer(worker, tmp_path) -> None:
     """The routed weights renormalised (LongCat's are not): found on the smaller config,
-    through the zero-expert router's reference."""
+    through the zero-expert router's reference. transformers names no module of its MoE
+    block as vLLM does (``mlp``): the decoder layer is the first compared boundary."""
     edit = _replace("LongcatMoe", "renormalize=False", "renormalize=True")
     path, text = model_copy(tmp_path, "longcat_flash.py", edit)
-    at = ("LongcatMoe", "self.experts = FusedMoEFactory(")
+    at = ("FlashModel", "lambda prefix: FlashDecoderLayer(")
     assert_one_pfx609_at(worker, path, text, "LongcatFlashForCausalLM", at)
-
-
-@pytest.mark.slow
-def test_hy_v4_is_compared_with_its_sink_and_differs_at_its_rotary_layout(worker) -> None:
-    """With the sink applied HY V4 runs; its attention differs from transformers' by the
-    rotary layout only (vLLM's interleaved pairs, transformers' halves: docs/precision.md,
-    "Fourth round")."""
-    report = _introspect(worker, "HYV4ForCausalLM")
-    [result] = report.results
-    assert result["compare"]["status"] == "differs", result["compare"]
-    assert result["compare"]["first"] == "model.layers.0.self_attn"
