@@ -72,14 +72,17 @@ def test_the_first_layers_kept_hold_every_kind_of_layer() -> None:
 def test_longcat_s_widths_keep_their_ratio_to_the_class_s_hidden_size() -> None:
     """LongCat names its widths ``ffn_hidden_size`` and ``expert_ffn_hidden_size`` (its
     ``attribute_map``'s ``intermediate_size``/``moe_intermediate_size``), which synthesis
-    does not shrink, and its layer count ``num_layers``."""
+    does not shrink. Its 4 layers, synthesis' count, stay: a count synthesis set may be
+    one other counts depend on (Gemma 3n shares the KV cache of its last 2 of 4 layers)."""
     from transformers import LongcatFlashConfig
 
     from prefixlint.introspect.compare import smaller
 
     config = LongcatFlashConfig(hidden_size=128, num_layers=4, n_routed_experts=8)
     values = smaller.overrides(_model_config(config))
-    assert values == {"ffn_hidden_size": 256, "expert_ffn_hidden_size": 40, "num_layers": 2}
+    assert values == {"ffn_hidden_size": 256, "expert_ffn_hidden_size": 40}
+    shallow = _llama4(num_hidden_layers=4, moe_layers=[0, 1, 2, 3], no_rope_layers=None)
+    assert "num_hidden_layers" not in smaller.overrides(_model_config(shallow))
 
 
 def _tiny_longcat() -> object:

@@ -56,7 +56,8 @@ def overrides(model_config: Any) -> dict[str, Any]:
             out.update(_narrower(config, hidden, heads))
         else:  # synthesis shrank the width: what it left at the class's default
             out.update(_widths_left_at_default(config))
-        out.update(_fewer_layers(config))
+        # a count synthesis set is kept (Gemma 3n's KV sharing counts its last layers)
+        out.update(_fewer_layers(config, LAYERS if narrower else _synthesised_layers()))
         out.update(_top_k_of_the_family(config))
     return out
 
@@ -116,16 +117,26 @@ def _class_default(config: Any) -> Any:
         return None
 
 
-def _fewer_layers(config: Any) -> dict[str, Any]:
-    """``LAYERS`` layers, or the fewest first layers that hold every kind of layer the
-    config has (each distinct combination of its per-layer lists' values): per-layer
-    lists are cut to them, layer-index lists (Llama 4's ``moe_layers``) keep the indices
-    below. A prefix keeps every relation of indices (an MoE layer every ``step``)."""
+def _synthesised_layers() -> int:
+    """The layer count synthesis gives a config it shrinks (``synth_config``'s)."""
+    import inspect
+
+    from prefixlint.introspect.configs.synthesis import synth_config
+
+    return int(inspect.signature(synth_config).parameters["num_layers"].default)
+
+
+def _fewer_layers(config: Any, above: int) -> dict[str, Any]:
+    """For a config of more than ``above`` layers: ``LAYERS`` layers, or the fewest first
+    layers that hold every kind of layer the config has (each distinct combination of its
+    per-layer lists' values): per-layer lists are cut to them, layer-index lists (Llama 4's
+    ``moe_layers``) keep the indices below. A prefix keeps every relation of indices (an
+    MoE layer every ``step``)."""
     names = _aliases(config, "num_hidden_layers")
     if not names and "num_hidden_layers" not in vars(config):
         names = [n for n in ("num_layers",) if type(vars(config).get(n)) is int]
     count = next((vars(config)[n] for n in names), None)
-    if not isinstance(count, int) or count <= LAYERS:
+    if not isinstance(count, int) or count <= max(above, LAYERS):
         return {}
     lists = {n: v for n, v in vars(config).items() if isinstance(v, list) and v}
     indices = {n: v for n, v in lists.items() if _is_index_list(v, count)}
