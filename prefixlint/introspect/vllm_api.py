@@ -581,6 +581,18 @@ def cpu_router_class() -> type | None:
     return cls if isinstance(cls, type) and hasattr(cls, "_compute_routing") else None
 
 
+def zero_expert_router_class() -> type | None:
+    """vLLM's router of a fused-MoE layer with zero-computation experts (LongCat's
+    ``ZeroExpertRouter``, ``fused_moe/router/zero_expert_router.py``, 0.32): it routes over
+    the real and the zero experts with ``fused_topk_bias`` (a CUDA op, ``topk_softmax``),
+    keeps the zero experts' identity output for the layer to add (``zero_expert_output``,
+    from ``num_logical_experts`` and ``zero_expert_type``) and gives the zero experts' slots
+    to expert 0 with weight 0. None on a vLLM without it."""
+    module = _module("vllm.model_executor.layers.fused_moe.router.zero_expert_router")
+    cls = getattr(module, "ZeroExpertRouter", None) if module else None
+    return cls if isinstance(cls, type) and hasattr(cls, "_compute_routing") else None
+
+
 def moe_routing(router: Any) -> dict[str, Any] | None:
     """How a fused-MoE layer was configured to route, as its router keeps it (``CPURouter``'s
     attributes, 0.32): top_k, scoring ("softmax", "sigmoid", ...), bias (the

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,7 +70,7 @@ def build(
     if compiled:  # the reference is transformers' code run eagerly, never a compiled graph
         raise RuntimeError(f"`{compiled[0]}` would be torch-compiled (vLLM's decorator)")
     _randomise(model)
-    state = _saved(model)
+    state = _without_zero_experts(_saved(model), config)
     extras = _extras(model, state)
     return Reference(model, state, extras)
 
@@ -129,6 +130,26 @@ def _saved(model: nn.Module) -> dict[str, torch.Tensor]:
     if hasattr(mu, "revert_weight_conversion"):
         state = mu.revert_weight_conversion(model, state)
     return {k: v.detach().clone() for k, v in state.items()}
+
+
+def _without_zero_experts(state: dict[str, torch.Tensor], config: Any) -> dict[str, torch.Tensor]:
+    """LongCat's zero-computation experts (``zero_expert_num``, after the
+    ``n_routed_experts`` real ones) are identities: real checkpoints hold no weights for
+    them, and vLLM builds none. transformers sizes its fused ``gate_up_proj`` for them all
+    the same (``modeling_longcat_flash.py``: ``total_experts`` rows, of which its forward
+    reads the routed ones only), so the reverted checkpoint has ``experts.{i}.gate_proj``
+    and ``up_proj`` (no ``down_proj``) for every zero expert ``i``: they are dropped."""
+    zero = getattr(config, "zero_expert_num", None)
+    routed = getattr(config, "n_routed_experts", None)
+    if type(zero) is not int or zero <= 0 or type(routed) is not int:
+        return state
+    pattern = re.compile(r"\.experts\.(\d+)\.")
+
+    def zero_expert(name: str) -> bool:
+        found = pattern.search(name)
+        return found is not None and int(found.group(1)) >= routed
+
+    return {k: v for k, v in state.items() if not zero_expert(k)}
 
 
 def _extras(model: nn.Module, state: dict[str, torch.Tensor]) -> list[str]:

@@ -103,11 +103,36 @@ def _routed_by_reference(original: Callable) -> Callable:
     return compute
 
 
+def _zero_experts_by_reference(original: Callable) -> Callable:
+    """``ZeroExpertRouter._compute_routing`` (LongCat) on the CPU, as vLLM's GPU path
+    computes it: routing over the real and zero experts as above (the bias steers, the
+    router's scale applies), the identity experts' output (each token's hidden state times
+    the weights its zero experts got) kept for the layer to add, and the zero experts'
+    slots given to expert 0 with weight 0. Other zero-expert types: ``original``."""
+
+    def compute(
+        router: Any, hidden: torch.Tensor, logits: torch.Tensor, indices: Any, **kw: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        routing = vllm_api.moe_routing(router)
+        identity = getattr(router, "zero_expert_type", None) == "identity"
+        if routing is None or routing["scoring"] not in SCORING or not identity:
+            return original(router, hidden, logits, indices, **kw)
+        weights, ids = route(routing, logits)
+        zero = ids >= int(router.num_logical_experts)
+        kept = (weights * zero).sum(-1, keepdim=True)
+        router._zero_expert_output = (hidden.float() * kept).to(hidden.dtype)
+        return weights.masked_fill(zero, 0.0), ids.masked_fill(zero, 0)
+
+    return compute
+
+
 @contextlib.contextmanager
 def reference_routing() -> Iterator[None]:
-    """vLLM's CPU router routes with the reference above while the comparison runs;
-    nothing on a vLLM without that router class."""
+    """vLLM's CPU router (and the zero-expert router, whose routing has no CPU op) routes
+    with the reference above while the comparison runs; nothing on a vLLM without them."""
     cls = vllm_api.cpu_router_class()
     routed = None if cls is None else _routed_by_reference(cls._compute_routing)
-    with replaced(cls, "_compute_routing", routed):
+    zero_cls = vllm_api.zero_expert_router_class()
+    zero = None if zero_cls is None else _zero_experts_by_reference(zero_cls._compute_routing)
+    with replaced(cls, "_compute_routing", routed), replaced(zero_cls, "_compute_routing", zero):
         yield
