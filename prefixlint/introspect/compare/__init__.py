@@ -121,13 +121,20 @@ def _compare(
     values = smaller.overrides(model_config) if size > MAX_PARAMETERS else {}
     if size > MAX_PARAMETERS and not values:
         return Comparison.not_run(Reason.TOO_LARGE, f"{size / 1e6:.0f}M parameters")
-    with smaller.applied(model_config, values) as ok:
+    head = _unread_head_size(cls, model_config, base) if synthesised and not values else {}
+    with smaller.applied(model_config, {**values, **head}) as ok:
         if not ok:
             return Comparison.not_run(Reason.TOO_LARGE, f"{size / 1e6:.0f}M parameters")
         built = (ref_cls, base.vllm_config, bool(values))
         result = _compare_built(cls, plan, builds, built, path)
-    result.smaller = values
+    result.smaller = {**values, **head}
     return result
+
+
+def _unread_head_size(cls: type | None, model_config: Any, base: Any) -> dict[str, int]:
+    from prefixlint.introspect.coverage.sites import own_files
+
+    return smaller.unread_head_size(model_config, own_files(cls, base.recorder.external))
 
 
 def _compare_built(

@@ -44,6 +44,8 @@ def matched(
         path = mapped.removesuffix(".weight") if mapped.endswith(".weight") else name
         if pooling and path not in present and f"model.{path}" in present:
             path = f"model.{path}"
+        if path not in present:
+            path = _nested(model, path, present)
         theirs.setdefault(path, []).append(name)
     packed = getattr(model, "packed_modules_mapping", None) or {}
     known = {n for n, _ in reference.named_modules()}
@@ -61,6 +63,23 @@ def matched(
         if len(names) == 1:
             out[path] = (names[0],)
     return out
+
+
+def _nested(model: nn.Module, path: str, present: set[str]) -> str:
+    """``path`` through the ``hf_to_vllm_mapper`` of the vLLM module it falls under, for a
+    loader that hands its names on to a submodule's ``load_weights`` (ModernBERT's
+    classifiers pass ``model.*`` to their ``ModernBertModel``, which maps ``layers.`` to
+    ``encoder_layer.layers.``); ``path`` as it is when that finds no module."""
+    parts = path.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        head, rest = ".".join(parts[:i]), ".".join(parts[i:])
+        if head not in present:
+            continue
+        mapped = vllm_name(model.get_submodule(head), f"{rest}.weight")
+        inner = f"{head}.{mapped.removesuffix('.weight')}"
+        if mapped.endswith(".weight") and inner in present:
+            return inner
+    return path
 
 
 @dataclass
