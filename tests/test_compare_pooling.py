@@ -113,3 +113,27 @@ def test_a_planted_bug_in_a_pooling_model_gives_pfx609_at_its_line(worker, tmp_p
     name, arch, cls, old, new, at = case
     path, text = model_copy(tmp_path, name, _replace(cls, old, new))
     assert_one_pfx609_at(worker, path, text, arch, at)
+
+
+def _attention(kind: str, window: int | None) -> nn.Module:
+    from prefixlint.introspect import vllm_api
+
+    cls, _ = vllm_api.attention_classes()
+    layer = cls.__new__(cls)
+    nn.Module.__init__(layer)
+    layer.attn_type, layer.sliding_window = kind, window
+    return layer
+
+
+def test_a_bidirectional_window_that_binds_is_not_run() -> None:
+    """The reference bounds causal layers only: a bidirectional window shorter than the
+    sequence is a gap; one that masks nothing, or a causal one, runs."""
+    from prefixlint.introspect.compare.attention import binding_encoder_windows
+
+    def model(*layers: nn.Module) -> nn.Module:
+        return nn.ModuleList(layers)
+
+    assert binding_encoder_windows(model(_attention("encoder_only", 4)), 9) == ["Attention"]
+    assert binding_encoder_windows(model(_attention("encoder_only", 9)), 9) == []
+    assert binding_encoder_windows(model(_attention("encoder_only", None)), 9) == []
+    assert binding_encoder_windows(model(_attention("decoder", 4)), 9) == []

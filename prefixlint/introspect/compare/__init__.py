@@ -185,6 +185,10 @@ def _cpu_gaps(model: Any) -> Comparison | None:
     unsupported = attention.unsupported_layers(model, lambda m: statespace.runs(m) or mla.runs(m))
     if unsupported:
         return Comparison.not_run(Reason.UNSUPPORTED_LAYER, ", ".join(unsupported))
+    windowed = attention.binding_encoder_windows(model, TOKENS)
+    if windowed:
+        detail = f"a bidirectional sliding window shorter than {TOKENS} tokens ({windowed[0]})"
+        return Comparison.not_run(Reason.UNSUPPORTED_LAYER, detail)
     sinkless = mla.disabled_sinks(model)
     if sinkless:  # vLLM's CPU build drops the sink an engine on a GPU applies
         detail = f"a learnable attention sink vLLM's CPU build disables (at `{sinkless[0]}`)"
