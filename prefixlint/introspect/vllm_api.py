@@ -706,3 +706,24 @@ def arch_config_derived(model_config: Any) -> Any:
         yield
     finally:
         model_config.model_arch_config = saved
+
+
+# -- pooling models ----------------------------------------------------------------------
+
+
+def is_pooling_model(model: Any) -> bool:
+    """vLLM's own test of a pooling model class or instance (``vllm.model_executor.models.
+    is_pooling_model``, 0.32 and 0.33; its ``is_pooling_model`` attribute otherwise)."""
+    module = _module("vllm.model_executor.models")
+    test = getattr(module, "is_pooling_model", None) if module else None
+    if callable(test):
+        with contextlib.suppress(Exception):
+            return bool(test(model))
+    return bool(getattr(model, "is_pooling_model", False))
+
+
+def embedding_adapter() -> Callable[[type], type] | None:
+    """``as_embedding_model`` (``models/adapters.py``, 0.32 and 0.33): the subclass vLLM's
+    pooling runner serves a generative class through (convert "embed")."""
+    module = _module("vllm.model_executor.models.adapters")
+    return getattr(module, "as_embedding_model", None) if module else None

@@ -46,8 +46,11 @@ class OutputMismatch(Check):
     ## Details
     vLLM's attention backend is replaced by a reference attention that honours what the
     model passes to `Attention` (heads, scale, window, soft-cap). Where the comparison
-    cannot run (no transformers class, a layer the reference cannot run, a pooling or
-    multimodal model, a config too large to run on CPU), a PFX600 note says why.
+    cannot run (no transformers class, a layer the reference cannot run, a multimodal
+    model, a config too large to run on CPU), a PFX600 note says why. A pooling model
+    (an encoder, an embedding model, a classifier) is compared up to its forward's output,
+    against transformers' last hidden state (or per-token logits where the forward applies
+    the head); its pooler is not compared.
     `--no-compare` turns it off. With config exploration on, it runs again on config
     variants the config class declares and the model reads (bias flags, a tied head, a
     partial rotary factor, the explorer's layer patterns); a finding on one names it.

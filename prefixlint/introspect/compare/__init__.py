@@ -21,6 +21,7 @@ from prefixlint.introspect.compare import (
     guesses,
     layerlists,
     mla,
+    pooling,
     reference,
     rotary,
     routing,
@@ -124,14 +125,15 @@ def _compare(
     values = smaller.overrides(model_config) if size > MAX_PARAMETERS else {}
     if size > MAX_PARAMETERS and not values:
         return Comparison.not_run(Reason.TOO_LARGE, f"{size / 1e6:.0f}M parameters")
-    with smaller.applied(model_config, values) as ok:
+    head = _unread_head_size(cls, model_config, base) if synthesised and not values else {}
+    with smaller.applied(model_config, {**values, **head}) as ok:
         if not ok:
             return Comparison.not_run(Reason.TOO_LARGE, f"{size / 1e6:.0f}M parameters")
         built = (ref_cls, base.vllm_config, bool(values))
         lists = _derived_lists(cls, model_config, ref_cls, base) if synthesised else {}
         with _applied(model_config, lists):
             result = _compare_built(cls, plan, builds, built, path)
-    result.smaller = values
+    result.smaller = {**values, **head}
     result.derived = lists
     return result
 
@@ -148,6 +150,12 @@ def _applied(model_config: Any, values: dict[str, Any]) -> Any:
     from prefixlint.introspect.coverage.variants import applied
 
     return applied(model_config, values) if values else contextlib.nullcontext()
+
+
+def _unread_head_size(cls: type | None, model_config: Any, base: Any) -> dict[str, int]:
+    from prefixlint.introspect.coverage.sites import own_files
+
+    return smaller.unread_head_size(model_config, own_files(cls, base.recorder.external))
 
 
 def _compare_built(
@@ -178,12 +186,14 @@ def _compare_built(
     if gap is not None:
         return gap
     context = _context(real)
-    refused = _load(real.model, ref, model_config, context)
+    pool = pooling.served(model_config, real.model)  # its forward ends at hidden states
+    with pooling.as_served(real.model, pool):
+        refused = _load(real.model, ref, model_config, context)
     if refused is not None:
         return refused
-    result = _run(cls, real, ref, context, ref_cls.__name__)
+    result = _run(cls, real, ref, context, (ref_cls.__name__, pool))
     # a smaller config's checkpoint does not fit the meta builds: its own model takes them
-    result.extras_refused = _probe_extras(real if small else None, builds, ref)
+    result.extras_refused = _probe_extras(real if small else None, builds, ref, pool)
     result.attention = path  # the reference's attention path
     return result
 
@@ -197,6 +207,10 @@ def _cpu_gaps(model: Any) -> Comparison | None:
     unsupported = attention.unsupported_layers(model, lambda m: statespace.runs(m) or mla.runs(m))
     if unsupported:
         return Comparison.not_run(Reason.UNSUPPORTED_LAYER, ", ".join(unsupported))
+    windowed = attention.binding_encoder_windows(model, TOKENS)
+    if windowed:
+        detail = f"a bidirectional sliding window shorter than {TOKENS} tokens ({windowed[0]})"
+        return Comparison.not_run(Reason.UNSUPPORTED_LAYER, detail)
     sinkless = mla.disabled_sinks(model)
     if sinkless:  # vLLM's CPU build drops the sink an engine on a GPU applies
         detail = f"a learnable attention sink vLLM's CPU build disables (at `{sinkless[0]}`)"
@@ -211,8 +225,6 @@ def _not_comparable(plan: Any, builds: list[Any]) -> Comparison | None:
     model_config = plan.model_config
     if plan.draft_spec is not None:
         return Comparison.not_run(Reason.NOT_GENERATIVE, "a speculative draft")
-    if getattr(model_config, "runner_type", "generate") != "generate":
-        return Comparison.not_run(Reason.NOT_GENERATIVE, "a pooling model")
     if getattr(model_config, "is_multimodal_model", False):
         return Comparison.not_run(Reason.NOT_GENERATIVE, "a multimodal model")
     if model_config.dtype != torch.float32:
@@ -269,7 +281,7 @@ def _load(
     return None
 
 
-def _probe_extras(real: Any, builds: list[Any], ref: reference.Reference) -> str:
+def _probe_extras(real: Any, builds: list[Any], ref: reference.Reference, pool: bool) -> str:
     """What the loader raises on the names real checkpoints add (``reference._extras``),
     streamed alone, as meta tensors through the meta tp=1 build (or, for the comparison's
     smaller config, as they are through its loaded model ``real``); "" when it takes them."""
@@ -281,7 +293,7 @@ def _probe_extras(real: Any, builds: list[Any], ref: reference.Reference) -> str
     if not extras or base.model is None:
         return ""
     try:
-        with _context(base)():
+        with _context(base)(), pooling.as_served(base.model, pool):
             base.model.load_weights(iter(extras))
     except Exception as e:
         return _words(e)
@@ -289,46 +301,37 @@ def _probe_extras(real: Any, builds: list[Any], ref: reference.Reference) -> str
 
 
 def _run(
-    cls: type | None, real: Any, ref: reference.Reference, context: Any, name: str
+    cls: type | None, real: Any, ref: reference.Reference, context: Any, named: tuple[str, bool]
 ) -> Comparison:
-    model, vllm_config = real.model, real.vllm_config
-    names = boundaries.matched(model, ref.model, cls)
+    """``named``: the reference class's name, and whether the model is served as a
+    pooling model (its forward's output is compared, no logits: ``pooling.py``)."""
+    name, pool = named
+    model = real.model
+    names = boundaries.matched(model, ref.model, cls, pool)
     if not names:
         return Comparison.not_run(Reason.NOTHING_MATCHED)
     vocab = int(getattr(ref.model.config, "vocab_size", 0) or 0) or 32
     generator = torch.Generator().manual_seed(reference.SEED)
     ids = torch.randint(0, vocab, (TOKENS,), generator=generator)
-    positions = torch.arange(TOKENS)
+    if pool:
+        ids = pooling.without_padding(ids, ref.model.config)
     ours, theirs = boundaries.Seen(), boundaries.Seen()
     try:
-        with (
-            context(),
-            vllm_api.forward_context()(None, vllm_config),
-            attention.reference_attention(),
-            statespace.reference_statespace(),
-            mla.reference_mla(),
-            routing.reference_routing(),
-            boundaries.hooked(model, {p: boundaries.key(v) for p, v in names.items()}, ours),
-        ):
-            hidden = model(input_ids=ids, positions=positions)
-            logits = model.compute_logits(hidden)
+        hidden, logits = _forward(real, ids, names, ours, context, pool)
     except Exception as e:
         return Comparison.not_run(Reason.FORWARD_FAILED, _words(e))
     try:
-        parts = {p: p for v in names.values() for p in v}
-        with (
-            torch.no_grad(),
-            statespace.reference_mixers(ref.model, TOKENS),
-            boundaries.hooked(ref.model, parts, theirs),
-            rotary.reference_sizes(ref.model) as rotary_sizes,
-        ):
-            out = ref.model(input_ids=ids[None], position_ids=positions[None], use_cache=False)
-        boundaries.join_parts(theirs, names)
+        out, rotary_sizes, last = _reference_forward(ref.model, ids, names, theirs, pool)
     except Exception as e:
         return Comparison.not_run(Reason.REFERENCE_FAILED, f"{name}: {_words(e)}")
     if isinstance(logits, torch.Tensor) and getattr(out, "logits", None) is not None:
         ours.outputs[boundaries.LOGITS] = logits.float()
         theirs.outputs[boundaries.LOGITS] = out.logits.float()
+    if pool and isinstance(hidden, torch.Tensor):  # the forward's output, as the pooler gets it
+        theirs_out = pooling.reference_output(hidden, out, last.get("hidden"))
+        if theirs_out is not None:
+            ours.outputs[boundaries.OUTPUT] = hidden.float()
+            theirs.outputs[boundaries.OUTPUT] = theirs_out
     sites = _sites(real, names)
     inverse = {boundaries.key(v): k for k, v in names.items()}
     found = boundaries.boundaries(ours, theirs, inverse, sites)
@@ -345,9 +348,57 @@ def _run(
     )
 
 
+def _forward(
+    real: Any,
+    ids: torch.Tensor,
+    names: dict[str, tuple[str, ...]],
+    ours: boundaries.Seen,
+    context: Any,
+    pool: bool,
+) -> tuple[Any, Any]:
+    """The model's forward over ``ids`` at positions 0.., hooked: (its output, the logits;
+    None for a pooling model, which has no logits)."""
+    model = real.model
+    with (
+        context(),
+        vllm_api.forward_context()(None, real.vllm_config),
+        attention.reference_attention(),
+        statespace.reference_statespace(),
+        mla.reference_mla(),
+        routing.reference_routing(),
+        boundaries.hooked(model, {p: boundaries.key(v) for p, v in names.items()}, ours),
+    ):
+        # a clone: BERT's embedding clears the token-type bits of its ids in place
+        hidden = model(input_ids=ids.clone(), positions=torch.arange(TOKENS))
+        logits = None if pool else model.compute_logits(hidden)
+    return hidden, logits
+
+
+def _reference_forward(
+    ref: Any, ids: torch.Tensor, names: dict[str, tuple[str, ...]], theirs: Any, pool: bool
+) -> tuple[Any, dict, dict[str, torch.Tensor]]:
+    """transformers' forward over ``ids``, hooked: (its output, the rotary sizes it used,
+    its base model's last hidden state). A pooling model's reference numbers its positions
+    itself, as a user calls it (RoBERTa's start after its padding index); a generative one
+    gets positions 0.. as before."""
+    parts = {p: p for v in names.values() for p in v}
+    given = {} if pool else {"position_ids": torch.arange(TOKENS)[None]}
+    with (
+        torch.no_grad(),
+        statespace.reference_mixers(ref, TOKENS),
+        boundaries.hooked(ref, parts, theirs),
+        rotary.reference_sizes(ref) as rotary_sizes,
+        pooling.last_hidden(ref) as last,
+    ):
+        out = ref(input_ids=ids[None], use_cache=False, **given)
+    boundaries.join_parts(theirs, names)
+    return out, rotary_sizes, last
+
+
 def _sites(build: Any, names: dict[str, str]) -> dict[str, tuple[str, int]]:
-    """The model's line that built each compared module (the recorder's), and for the
-    logits the head's."""
+    """The model's line that built each compared module (the recorder's), for the
+    logits the head's, and for a pooling model's output its backbone's (the model's
+    child that holds the compared modules)."""
     # a layer a vLLM factory builds (FusedMoEFactory) is recorded at the model's line too
     by_module = {
         id(r.module): (r.site_file, r.site_line)
@@ -355,13 +406,17 @@ def _sites(build: Any, names: dict[str, str]) -> dict[str, tuple[str, int]]:
         if r.site_file
     }
     out = {}
-    for path in [*names, "lm_head"]:
+    backbones = dict.fromkeys(p.split(".", 1)[0] for p in names if "." in p)
+    for path in [*names, "lm_head", *backbones]:
         with contextlib.suppress(AttributeError):
             site = by_module.get(id(build.model.get_submodule(path)))
             if site is not None:
                 out[path] = site
     if "lm_head" in out:
         out[boundaries.LOGITS] = out["lm_head"]
+    backbone = next((out[b] for b in backbones if b in out), None)
+    if backbone is not None:
+        out[boundaries.OUTPUT] = backbone
     return out
 
 

@@ -49,6 +49,24 @@ def unsupported_layers(
     return out
 
 
+def binding_encoder_windows(model: torch.nn.Module, tokens: int) -> list[str]:
+    """Bidirectional layers with a sliding window that binds over ``tokens`` (class name,
+    once each): the reference applies a window to causal layers only (how vLLM's kernels
+    bound a bidirectional one, ModernBERT's local attention, is theirs). A window of at
+    least ``tokens`` on either side masks nothing, so those layers run."""
+    attention, _ = vllm_api.attention_classes()
+    out: list[str] = []
+    for module in model.modules():
+        if attention is None or not isinstance(module, attention):
+            continue
+        window = _window(module)
+        bidirectional = _attn_type(module) in BIDIRECTIONAL_TYPES
+        if bidirectional and window is not None and window < tokens:
+            name = type(module).__name__
+            out += [name] if name not in out else []
+    return out
+
+
 def _attn_type(layer: Any) -> str:
     kind = getattr(layer, "attn_type", "decoder")
     return str(getattr(kind, "value", kind))

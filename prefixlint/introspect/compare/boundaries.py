@@ -16,15 +16,22 @@ from prefixlint.introspect.compare.facts import Boundary
 from prefixlint.introspect.dryrun.divergence import vllm_name
 
 LOGITS = "logits"  # the boundary of compute_logits: no module of its own in either model
+OUTPUT = "output"  # a pooling model's forward output (``pooling.py``): no module of its own
+ENDS = (LOGITS, OUTPUT)
 
 
-def matched(model: nn.Module, reference: nn.Module, cls: type | None) -> dict[str, tuple[str, ...]]:
+def matched(
+    model: nn.Module, reference: nn.Module, cls: type | None, pooling: bool = False
+) -> dict[str, tuple[str, ...]]:
     """vLLM module path -> transformers module paths, matched by the checkpoint name: a
     transformers module's weights, mapped by the class's ``hf_to_vllm_mapper``, land in
     the vLLM module of that path (vLLM's prefix is its attribute path). A fused module
     (``qkv_proj``) gets its parts in the order of ``packed_modules_mapping``, whose outputs
-    it computes side by side at tp=1."""
+    it computes side by side at tp=1. A ``pooling`` model's loader takes a base model's
+    names (no ``model.``) under its ``model`` (vLLM's embedding adapter and BERT's
+    embedding model add the prefix where no name has it): so do its boundaries."""
     ours = [name for name, _ in model.named_modules() if name]  # parents first
+    present = set(ours)
     # vLLM's Transformers backend makes its mapper per model, in ``__init__``
     owner = model if getattr(model, "hf_to_vllm_mapper", None) is not None else cls
     theirs: dict[str, list[str]] = {}
@@ -35,6 +42,10 @@ def matched(model: nn.Module, reference: nn.Module, cls: type | None) -> dict[st
             continue
         mapped = vllm_name(owner, f"{name}.weight")
         path = mapped.removesuffix(".weight") if mapped.endswith(".weight") else name
+        if pooling and path not in present and f"model.{path}" in present:
+            path = f"model.{path}"
+        if path not in present:
+            path = _nested(model, path, present)
         theirs.setdefault(path, []).append(name)
     packed = getattr(model, "packed_modules_mapping", None) or {}
     known = {n for n, _ in reference.named_modules()}
@@ -52,6 +63,23 @@ def matched(model: nn.Module, reference: nn.Module, cls: type | None) -> dict[st
         if len(names) == 1:
             out[path] = (names[0],)
     return out
+
+
+def _nested(model: nn.Module, path: str, present: set[str]) -> str:
+    """``path`` through the ``hf_to_vllm_mapper`` of the vLLM module it falls under, for a
+    loader that hands its names on to a submodule's ``load_weights`` (ModernBERT's
+    classifiers pass ``model.*`` to their ``ModernBertModel``, which maps ``layers.`` to
+    ``encoder_layer.layers.``); ``path`` as it is when that finds no module."""
+    parts = path.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        head, rest = ".".join(parts[:i]), ".".join(parts[i:])
+        if head not in present:
+            continue
+        mapped = vllm_name(model.get_submodule(head), f"{rest}.weight")
+        inner = f"{head}.{mapped.removesuffix('.weight')}"
+        if mapped.endswith(".weight") and inner in present:
+            return inner
+    return path
 
 
 @dataclass
@@ -211,7 +239,7 @@ def boundaries(
     for name in ours.outputs:
         if name not in theirs.outputs:
             continue
-        if name == LOGITS:
+        if name in ENDS:  # a head over a padded vocabulary
             max_abs, max_rel = difference(ours.outputs[name], theirs.outputs[name], True)
         else:
             mine, other = ours.outputs[name], ours.other_outputs.get(name)
@@ -250,8 +278,8 @@ def _persists(found: list[Boundary], i: int, tolerance: float) -> bool:
     if any(not b.differs(tolerance) for b in enclosing):
         return False  # the block around it agrees: it splits its work otherwise
     for after in later:
-        if after.input_rel is None and after.path != LOGITS:
+        if after.input_rel is None and after.path not in ENDS:
             continue  # reads token ids (Gemma's per-layer embedding): not downstream of it
         if after not in enclosing:
             return after.differs(tolerance) or not after.input_agrees(tolerance)
-    return True  # the last boundary (the logits)
+    return True  # the last boundary (the logits, a pooling model's output)

@@ -28,7 +28,7 @@ class Reason(enum.Enum):
     DISABLED = "turned off (--no-compare)"
     NO_REFERENCE = "transformers has no class for this architecture"
     REFERENCE_FAILED = "the transformers reference could not be built or run"
-    NOT_GENERATIVE = "not a text model this comparison runs (pooling or multimodal input)"
+    NOT_GENERATIVE = "not a text model this comparison runs (multimodal input, a speculative draft)"
     NO_BUILD = "no tp=1/pp=1 build of the model"
     BUILD_FAILED = "the model could not be built with real weights on the CPU"
     LOAD_FAILED = "the reference weights could not be loaded"

@@ -198,3 +198,41 @@ def applied(model_config: Any, values: dict[str, Any]) -> Iterator[bool]:
         return
     with variants.applied(model_config, values) as ok, vllm_api.arch_config_derived(model_config):
         yield ok
+
+
+def unread_head_size(model_config: Any, files: list[str]) -> dict[str, int]:
+    """A synthesised ``head_dim`` set apart from ``hidden_size // num_attention_heads``
+    where the config class's default splits its width evenly over its heads and the
+    model's files never read ``head_dim``: synthesis shrank the sizes it knows apart (a
+    head of 16; ``configs/shrink.py`` keeps the split for sub-configs only), while the
+    model computes its head size as the quotient and transformers' class may read
+    ``head_dim`` (its NomicBert does). The comparison runs with the quotient, as the
+    family's checkpoints have it; {} otherwise (a family with its own head size, Gemma's
+    256 of 3072 over 16 heads, keeps it: a model ignoring it is the model's bug)."""
+    from prefixlint.introspect.coverage.variants import config_objects, file_facts
+
+    config = config_objects(model_config)[0]
+    sizes = [_size(config, k) for k in ("head_dim", "hidden_size", "num_attention_heads")]
+    default = [_size(_default(type(config)), k) for k in ("hidden_size", "num_attention_heads")]
+    head, hidden, heads = sizes
+    if not all(sizes) or hidden % heads or head == hidden // heads:
+        return {}
+    if not all(default) or _size(_default(type(config)), "head_dim") not in (
+        None,
+        default[0] // default[1],
+    ):
+        return {}
+    if any("head_dim" in file_facts(f).reads for f in files):
+        return {}
+    return {"head_dim": hidden // heads}
+
+
+def _size(config: Any, name: str) -> int | None:
+    value = getattr(config, name, None)
+    return value if type(value) is int and value > 0 else None
+
+
+def _default(config_type: type) -> Any:
+    with contextlib.suppress(Exception):
+        return config_type()
+    return None
