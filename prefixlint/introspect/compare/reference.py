@@ -74,6 +74,39 @@ def build(
     return Reference(model, state, extras)
 
 
+def kv_heads_as_built(hf_config: Any, model: nn.Module | None) -> Any:
+    """The config the reference is built for, with as many KV heads as heads where vLLM's
+    model built every attention layer so although the config asks for fewer. That model
+    never reads the KV head count (Zamba2's ``QKVParallelLinear`` takes the heads alone,
+    ``zamba2.py:167``): the only checkpoints it loads have KV heads = heads (every
+    published Zamba2: 32 and 32). The synthesised config shrinks them apart (16 and 8),
+    and transformers' reference would write narrower ``k_proj``/``v_proj`` than any such
+    checkpoint holds. A checkpoint with fewer KV heads fails that model's loader loudly
+    (a shape), never silently. Unchanged otherwise (a copy where changed)."""
+    attention, _ = vllm_api.attention_classes()
+    layers = [] if model is None or attention is None else _attention_layers(model, attention)
+    if not layers or any(getattr(a, "num_kv_heads", None) != a.num_heads for a in layers):
+        return hf_config
+    out = hf_config
+    for attr in ("", "text_config"):
+        inner = getattr(out, attr, None) if attr else out
+        heads = getattr(inner, "num_attention_heads", None)
+        kv_heads = getattr(inner, "num_key_value_heads", None)
+        if not isinstance(heads, int) or not isinstance(kv_heads, int) or kv_heads >= heads:
+            continue
+        if out is hf_config:
+            out = copy.deepcopy(hf_config)
+            inner = getattr(out, attr) if attr else out
+        inner.num_key_value_heads = heads
+    return out
+
+
+def _attention_layers(model: nn.Module, attention: type) -> list[Any]:
+    """vLLM's plain attention layers of ``model`` (a subclass included: it takes the same
+    head counts)."""
+    return [m for m in model.modules() if isinstance(m, attention) and hasattr(m, "num_heads")]
+
+
 def _own_config(ref_cls: type, config: Any) -> Any:
     """The config as transformers' own class of the reference reads it. vLLM registers
     its own config classes for some model types (``deepseek_v32`` as DeepSeek V3's,
