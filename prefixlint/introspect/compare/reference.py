@@ -161,7 +161,28 @@ def _saved(model: nn.Module) -> dict[str, torch.Tensor]:
         state = mu.remove_tied_weights_from_state_dict(state, model)
     if hasattr(mu, "revert_weight_conversion"):
         state = mu.revert_weight_conversion(model, state)
+        _conv_split_like_projections(model, state)
     return {k: v.detach().clone() for k, v in state.items()}
+
+
+def _conv_split_like_projections(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """transformers reverts a concatenation into equal chunks (``Chunk``): OLMo-Hybrid's
+    convolution over (q, k, v) comes out as three equal parts, while its checkpoints hold
+    each part as wide as the projection it convolves (key, key and value widths:
+    transformers' ``convert_olmo_hybrid_weights_to_hf.py`` copies OLMo-core's
+    ``fla.inner.q_conv1d`` etc. as they are). Such a fused ``conv1d`` is split again at
+    the widths of its module's own ``q_proj``, ``k_proj``, ``v_proj``."""
+    for name, module in model.named_modules():
+        conv = getattr(getattr(module, "conv1d", None), "weight", None)
+        keys = [f"{name}.{p}_conv1d.weight" for p in "qkv"]
+        if not isinstance(conv, torch.Tensor) or not all(k in state for k in keys):
+            continue
+        projections = [getattr(module, f"{p}_proj", None) for p in "qkv"]
+        widths = [getattr(p, "out_features", None) for p in projections]
+        if not all(isinstance(w, int) for w in widths) or sum(widths) != conv.shape[0]:
+            continue
+        for key, part in zip(keys, torch.split(conv.detach(), widths), strict=True):
+            state[key] = part
 
 
 def _extras(model: nn.Module, state: dict[str, torch.Tensor]) -> list[str]:
