@@ -96,11 +96,11 @@ def transformers_reads(ref_cls: type, attr: str) -> bool:
     reads (DeepSeek-V2's ``norm_topk_prob`` in transformers' port) has no reference value
     to compare a variant with."""
     word = re.compile(rf"\b{re.escape(attr)}\b")
-    if word.search(_module_source(inspect.getmodule(ref_cls))):
+    if word.search(module_source(inspect.getmodule(ref_cls))):
         return True
     own = re.compile(rf"(self\.)?{re.escape(attr)}\s*(:[^=]*)?(=|$)|{re.escape(attr)}\s*\(")
     config_module = inspect.getmodule(getattr(ref_cls, "config_class", None))
-    for line in _module_source(config_module).splitlines():
+    for line in module_source(config_module).splitlines():
         text = line.strip()
         if word.search(text) and not own.match(text):
             return True
@@ -108,7 +108,7 @@ def transformers_reads(ref_cls: type, attr: str) -> bool:
 
 
 @functools.lru_cache(maxsize=64)
-def _module_source(module: Any) -> str:
+def module_source(module: Any) -> str:
     try:
         return inspect.getsource(module) if module is not None else ""
     except (OSError, TypeError):

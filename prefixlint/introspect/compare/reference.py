@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +63,7 @@ def build(
         if c is not None:
             c._attn_implementation = attention
             _unused_window(c)
+            _mapped_layer_types(c, ref_cls)
     torch.manual_seed(SEED)
     given = contextlib.nullcontext() if vllm_config is None else None
     with quiet(), given or vllm_api.decorated_transformers_classes(vllm_config):
@@ -132,6 +135,33 @@ def _unused_window(config: Any) -> None:
         return
     if hasattr(config, "sliding_window") and config.sliding_window is None:
         config.sliding_window = getattr(config, "max_position_embeddings", None) or 4096
+
+
+# the keys of the per-layer-type masks a transformers model makes in its forward
+_MASK_MAPPING = re.compile(r"causal_mask_mapping\s*=\s*\{(.*?)\}", re.S)
+_MASK_KEY = re.compile(r"[\"'](\w+)[\"']\s*:")
+
+
+def _mapped_layer_types(config: Any, ref_cls: type) -> None:
+    """A synthesised ``layer_types`` entry the reference has no mask for, given the one
+    layer type its mask mapping has that the config does not use. The model's code tells
+    ``full_attention`` apart from the rest, so synthesis guessed the rest's name
+    (``sliding_attention``); LFM2-MoE's layers are ``full_attention`` or ``conv``, and
+    vLLM's ``lfm2_moe.py:433`` and transformers' decoder layer both build every layer not
+    ``full_attention`` as a short convolution, but transformers' forward looks each
+    layer's mask up by its type (``KeyError: 'sliding_attention'``). The copy of the
+    config the reference is built for is changed, never the model's."""
+    from prefixlint.introspect.compare.guesses import module_source
+
+    kinds = getattr(config, "layer_types", None)
+    found = _MASK_MAPPING.search(module_source(inspect.getmodule(ref_cls)))
+    if not isinstance(kinds, list) or found is None:
+        return
+    known = _MASK_KEY.findall(found.group(1))
+    unknown = {k for k in kinds if isinstance(k, str) and k not in known}
+    unused = [k for k in known if k not in kinds]
+    if len(unknown) == 1 and len(unused) == 1:
+        config.layer_types = [unused[0] if k in unknown else k for k in kinds]
 
 
 def _randomise(model: nn.Module) -> None:
