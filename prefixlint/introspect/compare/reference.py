@@ -190,9 +190,45 @@ def _saved(model: nn.Module) -> dict[str, torch.Tensor]:
     if hasattr(mu, "remove_tied_weights_from_state_dict"):
         state = mu.remove_tied_weights_from_state_dict(state, model)
     if hasattr(mu, "revert_weight_conversion"):
-        state = mu.revert_weight_conversion(model, state)
+        reverted = mu.revert_weight_conversion(model, dict(state))
+        state = _renamed_by_layer_kind(state, reverted)
         _conv_split_like_projections(model, state)
     return {k: v.detach().clone() for k, v in state.items()}
+
+
+def _renamed_by_layer_kind(
+    original: dict[str, torch.Tensor], reverted: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """The reverted state with the renamings of a conversion kept only in the modules
+    that hold every name they rename. OLMo-Hybrid's conversion renames a linear-attention
+    layer's ``attention_layer_norm``/``feedforward_layer_norm`` to ``input_layernorm``/
+    ``post_attention_layernorm``; reverted, it renames the attention layers'
+    ``post_attention_layernorm`` too, which their checkpoints hold under that name
+    (transformers' ``convert_olmo_hybrid_weights_to_hf.py``). A module holding some of a
+    conversion's renamed names but not the others is another kind of layer: its names
+    stay as the model holds them."""
+    names = {id(t): k for k, t in original.items()}
+    moves: dict[str, tuple[str, str, str, str]] = {}  # new key -> (parent, old, new, key)
+    for key, tensor in reverted.items():
+        old = names.get(id(tensor))
+        if old is None or old == key:
+            continue
+        a, b = old.split("."), key.split(".")
+        at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+        if at is not None and len(a) == len(b) and a[at + 1 :] == b[at + 1 :]:
+            moves[key] = (".".join(a[:at]), a[at], b[at], old)
+    pairs = {(m[1], m[2]) for m in moves.values()}
+    by_parent: dict[str, set[tuple[str, str]]] = {}
+    for parent, old, new, _ in moves.values():
+        by_parent.setdefault(parent, set()).add((old, new))
+    out = dict(reverted)
+    for key, (parent, *_, old_key) in moves.items():
+        held = by_parent[parent]
+        missing = pairs - held
+        absent = all(not k.startswith(f"{parent}.{a}.") for a, _ in missing for k in original)
+        if missing and absent:  # another kind of layer: the model's own name
+            out[old_key] = out.pop(key)
+    return out
 
 
 def _conv_split_like_projections(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
