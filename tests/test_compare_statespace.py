@@ -340,7 +340,14 @@ def test_a_layer_type_the_reference_has_no_mask_for_is_its_other_mapped_type() -
     """Synthesis guessed ``sliding_attention`` for LFM2-MoE's layers that are not full
     attention; transformers' LFM2-MoE maps masks for ``full_attention`` and ``conv`` only,
     so the reference's copy says ``conv``. A model whose mask mapping knows the type keeps it."""
-    from transformers import Lfm2MoeConfig, Lfm2MoeForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import (
+        Lfm2MoeConfig,
+        Lfm2MoeForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        Zamba2Config,
+        Zamba2ForCausalLM,
+    )
 
     from prefixlint.introspect.compare.reference import _mapped_layer_types
 
@@ -351,6 +358,11 @@ def test_a_layer_type_the_reference_has_no_mask_for_is_its_other_mapped_type() -
     qwen2 = Qwen2Config(num_hidden_layers=4, layer_types=list(kinds), sliding_window=8)
     _mapped_layer_types(qwen2, Qwen2ForCausalLM)
     assert qwen2.layer_types == kinds
+    # Zamba2's masks know full and linear attention; its ``hybrid`` layers are its own
+    hybrid = ["linear_attention", "hybrid", "linear_attention", "linear_attention"]
+    zamba2 = Zamba2Config(num_hidden_layers=4, layers_block_type=list(hybrid))
+    _mapped_layer_types(zamba2, Zamba2ForCausalLM)
+    assert zamba2.layer_types == hybrid
 
 
 def test_the_olmo_hybrid_reference_checkpoint_is_named_as_its_checkpoints() -> None:

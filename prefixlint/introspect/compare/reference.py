@@ -143,25 +143,28 @@ _MASK_KEY = re.compile(r"[\"'](\w+)[\"']\s*:")
 
 
 def _mapped_layer_types(config: Any, ref_cls: type) -> None:
-    """A synthesised ``layer_types`` entry the reference has no mask for, given the one
-    layer type its mask mapping has that the config does not use. The model's code tells
-    ``full_attention`` apart from the rest, so synthesis guessed the rest's name
-    (``sliding_attention``); LFM2-MoE's layers are ``full_attention`` or ``conv``, and
-    vLLM's ``lfm2_moe.py:433`` and transformers' decoder layer both build every layer not
-    ``full_attention`` as a short convolution, but transformers' forward looks each
-    layer's mask up by its type (``KeyError: 'sliding_attention'``). The copy of the
-    config the reference is built for is changed, never the model's."""
+    """A synthesised ``layer_types`` entry transformers' modeling and config modules never
+    name, given the one layer type the reference's mask mapping has that the config does
+    not use. The model's code tells ``full_attention`` apart from the rest, so synthesis
+    guessed the rest's name (``sliding_attention``); LFM2-MoE's layers are
+    ``full_attention`` or ``conv``, and vLLM's ``lfm2_moe.py:433`` and transformers'
+    decoder layer both build every layer not ``full_attention`` as a short convolution,
+    but transformers' forward looks each layer's mask up by its type (``KeyError:
+    'sliding_attention'``). A type transformers names elsewhere (Zamba2's ``hybrid``) is
+    its own. The copy of the config the reference is built for changes, never the model's."""
     from prefixlint.introspect.compare.guesses import module_source
 
     kinds = getattr(config, "layer_types", None)
-    found = _MASK_MAPPING.search(module_source(inspect.getmodule(ref_cls)))
+    modeling = module_source(inspect.getmodule(ref_cls))
+    found = _MASK_MAPPING.search(modeling)
     if not isinstance(kinds, list) or found is None:
         return
+    text = modeling + module_source(inspect.getmodule(getattr(ref_cls, "config_class", None)))
     known = _MASK_KEY.findall(found.group(1))
-    unknown = {k for k in kinds if isinstance(k, str) and k not in known}
+    unnamed = {k for k in kinds if isinstance(k, str) and not re.search(f"[\"']{k}[\"']", text)}
     unused = [k for k in known if k not in kinds]
-    if len(unknown) == 1 and len(unused) == 1:
-        config.layer_types = [unused[0] if k in unknown else k for k in kinds]
+    if len(unnamed) == 1 and len(unused) == 1:
+        config.layer_types = [unused[0] if k in unnamed else k for k in kinds]
 
 
 def _randomise(model: nn.Module) -> None:
