@@ -81,7 +81,7 @@ def kv_heads_as_built(hf_config: Any, model: nn.Module | None) -> Any:
     """The config the reference is built for, with as many KV heads as heads where vLLM's
     model built every attention layer so although the config asks for fewer. That model
     never reads the KV head count (Zamba2's ``QKVParallelLinear`` takes the heads alone,
-    ``zamba2.py:167``): the only checkpoints it loads have KV heads = heads (every
+    ``zamba2.py:165``): the only checkpoints it loads have KV heads = heads (every
     published Zamba2: 32 and 32). The synthesised config shrinks them apart (16 and 8),
     and transformers' reference would write narrower ``k_proj``/``v_proj`` than any such
     checkpoint holds. A checkpoint with fewer KV heads fails that model's loader loudly
