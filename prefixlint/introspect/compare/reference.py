@@ -161,7 +161,8 @@ def _mapped_layer_types(config: Any, ref_cls: type) -> None:
         return
     text = modeling + module_source(inspect.getmodule(getattr(ref_cls, "config_class", None)))
     known = _MASK_KEY.findall(found.group(1))
-    unnamed = {k for k in kinds if isinstance(k, str) and not re.search(f"[\"']{k}[\"']", text)}
+    quoted = set(re.findall(r"[\"'](\w+)[\"']", text))
+    unnamed = {k for k in kinds if isinstance(k, str) and k not in quoted}
     unused = [k for k in known if k not in kinds]
     if len(unnamed) == 1 and len(unused) == 1:
         config.layer_types = [unused[0] if k in unnamed else k for k in kinds]
@@ -210,7 +211,11 @@ def _renamed_by_layer_kind(
     (transformers' ``convert_olmo_hybrid_weights_to_hf.py``). A module holding some of a
     conversion's renamed names but not the others is another kind of layer: its names
     stay as the model holds them."""
-    names = {id(t): k for k, t in original.items()}
+    counts: dict[int, int] = {}
+    for t in original.values():
+        counts[id(t)] = counts.get(id(t), 0) + 1
+    # a tensor held under several names (a shared block) is no renaming of one of them
+    names = {id(t): k for k, t in original.items() if counts[id(t)] == 1}
     moves: dict[str, tuple[str, str, str, str]] = {}  # new key -> (parent, old, new, key)
     for key, tensor in reverted.items():
         old = names.get(id(tensor))
