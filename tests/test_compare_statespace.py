@@ -412,3 +412,16 @@ def test_olmo_hybrid_is_not_run_vllm_refuses_its_checkpoints(worker) -> None:
     assert result["compare"]["reason"] == "load_failed"
     assert "attention_layer_norm" in result["compare"]["detail"]
     assert not [d for d in report.diagnostics if d.code == "PFX609"]
+
+
+def test_a_tensor_under_two_names_is_no_renaming() -> None:
+    """A block shared by two paths (Zamba2's shared transformer) holds one tensor under two
+    names: neither is a renaming of the other, and both stay beside a real renaming."""
+    import torch
+
+    from prefixlint.introspect.compare.reference import _renamed_by_layer_kind
+
+    shared, own = torch.zeros(2), torch.ones(2)
+    original = {"a.x.weight": shared, "a.y.weight": shared, "c.m.weight": own}
+    reverted = {"a.x.weight": shared, "a.y.weight": shared, "c.n.weight": own}
+    assert set(_renamed_by_layer_kind(original, reverted)) == set(reverted)
