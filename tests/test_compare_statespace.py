@@ -169,6 +169,9 @@ def test_a_mixer_class_with_its_own_kernel_method_is_not_run() -> None:
 CLEAN = ["MambaForCausalLM", "FalconMambaForCausalLM", "JambaForCausalLM", "Mamba2ForCausalLM"]
 CLEAN += ["FalconH1ForCausalLM", "GraniteMoeHybridForCausalLM", "Qwen3NextForCausalLM"]
 CLEAN += ["Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"]
+# their synthesised configs need the reference's own fixes below (KV heads as built, the
+# dt clamp, the layer types the reference maps)
+CLEAN += ["Zamba2ForCausalLM", "Lfm2MoeForCausalLM"]
 
 
 @pytest.mark.slow
@@ -206,6 +209,15 @@ PLANTED = [
         "activation=config.hidden_act",
         "activation=None",
         ("GraniteMoeHybridMambaDecoderLayer", "self.mamba = MambaMixer2("),
+    ),
+    (  # Zamba2's shared attention with a wrong softmax scale, on the reference with as
+        # many KV heads as heads (the model never reads the KV head count)
+        "zamba2.py",
+        "Zamba2ForCausalLM",
+        "Zamba2Attention",
+        "self.scale = (self.attention_head_dim / 2) ** -0.5",
+        "self.scale = (self.attention_head_dim / 2) ** -0.4",
+        ("Zamba2AttentionDecoderLayer", "self.self_attn = Zamba2Attention("),
     ),
     (  # the checkpoint's b and a loaded into each other's shard of the fused in_proj_ba:
         # found at the fused layer inside the GDN layer, reported at the model's line
@@ -277,3 +289,139 @@ def test_a_replaced_custom_op_comes_back() -> None:
         assert torch.ops.vllm.cpu_gdn_attention_core is len
     after = torch.ops.vllm.cpu_gdn_attention_core
     assert after is not len and after._qualified_op_name == before._qualified_op_name
+
+
+def test_a_dt_clamp_at_the_initialisers_minimum_is_lifted_while_the_reference_runs() -> None:
+    """transformers' Zamba2 mixer clamps ``dt`` below at ``time_step_min`` (the range
+    ``dt_bias`` is initialised from; its config states no runtime bound): lifted during the
+    run, as Zyphra's code and vLLM's ``MambaMixer2`` run, and back after. A bound the config
+    states (Mamba 2's ``time_step_limit``) stays."""
+    from torch import nn
+    from transformers import Mamba2Config, Zamba2Config
+
+    from prefixlint.introspect.compare.statespace import reference_mixers
+
+    zamba, mamba = nn.Module(), nn.Module()
+    zamba.config, zamba.time_step_limit = Zamba2Config(), (0.001, float("inf"))
+    mamba.config = Mamba2Config(time_step_min=0.001, time_step_limit=(0.001, float("inf")))
+    mamba.time_step_limit = mamba.config.time_step_limit
+    root = nn.ModuleList([zamba, mamba])
+    with reference_mixers(root, 9):
+        assert zamba.time_step_limit == (0.0, float("inf"))
+        assert mamba.time_step_limit == (0.001, float("inf"))
+    assert zamba.time_step_limit == (0.001, float("inf"))
+
+
+def test_the_reference_gets_as_many_kv_heads_as_the_model_built(monkeypatch) -> None:
+    """Where every attention layer vLLM built has as many KV heads as heads while the
+    config asks fewer (Zamba2 never reads the KV head count), the reference's copy of the
+    config gets KV heads = heads; a model that built fewer KV heads keeps the config's."""
+    from torch import nn
+    from transformers import Zamba2Config
+
+    from prefixlint.introspect import vllm_api
+    from prefixlint.introspect.compare.reference import kv_heads_as_built
+
+    class Layer(nn.Module):
+        def __init__(self, heads: int, kv_heads: int) -> None:
+            super().__init__()
+            self.num_heads, self.num_kv_heads = heads, kv_heads
+
+    monkeypatch.setattr(vllm_api, "attention_classes", lambda: (Layer, None))
+    config = Zamba2Config(num_attention_heads=16, num_key_value_heads=8)
+    mha, gqa = nn.ModuleList([Layer(16, 16), Layer(16, 16)]), nn.ModuleList([Layer(16, 8)])
+    assert kv_heads_as_built(config, mha).num_key_value_heads == 16
+    assert config.num_key_value_heads == 8  # a copy: the model's config is untouched
+    assert kv_heads_as_built(config, gqa) is config
+    assert kv_heads_as_built(config, nn.Linear(2, 2)) is config  # no attention layer
+
+
+def test_a_layer_type_the_reference_has_no_mask_for_is_its_other_mapped_type() -> None:
+    """Synthesis guessed ``sliding_attention`` for LFM2-MoE's layers that are not full
+    attention; transformers' LFM2-MoE maps masks for ``full_attention`` and ``conv`` only,
+    so the reference's copy says ``conv``. A model whose mask mapping knows the type keeps it."""
+    from transformers import (
+        Lfm2MoeConfig,
+        Lfm2MoeForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        Zamba2Config,
+        Zamba2ForCausalLM,
+    )
+
+    from prefixlint.introspect.compare.reference import _mapped_layer_types
+
+    kinds = ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]
+    lfm2 = Lfm2MoeConfig(num_hidden_layers=4, layer_types=list(kinds))
+    _mapped_layer_types(lfm2, Lfm2MoeForCausalLM)
+    assert lfm2.layer_types == ["conv", "full_attention", "conv", "full_attention"]
+    qwen2 = Qwen2Config(num_hidden_layers=4, layer_types=list(kinds), sliding_window=8)
+    _mapped_layer_types(qwen2, Qwen2ForCausalLM)
+    assert qwen2.layer_types == kinds
+    # Zamba2's masks know full and linear attention; its ``hybrid`` layers are its own
+    hybrid = ["linear_attention", "hybrid", "linear_attention", "linear_attention"]
+    zamba2 = Zamba2Config(num_hidden_layers=4, layers_block_type=list(hybrid))
+    _mapped_layer_types(zamba2, Zamba2ForCausalLM)
+    assert zamba2.layer_types == hybrid
+
+
+def test_the_olmo_hybrid_reference_checkpoint_is_named_as_its_checkpoints() -> None:
+    """As transformers' ``convert_olmo_hybrid_weights_to_hf.py`` writes them: a linear
+    layer's norms ``attention_layer_norm``/``feedforward_layer_norm`` and its convolution as
+    ``q_conv1d``/``k_conv1d``/``v_conv1d``, each as wide as its projection (transformers'
+    revert chunks it evenly); an attention layer's ``post_attention_layernorm`` as it is
+    (transformers' revert renames it too)."""
+    from transformers import OlmoHybridConfig, OlmoHybridForCausalLM
+
+    from prefixlint.introspect.compare.reference import _saved
+
+    config = OlmoHybridConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        vocab_size=128,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        linear_num_key_heads=4,
+        linear_num_value_heads=4,
+        linear_key_head_dim=8,
+        linear_value_head_dim=16,
+        layer_types=["linear_attention", "full_attention"],
+    )
+    state = _saved(OlmoHybridForCausalLM(config))
+    linear, attention = "model.layers.0.", "model.layers.1."
+    widths = [state[f"{linear}linear_attn.{p}_conv1d.weight"].shape[0] for p in "qkv"]
+    assert widths == [32, 32, 64]
+    for name in ("attention_layer_norm", "feedforward_layer_norm"):
+        assert f"{linear}{name}.weight" in state
+    assert f"{attention}post_attention_layernorm.weight" in state
+    assert f"{attention}feedforward_layer_norm.weight" not in state
+
+
+@pytest.mark.slow
+def test_olmo_hybrid_is_not_run_vllm_refuses_its_checkpoints(worker) -> None:
+    """vLLM 0.32's OLMo-Hybrid loader maps neither ``attention_layer_norm`` nor (for the
+    fused convolution) the shard of ``q_conv1d`` (docs/precision.md): a load failure, said
+    in a PFX600 note, never a PFX609. A vLLM that loads the names makes this fail."""
+    report = _introspect(worker, "OlmoHybridForCausalLM")
+    [result] = report.results
+    assert result["compare"]["status"] == "not run", result["compare"]
+    assert result["compare"]["reason"] == "load_failed"
+    assert "attention_layer_norm" in result["compare"]["detail"]
+    assert not [d for d in report.diagnostics if d.code == "PFX609"]
+
+
+def test_a_tensor_under_two_names_is_no_renaming() -> None:
+    """A block shared by two paths (Zamba2's shared transformer) holds one tensor under two
+    names: neither is a renaming of the other, and both stay beside a real renaming."""
+    import torch
+
+    from prefixlint.introspect.compare.reference import _renamed_by_layer_kind
+
+    shared, own = torch.zeros(2), torch.ones(2)
+    original = {"a.x.weight": shared, "a.y.weight": shared, "c.m.weight": own}
+    reverted = {"a.x.weight": shared, "a.y.weight": shared, "c.n.weight": own}
+    assert set(_renamed_by_layer_kind(original, reverted)) == set(reverted)

@@ -91,6 +91,26 @@ def test_a_flag_transformers_never_computes_with_is_no_variant() -> None:
     assert "norm_topk_prob=False" in cohere
 
 
+def test_a_flag_transformers_only_copies_is_no_variant() -> None:
+    """transformers' Zamba2 mixer copies ``use_conv_bias`` into ``self`` and builds its
+    convolution with ``bias=True`` (as Zyphra's code): the variant ``use_conv_bias=False``
+    compared a reference that ignores it (a false PFX609 on clean vLLM). Mamba 2's mixer
+    builds with ``bias=self.use_conv_bias``: its variant stays."""
+    from transformers import Mamba2Config, Zamba2Config
+    from transformers.models.mamba2.modeling_mamba2 import Mamba2ForCausalLM
+    from transformers.models.zamba2.modeling_zamba2 import Zamba2ForCausalLM
+
+    from prefixlint.introspect.compare.variants import comparison_variants
+
+    def labels(config, name: str, reference: type | None) -> list[str]:
+        found = comparison_variants(_model_config(config), [_file(name)], None, reference)
+        return [v.label for v in found]
+
+    assert "use_conv_bias=False" in labels(Zamba2Config(), "zamba2.py", None)
+    assert "use_conv_bias=False" not in labels(Zamba2Config(), "zamba2.py", Zamba2ForCausalLM)
+    assert "use_conv_bias=False" in labels(Mamba2Config(), "mamba2.py", Mamba2ForCausalLM)
+
+
 def test_a_variant_carries_what_the_config_class_derives_from_it() -> None:
     from transformers import Qwen2Config
 

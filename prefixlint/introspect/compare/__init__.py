@@ -129,7 +129,7 @@ def _compare(
     with smaller.applied(model_config, {**values, **head}) as ok:
         if not ok:
             return Comparison.not_run(Reason.TOO_LARGE, f"{size / 1e6:.0f}M parameters")
-        built = (ref_cls, base.vllm_config, bool(values))
+        built = (ref_cls, base.vllm_config, bool(values), base.model)
         lists = _derived_lists(cls, model_config, ref_cls, base) if synthesised else {}
         with _applied(model_config, lists):
             result = _compare_built(cls, plan, builds, built, path)
@@ -159,15 +159,16 @@ def _unread_head_size(cls: type | None, model_config: Any, base: Any) -> dict[st
 
 
 def _compare_built(
-    cls: type | None, plan: Any, builds: list[Any], built: tuple[type, Any, bool], path: str
+    cls: type | None, plan: Any, builds: list[Any], built: tuple[type, Any, bool, Any], path: str
 ) -> Comparison:
     """The comparison once a reference class is known (``built``: it, the build's vLLM
-    config, whether the config is the comparison's smaller one), on the config as it is
-    now, against transformers' ``path`` attention."""
-    ref_cls, vllm_config, small = built
+    config, whether the config is the comparison's smaller one, the tp=1 meta build's
+    model), on the config as it is now, against transformers' ``path`` attention."""
+    ref_cls, vllm_config, small, meta = built
     model_config = plan.model_config
     try:
         hf_config = mla.reference_config(model_config.hf_config)
+        hf_config = reference.kv_heads_as_built(hf_config, meta)
         ref = reference.build(ref_cls, hf_config, path, vllm_config)
     except Exception as e:
         return Comparison.not_run(Reason.REFERENCE_FAILED, f"{ref_cls.__name__}: {_words(e)}")

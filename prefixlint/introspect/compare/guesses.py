@@ -148,21 +148,34 @@ def transformers_reads(ref_cls: type, attr: str) -> bool:
     or its config class derives another value from it (a mention other than the
     attribute's own declaration and its docstring entry). A flag the reference never
     reads (DeepSeek-V2's ``norm_topk_prob`` in transformers' port) has no reference value
-    to compare a variant with."""
+    to compare a variant with. A copy into the module that nothing reads (Zamba2's mixer
+    stores ``self.use_conv_bias`` and builds its convolution with ``bias=True``) is no
+    computation."""
     word = re.compile(rf"\b{re.escape(attr)}\b")
-    if word.search(_module_source(inspect.getmodule(ref_cls))):
+    if any(word.search(line) for line in _computing_lines(ref_cls, attr)):
         return True
     own = re.compile(rf"(self\.)?{re.escape(attr)}\s*(:[^=]*)?(=|$)|{re.escape(attr)}\s*\(")
     config_module = inspect.getmodule(getattr(ref_cls, "config_class", None))
-    for line in _module_source(config_module).splitlines():
+    for line in module_source(config_module).splitlines():
         text = line.strip()
         if word.search(text) and not own.match(text):
             return True
     return False
 
 
+def _computing_lines(ref_cls: type, attr: str) -> list[str]:
+    """The modeling module's lines, but for ``self.attr = config.attr`` where no other
+    line reads ``self.attr``."""
+    lines = module_source(inspect.getmodule(ref_cls)).splitlines()
+    copy = re.compile(rf"\s*self\.{re.escape(attr)}\s*=\s*(self\.)?config\.{re.escape(attr)}\s*$")
+    own = re.compile(rf"\bself\.{re.escape(attr)}\b")
+    copies = [line for line in lines if copy.match(line)]
+    used = any(own.search(line) for line in lines if not copy.match(line))
+    return lines if used or not copies else [line for line in lines if not copy.match(line)]
+
+
 @functools.lru_cache(maxsize=64)
-def _module_source(module: Any) -> str:
+def module_source(module: Any) -> str:
     try:
         return inspect.getsource(module) if module is not None else ""
     except (OSError, TypeError):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import math
 import re
 from dataclasses import dataclass, field
@@ -62,6 +63,7 @@ def build(
         if c is not None:
             c._attn_implementation = attention
             _unused_window(c)
+            _mapped_layer_types(c, ref_cls)
     torch.manual_seed(SEED)
     given = contextlib.nullcontext() if vllm_config is None else None
     with quiet(), given or vllm_api.decorated_transformers_classes(vllm_config):
@@ -73,6 +75,39 @@ def build(
     state = _without_zero_experts(_saved(model), config)
     extras = _extras(model, state)
     return Reference(model, state, extras)
+
+
+def kv_heads_as_built(hf_config: Any, model: nn.Module | None) -> Any:
+    """The config the reference is built for, with as many KV heads as heads where vLLM's
+    model built every attention layer so although the config asks for fewer. That model
+    never reads the KV head count (Zamba2's ``QKVParallelLinear`` takes the heads alone,
+    ``zamba2.py:165``): the only checkpoints it loads have KV heads = heads (every
+    published Zamba2: 32 and 32). The synthesised config shrinks them apart (16 and 8),
+    and transformers' reference would write narrower ``k_proj``/``v_proj`` than any such
+    checkpoint holds. A checkpoint with fewer KV heads fails that model's loader loudly
+    (a shape), never silently. Unchanged otherwise (a copy where changed)."""
+    attention, _ = vllm_api.attention_classes()
+    layers = [] if model is None or attention is None else _attention_layers(model, attention)
+    if not layers or any(getattr(a, "num_kv_heads", None) != a.num_heads for a in layers):
+        return hf_config
+    out = hf_config
+    for attr in ("", "text_config"):
+        inner = getattr(out, attr, None) if attr else out
+        heads = getattr(inner, "num_attention_heads", None)
+        kv_heads = getattr(inner, "num_key_value_heads", None)
+        if not isinstance(heads, int) or not isinstance(kv_heads, int) or kv_heads >= heads:
+            continue
+        if out is hf_config:
+            out = copy.deepcopy(hf_config)
+            inner = getattr(out, attr) if attr else out
+        inner.num_key_value_heads = heads
+    return out
+
+
+def _attention_layers(model: nn.Module, attention: type) -> list[Any]:
+    """vLLM's plain attention layers of ``model`` (a subclass included: it takes the same
+    head counts)."""
+    return [m for m in model.modules() if isinstance(m, attention) and hasattr(m, "num_heads")]
 
 
 def _own_config(ref_cls: type, config: Any) -> Any:
@@ -102,6 +137,37 @@ def _unused_window(config: Any) -> None:
         config.sliding_window = getattr(config, "max_position_embeddings", None) or 4096
 
 
+# the keys of the per-layer-type masks a transformers model makes in its forward
+_MASK_MAPPING = re.compile(r"causal_mask_mapping\s*=\s*\{(.*?)\}", re.S)
+_MASK_KEY = re.compile(r"[\"'](\w+)[\"']\s*:")
+
+
+def _mapped_layer_types(config: Any, ref_cls: type) -> None:
+    """A synthesised ``layer_types`` entry transformers' modeling and config modules never
+    name, given the one layer type the reference's mask mapping has that the config does
+    not use. The model's code tells ``full_attention`` apart from the rest, so synthesis
+    guessed the rest's name (``sliding_attention``); LFM2-MoE's layers are
+    ``full_attention`` or ``conv``, and vLLM's ``lfm2_moe.py:433`` and transformers'
+    decoder layer both build every layer not ``full_attention`` as a short convolution,
+    but transformers' forward looks each layer's mask up by its type (``KeyError:
+    'sliding_attention'``). A type transformers names elsewhere (Zamba2's ``hybrid``) is
+    its own. The copy of the config the reference is built for changes, never the model's."""
+    from prefixlint.introspect.compare.guesses import module_source
+
+    kinds = getattr(config, "layer_types", None)
+    modeling = module_source(inspect.getmodule(ref_cls))
+    found = _MASK_MAPPING.search(modeling)
+    if not isinstance(kinds, list) or found is None:
+        return
+    text = modeling + module_source(inspect.getmodule(getattr(ref_cls, "config_class", None)))
+    known = _MASK_KEY.findall(found.group(1))
+    quoted = set(re.findall(r"[\"'](\w+)[\"']", text))
+    unnamed = {k for k in kinds if isinstance(k, str) and k not in quoted}
+    unused = [k for k in known if k not in kinds]
+    if len(unnamed) == 1 and len(unused) == 1:
+        config.layer_types = [unused[0] if k in unnamed else k for k in kinds]
+
+
 def _randomise(model: nn.Module) -> None:
     """Weights whose products keep the activations' size (std 1/sqrt(fan-in)), so that a
     wrong scale, a dropped bias or a wrong norm moves the outputs by far more than float32
@@ -128,7 +194,9 @@ def _saved(model: nn.Module) -> dict[str, torch.Tensor]:
     if hasattr(mu, "remove_tied_weights_from_state_dict"):
         state = mu.remove_tied_weights_from_state_dict(state, model)
     if hasattr(mu, "revert_weight_conversion"):
-        state = mu.revert_weight_conversion(model, state)
+        reverted = mu.revert_weight_conversion(model, dict(state))
+        state = _renamed_by_layer_kind(state, reverted)
+        _conv_split_like_projections(model, state)
     return {k: v.detach().clone() for k, v in state.items()}
 
 
@@ -150,6 +218,65 @@ def _without_zero_experts(state: dict[str, torch.Tensor], config: Any) -> dict[s
         return found is not None and int(found.group(1)) >= routed
 
     return {k: v for k, v in state.items() if not zero_expert(k)}
+
+
+def _renamed_by_layer_kind(
+    original: dict[str, torch.Tensor], reverted: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """The reverted state with the renamings of a conversion kept only in the modules
+    that hold every name they rename. OLMo-Hybrid's conversion renames a linear-attention
+    layer's ``attention_layer_norm``/``feedforward_layer_norm`` to ``input_layernorm``/
+    ``post_attention_layernorm``; reverted, it renames the attention layers'
+    ``post_attention_layernorm`` too, which their checkpoints hold under that name
+    (transformers' ``convert_olmo_hybrid_weights_to_hf.py``). A module holding some of a
+    conversion's renamed names but not the others is another kind of layer: its names
+    stay as the model holds them."""
+    counts: dict[int, int] = {}
+    for t in original.values():
+        counts[id(t)] = counts.get(id(t), 0) + 1
+    # a tensor held under several names (a shared block) is no renaming of one of them
+    names = {id(t): k for k, t in original.items() if counts[id(t)] == 1}
+    moves: dict[str, tuple[str, str, str, str]] = {}  # new key -> (parent, old, new, key)
+    for key, tensor in reverted.items():
+        old = names.get(id(tensor))
+        if old is None or old == key:
+            continue
+        a, b = old.split("."), key.split(".")
+        at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+        if at is not None and len(a) == len(b) and a[at + 1 :] == b[at + 1 :]:
+            moves[key] = (".".join(a[:at]), a[at], b[at], old)
+    pairs = {(m[1], m[2]) for m in moves.values()}
+    by_parent: dict[str, set[tuple[str, str]]] = {}
+    for parent, old, new, _ in moves.values():
+        by_parent.setdefault(parent, set()).add((old, new))
+    out = dict(reverted)
+    for key, (parent, *_, old_key) in moves.items():
+        held = by_parent[parent]
+        missing = pairs - held
+        absent = all(not k.startswith(f"{parent}.{a}.") for a, _ in missing for k in original)
+        if missing and absent:  # another kind of layer: the model's own name
+            out[old_key] = out.pop(key)
+    return out
+
+
+def _conv_split_like_projections(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """transformers reverts a concatenation into equal chunks (``Chunk``): OLMo-Hybrid's
+    convolution over (q, k, v) comes out as three equal parts, while its checkpoints hold
+    each part as wide as the projection it convolves (key, key and value widths:
+    transformers' ``convert_olmo_hybrid_weights_to_hf.py`` copies OLMo-core's
+    ``fla.inner.q_conv1d`` etc. as they are). Such a fused ``conv1d`` is split again at
+    the widths of its module's own ``q_proj``, ``k_proj``, ``v_proj``."""
+    for name, module in model.named_modules():
+        conv = getattr(getattr(module, "conv1d", None), "weight", None)
+        keys = [f"{name}.{p}_conv1d.weight" for p in "qkv"]
+        if not isinstance(conv, torch.Tensor) or not all(k in state for k in keys):
+            continue
+        projections = [getattr(module, f"{p}_proj", None) for p in "qkv"]
+        widths = [getattr(p, "out_features", None) for p in projections]
+        if not all(isinstance(w, int) for w in widths) or sum(widths) != conv.shape[0]:
+            continue
+        for key, part in zip(keys, torch.split(conv.detach(), widths), strict=True):
+            state[key] = part
 
 
 def _extras(model: nn.Module, state: dict[str, torch.Tensor]) -> list[str]:

@@ -269,9 +269,15 @@ def reference_mixers(reference: torch.nn.Module, tokens: int) -> Iterator[None]:
       to 256 and costs 8 s on two cores (FalconH1); the chunking does not change the sum;
     - a gated norm that ignores ``n_groups`` (``MambaRMSNormGated`` of Mamba 2 and
       GraniteMoeHybrid in their torch path) normalises per group, as their CUDA path,
-      ``mamba_ssm`` and vLLM's ``Mixer2RMSNormGated`` do (docs/precision.md)."""
+      ``mamba_ssm`` and vLLM's ``Mixer2RMSNormGated`` do (docs/precision.md);
+    - a lower bound of ``dt`` that is the initialiser's ``time_step_min`` (Zamba2's mixer,
+      whose config has no runtime bound) is lifted, as the authors' code and vLLM's
+      ``MambaMixer2`` run it (``dt_limit`` (0, inf); docs/precision.md)."""
     saved: list[tuple[Any, str, Any]] = []  # (object, attribute, value before; None: none)
     for module in reference.modules():
+        if _initialiser_bound(module):
+            saved.append((module, "time_step_limit", module.time_step_limit))
+            module.time_step_limit = (0.0, float("inf"))
         chunk = getattr(module, "chunk_size", None)
         if isinstance(chunk, int) and chunk > tokens and hasattr(module, "ssm_state_size"):
             saved.append((module, "chunk_size", chunk))
@@ -288,6 +294,19 @@ def reference_mixers(reference: torch.nn.Module, tokens: int) -> Iterator[None]:
                 delattr(owner, attribute)  # the class's comes back
             else:
                 setattr(owner, attribute, value)
+
+
+def _initialiser_bound(mixer: Any) -> bool:
+    """A mixer that clamps ``dt`` below at its config's ``time_step_min``, the range
+    ``dt_bias`` is initialised from, while the config declares no ``time_step_limit``
+    (transformers' Zamba2: ``time_step_limit = (config.time_step_min, inf)``). A bound a
+    config states (Mamba 2's ``time_step_limit``) is the checkpoint's and stays."""
+    limit, config = getattr(mixer, "time_step_limit", None), getattr(mixer, "config", None)
+    if not isinstance(limit, tuple) or len(limit) != 2 or config is None:
+        return False
+    low = getattr(config, "time_step_min", None)
+    stated = hasattr(config, "time_step_limit")
+    return isinstance(low, float) and low > 0 and limit[0] == low and not stated
 
 
 def _ungrouped_gated_norm(norm: Any) -> bool:
