@@ -711,6 +711,27 @@ def arch_config_derived(model_config: Any) -> Any:
 # -- pooling models ----------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def embedding_adapted(model: Any, on: bool = True) -> Iterator[None]:
+    """``model`` takes the class vLLM's pooling runner serves a generative class through
+    (``as_embedding_model``) while the block runs, and its own class after: that class's
+    ``load_weights`` takes a base model's checkpoint (names without ``model.``) by probing
+    the prefix (``models/adapters.py``); it adds no parameters. Nothing when ``on`` is
+    false, the class is a pooling model already, or this vLLM has no adapter."""
+    original = type(model)
+    adapter = embedding_adapter()
+    adapted = original
+    if on and adapter is not None and not is_pooling_model(original):
+        with contextlib.suppress(Exception):
+            adapted = adapter(original)
+    if adapted is not original and issubclass(adapted, original):
+        model.__class__ = adapted
+    try:
+        yield
+    finally:
+        model.__class__ = original
+
+
 def is_pooling_model(model: Any) -> bool:
     """vLLM's own test of a pooling model class or instance (``vllm.model_executor.models.
     is_pooling_model``, 0.32 and 0.33; its ``is_pooling_model`` attribute otherwise)."""

@@ -188,7 +188,7 @@ def _compare_built(
         return gap
     context = _context(real)
     pool = pooling.served(model_config, real.model)  # its forward ends at hidden states
-    with pooling.as_served(real.model, pool):
+    with vllm_api.embedding_adapted(real.model, pool):
         refused = _load(real.model, ref, model_config, context)
     if refused is not None:
         return refused
@@ -294,7 +294,7 @@ def _probe_extras(real: Any, builds: list[Any], ref: reference.Reference, pool: 
     if not extras or base.model is None:
         return ""
     try:
-        with _context(base)(), pooling.as_served(base.model, pool):
+        with _context(base)(), vllm_api.embedding_adapted(base.model, pool):
             base.model.load_weights(iter(extras))
     except Exception as e:
         return _words(e)

@@ -14,7 +14,6 @@ those and in the layer's ``scale``: the reference expands the latent with the mo
 from __future__ import annotations
 
 import contextlib
-import copy
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -23,6 +22,7 @@ import torch
 
 from prefixlint.introspect import vllm_api
 from prefixlint.introspect.compare.attention import Unsupported, reference_forward, replaced
+from prefixlint.introspect.compare.reference import kv_heads_raised
 
 
 def runs(layer: Any) -> bool:
@@ -43,21 +43,15 @@ def reference_config(hf_config: Any) -> Any:
     ``num_key_value_heads``, while transformers' MLA classes repeat their per-head keys by
     ``num_attention_heads // num_key_value_heads`` and fail on a synthesised config whose
     shrunk KV heads (8) are not its heads (16). Unchanged otherwise."""
-    out = hf_config
-    for attr in ("", "text_config"):
-        inner = getattr(out, attr, None) if attr else out
-        heads = getattr(inner, "num_attention_heads", None)
-        kv_heads = getattr(inner, "num_key_value_heads", None)
-        latent = getattr(inner, "kv_lora_rank", None)
-        if not isinstance(latent, int) or latent <= 0 or not isinstance(heads, int):
-            continue
-        if kv_heads in (None, heads):
-            continue
-        if out is hf_config:
-            out = copy.deepcopy(hf_config)
-            inner = getattr(out, attr) if attr else out
-        inner.num_key_value_heads = heads
-    return out
+
+    def latent(config: Any) -> bool:
+        heads = getattr(config, "num_attention_heads", None)
+        rank = getattr(config, "kv_lora_rank", None)
+        kv_heads = getattr(config, "num_key_value_heads", None)
+        ranked = isinstance(rank, int) and rank > 0 and isinstance(heads, int)
+        return ranked and kv_heads not in (None, heads)
+
+    return kv_heads_raised(hf_config, latent)
 
 
 def _expanded(layer: Any, kv_c_normed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -37,26 +37,6 @@ def served(model_config: Any, model: nn.Module) -> bool:
     return embedding and not vllm_api.group_of(archs[0], vllm_api.TEXT_GENERATION_GROUP)
 
 
-@contextlib.contextmanager
-def as_served(model: nn.Module, pooling: bool) -> Iterator[None]:
-    """The model as vLLM's pooling runner loads it: a generative class gets vLLM's
-    ``as_embedding_model`` adapter, whose ``load_weights`` takes a base model's checkpoint
-    (names without ``model.``) by probing the prefix. The instance takes the adapter's
-    class only while it loads; the adapter adds no parameters."""
-    original = type(model)
-    adapter = vllm_api.embedding_adapter()
-    adapted = original
-    if pooling and adapter is not None and not vllm_api.is_pooling_model(original):
-        with contextlib.suppress(Exception):
-            adapted = adapter(original)
-    if adapted is not original and issubclass(adapted, original):
-        model.__class__ = adapted
-    try:
-        yield
-    finally:
-        model.__class__ = original
-
-
 def without_padding(ids: torch.Tensor, config: Any) -> torch.Tensor:
     """The token ids with no padding token among them: vLLM runs one unpadded sequence,
     while transformers' encoders skip a padding token's position (RoBERTa numbers its

@@ -9,6 +9,7 @@ import copy
 import inspect
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,17 +91,28 @@ def kv_heads_as_built(hf_config: Any, model: nn.Module | None) -> Any:
     layers = [] if model is None or attention is None else _attention_layers(model, attention)
     if not layers or any(getattr(a, "num_kv_heads", None) != a.num_heads for a in layers):
         return hf_config
+
+    def fewer(config: Any) -> bool:
+        heads = getattr(config, "num_attention_heads", None)
+        kv_heads = getattr(config, "num_key_value_heads", None)
+        return isinstance(heads, int) and isinstance(kv_heads, int) and kv_heads < heads
+
+    return kv_heads_raised(hf_config, fewer)
+
+
+def kv_heads_raised(hf_config: Any, applies: Callable[[Any], bool]) -> Any:
+    """``hf_config`` with ``num_key_value_heads`` = ``num_attention_heads`` in itself and
+    its ``text_config``, where ``applies(config)`` (a copy where one changes; the config
+    itself where none does)."""
     out = hf_config
     for attr in ("", "text_config"):
         inner = getattr(out, attr, None) if attr else out
-        heads = getattr(inner, "num_attention_heads", None)
-        kv_heads = getattr(inner, "num_key_value_heads", None)
-        if not isinstance(heads, int) or not isinstance(kv_heads, int) or kv_heads >= heads:
+        if inner is None or not applies(inner):
             continue
         if out is hf_config:
             out = copy.deepcopy(hf_config)
             inner = getattr(out, attr) if attr else out
-        inner.num_key_value_heads = heads
+        inner.num_key_value_heads = inner.num_attention_heads
     return out
 
 

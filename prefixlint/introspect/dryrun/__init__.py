@@ -151,26 +151,13 @@ def _served_as_embedding(model_config: Any) -> bool:
     return bool(archs) and group_of(archs[0], EMBEDDING_GROUP)
 
 
-@contextlib.contextmanager
 def _as_served(model: nn.Module, model_config: Any) -> Any:
     """The model as vLLM's loader serves it: an architecture run as an embedding model
-    (``LlamaModel``, ``MistralModel``) gets vLLM's own ``as_embedding_model`` adapter, whose
-    ``load_weights`` accepts a base model's checkpoint (names without ``model.``) by
-    probing the prefix (adapters.py). The built instance takes the adapter class for the
-    stream only; the adapter adds no parameters."""
-    original = type(model)
-    adapted = original
-    if _served_as_embedding(model_config):
-        with contextlib.suppress(Exception):
-            from vllm.model_executor.models.adapters import as_embedding_model
+    (``LlamaModel``, ``MistralModel``) gets vLLM's own ``as_embedding_model`` adapter for
+    the stream (``vllm_api.embedding_adapted``)."""
+    from prefixlint.introspect.vllm_api import embedding_adapted
 
-            adapted = as_embedding_model(original)
-    if adapted is not original and issubclass(adapted, original):
-        model.__class__ = adapted
-    try:
-        yield
-    finally:
-        model.__class__ = original
+    return embedding_adapted(model, _served_as_embedding(model_config))
 
 
 def _base_build(model_config: Any, builds: list[Any]) -> Any:
