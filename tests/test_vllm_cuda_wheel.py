@@ -107,8 +107,8 @@ def test_a_planted_bug_is_found(tmp_path: Path) -> None:
     assert any("`lm_head`" in m and "`head`" in m for m in messages), messages
 
 
-def _copy_of_llama(tmp_path: Path, old: str, new: str) -> tuple[Path, str]:
-    text = (vllm_root(CUDA_PYTHON) / "model_executor" / "models" / "llama.py").read_text()
+def _copy(tmp_path: Path, name: str, old: str, new: str) -> tuple[Path, str]:
+    text = (vllm_root(CUDA_PYTHON) / "model_executor" / "models" / name).read_text()
     text = re.sub(r"^from \.(\w+)", r"from vllm.model_executor.models.\1", text, flags=re.M)
     assert old in text, old
     text = text.replace(old, new, 1)
@@ -116,33 +116,42 @@ def _copy_of_llama(tmp_path: Path, old: str, new: str) -> tuple[Path, str]:
     return tmp_path / "broken.py", text
 
 
-# The comparison on the wheel runs vLLM's torch implementation of every CustomOp (the wheel
-# has no CPU kernels): dense families compare equal; fused MoE experts have no CPU path
-# without a compiled kernel, and say so.
+# The comparison on the wheel runs vLLM's torch implementation of every CustomOp and the
+# fused MoE experts in torch (the wheel has no CPU kernels): each compares equal.
 NATIVE_EQUAL = ("LlamaForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM", "GPT2LMHeadModel")
-NO_KERNEL = ("Qwen2MoeForCausalLM",)
+NATIVE_EQUAL += ("Qwen2MoeForCausalLM", "MixtralForCausalLM")
 
 
 def test_the_comparison_runs_on_the_wheel_on_vllms_torch_ops(tmp_path: Path) -> None:
-    rows = _zoo(CUDA_PYTHON, tmp_path, [*NATIVE_EQUAL, *NO_KERNEL], "compare")
+    rows = _zoo(CUDA_PYTHON, tmp_path, list(NATIVE_EQUAL), "compare")
     for arch in NATIVE_EQUAL:
         facts = rows[arch]["compare"]
         assert facts["status"] == "equal", (arch, facts)
         assert facts["custom_ops"] == "native" and facts["compared"] >= 10, (arch, facts)
-    for arch in NO_KERNEL:
-        facts = rows[arch]["compare"]
-        assert facts["reason"] == "no_kernel", (arch, facts)
-        assert "`_C.prepack_moe_weight`" in facts["detail"], (arch, facts)
 
 
-def test_a_planted_numeric_bug_is_found_on_the_wheel(tmp_path: Path) -> None:
-    """The MLP's output negated: PFX609 at the line that built the MLP, computed through
-    vLLM's torch ops (SiluAndMul, RMSNorm, the rotary embedding's forward_native)."""
-    path, text = _copy_of_llama(tmp_path, "x, _ = self.down_proj(x)", "x, _ = self.down_proj(-x)")
-    found = _findings(CUDA_PYTHON, tmp_path, f"{path}:LlamaForCausalLM", ["--tp", "1", "--pp", "1"])
-    line = next(i for i, t in enumerate(text.splitlines(), 1) if "self.mlp = LlamaMLP(" in t)
-    at = [(d["code"], d["location"]["row"]) for d in found if d["code"] == "PFX609"]
-    assert at == [("PFX609", line)], [d["message"] for d in found]
+# (file, class, the edit, the line it is reported at): the MLP's output negated (through
+# SiluAndMul, RMSNorm and the rotary embedding's forward_native); OLMoE's top-k weights
+# renormalised (through the reference routing and the torch experts)
+PLANTED = (
+    (
+        "llama.py",
+        "LlamaForCausalLM",
+        ("x, _ = self.down_proj(x)", "x, _ = self.down_proj(-x)"),
+        "self.mlp = LlamaMLP(",
+    ),
+    ("olmoe.py", "OlmoeForCausalLM", ("renormalize=False", "renormalize=True"), "self.experts = "),
+)
+
+
+@pytest.mark.parametrize("case", PLANTED, ids=[c[1] for c in PLANTED])
+def test_a_planted_numeric_bug_is_found_on_the_wheel(tmp_path: Path, case) -> None:
+    name, arch, (old, new), at = case
+    path, text = _copy(tmp_path, name, old, new)
+    found = _findings(CUDA_PYTHON, tmp_path, f"{path}:{arch}", ["--tp", "1", "--pp", "1"])
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if at in t)
+    rows = [(d["code"], d["location"]["row"]) for d in found if d["code"] == "PFX609"]
+    assert rows == [("PFX609", line)], [d["message"] for d in found]
 
 
 def test_torchvision_of_the_wheel_imports_in_the_worker() -> None:

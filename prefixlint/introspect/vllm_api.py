@@ -602,6 +602,16 @@ def cpu_router_class() -> type | None:
     return cls if isinstance(cls, type) and hasattr(cls, "_compute_routing") else None
 
 
+def cpu_experts_class() -> type | None:
+    """vLLM's unquantized CPU MoE experts (``fused_moe/experts/cpu_moe.py``
+    ``CPUUnquantizedExperts``, 0.33; its x86/Arm/Power subclasses inherit ``apply`` and
+    ``process_weights_after_loading``). None on a vLLM without it."""
+    module = _module("vllm.model_executor.layers.fused_moe.experts.cpu_moe")
+    cls = getattr(module, "CPUUnquantizedExperts", None) if module else None
+    needed = ("apply", "process_weights_after_loading")
+    return cls if isinstance(cls, type) and all(hasattr(cls, n) for n in needed) else None
+
+
 def zero_expert_router_class() -> type | None:
     """vLLM's router of a fused-MoE layer with zero-computation experts (LongCat's
     ``ZeroExpertRouter``, ``fused_moe/router/zero_expert_router.py``, 0.32): it routes over

@@ -18,6 +18,7 @@ from prefixlint.introspect import vllm_api
 from prefixlint.introspect.compare import (
     attention,
     boundaries,
+    experts,
     guesses,
     layerlists,
     mla,
@@ -188,7 +189,7 @@ def _compare_built(
     gap = _cpu_gaps(real.model)
     if gap is not None:
         return gap
-    context = _context(real)
+    context = _context(real, native)
     pool = pooling.served(model_config, real.model)  # its forward ends at hidden states
     with pooling.as_served(real.model, pool):
         refused = _load(real.model, ref, model_config, context)
@@ -247,7 +248,10 @@ def _not_comparable(plan: Any, builds: list[Any]) -> Comparison | None:
     return None
 
 
-def _context(build: Any) -> Any:
+def _context(build: Any, native: bool = False) -> Any:
+    """The comparison's context for loading and running ``build``; ``native``: this vLLM
+    build has no compiled CPU kernels, so the fused MoE experts compute in torch
+    (``experts.py``)."""
     from vllm.config import set_current_vllm_config
 
     from prefixlint.introspect.builds.parallel import fake_parallel_state
@@ -258,6 +262,7 @@ def _context(build: Any) -> Any:
             fake_parallel_state(build.layout, moe=True),
             set_current_vllm_config(build.vllm_config),
             vllm_api.cpu_rotary_heads_flattened(build.model),  # vLLM's CPU kernel, not the model
+            experts.reference_experts(native),
             vllm_api.set_default_torch_dtype()(torch.float32),
             torch.no_grad(),
             _eager(),
