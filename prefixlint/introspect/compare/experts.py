@@ -43,7 +43,8 @@ def takes(experts: Any, activation: Any) -> bool:
     config = getattr(experts, "moe_config", None)
     if getattr(activation, "value", activation) not in ACTIVATIONS:
         return False
-    return all(getattr(config, k, None) is None for k in ("swiglu_limit", "swiglu_alpha"))
+    unset = ("swiglu_limit", "swiglu_alpha", "swiglu_beta")
+    return all(getattr(config, k, None) is None for k in unset)
 
 
 def compute(

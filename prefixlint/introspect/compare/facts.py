@@ -87,8 +87,9 @@ class Comparison:
     # per-layer lists of a synthesised config only transformers reads, as its config
     # class derives them for the layer count (``layerlists.py``), set while it ran
     derived: dict[str, Any] = field(default_factory=dict)
-    # every CustomOp ran vLLM's torch implementation (``forward_native``): this vLLM build
-    # has no compiled CPU kernels (the CUDA wheel on a CPU machine; compare.native_ops)
+    # every CustomOp ran vLLM's torch implementation (``forward_native``), the fused MoE
+    # experts torch's (``experts.py``): this vLLM build has no compiled CPU kernels (the
+    # CUDA wheel on a CPU machine; compare.native_ops)
     native_ops: bool = False
 
     @classmethod
