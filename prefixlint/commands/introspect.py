@@ -261,6 +261,8 @@ def _compared(facts: dict) -> str:
     first = f", first at `{facts['first']}`" if facts.get("first") else ""
     if facts.get("extras_refused"):  # loaded again without the names real checkpoints add
         first += f"; loaded without the checkpoint extras it refused: {facts['extras_refused']}"
+    if facts.get("custom_ops") == "native":  # no compiled CPU kernels in this vLLM build
+        first += "; vLLM's ops on their torch implementation (forward_native)"
     variants = facts.get("variants") or []  # compare/variants.py: config variants
     if variants:
         counts: dict[str, int] = {}

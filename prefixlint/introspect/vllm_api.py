@@ -317,6 +317,27 @@ def custom_op_classes(subclasses: Callable[[type], list[type]]) -> list[type]:
     return out
 
 
+def import_platform_kernels() -> None:
+    """vLLM's platform loads its compiled kernels (``current_platform.import_kernels``)
+    when ``vllm._custom_ops`` is imported (0.32, 0.33); once loaded, torch's registry
+    holds them."""
+    _module("vllm._custom_ops")
+
+
+def select_native_custom_ops(vllm_config: Any) -> bool:
+    """Every CustomOp built under ``vllm_config`` dispatches to its ``forward_native``,
+    vLLM's own torch implementation of the op: ``CompilationConfig.custom_ops`` set to
+    ``["none"]`` (0.32, 0.33; read through ``get_cached_compilation_config`` when each op
+    is constructed, ``CustomOp.dispatch_forward``). It is the dispatch vLLM itself selects
+    on a CUDA platform that compiles with Inductor (``VllmConfig.__post_init__``). False
+    where the config has no such field (nothing changed)."""
+    compilation = getattr(vllm_config, "compilation_config", None)
+    if not isinstance(getattr(compilation, "custom_ops", None), list):
+        return False
+    compilation.custom_ops = ["none"]
+    return True
+
+
 # -- building ------------------------------------------------------------------------------
 
 
@@ -579,6 +600,16 @@ def cpu_router_class() -> type | None:
     module = _module("vllm.model_executor.layers.fused_moe.router.cpu_router")
     cls = getattr(module, "CPURouter", None) if module else None
     return cls if isinstance(cls, type) and hasattr(cls, "_compute_routing") else None
+
+
+def cpu_experts_class() -> type | None:
+    """vLLM's unquantized CPU MoE experts (``fused_moe/experts/cpu_moe.py``
+    ``CPUUnquantizedExperts``, 0.33; its x86/Arm/Power subclasses inherit ``apply`` and
+    ``process_weights_after_loading``). None on a vLLM without it."""
+    module = _module("vllm.model_executor.layers.fused_moe.experts.cpu_moe")
+    cls = getattr(module, "CPUUnquantizedExperts", None) if module else None
+    needed = ("apply", "process_weights_after_loading")
+    return cls if isinstance(cls, type) and all(hasattr(cls, n) for n in needed) else None
 
 
 def zero_expert_router_class() -> type | None:

@@ -73,10 +73,13 @@ def build_layout(
     lora_config: Any = None,
     meta: bool = True,
     attention_backend: Any = None,
+    native_ops: bool = False,
 ) -> Build:
     """``meta=False``: parameters real, on the CPU (the comparison with transformers runs
     the model). ``attention_backend``: the backend its layers select instead of the
-    platform's choice (the comparison's: ``vllm_api.reference_mla_backend``)."""
+    platform's choice (the comparison's: ``vllm_api.reference_mla_backend``).
+    ``native_ops``: every CustomOp dispatches to vLLM's torch implementation of it (the
+    comparison's, where this vLLM build has no CPU kernels: ``kernels.py``)."""
     from vllm.model_executor.model_loader.utils import initialize_model
 
     set_default_torch_dtype = vllm_api.set_default_torch_dtype()
@@ -94,6 +97,8 @@ def build_layout(
             vllm_config.lora_config = lora_config
         if attention_backend is not None:  # read when each attention layer is built
             vllm_config.attention_config.backend = attention_backend
+        if native_ops:  # read when each CustomOp is built
+            vllm_api.select_native_custom_ops(vllm_config)
     except Exception as e:
         return Build(layout, None, None, recorder, 0.0, e, e.__traceback__, plan=plan)
     model = None

