@@ -7,6 +7,7 @@ and are left out."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -442,3 +443,20 @@ def test_only_the_check_units_build_a_finding() -> None:
             if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Finding":
                 builders.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
     assert not builders, "a fact for the unit, not a finding: " + ", ".join(builders)
+
+
+# A file opened at a path written in the code (a debugging trace left behind) fails
+# wherever that folder is missing, inside the except handler that would say why.
+FIXED_PATH_OPEN = re.compile(r"""\bopen\(\s*f?["'](/|~)""")
+
+
+def test_no_file_is_opened_at_a_path_written_in_the_code() -> None:
+    found = [
+        f"{path.relative_to(PACKAGE.parent).as_posix()}:{number}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if FIXED_PATH_OPEN.search(line)
+    ]
+    assert not found, "open a path the caller gives: " + ", ".join(found)
+    assert FIXED_PATH_OPEN.search('with open("/tmp/h3/tb.txt", "a") as f:')
+    assert not FIXED_PATH_OPEN.search("with open(path) as f:")
