@@ -424,9 +424,5 @@ def _sites(build: Any, names: dict[str, str]) -> dict[str, tuple[str, int]]:
 def _words(error: BaseException | None) -> str:
     if error is None:
         return ""
-    import traceback
-
-    with open("/tmp/h3/tb.txt", "a") as f:
-        f.write("".join(traceback.format_exception(error)) + "\n=====\n")
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0][:200] if text else ''}"
