@@ -25,6 +25,7 @@ _FIXES = {
     Reason.NO_BUILD: "fix the build first",
     Reason.NOTHING_MATCHED: "name the modules as the checkpoint does",
     Reason.TOO_LARGE: "give a smaller config with --config",
+    Reason.OTHER_CHECKPOINT: "compare with `prefixlint smoke` on a checkpoint of its format",
 }
 
 

@@ -86,7 +86,8 @@ def _settled(first: Comparison, cls: type | None, plan: Any, builds: list[Any]) 
     from prefixlint.introspect.coverage.sites import own_files
     from prefixlint.introspect.coverage.variants import applied
 
-    ref_cls = reference.reference_class(plan.model_config.hf_config, cls, False)
+    hf_config = plan.model_config.hf_config
+    ref_cls = reference.reference_class(hf_config, cls, reference.family_known(hf_config, True))
     base = next((b for b in builds if b.error is None), None)
     if ref_cls is None or base is None:
         return first
@@ -116,7 +117,8 @@ def _compare(
     if gap is not None:
         return gap
     model_config = plan.model_config
-    ref_cls = reference.reference_class(model_config.hf_config, cls, not synthesised)
+    by_config = reference.family_known(model_config.hf_config, synthesised)
+    ref_cls = reference.reference_class(model_config.hf_config, cls, by_config)
     if ref_cls is None:
         return Comparison.not_run(Reason.NO_REFERENCE)
     base = next(b for b in builds if b.error is None and b.layout.tp == b.layout.pp == 1)
@@ -272,7 +274,10 @@ def _load(
     state = {k: v for k, v in ref.checkpoint.items() if k not in ref.extras}
     try:
         with context():
-            model.load_weights(iter(list(state.items())))
+            loaded = model.load_weights(iter(list(state.items())))
+            other = _other_format(model, loaded, state)
+            if other is not None:  # its weights stay as built: what it computes says nothing
+                return Comparison.not_run(Reason.OTHER_CHECKPOINT, other)
             vllm_api.process_weights_after_loading()(model, model_config, torch.device("cpu"))
         # as vLLM's loader returns it (``BaseModelLoader.load_model``): a module that reads
         # ``self.training`` (transformers' dropout in vLLM's Transformers backend) is off
@@ -280,6 +285,20 @@ def _load(
     except Exception as e:
         return Comparison.not_run(Reason.LOAD_FAILED, _words(e))
     return None
+
+
+def _other_format(model: Any, loaded: Any, state: dict[str, Any]) -> str | None:
+    """Where the model's ``load_weights`` says it loaded none of its parameters from
+    transformers' names (a plugin's loader of another checkpoint format, Moshi's
+    ``transformer.layers.N.gating.linear_in``): the names it was given, in words. A loader
+    that returns nothing (older models) is taken at its word, as vLLM's loader does."""
+    if not isinstance(loaded, (set, frozenset, list, tuple)):
+        return None
+    params = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+    if not params or not state or params & set(loaded):
+        return None
+    first = next(iter(state))
+    return f"{len(state)} names such as `{first}`, none of its {len(params)} parameters"
 
 
 def _probe_extras(real: Any, builds: list[Any], ref: reference.Reference, pool: bool) -> str:

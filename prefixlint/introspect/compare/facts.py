@@ -36,6 +36,10 @@ class Reason(enum.Enum):
     FORWARD_FAILED = "the model's forward could not run on the CPU"
     NOTHING_MATCHED = "no module of the model matches one of transformers by name"
     TOO_LARGE = "the config is too large to run twice on the CPU within the time budget"
+    OTHER_CHECKPOINT = (
+        "the model's load_weights loaded none of transformers' checkpoint names "
+        "(it reads another checkpoint format)"
+    )
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,14 @@ def _out_of_tree(cls: type) -> bool:
     return not (cls.__module__ or "").startswith("vllm.")
 
 
+def family_known(hf_config: Any, synthesised: bool) -> bool:
+    """Whether the config's class says the model's family: a config given, or one
+    synthesised from a plugin's own config class (``MyMoeConfig(Qwen2MoeConfig)`` of its
+    package), never prefixlint's guess (a Llama-shaped config of transformers' class)."""
+    module = type(hf_config).__module__ or ""
+    return not synthesised or not module.startswith(("vllm.", "transformers."))
+
+
 def build(
     ref_cls: type, hf_config: Any, attention: str = "eager", vllm_config: Any = None
 ) -> Reference:

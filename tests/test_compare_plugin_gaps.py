@@ -1,0 +1,107 @@
+"""The comparison on plugins as their authors run it (docs/compare.md, "plugins as
+released"): a plugin's own config class, synthesised without ``--config``, names
+transformers' class of its lineage (it was "transformers has no class"); a plugin whose
+loader reads another checkpoint format is a note that says so (its weights stayed as
+built, so what it computed said nothing); a gap's words never write files."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import VLLM, requires_vllm
+
+pytestmark = requires_vllm
+
+FIXTURES = Path(__file__).parent / "fixtures" / "compare_plugin"
+CLASSES = r"\bQwen2Moe(ForCausalLM|Model|DecoderLayer|Attention|MLP|SparseMoeBlock)\b"
+
+
+def _introspect(worker, target: str, config: str | None = None):
+    from prefixlint.introspect import introspect
+
+    return introspect(
+        target, tp=(1,), pp=(1,), config=config, worker=worker, dryrun=False, explore_budget=0.0
+    )
+
+
+def test_a_gap_s_words_write_no_file(monkeypatch) -> None:
+    """A debugging leftover wrote every gap's traceback to /tmp/h3/tb.txt: on a machine
+    without that folder the comparison's own error handling raised."""
+    import builtins
+
+    from prefixlint.introspect.compare import _words
+
+    def refused(*args, **kwargs):
+        raise OSError("no file may be written here")
+
+    monkeypatch.setattr(builtins, "open", refused)
+    assert _words(ValueError("boom\nsecond line")) == "ValueError: boom"
+
+
+def test_a_plugin_s_own_config_class_says_the_family_when_synthesised() -> None:
+    from transformers import LlamaConfig, Qwen2MoeConfig
+
+    from prefixlint.introspect.compare.reference import family_known
+
+    class MyMoeConfig(Qwen2MoeConfig):  # defined here: a module outside vLLM/transformers
+        model_type = "my_moe"
+
+    assert family_known(MyMoeConfig(), synthesised=True)
+    assert not family_known(LlamaConfig(), synthesised=True)  # the Llama-shaped guess
+    assert family_known(LlamaConfig(), synthesised=False)  # a config given
+
+
+def test_a_loader_of_another_format_is_said() -> None:
+    from torch import nn
+
+    from prefixlint.introspect.compare import _other_format
+
+    model = nn.Linear(2, 2)
+    state = {"model.embed_tokens.weight": None}
+    assert "none of its 2 parameters" in _other_format(model, set(), state)
+    assert _other_format(model, {"weight"}, state) is None
+    assert _other_format(model, None, state) is None  # a loader that returns nothing
+
+
+@pytest.mark.slow
+def test_a_plugin_config_class_synthesised_is_compared(worker, tmp_path) -> None:
+    """Without ``--config``: the package's ``MyMoeConfig(Qwen2MoeConfig)`` is synthesised,
+    and transformers' Qwen2-MoE is the reference; a planted bug is PFX609."""
+    assert VLLM is not None
+    package = tmp_path / "mymoe_pkg"
+    shutil.copytree(FIXTURES / "mymoe_pkg", package)
+    text = (VLLM / "model_executor" / "models" / "qwen2_moe.py").read_text()
+    text = re.sub(r"^from \.(\w+)", r"from vllm.model_executor.models.\1", text, flags=re.M)
+    text = re.sub(CLASSES, lambda m: f"MyMoe{m.group(1)}", text)
+    own = "from mymoe_pkg.configuration import MyMoeConfig as Qwen2MoeConfig"
+    text = re.sub(r"^from transformers import Qwen2MoeConfig$", own, text, flags=re.M)
+    assert own in text
+    (package / "mymoe.py").write_text(text)
+    report = _introspect(worker, f"{package / 'mymoe.py'}:MyMoeForCausalLM")
+    [result] = report.results
+    assert "MyMoeConfig" in result["config_source"], result["config_source"]
+    assert result["compare"]["status"] == "equal", result["compare"]
+    assert not [d for d in report.diagnostics if d.code == "PFX609"]
+
+
+@pytest.mark.slow
+def test_a_plugin_loader_of_another_format_is_a_note(worker, tmp_path) -> None:
+    from transformers import LlamaConfig
+
+    shape = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, vocab_size=384)
+    shape.update(num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    LlamaConfig(**shape, architectures=["OtherFormatForCausalLM"]).save_pretrained(tmp_path)
+    target = f"{FIXTURES / 'other_format.py'}:OtherFormatForCausalLM"
+    report = _introspect(worker, target, str(tmp_path))
+    [result] = report.results
+    assert result["compare"]["status"] == "not run", result["compare"]
+    assert result["compare"]["reason"] == "other_checkpoint", result["compare"]
+    notes = [
+        d.message for d in report.diagnostics if d.code == "PFX600" and "transformers" in d.message
+    ]
+    assert any("another checkpoint format" in m for m in notes), notes
+    assert not [d for d in report.diagnostics if d.code == "PFX609"]
