@@ -105,3 +105,20 @@ def test_a_plugin_loader_of_another_format_is_a_note(worker, tmp_path) -> None:
     ]
     assert any("another checkpoint format" in m for m in notes), notes
     assert not [d for d in report.diagnostics if d.code == "PFX609"]
+
+
+@pytest.mark.slow
+def test_a_plugin_with_a_weight_transformers_lacks_is_a_note(worker, tmp_path) -> None:
+    """A Llama variant with a weight of its own, given a Llama config: transformers' Llama
+    is not its model; its weight left as built was a PFX609 at the logits."""
+    from transformers import LlamaConfig
+
+    shape = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, vocab_size=384)
+    shape.update(num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    LlamaConfig(**shape, architectures=["ExtraScaleForCausalLM"]).save_pretrained(tmp_path)
+    target = f"{FIXTURES / 'extra_scale.py'}:ExtraScaleForCausalLM"
+    report = _introspect(worker, target, str(tmp_path))
+    [result] = report.results
+    assert result["compare"]["reason"] == "other_checkpoint", result["compare"]
+    assert "out_scale" in result["compare"]["detail"], result["compare"]
+    assert not [d for d in report.diagnostics if d.code == "PFX609"]

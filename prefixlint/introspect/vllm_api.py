@@ -456,6 +456,23 @@ def causal_lm_class_of_config(hf_config: Any) -> type | None:
 # -- running a model (the comparison with transformers) --------------------------------------
 
 
+def weights_not_loaded(model: Any, loaded: Any) -> str:
+    """What vLLM's loader raises after a model's ``load_weights`` for the parameters it
+    left unset (``DefaultModelLoader.track_weights_loading``, as for an unquantized
+    model): "" where it passes, the model returned no names, or this vLLM has no check."""
+    module = _module("vllm.model_executor.model_loader.default_loader")
+    track = getattr(getattr(module, "DefaultModelLoader", None), "track_weights_loading", None)
+    if track is None or not isinstance(loaded, (set, frozenset, list, tuple)):
+        return ""
+    try:
+        track(None, model, set(loaded))  # ``self`` is unused: the check reads the model only
+    except ValueError as e:
+        return str(e)
+    except Exception:  # another signature: no check rather than a lost comparison
+        return ""
+    return ""
+
+
 def attention_classes() -> tuple[type | None, type | None]:
     """(vLLM's ``Attention`` layer, the base of every layer that reads attention metadata
     (``AttentionLayerBase``)): ``vllm.model_executor.layers.attention`` (0.32, 0.33), then

@@ -191,7 +191,7 @@ def _compare_built(
     context = _context(real)
     pool = pooling.served(model_config, real.model)  # its forward ends at hidden states
     with pooling.as_served(real.model, pool):
-        refused = _load(real.model, ref, model_config, context)
+        refused = _load(real.model, ref, model_config, context, reference.out_of_tree(cls))
     if refused is not None:
         return refused
     result = _run(cls, real, ref, context, (ref_cls.__name__, pool))
@@ -266,16 +266,17 @@ def _eager() -> Any:
 
 
 def _load(
-    model: Any, ref: reference.Reference, model_config: Any, context: Any
+    model: Any, ref: reference.Reference, model_config: Any, context: Any, plugin: bool = False
 ) -> Comparison | None:
     """The reference checkpoint as ``save_pretrained`` writes it (without the extras: a
     tied head must come from the embedding, as for most tied checkpoints) through the
-    model's own ``load_weights``, then the loader's after-loading step and ``eval()``."""
+    model's own ``load_weights``, then the loader's after-loading step and ``eval()``.
+    ``plugin``: a class outside vLLM, whose reference its config's class chose."""
     state = {k: v for k, v in ref.checkpoint.items() if k not in ref.extras}
     try:
         with context():
             loaded = model.load_weights(iter(list(state.items())))
-            other = _other_format(model, loaded, state)
+            other = _other_format(model, loaded, state, plugin)
             if other is not None:  # its weights stay as built: what it computes says nothing
                 return Comparison.not_run(Reason.OTHER_CHECKPOINT, other)
             vllm_api.process_weights_after_loading()(model, model_config, torch.device("cpu"))
@@ -287,18 +288,23 @@ def _load(
     return None
 
 
-def _other_format(model: Any, loaded: Any, state: dict[str, Any]) -> str | None:
+def _other_format(
+    model: Any, loaded: Any, state: dict[str, Any], plugin: bool = False
+) -> str | None:
     """Where the model's ``load_weights`` says it loaded none of its parameters from
     transformers' names (a plugin's loader of another checkpoint format, Moshi's
-    ``transformer.layers.N.gating.linear_in``): the names it was given, in words. A loader
-    that returns nothing (older models) is taken at its word, as vLLM's loader does."""
+    ``transformer.layers.N.gating.linear_in``), or, for a plugin, left some unset that
+    vLLM's loader would refuse (a layer transformers' model of its config lacks, the
+    canon convolutions of a Llama variant): what was left, in words. A loader that
+    returns nothing (older models) is taken at its word, as vLLM's loader does."""
     if not isinstance(loaded, (set, frozenset, list, tuple)):
         return None
-    params = {name for name, _ in model.named_parameters(remove_duplicate=False)}
-    if not params or not state or params & set(loaded):
-        return None
-    first = next(iter(state))
-    return f"{len(state)} names such as `{first}`, none of its {len(params)} parameters"
+    params = {name for name, _ in model.named_parameters()}
+    if params and state and not params & set(loaded):
+        first = next(iter(state))
+        return f"{len(state)} names such as `{first}`, none of its {len(params)} parameters"
+    unset = vllm_api.weights_not_loaded(model, loaded) if plugin else ""
+    return f"vLLM's loader: {unset.splitlines()[0][:300]}" if unset else None
 
 
 def _probe_extras(real: Any, builds: list[Any], ref: reference.Reference, pool: bool) -> str:

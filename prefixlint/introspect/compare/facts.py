@@ -37,8 +37,8 @@ class Reason(enum.Enum):
     NOTHING_MATCHED = "no module of the model matches one of transformers by name"
     TOO_LARGE = "the config is too large to run twice on the CPU within the time budget"
     OTHER_CHECKPOINT = (
-        "the model's load_weights loaded none of transformers' checkpoint names "
-        "(it reads another checkpoint format)"
+        "transformers' checkpoint leaves the model's parameters unset (its load_weights "
+        "reads another checkpoint format, or it is not transformers' model of this config)"
     )
 
 

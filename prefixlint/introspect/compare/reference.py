@@ -49,6 +49,11 @@ def _out_of_tree(cls: type) -> bool:
     return not (cls.__module__ or "").startswith("vllm.")
 
 
+def out_of_tree(cls: type | None) -> bool:
+    """A plugin's class (outside vLLM), whose reference its config's class may choose."""
+    return cls is not None and _out_of_tree(cls)
+
+
 def family_known(hf_config: Any, synthesised: bool) -> bool:
     """Whether the config's class says the model's family: a config given, or one
     synthesised from a plugin's own config class (``MyMoeConfig(Qwen2MoeConfig)`` of its
