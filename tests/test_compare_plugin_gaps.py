@@ -122,3 +122,20 @@ def test_a_plugin_with_a_weight_transformers_lacks_is_a_note(worker, tmp_path) -
     assert result["compare"]["reason"] == "other_checkpoint", result["compare"]
     assert "out_scale" in result["compare"]["detail"], result["compare"]
     assert not [d for d in report.diagnostics if d.code == "PFX609"]
+
+
+def test_a_plugin_for_another_vllm_is_said_so_not_a_gpu_gap() -> None:
+    """vllm-canon imports ``vllm.attention.layer`` (vLLM < 0.17), vllm-omni 0.30 a name
+    vLLM 0.32 lacks: the hint was "a machine with the GPU kernels this path needs"."""
+    from prefixlint.introspect.verdict.gaps import fix_hint
+
+    moved = fix_hint("environment", "needs package vllm.attention", synthesised=True)
+    assert "another vLLM version" in moved and "`vllm.attention`" in moved, moved
+    name = "ImportError: cannot import name 'RoutedExpertsLists' from 'vllm.v1.outputs' (x.py)"
+    hint = fix_hint("environment", name, synthesised=True)
+    assert "`vllm.v1.outputs.RoutedExpertsLists`" in hint and "GPU" not in hint, hint
+    # a package of its own is still one to install
+    assert (
+        fix_hint("environment", "needs package einx", True)
+        == "install `einx` where prefixlint runs"
+    )

