@@ -139,3 +139,24 @@ def test_a_plugin_for_another_vllm_is_said_so_not_a_gpu_gap() -> None:
         fix_hint("environment", "needs package einx", True)
         == "install `einx` where prefixlint runs"
     )
+
+
+@pytest.mark.slow
+def test_a_plugin_pooling_head_of_its_own_is_a_note(worker, tmp_path) -> None:
+    """A ColBERT-style plugin (vllm-factory's LFM2ForColBERT): its forward projects the
+    backbone's output with a module transformers' class lacks. The backbone compares;
+    the output, which was a PFX609 against transformers' hidden state, is a note."""
+    from transformers import LlamaConfig
+
+    shape = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, vocab_size=384)
+    shape.update(num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    LlamaConfig(**shape, architectures=["ProjectedEmbeddingModel"]).save_pretrained(tmp_path)
+    target = f"{FIXTURES / 'own_head.py'}:ProjectedEmbeddingModel"
+    report = _introspect(worker, target, str(tmp_path))
+    [result] = report.results
+    compared = result["compare"]
+    assert compared["status"] == "equal", compared
+    assert compared["own_heads"] == ["projection"] and compared["compared"] >= 10, compared
+    notes = [d.message for d in report.diagnostics if d.code == "PFX600"]
+    assert any("`projection` has weights" in m for m in notes), notes
+    assert not [d for d in report.diagnostics if d.code == "PFX609"]

@@ -144,6 +144,15 @@ class OutputMismatch(Check):
                 "with --config"
             )
             out.append(Finding(NOT_VERIFIED_CODE, "note", message, *class_site(cls)))
+        if comparison.own_heads:  # compare/pooling.own_heads
+            heads = ", ".join(f"`{h}`" for h in comparison.own_heads)
+            message = (
+                f"not verified: the forward's output is not compared with transformers': "
+                f"{heads} has weights `{comparison.reference}` has no module for, and the "
+                "forward may apply it after the backbone; the modules matched by name are "
+                "compared"
+            )
+            out.append(Finding(NOT_VERIFIED_CODE, "note", message, *class_site(cls)))
         if comparison.derived:  # compare/layerlists.py
             values = ", ".join(f"`{k}={v!r}`" for k, v in comparison.derived.items())
             message = (

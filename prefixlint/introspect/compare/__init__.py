@@ -353,7 +353,8 @@ def _run(
     if isinstance(logits, torch.Tensor) and getattr(out, "logits", None) is not None:
         ours.outputs[boundaries.LOGITS] = logits.float()
         theirs.outputs[boundaries.LOGITS] = out.logits.float()
-    if pool and isinstance(hidden, torch.Tensor):  # the forward's output, as the pooler gets it
+    heads = pooling.own_heads(model, names) if pool and reference.out_of_tree(cls) else []
+    if pool and isinstance(hidden, torch.Tensor) and not heads:  # as the pooler gets it
         theirs_out = pooling.reference_output(hidden, out, last.get("hidden"))
         if theirs_out is not None:
             ours.outputs[boundaries.OUTPUT] = hidden.float()
@@ -365,13 +366,11 @@ def _run(
     found = rotary.with_sizes(found, sizes, rotary_sizes, _sites(real, dict.fromkeys(sizes)))
     first = boundaries.first_divergent(found, TOLERANCE)
     status = Status.DIFFERS if first is not None else Status.EQUAL
-    return Comparison(
-        status,
-        reference=name,
-        input_ids=tuple(int(i) for i in ids),
-        boundaries=found,
-        first=first,
+    result = Comparison(
+        status, reference=name, input_ids=tuple(int(i) for i in ids), boundaries=found
     )
+    result.first, result.own_heads = first, heads
+    return result
 
 
 def _forward(

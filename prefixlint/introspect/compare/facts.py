@@ -89,6 +89,9 @@ class Comparison:
     # per-layer lists of a synthesised config only transformers reads, as its config
     # class derives them for the layer count (``layerlists.py``), set while it ran
     derived: dict[str, Any] = field(default_factory=dict)
+    # a plugin pooling model's modules transformers' class lacks (``pooling.own_heads``):
+    # its forward's output, which they may change, was not compared
+    own_heads: list[str] = field(default_factory=list)
 
     @classmethod
     def not_run(cls, reason: Reason, detail: str = "") -> Comparison:
@@ -114,6 +117,8 @@ class Comparison:
             out["smaller"] = dict(self.smaller)
         if self.derived:
             out["derived"] = {k: repr(v) for k, v in self.derived.items()}
+        if self.own_heads:
+            out["own_heads"] = list(self.own_heads)
         if self.first is not None:
             out["first"] = self.first.path
             out["max_abs"] = self.first.max_abs
