@@ -160,3 +160,27 @@ def test_a_plugin_pooling_head_of_its_own_is_a_note(worker, tmp_path) -> None:
     notes = [d.message for d in report.diagnostics if d.code == "PFX600"]
     assert any("`projection` has weights" in m for m in notes), notes
     assert not [d for d in report.diagnostics if d.code == "PFX609"]
+
+
+def test_a_plugin_encoder_s_reference_is_transformers_base_model() -> None:
+    """vllm-factory's ModernBertForColBERT (``ModernColBERTConfig(ModernBertConfig)``):
+    transformers has no causal-LM class of an encoder, its base model is the reference
+    of a pooling class (it was "transformers has no class for this architecture")."""
+    from transformers import ModernBertConfig, ModernBertModel
+
+    from prefixlint.introspect.compare.reference import reference_class
+
+    class MyColBertConfig(ModernBertConfig):
+        model_type = "my_colbert"
+
+    class MyEncoderForCausalLM:  # a generative one gets no encoder as its reference
+        def __init__(self, *, vllm_config, prefix: str = "") -> None: ...
+        def embed_input_ids(self, input_ids): ...
+        def forward(self, input_ids, positions): ...
+
+    class MyColBertModel(MyEncoderForCausalLM):  # a plugin's pooling class
+        is_pooling_model = True
+
+    config = MyColBertConfig(architectures=["MyColBertModel"])
+    assert reference_class(config, MyColBertModel) is ModernBertModel
+    assert reference_class(config, MyEncoderForCausalLM) is None

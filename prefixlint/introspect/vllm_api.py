@@ -436,6 +436,23 @@ def supports_quant_class() -> type | None:
     return found if isinstance(found, type) else None
 
 
+def base_model_class_of_config(hf_config: Any) -> type | None:
+    """transformers' base model class (no head) for a config's class or the nearest base
+    of it that transformers maps: the public ``MODEL_MAPPING``, the reference of a
+    plugin's pooling model (``ModernColBERTConfig(ModernBertConfig)``: ``ModernBertModel``,
+    where no causal-LM class exists); None where none of its lineage has one."""
+    with contextlib.suppress(Exception):
+        import transformers
+
+        mapping = transformers.MODEL_MAPPING
+        for base in type(hf_config).__mro__:
+            with contextlib.suppress(KeyError, ValueError):
+                found = mapping[base]
+                if isinstance(found, type):
+                    return found
+    return None
+
+
 def causal_lm_class_of_config(hf_config: Any) -> type | None:
     """transformers' causal-LM class for a config's class, or for the nearest base of it
     that transformers maps (a plugin's ``MyConfig(Qwen2MoeConfig)`` with a model type of its

@@ -42,6 +42,8 @@ def reference_class(hf_config: Any, cls: type | None, by_config: bool = True) ->
         # a plugin's own names: its config's class says the family (only for plugins: a
         # vLLM-only architecture of a known model type, a reward head, is another model)
         found = vllm_api.causal_lm_class_of_config(hf_config)
+        if found is None and vllm_api.is_pooling_model(cls):  # an encoder has no LM class
+            found = vllm_api.base_model_class_of_config(hf_config)
     return found
 
 
