@@ -184,3 +184,14 @@ def test_a_plugin_encoder_s_reference_is_transformers_base_model() -> None:
     config = MyColBertConfig(architectures=["MyColBertModel"])
     assert reference_class(config, MyColBertModel) is ModernBertModel
     assert reference_class(config, MyEncoderForCausalLM) is None
+
+
+def test_vllm_s_loader_check_is_reached_through_the_accessor() -> None:
+    from torch import nn
+
+    from prefixlint.introspect import vllm_api
+
+    model = nn.Linear(2, 2)
+    assert "bias" in vllm_api.weights_not_loaded(model, {"weight"})
+    assert vllm_api.weights_not_loaded(model, {"weight", "bias"}) == ""
+    assert vllm_api.weights_not_loaded(model, None) == ""  # a loader that returns nothing
