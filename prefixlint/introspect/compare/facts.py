@@ -38,6 +38,10 @@ class Reason(enum.Enum):
     TOO_LARGE = "the config is too large to run twice on the CPU within the time budget"
     # the CUDA wheel on a CPU machine: a layer whose CPU path only a compiled kernel runs
     NO_KERNEL = "a layer's CPU path needs a compiled kernel this vLLM build does not ship"
+    OTHER_CHECKPOINT = (
+        "transformers' checkpoint leaves the model's parameters unset (its load_weights "
+        "reads another checkpoint format, or it is not transformers' model of this config)"
+    )
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,9 @@ class Comparison:
     # experts torch's (``experts.py``): this vLLM build has no compiled CPU kernels (the
     # CUDA wheel on a CPU machine; compare.native_ops)
     native_ops: bool = False
+    # a plugin pooling model's modules transformers' class lacks (``pooling.own_heads``):
+    # its forward's output, which they may change, was not compared
+    own_heads: list[str] = field(default_factory=list)
 
     @classmethod
     def not_run(cls, reason: Reason, detail: str = "") -> Comparison:
@@ -118,6 +125,8 @@ class Comparison:
             out["custom_ops"] = "native"
         if self.derived:
             out["derived"] = {k: repr(v) for k, v in self.derived.items()}
+        if self.own_heads:
+            out["own_heads"] = list(self.own_heads)
         if self.first is not None:
             out["first"] = self.first.path
             out["max_abs"] = self.first.max_abs

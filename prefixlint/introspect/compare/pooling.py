@@ -79,3 +79,17 @@ def reference_output(ours: torch.Tensor, out: Any, hidden: torch.Tensor | None) 
         if isinstance(theirs, torch.Tensor) and theirs.numel() == ours.numel():
             return theirs.float()
     return None
+
+
+def own_heads(model: nn.Module, matched: dict[str, Any]) -> list[str]:
+    """A plugin's modules with weights of which transformers' class has nothing (no
+    module of it matched): a head its forward may apply after the backbone (ColBERT's
+    ``colbert_linear`` on LFM2), so its output is not transformers' hidden state."""
+    paths = list(matched)
+    out = []
+    for name, child in model.named_children():
+        if not any(True for _ in child.parameters()):
+            continue
+        if not any(p == name or p.startswith(f"{name}.") for p in paths):
+            out.append(name)
+    return out

@@ -43,11 +43,26 @@ def reference_class(hf_config: Any, cls: type | None, by_config: bool = True) ->
         # a plugin's own names: its config's class says the family (only for plugins: a
         # vLLM-only architecture of a known model type, a reward head, is another model)
         found = vllm_api.causal_lm_class_of_config(hf_config)
+        if found is None and vllm_api.is_pooling_model(cls):  # an encoder has no LM class
+            found = vllm_api.base_model_class_of_config(hf_config)
     return found
 
 
 def _out_of_tree(cls: type) -> bool:
     return not (cls.__module__ or "").startswith("vllm.")
+
+
+def out_of_tree(cls: type | None) -> bool:
+    """A plugin's class (outside vLLM), whose reference its config's class may choose."""
+    return cls is not None and _out_of_tree(cls)
+
+
+def family_known(hf_config: Any, synthesised: bool) -> bool:
+    """Whether the config's class says the model's family: a config given, or one
+    synthesised from a plugin's own config class (``MyMoeConfig(Qwen2MoeConfig)`` of its
+    package), never prefixlint's guess (a Llama-shaped config of transformers' class)."""
+    module = type(hf_config).__module__ or ""
+    return not synthesised or not module.startswith(("vllm.", "transformers."))
 
 
 def build(

@@ -174,9 +174,10 @@ def compare_variants(
     files = own_files(cls, base.recorder.external)
     started = time.perf_counter()
     out: list[Comparison] = []
-    from prefixlint.introspect.compare.reference import reference_class
+    from prefixlint.introspect.compare.reference import family_known, reference_class
 
-    ref = reference_class(plan.model_config.hf_config, cls, not synthesised)
+    hf_config = plan.model_config.hf_config
+    ref = reference_class(hf_config, cls, family_known(hf_config, synthesised))
     for variant in comparison_variants(plan.model_config, files, explored, ref)[:MAX_VARIANTS]:
         if time.perf_counter() - started > budget:
             break

