@@ -325,12 +325,10 @@ def import_platform_kernels() -> None:
 
 
 def select_native_custom_ops(vllm_config: Any) -> bool:
-    """Every CustomOp built under ``vllm_config`` dispatches to its ``forward_native``,
-    vLLM's own torch implementation of the op: ``CompilationConfig.custom_ops`` set to
-    ``["none"]`` (0.32, 0.33; read through ``get_cached_compilation_config`` when each op
-    is constructed, ``CustomOp.dispatch_forward``). It is the dispatch vLLM itself selects
-    on a CUDA platform that compiles with Inductor (``VllmConfig.__post_init__``). False
-    where the config has no such field (nothing changed)."""
+    """Every CustomOp built under ``vllm_config`` dispatches to ``forward_native``, vLLM's
+    torch implementation (``CompilationConfig.custom_ops = ["none"]``, read when each op is
+    constructed, 0.32 and 0.33; vLLM's own choice on CUDA with Inductor). False where the
+    config has no such field (nothing changed)."""
     compilation = getattr(vllm_config, "compilation_config", None)
     if not isinstance(getattr(compilation, "custom_ops", None), list):
         return False
@@ -458,31 +456,26 @@ def supports_quant_class() -> type | None:
 
 
 def base_model_class_of_config(hf_config: Any) -> type | None:
-    """transformers' base model class (no head) for a config's class or the nearest base
-    of it that transformers maps: the public ``MODEL_MAPPING``, the reference of a
-    plugin's pooling model (``ModernColBERTConfig(ModernBertConfig)``: ``ModernBertModel``,
-    where no causal-LM class exists); None where none of its lineage has one."""
-    with contextlib.suppress(Exception):
-        import transformers
-
-        mapping = transformers.MODEL_MAPPING
-        for base in type(hf_config).__mro__:
-            with contextlib.suppress(KeyError, ValueError):
-                found = mapping[base]
-                if isinstance(found, type):
-                    return found
-    return None
+    """transformers' base model class (no head) for a config's class or the nearest base of
+    it that transformers maps (public ``MODEL_MAPPING``): the reference of a plugin's
+    pooling model (``ModernColBERTConfig(ModernBertConfig)``: ``ModernBertModel``)."""
+    return _class_of_config(hf_config, "MODEL_MAPPING")
 
 
 def causal_lm_class_of_config(hf_config: Any) -> type | None:
-    """transformers' causal-LM class for a config's class, or for the nearest base of it
-    that transformers maps (a plugin's ``MyConfig(Qwen2MoeConfig)`` with a model type of its
-    own): the public ``MODEL_FOR_CAUSAL_LM_MAPPING``, keyed by config class; None where
-    no class of the config's lineage has one."""
+    """transformers' causal-LM class for a config's class or the nearest base of it that
+    transformers maps (public ``MODEL_FOR_CAUSAL_LM_MAPPING``; a plugin's
+    ``MyConfig(Qwen2MoeConfig)`` with a model type of its own)."""
+    return _class_of_config(hf_config, "MODEL_FOR_CAUSAL_LM_MAPPING")
+
+
+def _class_of_config(hf_config: Any, mapping_name: str) -> type | None:
+    """The class transformers' auto mapping ``mapping_name`` (keyed by config class) gives
+    the config's class or its nearest mapped base; None where its lineage has none."""
     with contextlib.suppress(Exception):
         import transformers
 
-        mapping = transformers.MODEL_FOR_CAUSAL_LM_MAPPING
+        mapping = getattr(transformers, mapping_name)
         for base in type(hf_config).__mro__:
             with contextlib.suppress(KeyError, ValueError):
                 found = mapping[base]
@@ -601,11 +594,9 @@ def forward_context() -> Any:
 
 def reference_mla_backend(model_config: Any) -> Any:
     """vLLM's reference CPU MLA backend (``AttentionBackendEnum.CPU_MLA``, 0.32 and 0.33)
-    for an MLA model on the CPU platform, else None. On a CPU with AMX tiles the platform
-    prefers ``AMX_MLA``, whose ``process_weights_after_loading`` packs ``kv_b_proj`` into
-    its own layout and empties the weight (and refuses a tiny config's 16 input features:
-    "invalid weight input features 16"); the comparison runs its own MLA over the
-    weight, so it builds with the backend a CPU without AMX selects."""
+    for an MLA model on the CPU platform, else None: with AMX tiles the platform prefers
+    ``AMX_MLA``, whose weight packing refuses a tiny config's 16 input features and
+    empties the ``kv_b_proj`` weight the comparison's own MLA reads."""
     if not getattr(model_config, "use_mla", False):
         return None
     try:
@@ -647,12 +638,9 @@ def cpu_experts_class() -> type | None:
 
 
 def zero_expert_router_class() -> type | None:
-    """vLLM's router of a fused-MoE layer with zero-computation experts (LongCat's
-    ``ZeroExpertRouter``, ``fused_moe/router/zero_expert_router.py``, 0.32): it routes over
-    the real and the zero experts with ``fused_topk_bias`` (a CUDA op, ``topk_softmax``),
-    keeps the zero experts' identity output for the layer to add (``zero_expert_output``,
-    from ``num_logical_experts`` and ``zero_expert_type``) and gives the zero experts' slots
-    to expert 0 with weight 0. None on a vLLM without it."""
+    """LongCat's router of zero-computation experts (``ZeroExpertRouter``, 0.32), which
+    routes with a CUDA op (``fused_topk_bias``) and keeps the zero experts' identity output
+    for the layer to add (``zero_expert_output``). None on a vLLM without it."""
     module = _module("vllm.model_executor.layers.fused_moe.router.zero_expert_router")
     cls = getattr(module, "ZeroExpertRouter", None) if module else None
     return cls if isinstance(cls, type) and hasattr(cls, "_compute_routing") else None
@@ -784,7 +772,8 @@ def embedding_adapted(model: Any, on: bool = True) -> Iterator[None]:
     the prefix (``models/adapters.py``); it adds no parameters. Nothing when ``on`` is
     false, the class is a pooling model already, or this vLLM has no adapter."""
     original = type(model)
-    adapter = embedding_adapter()
+    module = _module("vllm.model_executor.models.adapters")  # 0.32, 0.33
+    adapter = getattr(module, "as_embedding_model", None) if module else None
     adapted = original
     if on and adapter is not None and not is_pooling_model(original):
         with contextlib.suppress(Exception):
@@ -806,10 +795,3 @@ def is_pooling_model(model: Any) -> bool:
         with contextlib.suppress(Exception):
             return bool(test(model))
     return bool(getattr(model, "is_pooling_model", False))
-
-
-def embedding_adapter() -> Callable[[type], type] | None:
-    """``as_embedding_model`` (``models/adapters.py``, 0.32 and 0.33): the subclass vLLM's
-    pooling runner serves a generative class through (convert "embed")."""
-    module = _module("vllm.model_executor.models.adapters")
-    return getattr(module, "as_embedding_model", None) if module else None
