@@ -88,15 +88,22 @@ def test_a_plugin_config_class_synthesised_is_compared(worker, tmp_path) -> None
     assert not [d for d in report.diagnostics if d.code == "PFX609"]
 
 
-@pytest.mark.slow
-def test_a_plugin_loader_of_another_format_is_a_note(worker, tmp_path) -> None:
+def _introspect_on_llama_config(worker, folder, file: str, arch: str):
+    """The fixture's class ``arch`` of ``file``, introspected with a tiny Llama
+    ``config.json`` naming it, written to ``folder``."""
     from transformers import LlamaConfig
 
     shape = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, vocab_size=384)
     shape.update(num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-    LlamaConfig(**shape, architectures=["OtherFormatForCausalLM"]).save_pretrained(tmp_path)
-    target = f"{FIXTURES / 'other_format.py'}:OtherFormatForCausalLM"
-    report = _introspect(worker, target, str(tmp_path))
+    LlamaConfig(**shape, architectures=[arch]).save_pretrained(folder)
+    return _introspect(worker, f"{FIXTURES / file}:{arch}", str(folder))
+
+
+@pytest.mark.slow
+def test_a_plugin_loader_of_another_format_is_a_note(worker, tmp_path) -> None:
+    report = _introspect_on_llama_config(
+        worker, tmp_path, "other_format.py", "OtherFormatForCausalLM"
+    )
     [result] = report.results
     assert result["compare"]["status"] == "not run", result["compare"]
     assert result["compare"]["reason"] == "other_checkpoint", result["compare"]
@@ -111,13 +118,9 @@ def test_a_plugin_loader_of_another_format_is_a_note(worker, tmp_path) -> None:
 def test_a_plugin_with_a_weight_transformers_lacks_is_a_note(worker, tmp_path) -> None:
     """A Llama variant with a weight of its own, given a Llama config: transformers' Llama
     is not its model; its weight left as built was a PFX609 at the logits."""
-    from transformers import LlamaConfig
-
-    shape = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, vocab_size=384)
-    shape.update(num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-    LlamaConfig(**shape, architectures=["ExtraScaleForCausalLM"]).save_pretrained(tmp_path)
-    target = f"{FIXTURES / 'extra_scale.py'}:ExtraScaleForCausalLM"
-    report = _introspect(worker, target, str(tmp_path))
+    report = _introspect_on_llama_config(
+        worker, tmp_path, "extra_scale.py", "ExtraScaleForCausalLM"
+    )
     [result] = report.results
     assert result["compare"]["reason"] == "other_checkpoint", result["compare"]
     assert "out_scale" in result["compare"]["detail"], result["compare"]

@@ -101,7 +101,7 @@ class OutputMismatch(Check):
         if comparison.status is Status.NOT_RUN:
             return self._not_run(comparison, cls)
         first = comparison.first
-        notes = self._assumed(comparison, cls)
+        notes = self._ran_on(comparison, cls)
         if comparison.status is not Status.DIFFERS or first is None:
             return notes
         file, line = first.site if first.site[0] else class_site(cls)
@@ -133,39 +133,12 @@ class OutputMismatch(Check):
                     same.variants.append(comparison.variant)
         return out
 
-    def _assumed(self, comparison: Comparison, cls: type | None) -> list[Finding]:
-        """The values a comparison ran with for guessed attributes transformers' class
-        never reads: other values are not verified (a note, a gap)."""
-        out = []
-        if comparison.assumed:
-            values = ", ".join(f"`{k}={v!r}`" for k, v in comparison.assumed.items())
-            message = (
-                f"not verified: the comparison with transformers ran with {values}: the "
-                "synthesised config guessed these or lacked them (the model read its "
-                f"default), and `{comparison.reference}` never reads them (it computes "
-                "one way), so other values are not compared; give a checkpoint's config "
-                "with --config"
-            )
-            out.append(Finding(NOT_VERIFIED_CODE, "note", message, *class_site(cls)))
-        if comparison.own_heads:  # compare/pooling.own_heads
-            heads = ", ".join(f"`{h}`" for h in comparison.own_heads)
-            message = (
-                f"not verified: the forward's output is not compared with transformers': "
-                f"{heads} has weights `{comparison.reference}` has no module for, and the "
-                "forward may apply it after the backbone; the modules matched by name are "
-                "compared"
-            )
-            out.append(Finding(NOT_VERIFIED_CODE, "note", message, *class_site(cls)))
-        if comparison.derived:  # compare/layerlists.py
-            values = ", ".join(f"`{k}={v!r}`" for k, v in comparison.derived.items())
-            message = (
-                f"not verified: the comparison with transformers ran with {values}, as "
-                f"`{comparison.reference}`'s config class derives it for this many layers: "
-                "the synthesised config's shrunk list, which the model never reads, is "
-                "not compared; give a checkpoint's config with --config"
-            )
-            out.append(Finding(NOT_VERIFIED_CODE, "note", message, *class_site(cls)))
-        return out
+    def _ran_on(self, comparison: Comparison, cls: type | None) -> list[Finding]:
+        """What the comparison ran on other than the config as given, or left out of it:
+        each a note (a gap), at the class."""
+        words = (_assumed_words(comparison), _own_heads_words(comparison))
+        words += (_derived_words(comparison),)
+        return [Finding(NOT_VERIFIED_CODE, "note", w, *class_site(cls)) for w in words if w]
 
     def _not_run(self, comparison: Comparison, cls: type | None) -> list[Finding]:
         reason = comparison.reason
@@ -225,3 +198,43 @@ def _named(first: Boundary) -> str:
 
 def _percent(value: Any) -> str:
     return f"{value * 100:.3g}%"
+
+
+def _assumed_words(comparison: Comparison) -> str:
+    """Values of guessed attributes transformers' class never reads (``guesses.py``)."""
+    if not comparison.assumed:
+        return ""
+    values = ", ".join(f"`{k}={v!r}`" for k, v in comparison.assumed.items())
+    return (
+        f"not verified: the comparison with transformers ran with {values}: the "
+        "synthesised config guessed these or lacked them (the model read its "
+        f"default), and `{comparison.reference}` never reads them (it computes "
+        "one way), so other values are not compared; give a checkpoint's config "
+        "with --config"
+    )
+
+
+def _own_heads_words(comparison: Comparison) -> str:
+    """A plugin pooling model's own heads (``compare/pooling.own_heads``)."""
+    if not comparison.own_heads:
+        return ""
+    heads = ", ".join(f"`{h}`" for h in comparison.own_heads)
+    return (
+        f"not verified: the forward's output is not compared with transformers': "
+        f"{heads} has weights `{comparison.reference}` has no module for, and the "
+        "forward may apply it after the backbone; the modules matched by name are "
+        "compared"
+    )
+
+
+def _derived_words(comparison: Comparison) -> str:
+    """Per-layer lists as transformers' config class derives them (``layerlists.py``)."""
+    if not comparison.derived:
+        return ""
+    values = ", ".join(f"`{k}={v!r}`" for k, v in comparison.derived.items())
+    return (
+        f"not verified: the comparison with transformers ran with {values}, as "
+        f"`{comparison.reference}`'s config class derives it for this many layers: "
+        "the synthesised config's shrunk list, which the model never reads, is "
+        "not compared; give a checkpoint's config with --config"
+    )
