@@ -5,7 +5,10 @@ runs, so no worker is stopped and no report is written. Inside ``stop_on_signals
 first SIGINT or SIGTERM raises ``KeyboardInterrupt`` in the main thread (the commands'
 interrupted path: workers closed, what finished reported); later ones while the command
 shuts down are ignored with a line on stderr, so a second Ctrl-C cannot cut the report
-short. (A worker outlives nothing in any case: see ``watchdog.py``.)
+short. Once a signal has arrived they stay ignored after the block too: the command is
+ending, and a second signal landing between the block's end and the exit must not turn
+the interrupted exit (2) into a death by signal. (A worker outlives nothing in any case:
+see ``watchdog.py``.)
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ class Stopping:
 
     def __init__(self) -> None:
         self.stopping = False
+        self.signalled = False
 
     def shield(self) -> None:
         self.stopping = True
@@ -34,7 +38,7 @@ class Stopping:
         if self.stopping:
             sys.stderr.write("prefixlint: stopping; the report is being written\n")
             return
-        self.stopping = True
+        self.stopping = self.signalled = True
         raise KeyboardInterrupt
 
 
@@ -50,5 +54,6 @@ def stop_on_signals() -> Iterator[Stopping]:
     try:
         yield state
     finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+        if not state.signalled:  # interrupted: the process is ending, keep ignoring
+            for sig, old in previous.items():
+                signal.signal(sig, old)
