@@ -175,14 +175,10 @@ def _compare_built(
         hf_config = reference.kv_heads_as_built(hf_config, meta)
         ref = reference.build(ref_cls, hf_config, path, vllm_config)
     except Exception as e:
-        return Comparison.not_run(Reason.REFERENCE_FAILED, f"{ref_cls.__name__}: {_words(e)}")
-    from prefixlint.introspect.builds.layout import build_layout
-    from prefixlint.introspect.builds.parallel import Layout
-
-    torch.manual_seed(reference.SEED)
-    backend = vllm_api.reference_mla_backend(model_config)  # not AMX's packed weights
+        failed = Comparison.not_run(Reason.REFERENCE_FAILED, f"{ref_cls.__name__}: {_words(e)}")
+        return _layer_gap_first(plan, failed)
     native = native_ops()
-    real = build_layout(plan, Layout(), meta=False, attention_backend=backend, native_ops=native)
+    real = _real_build(plan, native)
     if real.error is not None or real.model is None:
         return _failed(Reason.BUILD_FAILED, real.error)
     size = _parameters(real.model)
@@ -203,6 +199,33 @@ def _compare_built(
     result.attention = path  # the reference's attention path
     result.native_ops = native
     return result
+
+
+def _real_build(plan: Any, native: bool) -> Any:
+    """The model at tp=1/pp=1 with real weights, the comparison's seed, and the attention
+    backend the MLA reference stands in for (not AMX's packed weights)."""
+    from prefixlint.introspect.builds.layout import build_layout
+    from prefixlint.introspect.builds.parallel import Layout
+
+    torch.manual_seed(reference.SEED)
+    backend = vllm_api.reference_mla_backend(plan.model_config)
+    return build_layout(plan, Layout(), meta=False, attention_backend=backend, native_ops=native)
+
+
+def _layer_gap_first(plan: Any, failed: Comparison) -> Comparison:
+    """A reference that could not be built, said as the layer the CPU cannot run where
+    the model has one: that gap stays with any reference (DeepSeek V4's CPU attention
+    keeps an FP8 paged KV cache; its synthesised config's reference fails earlier on a
+    guessed compression ratio). ``failed`` otherwise, and where the model does not build."""
+    try:
+        real = _real_build(plan, native_ops())
+        gap = _cpu_gaps(real.model) if real.error is None and real.model is not None else None
+    except Exception:  # the reference's failure is what this comparison reports then
+        return failed
+    if gap is None:
+        return failed
+    gap.detail = f"{gap.detail}; the reference failed too: {failed.detail}"
+    return gap
 
 
 def native_ops() -> bool:

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from prefixlint.introspect import vllm_api
+from prefixlint.introspect.compare import strict
 
 SEED = 0
 # 1-D parameters (norm weights, biases) get noise of this size: transformers initialises
@@ -150,7 +151,8 @@ def _own_config(ref_cls: type, config: Any) -> Any:
         return config
     if any(isinstance(v, own) for v in vars(config).values()):
         return config
-    return own.from_dict(config.to_dict())
+    # a strict class refuses a guess of another type that means the same (strict.py)
+    return own.from_dict(strict.accepted(own, config.to_dict()))
 
 
 def _unused_window(config: Any) -> None:
