@@ -28,6 +28,7 @@ from prefixlint.introspect.compare import (
     routing,
     smaller,
     statespace,
+    unset,
 )
 from prefixlint.introspect.compare.facts import TOLERANCE, Boundary, Comparison, Reason, Status
 from prefixlint.introspect.process.kernels import cpu_kernels_loaded, missing_kernel_reason
@@ -175,7 +176,8 @@ def _compare_built(
         hf_config = reference.kv_heads_as_built(hf_config, meta)
         ref = reference.build(ref_cls, hf_config, path, vllm_config)
     except Exception as e:
-        return Comparison.not_run(Reason.REFERENCE_FAILED, f"{ref_cls.__name__}: {_words(e)}")
+        said = f"{ref_cls.__name__}: {_words(e)}{unset.said(e)}"  # what it read as None
+        return Comparison.not_run(Reason.REFERENCE_FAILED, said)
     from prefixlint.introspect.builds.layout import build_layout
     from prefixlint.introspect.builds.parallel import Layout
 
@@ -365,7 +367,7 @@ def _run(
     try:
         out, rotary_sizes, last = _reference_forward(ref.model, ids, names, theirs, pool)
     except Exception as e:
-        return Comparison.not_run(Reason.REFERENCE_FAILED, f"{name}: {_words(e)}")
+        return Comparison.not_run(Reason.REFERENCE_FAILED, f"{name}: {_words(e)}{unset.said(e)}")
     if isinstance(logits, torch.Tensor) and getattr(out, "logits", None) is not None:
         ours.outputs[boundaries.LOGITS] = logits.float()
         theirs.outputs[boundaries.LOGITS] = out.logits.float()
