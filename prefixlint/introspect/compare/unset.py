@@ -13,7 +13,7 @@ instead of only the ``TypeError`` about ``NoneType``.
 from __future__ import annotations
 
 import ast
-import textwrap
+import linecache
 from typing import Any
 
 
@@ -41,12 +41,7 @@ def none_attributes(error: BaseException) -> tuple[str, Any, list[str], list[str
     that config its failing statement uses, directly or through a local or ``self.x``
     the function assigned from one, that hold None, and the other attributes of None the
     function reads: a config that sets the first only fails at the next)."""
-    from prefixlint.introspect.configs.demands import (
-        config_attr,
-        config_reader_frame,
-        function_source,
-        statement,
-    )
+    from prefixlint.introspect.configs.demands import config_attr, config_reader_frame
 
     where = config_reader_frame(error)
     if not isinstance(error, (TypeError, AttributeError)) or "NoneType" not in str(error):
@@ -55,12 +50,8 @@ def none_attributes(error: BaseException) -> tuple[str, Any, list[str], list[str
         return None
     filename, line, frame = where
     config = _config_of(frame)
-    stmt = statement(filename, line, frame)
-    if config is None or stmt is None:
-        return None
-    try:
-        tree = ast.parse(textwrap.dedent(function_source(filename, frame)))
-    except SyntaxError:
+    tree, stmt = statement_at(filename, line)
+    if config is None or stmt is None or tree is None:
         return None
     copies = _copies(tree, config_attr)
     attrs: list[str] = []
@@ -77,6 +68,34 @@ def none_attributes(error: BaseException) -> tuple[str, Any, list[str], list[str
 
 def _none(config: Any, attr: str) -> bool:
     return hasattr(config, attr) and getattr(config, attr) is None
+
+
+def statement_at(filename: str, line: int) -> tuple[ast.AST | None, ast.stmt | None]:
+    """The function that holds ``line`` of ``filename`` and the innermost statement that
+    spans it, from the whole module's source (a signature over several lines, closed at
+    the margin as formatters write it, parses there)."""
+    try:
+        module = ast.parse("".join(linecache.getlines(filename)))
+    except (SyntaxError, ValueError):
+        return None, None
+    spans = [
+        node
+        for node in ast.walk(module)
+        if isinstance(node, ast.stmt) and node.lineno <= line <= (node.end_lineno or node.lineno)
+    ]
+    functions = [n for n in spans if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    plain = [n for n in spans if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+    def size(node: ast.stmt) -> int:
+        return (node.end_lineno or node.lineno) - node.lineno
+
+    function = min(functions, key=size) if functions else None
+    inner = [n for n in plain if function is None or _within(n, function)]
+    return function, (min(inner, key=size) if inner else None)
+
+
+def _within(node: ast.stmt, function: ast.stmt) -> bool:
+    return function.lineno <= node.lineno and (node.end_lineno or 0) <= (function.end_lineno or 0)
 
 
 def _config_of(frame: Any) -> Any:
