@@ -16,6 +16,8 @@ import traceback
 from typing import Any
 
 from prefixlint.introspect import vllm_api
+from prefixlint.introspect.compare.unset import statement_at
+from prefixlint.introspect.configs.demands import callee
 
 
 def triton_launch(error: BaseException) -> str:
@@ -44,9 +46,6 @@ def triton_launch(error: BaseException) -> str:
 def _launched(frame: Any, line: int) -> Any:
     """The plain function subscripted on ``line`` of ``frame`` whose definition is
     decorated with ``triton.*`` (``@triton.jit``, ``@triton.autotune``); None if none."""
-    from prefixlint.introspect.compare.unset import statement_at
-    from prefixlint.introspect.configs.demands import callee
-
     _, stmt = statement_at(frame.f_code.co_filename, line)
     for node in ast.walk(stmt) if stmt is not None else ():
         if not isinstance(node, ast.Subscript):

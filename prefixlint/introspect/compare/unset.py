@@ -16,6 +16,8 @@ import ast
 import linecache
 from typing import Any
 
+from prefixlint.introspect.configs.demands import config_attr, config_reader_frame
+
 
 def said(error: BaseException) -> str:
     """`` (`Cls.__init__` read `a`, `b` as None: `Config` declares them None ...)`` for a
@@ -41,8 +43,6 @@ def none_attributes(error: BaseException) -> tuple[str, Any, list[str], list[str
     that config its failing statement uses, directly or through a local or ``self.x``
     the function assigned from one, that hold None, and the other attributes of None the
     function reads: a config that sets the first only fails at the next)."""
-    from prefixlint.introspect.configs.demands import config_attr, config_reader_frame
-
     where = config_reader_frame(error)
     if not isinstance(error, (TypeError, AttributeError)) or "NoneType" not in str(error):
         return None
@@ -53,7 +53,7 @@ def none_attributes(error: BaseException) -> tuple[str, Any, list[str], list[str
     tree, stmt = statement_at(filename, line)
     if config is None or stmt is None or tree is None:
         return None
-    copies = _copies(tree, config_attr)
+    copies = _copies(tree)
     attrs: list[str] = []
     for node in ast.walk(stmt):
         attr = config_attr(node) or copies.get(_key(node))
@@ -116,7 +116,7 @@ def _key(node: ast.AST) -> str:
     return ""
 
 
-def _copies(tree: ast.AST, config_attr: Any) -> dict[str, str]:
+def _copies(tree: ast.AST) -> dict[str, str]:
     """``self.token_budget = config.indexer_budget``: ``{"self.token_budget":
     "indexer_budget"}``, for each local or ``self`` attribute the function assigns
     straight from a config attribute."""
