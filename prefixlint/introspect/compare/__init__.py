@@ -187,15 +187,14 @@ def _compare_built(
     if isinstance(real, Comparison):
         return real
     values = _aligned(cls, model_config, ref_cls, builds, (real, ref)) if synthesised else {}
-    if not values:
-        return _loaded_and_run(cls, plan, builds, (real, ref, ref_cls.__name__, small), path)
     with smaller.applied(model_config, values) as ok:
-        real = _real(plan) if ok else Comparison.not_run(Reason.LOAD_FAILED, str(values))
-        if isinstance(real, Comparison):
-            return real
-        result = _loaded_and_run(cls, plan, builds, (real, ref, ref_cls.__name__, small), path)
-    result.aligned = values
-    return result
+        again = _real(plan) if values and ok else None  # built with the guesses aligned
+        if again is not None and not isinstance(again, Comparison):
+            result = _loaded_and_run(cls, plan, builds, (again, ref, ref_cls.__name__, small), path)
+            result.aligned = values
+            return result
+    # as it was: a build the alignment broke says nothing the failed load does not
+    return _loaded_and_run(cls, plan, builds, (real, ref, ref_cls.__name__, small), path)
 
 
 def _real(plan: Any) -> Any:
