@@ -137,7 +137,7 @@ class OutputMismatch(Check):
         """What the comparison ran on other than the config as given, or left out of it:
         each a note (a gap), at the class."""
         words = (_assumed_words(comparison), _own_heads_words(comparison))
-        words += (_derived_words(comparison),)
+        words += (_derived_words(comparison), _aligned_words(comparison))
         return [Finding(NOT_VERIFIED_CODE, "note", w, *class_site(cls)) for w in words if w]
 
     def _not_run(self, comparison: Comparison, cls: type | None) -> list[Finding]:
@@ -237,4 +237,17 @@ def _derived_words(comparison: Comparison) -> str:
         f"`{comparison.reference}`'s config class derives it for this many layers: "
         "the synthesised config's shrunk list, which the model never reads, is "
         "not compared; give a checkpoint's config with --config"
+    )
+
+
+def _aligned_words(comparison: Comparison) -> str:
+    """Guessed sizes set to transformers' for the same tensors (``widths.py``)."""
+    if not comparison.aligned:
+        return ""
+    values = ", ".join(f"`{k}={v!r}`" for k, v in comparison.aligned.items())
+    return (
+        f"not verified: the comparison with transformers ran with {values}, the size "
+        f"`{comparison.reference}` builds the same tensors with from an attribute of its "
+        "own: the synthesised config guessed it and transformers never reads it, so "
+        "another value is not compared; give a checkpoint's config with --config"
     )

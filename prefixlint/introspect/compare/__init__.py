@@ -29,6 +29,7 @@ from prefixlint.introspect.compare import (
     smaller,
     statespace,
     unset,
+    widths,
 )
 from prefixlint.introspect.compare.facts import TOLERANCE, Boundary, Comparison, Reason, Status
 from prefixlint.introspect.compare.launch import triton_launch as launch_words
@@ -138,7 +139,7 @@ def _compare(
         built = (ref_cls, base.vllm_config, bool(values), base.model)
         lists = _derived_lists(cls, model_config, ref_cls, base) if synthesised else {}
         with _applied(model_config, lists):
-            result = _compare_built(cls, plan, builds, built, path)
+            result = _compare_built(cls, plan, builds, built, path, synthesised)
     result.smaller = {**values, **head}
     result.derived = lists
     return result
@@ -165,11 +166,17 @@ def _unread_head_size(cls: type | None, model_config: Any, base: Any) -> dict[st
 
 
 def _compare_built(
-    cls: type | None, plan: Any, builds: list[Any], built: tuple[type, Any, bool, Any], path: str
+    cls: type | None,
+    plan: Any,
+    builds: list[Any],
+    built: tuple[type, Any, bool, Any],
+    path: str,
+    synthesised: bool = False,
 ) -> Comparison:
     """The comparison once a reference class is known (``built``: it, the build's vLLM
     config, whether the config is the comparison's smaller one, the tp=1 meta build's
-    model), on the config as it is now, against transformers' ``path`` attention."""
+    model), on the config as it is now, against transformers' ``path`` attention. On a
+    synthesised config, a guessed size is aligned with transformers' (``widths.py``)."""
     ref_cls, vllm_config, small, meta = built
     model_config = plan.model_config
     try:
@@ -180,28 +187,30 @@ def _compare_built(
         said = f"{ref_cls.__name__}: {_words(e)}{unset.said(e)}"  # what it read as None
         failed = Comparison.not_run(Reason.REFERENCE_FAILED, said)
         return _layer_gap_first(plan, failed)
-    native = native_ops()
-    real = _real_build(plan, native)
+    real = _real(plan)
+    if isinstance(real, Comparison):
+        return real
+    values = _aligned(cls, model_config, ref_cls, builds, (real, ref)) if synthesised else {}
+    with smaller.applied(model_config, values) as ok:
+        again = _real(plan) if values and ok else None  # built with the guesses aligned
+        if again is not None and not isinstance(again, Comparison):
+            result = _loaded_and_run(cls, plan, builds, (again, ref, ref_cls.__name__, small), path)
+            result.aligned = values
+            return result
+    # as it was: a build the alignment broke says nothing the failed load does not
+    return _loaded_and_run(cls, plan, builds, (real, ref, ref_cls.__name__, small), path)
+
+
+def _real(plan: Any) -> Any:
+    """The model built with real weights on the CPU for the config as it is now (a
+    ``Comparison`` saying why where it cannot be or is too large)."""
+    real = _real_build(plan, native_ops())
     if real.error is not None or real.model is None:
         return _failed(Reason.BUILD_FAILED, real.error)
     size = _parameters(real.model)
     if size > MAX_PARAMETERS:
         return Comparison.not_run(Reason.TOO_LARGE, f"{size / 1e6:.0f}M parameters, smaller")
-    gap = _cpu_gaps(real.model)
-    if gap is not None:
-        return gap
-    context = _context(real, native)
-    pool = pooling.served(model_config, real.model)  # its forward ends at hidden states
-    with vllm_api.embedding_adapted(real.model, pool):
-        refused = _load(real.model, ref, model_config, context, reference.out_of_tree(cls))
-    if refused is not None:
-        return refused
-    result = _run(cls, real, ref, context, (ref_cls.__name__, pool))
-    # a smaller config's checkpoint does not fit the meta builds: its own model takes them
-    result.extras_refused = _probe_extras(real if small else None, builds, ref, pool)
-    result.attention = path  # the reference's attention path
-    result.native_ops = native
-    return result
+    return real
 
 
 def _real_build(plan: Any, native: bool) -> Any:
@@ -229,6 +238,42 @@ def _layer_gap_first(plan: Any, failed: Comparison) -> Comparison:
         return failed
     gap.detail = f"{gap.detail}; the reference failed too: {failed.detail}"
     return gap
+
+
+def _aligned(
+    cls: type | None, model_config: Any, ref_cls: type, builds: list[Any], built: tuple
+) -> dict[str, int]:
+    """Guessed sizes transformers builds the same tensors with otherwise (``widths.py``)."""
+    from prefixlint.introspect.coverage.sites import own_files
+
+    real, ref = built
+    base = next(b for b in builds if b.error is None and b.layout.tp == b.layout.pp == 1)
+    files = own_files(cls, base.recorder.external)
+    return widths.aligned(model_config, ref_cls, files, (real.model, ref.checkpoint, cls))
+
+
+def _loaded_and_run(
+    cls: type | None, plan: Any, builds: list[Any], built: tuple, path: str
+) -> Comparison:
+    """``built``: the model built with real weights, the reference, its class's name, and
+    whether the config is the comparison's smaller one."""
+    real, ref, name, small = built
+    gap = _cpu_gaps(real.model)
+    if gap is not None:
+        return gap
+    native = native_ops()
+    context = _context(real, native)
+    pool = pooling.served(plan.model_config, real.model)  # its forward ends at hidden states
+    with vllm_api.embedding_adapted(real.model, pool):
+        refused = _load(real.model, ref, plan.model_config, context, reference.out_of_tree(cls))
+    if refused is not None:
+        return refused
+    result = _run(cls, real, ref, context, (name, pool))
+    # a smaller config's checkpoint does not fit the meta builds: its own model takes them
+    result.extras_refused = _probe_extras(real if small else None, builds, ref, pool)
+    result.attention = path  # the reference's attention path
+    result.native_ops = native
+    return result
 
 
 def native_ops() -> bool:

@@ -98,6 +98,9 @@ class Comparison:
     # a plugin pooling model's modules transformers' class lacks (``pooling.own_heads``):
     # its forward's output, which they may change, was not compared
     own_heads: list[str] = field(default_factory=list)
+    # guessed sizes transformers' class never reads, set to the size it builds the same
+    # tensors with (``widths.py``) while it ran
+    aligned: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def not_run(cls, reason: Reason, detail: str = "") -> Comparison:
@@ -127,6 +130,8 @@ class Comparison:
             out["derived"] = {k: repr(v) for k, v in self.derived.items()}
         if self.own_heads:
             out["own_heads"] = list(self.own_heads)
+        if self.aligned:
+            out["aligned"] = dict(self.aligned)
         if self.first is not None:
             out["first"] = self.first.path
             out["max_abs"] = self.first.max_abs
