@@ -317,22 +317,3 @@ def test_deepseek_v3_s_grouped_sigmoid_routing_compares_and_its_bug_is_found(wor
         found = [(d.code, d.location.row) for d in report.diagnostics if d.code == "PFX609"]
         at = _line(text, "DeepseekV2MoE", "self.experts = FusedMoEFactory(")
         assert found == ([("PFX609", at)] if bug else []), [d.message for d in report.diagnostics]
-
-
-def test_a_sink_vllm_built_disabled_is_a_gap_of_this_machine() -> None:
-    """HY V4's attention keeps its learnable sink in the checkpoint's dtype, never handed
-    to the attention, where no backend of the platform consumes sinks (the CPU): its
-    comparison differed from transformers' (which applies the sink) for that reason only
-    (a false PFX609 on the zoo). Such a layer is listed; an enabled (float32) sink is not."""
-    import torch
-
-    from prefixlint.introspect.compare.mla import disabled_sinks
-
-    class Attention(torch.nn.Module):
-        def __init__(self, dtype: torch.dtype) -> None:
-            super().__init__()
-            self.learnable_sink = True
-            self.learnable_sink_param = torch.nn.Parameter(torch.zeros(4, dtype=dtype))
-
-    model = torch.nn.ModuleDict({"off": Attention(torch.bfloat16), "on": Attention(torch.float32)})
-    assert disabled_sinks(model) == ["off"]

@@ -487,10 +487,27 @@ def _class_of_config(hf_config: Any, mapping_name: str) -> type | None:
 # -- running a model (the comparison with transformers) --------------------------------------
 
 
+def checkpoint_renaming(model: Any) -> Callable[[str], str] | None:
+    """How transformers' loader renames a checkpoint's tensor name for ``model`` (its
+    conversion mapping without prefix changes, as ``revert_weight_conversion`` reverts a
+    model built from scratch); None where it renames nothing or has no such mapping."""
+    core = _module("transformers.core_model_loading")
+    get = getattr(_module("transformers.conversion_mapping"), "get_model_conversion_mapping", None)
+    kinds = [getattr(core, k, None) for k in ("WeightRenaming", "WeightConverter", "PrefixChange")]
+    rename = getattr(core, "rename_source_key", None)
+    if get is None or rename is None or None in kinds:
+        return None
+    try:
+        found = [t for t in get(model, add_legacy=False) or [] if not isinstance(t, kinds[2])]
+    except Exception:  # another signature: renamings unknown
+        return None
+    renamings, converters = ([t for t in found if isinstance(t, k)] for k in kinds[:2])
+    return (lambda key: rename(key, renamings, converters)[0]) if renamings else None
+
+
 def weights_not_loaded(model: Any, loaded: Any) -> str:
-    """What vLLM's loader raises after a model's ``load_weights`` for the parameters it
-    left unset (``DefaultModelLoader.track_weights_loading``, as for an unquantized
-    model): "" where it passes, the model returned no names, or this vLLM has no check."""
+    """What vLLM's loader raises for the parameters a ``load_weights`` left unset
+    (``DefaultModelLoader.track_weights_loading``): "" where it passes or cannot tell."""
     module = _module("vllm.model_executor.model_loader.default_loader")
     track = getattr(getattr(module, "DefaultModelLoader", None), "track_weights_loading", None)
     if track is None or not isinstance(loaded, (set, frozenset, list, tuple)):
@@ -647,12 +664,10 @@ def zero_expert_router_class() -> type | None:
 
 
 def moe_routing(router: Any) -> dict[str, Any] | None:
-    """How a fused-MoE layer was configured to route, as its router keeps it (``CPURouter``'s
-    attributes, 0.32): top_k, scoring ("softmax", "sigmoid", ...), bias (the
-    ``e_score_correction_bias`` tensor or None), grouped, groups, topk_group, renormalize,
-    scale (``routed_scaling_factor`` as the router applies it; 1.0 where the layer applies
-    it to the output), custom (the model's own routing function or None), hashed (a
-    token-hash table routes). None for a router this reads nothing of."""
+    """How a fused-MoE layer routes, as its router keeps it (``CPURouter``, 0.32): scale is
+    ``routed_scaling_factor`` as the router applies it (1.0 where the layer scales the
+    output), custom the model's own routing function, hashed a token-hash table. None for a
+    router this reads nothing of."""
     if not hasattr(router, "top_k") or not hasattr(router, "scoring_func"):
         return None
     return {
@@ -681,14 +696,10 @@ def _rotary_class() -> type | None:
 
 @contextlib.contextmanager
 def cpu_rotary_heads_flattened(model: Any) -> Any:
-    """vLLM's CPU rotary kernel (``RotaryEmbedding.forward_cpu``, ``ops.rotary_embedding``,
-    0.32) misreads a query/key shaped ``[tokens, heads, head_size]``: it rotates them wrong
-    (max error 4-6 on unit inputs) while the 2-D ``[tokens, heads * head_size]`` form is
-    right. The CUDA kernel takes both shapes, and models such as LFM2 pass the 3-D one after
-    their per-head q/k norms. While this runs, the model's rotary layers that dispatch to
-    that kernel (``CustomOp`` binds ``_forward_method`` at construction) give it a 3-D
-    query/key as its 2-D view; the kernel works in place, so the 3-D tensor is rotated as
-    the model's code means."""
+    """vLLM's CPU rotary kernel (``RotaryEmbedding.forward_cpu``, 0.32) rotates a 3-D
+    ``[tokens, heads, head_size]`` query/key wrong (max error 4-6; the CUDA kernel takes it,
+    LFM2 passes it): while this runs, the rotary layers bound to that kernel get such a
+    query/key as its 2-D view (rotated in place, so the 3-D tensor is as the model means)."""
     cls = _rotary_class()
     kernel = getattr(cls, "forward_cpu", None) if cls is not None else None
     patched: list[Any] = []
@@ -716,14 +727,10 @@ def _rotary_2d(kernel: Callable, positions: Any, query: Any, key: Any = None) ->
 
 @contextlib.contextmanager
 def decorated_transformers_classes(vllm_config: Any) -> Any:
-    """Where transformers' own classes may be built in a process that has built a model of
-    vLLM's Transformers modeling backend (``models/transformers/base.py``, 0.32: Olmo,
-    GPT-NeoX, Phi, Starcoder2 and the other ``transformers_supported_models``). That
-    backend decorates transformers' decoder class in place with ``support_torch_compile``
-    (``compilation/decorators.py``), for the rest of the process: the class's ``__init__``
-    then asks for the current vLLM config and fails outside one. Under ``vllm_config``
-    (compilation off, as phase 2 builds) the decorated class builds, and its ``__call__``
-    runs transformers' ``forward`` as written (``do_not_compile``; see ``compiles``)."""
+    """Where transformers' classes build after vLLM's Transformers backend (0.32, Olmo,
+    GPT-NeoX, ...) decorated its decoder class in place with ``support_torch_compile``,
+    whose ``__init__`` asks for the current vLLM config: under ``vllm_config`` (compilation
+    off) it builds and runs transformers' ``forward`` as written (see ``compiles``)."""
     from vllm.config import set_current_vllm_config
 
     with set_current_vllm_config(vllm_config):
@@ -745,10 +752,8 @@ def compiles(module: Any) -> bool:
 
 @contextlib.contextmanager
 def arch_config_derived(model_config: Any) -> Any:
-    """``ModelConfig.model_arch_config`` (0.32: the head counts, head size and hidden size
-    that ``get_num_attention_heads`` and the layers read) derived again from the config
-    objects as they are now (changed in place), and put back afterwards. Layouts without
-    it read the config objects themselves: nothing to do."""
+    """``ModelConfig.model_arch_config`` (0.32: head counts and sizes the layers read)
+    derived again from the config objects as changed in place, put back afterwards."""
     derive = getattr(model_config, "get_model_arch_config", None)
     if not callable(derive) or not hasattr(model_config, "model_arch_config"):
         yield
@@ -766,11 +771,9 @@ def arch_config_derived(model_config: Any) -> Any:
 
 @contextlib.contextmanager
 def embedding_adapted(model: Any, on: bool = True) -> Iterator[None]:
-    """``model`` takes the class vLLM's pooling runner serves a generative class through
-    (``as_embedding_model``) while the block runs, and its own class after: that class's
-    ``load_weights`` takes a base model's checkpoint (names without ``model.``) by probing
-    the prefix (``models/adapters.py``); it adds no parameters. Nothing when ``on`` is
-    false, the class is a pooling model already, or this vLLM has no adapter."""
+    """``model`` is of the class vLLM's pooling runner serves it as (``as_embedding_model``,
+    whose loader takes a base model's names) while the block runs; nothing when ``on`` is
+    false, it pools already, or this vLLM has no adapter."""
     original = type(model)
     module = _module("vllm.model_executor.models.adapters")  # 0.32, 0.33
     adapter = getattr(module, "as_embedding_model", None) if module else None

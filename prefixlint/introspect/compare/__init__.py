@@ -24,6 +24,7 @@ from prefixlint.introspect.compare import (
     mla,
     pooling,
     reference,
+    renames,
     rotary,
     routing,
     smaller,
@@ -297,8 +298,9 @@ def _cpu_gaps(model: Any) -> Comparison | None:
     if windowed:
         detail = f"a bidirectional sliding window shorter than {TOKENS} tokens ({windowed[0]})"
         return Comparison.not_run(Reason.UNSUPPORTED_LAYER, detail)
-    sinkless = mla.disabled_sinks(model)
-    if sinkless:  # vLLM's CPU build drops the sink an engine on a GPU applies
+    # vLLM's CPU build drops the sink an engine on a GPU applies: made as on a GPU
+    sinkless = mla.enable_sinks(model)
+    if sinkless:  # held by a layer the reference MLA does not run
         detail = f"a learnable attention sink vLLM's CPU build disables (at `{sinkless[0]}`)"
         return Comparison.not_run(Reason.UNSUPPORTED_LAYER, detail)
     unroutable = routing.unroutable(model)
@@ -363,6 +365,8 @@ def _load(
     try:
         with context():
             loaded = model.load_weights(iter(list(state.items())))
+            # names transformers reverts ambiguously, placed where the loader takes them
+            state, loaded = renames.placed(model, ref.model, state, loaded)
             other = _other_format(model, loaded, state, plugin)
             if other is not None:  # its weights stay as built: what it computes says nothing
                 return Comparison.not_run(Reason.OTHER_CHECKPOINT, other)
@@ -476,7 +480,7 @@ def _forward(
         vllm_api.forward_context()(None, real.vllm_config),
         attention.reference_attention(),
         statespace.reference_statespace(),
-        mla.reference_mla(),
+        mla.reference_mla(mla.learnable_sinks(model)),
         routing.reference_routing(),
         boundaries.hooked(model, {p: boundaries.key(v) for p, v in names.items()}, ours),
     ):

@@ -74,7 +74,10 @@ def mla_forward(
     k_pe: torch.Tensor,
     output_shape: Any = None,
     q_dcp_replicated: Any = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
+    """``sinks``: a per-head learnable sink the layer's backend would apply (its impl's,
+    else the one its enclosing attention holds: ``learnable_sinks``)."""
     n, heads = q.shape[0], layer.num_heads
     rope = layer.qk_rope_head_dim
     k_nope, v = _expanded(layer, kv_c_normed)
@@ -82,13 +85,17 @@ def mla_forward(
     key = torch.cat([k_nope, k_pe.to(k_nope.dtype)], dim=-1)
     head_size = layer.qk_nope_head_dim + rope
     impl = getattr(layer, "impl", None)
+    own = getattr(impl, "sinks", None)
     # ordinary multi-head attention once the latent is expanded: every head its own K/V
     view = SimpleNamespace(
         num_heads=heads,
         num_kv_heads=heads,
         head_size=head_size,
         head_size_v=layer.v_head_dim,
-        impl=SimpleNamespace(scale=float(getattr(impl, "scale", layer.scale))),
+        impl=SimpleNamespace(
+            scale=float(getattr(impl, "scale", layer.scale)),
+            sinks=own if isinstance(own, torch.Tensor) else sinks,
+        ),
         attn_type="decoder",
         sliding_window=getattr(layer, "sliding_window", None),
     )
@@ -98,24 +105,54 @@ def mla_forward(
 
 
 @contextlib.contextmanager
-def reference_mla() -> Iterator[None]:
-    """vLLM's ``MLAAttention.forward`` is the reference above while the comparison runs;
-    nothing when this vLLM has no MLA layer."""
-    with replaced(vllm_api.mla_attention_class(), "forward", mla_forward):
+def reference_mla(sinks: dict[int, torch.Tensor] | None = None) -> Iterator[None]:
+    """vLLM's ``MLAAttention.forward`` is the reference above while the comparison runs
+    (``sinks``: by ``id`` of an MLA layer, the sink its backend applies on a GPU: see
+    ``learnable_sinks``); nothing when this vLLM has no MLA layer."""
+    found = sinks or {}
+
+    def forward(layer: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return mla_forward(layer, *args, sinks=found.get(id(layer)), **kwargs)
+
+    with replaced(vllm_api.mla_attention_class(), "forward", forward):
         yield
 
 
-def disabled_sinks(model: torch.nn.Module) -> list[str]:
-    """Layers whose learnable attention sink vLLM built disabled: where no attention
-    backend of this platform consumes sinks (the CPU), HY V4's attention keeps the
-    parameter in the checkpoint's dtype and never hands it to the attention
-    (``vllm/models/hy_v4/nvidia/attention.py``: "the disabled path keeps the checkpoint
-    dtype since the value is never consumed"); an engine on a GPU uses it. Such a layer
-    computes without the sink here only: a gap of this machine, not the model's."""
-    out = []
+def enable_sinks(model: torch.nn.Module) -> list[str]:
+    """The learnable attention sinks vLLM built disabled on this machine, made as a GPU
+    builds them: HY V4's attention (``vllm/models/hy_v4/nvidia/attention.py``) hands its
+    ``learnable_sink_param`` to the MLA backend when one of the platform consumes sinks,
+    in float32 ("The kernels require fp32 sinks"); where none does (the CPU) it keeps the
+    parameter in bfloat16 and never passes it ("the disabled path keeps the checkpoint
+    dtype since the value is never consumed"). Here the parameter becomes float32 again,
+    before the load, so that the checkpoint's sink is loaded as on a GPU, and the
+    reference MLA applies it (``learnable_sinks``). Returns the layers whose sink no MLA
+    layer this reference runs would apply (a gap, never the model's)."""
+    left = []
     for name, module in model.named_modules():
         param = getattr(module, "learnable_sink_param", None)
-        sink = getattr(module, "learnable_sink", False) is True
-        if sink and isinstance(param, torch.Tensor) and param.dtype != torch.float32:
-            out.append(name)
+        if getattr(module, "learnable_sink", False) is not True:
+            continue
+        if not isinstance(param, torch.Tensor) or not any(runs(m) for m in module.modules()):
+            left.append(name)
+            continue
+        if param.dtype != torch.float32:
+            fresh = torch.zeros(param.shape, dtype=torch.float32, device=param.device)
+            module.learnable_sink_param = torch.nn.Parameter(fresh, requires_grad=False)
+    return left
+
+
+def learnable_sinks(model: torch.nn.Module) -> dict[int, torch.Tensor]:
+    """By ``id`` of each MLA layer this reference runs, the float32 learnable sink of the
+    attention module that holds it (``enable_sinks``) where the layer's backend got none."""
+    out = {}
+    for module in model.modules():
+        param = getattr(module, "learnable_sink_param", None)
+        if getattr(module, "learnable_sink", False) is not True:
+            continue
+        if not isinstance(param, torch.Tensor) or param.dtype != torch.float32:
+            continue
+        for layer in module.modules():
+            if runs(layer) and getattr(getattr(layer, "impl", None), "sinks", None) is None:
+                out[id(layer)] = param
     return out
