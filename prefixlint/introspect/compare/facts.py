@@ -98,6 +98,11 @@ class Comparison:
     # a plugin pooling model's modules transformers' class lacks (``pooling.own_heads``):
     # its forward's output, which they may change, was not compared
     own_heads: list[str] = field(default_factory=list)
+    # what the loader raised on the checkpoint's names as ``save_pretrained`` writes them,
+    # where it then took the names transformers' conversion renames as the model holds
+    # them (``reference._own_names``); "" otherwise. A fact, not a finding: real
+    # checkpoints of a family may carry either (docs/compare.md)
+    names_refused: str = ""
 
     @classmethod
     def not_run(cls, reason: Reason, detail: str = "") -> Comparison:
@@ -127,6 +132,8 @@ class Comparison:
             out["derived"] = {k: repr(v) for k, v in self.derived.items()}
         if self.own_heads:
             out["own_heads"] = list(self.own_heads)
+        if self.names_refused:
+            out["names_refused"] = self.names_refused
         if self.first is not None:
             out["first"] = self.first.path
             out["max_abs"] = self.first.max_abs
