@@ -412,9 +412,9 @@ def test_the_olmo_hybrid_reference_checkpoint_is_named_as_its_checkpoints() -> N
     }
 
 
-def _load_strict(monkeypatch, accepted: set[str]):
+def _load_strict(monkeypatch, accepted: set[str] | None):
     """A checkpoint of one renamed norm through a loader that takes only the names in
-    ``accepted``, as ``compare._load`` loads it."""
+    ``accepted`` (None: none, always with one error), as ``compare._load`` loads it."""
     import contextlib
 
     import torch
@@ -429,6 +429,8 @@ def _load_strict(monkeypatch, accepted: set[str]):
             self.input_layernorm = torch.nn.Parameter(torch.zeros(2))
 
         def load_weights(self, weights):
+            if accepted is None:
+                raise ValueError("the same on any name")
             for name, tensor in weights:
                 if name not in accepted:
                     raise ValueError(f"There is no module or parameter named {name!r}")
@@ -464,6 +466,14 @@ def test_a_loader_refusing_both_names_fails_on_the_models_names_first(monkeypatc
     assert "with the names `save_pretrained` writes" in failed.detail
     assert "attention_layer_norm" in failed.detail
     assert refused == ""
+
+
+def test_a_loader_failing_alike_on_both_names_says_it_once(monkeypatch):
+    from prefixlint.introspect.compare.facts import Reason
+
+    _, (failed, _) = _load_strict(monkeypatch, None)
+    assert failed is not None and failed.reason is Reason.LOAD_FAILED
+    assert failed.detail == "ValueError: the same on any name"
 
 
 @pytest.mark.slow

@@ -302,7 +302,8 @@ def _load(
     again = _loaded(model, own, model_config, context, plugin)
     if again is None:
         return None, failed.detail
-    if again.reason is Reason.LOAD_FAILED:  # said first: the names real checkpoints may carry
+    # said first: the names real checkpoints may carry; the other failure where it differs
+    if again.reason is Reason.LOAD_FAILED and again.detail != failed.detail:
         again.detail += f" (with the names `save_pretrained` writes: {failed.detail})"
     return again, ""
 
