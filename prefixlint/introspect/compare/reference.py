@@ -238,6 +238,15 @@ def _checkpoint(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, st
     return {k: v.detach().clone() for k, v in state.items()}, renamed
 
 
+def _sole_names(state: dict[str, torch.Tensor]) -> dict[int, str]:
+    """Each tensor's name by its identity; a tensor held under several names (a shared
+    block) is no renaming of one of them and has none."""
+    counts: dict[int, int] = {}
+    for t in state.values():
+        counts[id(t)] = counts.get(id(t), 0) + 1
+    return {id(t): k for k, t in state.items() if counts[id(t)] == 1}
+
+
 def _own_names(
     original: dict[str, torch.Tensor], reverted: dict[str, torch.Tensor]
 ) -> dict[str, str]:
@@ -249,11 +258,7 @@ def _own_names(
     layer's norms ``input_layernorm``/``post_attention_layernorm``, as the model holds
     them, while ``convert_olmo_hybrid_weights_to_hf.py`` and ``save_pretrained`` write
     ``attention_layer_norm``/``feedforward_layer_norm``."""
-    counts: dict[int, int] = {}
-    for t in original.values():
-        counts[id(t)] = counts.get(id(t), 0) + 1
-    # a tensor held under several names (a shared block) is no renaming of one of them
-    names = {id(t): k for k, t in original.items() if counts[id(t)] == 1}
+    names = _sole_names(original)
     return {k: names[id(t)] for k, t in reverted.items() if names.get(id(t)) not in (None, k)}
 
 
@@ -288,11 +293,7 @@ def _renamed_by_layer_kind(
     (transformers' ``convert_olmo_hybrid_weights_to_hf.py``). A module holding some of a
     conversion's renamed names but not the others is another kind of layer: its names
     stay as the model holds them."""
-    counts: dict[int, int] = {}
-    for t in original.values():
-        counts[id(t)] = counts.get(id(t), 0) + 1
-    # a tensor held under several names (a shared block) is no renaming of one of them
-    names = {id(t): k for k, t in original.items() if counts[id(t)] == 1}
+    names = _sole_names(original)
     moves: dict[str, tuple[str, str, str, str]] = {}  # new key -> (parent, old, new, key)
     for key, tensor in reverted.items():
         old = names.get(id(tensor))
