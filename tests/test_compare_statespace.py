@@ -365,17 +365,10 @@ def test_a_layer_type_the_reference_has_no_mask_for_is_its_other_mapped_type() -
     assert zamba2.layer_types == hybrid
 
 
-def test_the_olmo_hybrid_reference_checkpoint_is_named_as_its_checkpoints() -> None:
-    """As transformers' ``convert_olmo_hybrid_weights_to_hf.py`` writes them: a linear
-    layer's norms ``attention_layer_norm``/``feedforward_layer_norm`` and its convolution as
-    ``q_conv1d``/``k_conv1d``/``v_conv1d``, each as wide as its projection (transformers'
-    revert chunks it evenly); an attention layer's ``post_attention_layernorm`` as it is
-    (transformers' revert renames it too)."""
-    from transformers import OlmoHybridConfig, OlmoHybridForCausalLM
+def _olmo_hybrid_config():
+    from transformers import OlmoHybridConfig
 
-    from prefixlint.introspect.compare.reference import _saved
-
-    config = OlmoHybridConfig(
+    return OlmoHybridConfig(
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
@@ -391,7 +384,21 @@ def test_the_olmo_hybrid_reference_checkpoint_is_named_as_its_checkpoints() -> N
         linear_value_head_dim=16,
         layer_types=["linear_attention", "full_attention"],
     )
-    state = _saved(OlmoHybridForCausalLM(config))
+
+
+def test_the_olmo_hybrid_reference_checkpoint_is_named_as_its_checkpoints() -> None:
+    """As transformers' ``convert_olmo_hybrid_weights_to_hf.py`` writes them: a linear
+    layer's norms ``attention_layer_norm``/``feedforward_layer_norm`` and its convolution as
+    ``q_conv1d``/``k_conv1d``/``v_conv1d``, each as wide as its projection (transformers'
+    revert chunks it evenly); an attention layer's ``post_attention_layernorm`` as it is
+    (transformers' revert renames it too). The two renamed norms come with the names the
+    model holds them under, which the released checkpoints carry (``_own_names``); the
+    convolution's parts, new tensors of a conversion, are no renaming."""
+    from transformers import OlmoHybridForCausalLM
+
+    from prefixlint.introspect.compare.reference import _checkpoint
+
+    state, renamed = _checkpoint(OlmoHybridForCausalLM(_olmo_hybrid_config()))
     linear, attention = "model.layers.0.", "model.layers.1."
     widths = [state[f"{linear}linear_attn.{p}_conv1d.weight"].shape[0] for p in "qkv"]
     assert widths == [32, 32, 64]
@@ -399,19 +406,143 @@ def test_the_olmo_hybrid_reference_checkpoint_is_named_as_its_checkpoints() -> N
         assert f"{linear}{name}.weight" in state
     assert f"{attention}post_attention_layernorm.weight" in state
     assert f"{attention}feedforward_layer_norm.weight" not in state
+    assert renamed == {
+        f"{linear}attention_layer_norm.weight": f"{linear}input_layernorm.weight",
+        f"{linear}feedforward_layer_norm.weight": f"{linear}post_attention_layernorm.weight",
+    }
+
+
+def _load_strict(monkeypatch, accepted: set[str] | None):
+    """A checkpoint of one renamed norm through a loader that takes only the names in
+    ``accepted`` (None: none, always with one error), as ``compare._load`` loads it."""
+    import contextlib
+
+    import torch
+
+    from prefixlint.introspect import vllm_api
+    from prefixlint.introspect.compare import _load
+    from prefixlint.introspect.compare.reference import Reference
+
+    class Strict(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.input_layernorm = torch.nn.Parameter(torch.zeros(2))
+
+        def load_weights(self, weights):
+            if accepted is None:
+                raise ValueError("the same on any name")
+            for name, tensor in weights:
+                if name not in accepted:
+                    raise ValueError(f"There is no module or parameter named {name!r}")
+                self.input_layernorm.data.copy_(tensor)
+            return {"input_layernorm"}
+
+    monkeypatch.setattr(vllm_api, "process_weights_after_loading", lambda: lambda *a: None)
+    model = Strict()
+    ref = Reference(
+        torch.nn.Linear(1, 1),
+        {"attention_layer_norm": torch.ones(2)},
+        renamed={"attention_layer_norm": "input_layernorm"},
+    )
+    return model, _load(model, ref, None, contextlib.nullcontext)
+
+
+def test_a_loader_refusing_a_reverted_renaming_loads_the_names_the_model_holds(monkeypatch):
+    """transformers loads a checkpoint under the name its conversion renames from or the
+    one it renames to, and released checkpoints carry either: a loader that refuses the
+    first takes the second, the refusal kept as a fact (``names_refused``)."""
+    model, (failed, refused) = _load_strict(monkeypatch, {"input_layernorm"})
+    assert failed is None
+    assert "attention_layer_norm" in refused
+    assert model.input_layernorm.data.tolist() == [1.0, 1.0]
+
+
+def test_a_loader_refusing_both_names_fails_on_the_models_names_first(monkeypatch):
+    from prefixlint.introspect.compare.facts import Reason
+
+    _, (failed, refused) = _load_strict(monkeypatch, set())
+    assert failed is not None and failed.reason is Reason.LOAD_FAILED
+    assert failed.detail.startswith("ValueError: There is no module or parameter named 'input_")
+    assert "with the names `save_pretrained` writes" in failed.detail
+    assert "attention_layer_norm" in failed.detail
+    assert refused == ""
+
+
+def test_a_loader_failing_alike_on_both_names_says_it_once(monkeypatch):
+    from prefixlint.introspect.compare.facts import Reason
+
+    _, (failed, _) = _load_strict(monkeypatch, None)
+    assert failed is not None and failed.reason is Reason.LOAD_FAILED
+    assert failed.detail == "ValueError: the same on any name"
 
 
 @pytest.mark.slow
 def test_olmo_hybrid_is_not_run_vllm_refuses_its_checkpoints(worker) -> None:
-    """vLLM 0.32's OLMo-Hybrid loader maps neither ``attention_layer_norm`` nor (for the
-    fused convolution) the shard of ``q_conv1d`` (docs/precision.md): a load failure, said
-    in a PFX600 note, never a PFX609. A vLLM that loads the names makes this fail."""
+    """vLLM 0.32's OLMo-Hybrid loader loses the shard id of every part of its fused
+    convolution (``q_conv1d``..., docs/precision.md), on the released checkpoints' names
+    too: a load failure that names it, said in a PFX600 note, never a PFX609. A vLLM
+    that loads them makes this fail."""
     report = _introspect(worker, "OlmoHybridForCausalLM")
     [result] = report.results
     assert result["compare"]["status"] == "not run", result["compare"]
     assert result["compare"]["reason"] == "load_failed"
-    assert "attention_layer_norm" in result["compare"]["detail"]
+    detail = result["compare"]["detail"]
+    assert detail.startswith("TypeError: list indices must be integers"), detail
     assert not [d for d in report.diagnostics if d.code == "PFX609"]
+
+
+# vLLM's fix of its fused convolution's loader (vllm-project/vllm#55858), in the model
+# file: each part of the convolution goes to the fused parameter with its shard id
+_CONV_SHARDS = """\
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        params = dict(self.named_parameters())
+        convs: set[str] = set()
+
+        def rest():
+            for name, data in self.hf_to_vllm_mapper.apply(weights):
+                shard = getattr(data, "shard_id", None)
+                if name.endswith(".conv1d.weight") and shard is not None:
+                    params[name].weight_loader(params[name], data, shard)
+                    convs.add(name)
+                else:
+                    yield name, data
+
+        return AutoWeightsLoader(self).load_weights(rest()) | convs
+"""
+_AUTO_LOAD = """\
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        loader = AutoWeightsLoader(self)
+        return loader.load_weights(weights, mapper=self.hf_to_vllm_mapper)
+"""
+
+
+def _olmo_hybrid_conv_fixed(text: str) -> str:
+    return _replace("OlmoHybridModel", _AUTO_LOAD, _CONV_SHARDS)(text)
+
+
+@pytest.mark.slow
+def test_olmo_hybrid_with_its_convolution_loaded_compares_equal(worker, tmp_path) -> None:
+    """With the loader's one defect fixed in a copy of the model file, OLMo-Hybrid loads
+    the released checkpoints' names and compares equal, its gated delta rule included."""
+    path, _ = model_copy(tmp_path, "olmo_hybrid.py", _olmo_hybrid_conv_fixed)
+    report = _introspect(worker, f"{path}:OlmoHybridForCausalLM")
+    [result] = report.results
+    assert result["compare"]["status"] == "equal", result["compare"]
+    assert result["compare"]["compared"] >= 30
+    assert "attention_layer_norm" in result["compare"]["names_refused"]
+    assert not [d for d in report.diagnostics if d.code == "PFX609"]
+
+
+@pytest.mark.slow
+def test_a_planted_bug_in_olmo_hybrid_gives_pfx609(worker, tmp_path) -> None:
+    def edit(text: str) -> str:
+        text = _olmo_hybrid_conv_fixed(text)
+        old, new = "self.scaling = self.head_dim**-0.5", "self.scaling = self.head_dim**-0.4"
+        return _replace("OlmoHybridAttention", old, new)(text)
+
+    path, text = model_copy(tmp_path, "olmo_hybrid.py", edit)
+    at = ("OlmoHybridDecoderLayer", "self.self_attn = OlmoHybridAttention(")
+    assert_one_pfx609_at(worker, path, text, "OlmoHybridForCausalLM", at)
 
 
 def test_a_tensor_under_two_names_is_no_renaming() -> None:

@@ -266,10 +266,13 @@ def _loaded_and_run(
     context = _context(real, native)
     pool = pooling.served(plan.model_config, real.model)  # its forward ends at hidden states
     with vllm_api.embedding_adapted(real.model, pool):
-        refused = _load(real.model, ref, plan.model_config, context, reference.out_of_tree(cls))
+        refused, renamed = _load(
+            real.model, ref, plan.model_config, context, reference.out_of_tree(cls)
+        )
     if refused is not None:
         return refused
     result = _run(cls, real, ref, context, (name, pool))
+    result.names_refused = renamed
     # a smaller config's checkpoint does not fit the meta builds: its own model takes them
     result.extras_refused = _probe_extras(real if small else None, builds, ref, pool)
     result.attention = path  # the reference's attention path
@@ -356,17 +359,41 @@ def _eager() -> Any:
 
 def _load(
     model: Any, ref: reference.Reference, model_config: Any, context: Any, plugin: bool = False
-) -> Comparison | None:
+) -> tuple[Comparison | None, str]:
     """The reference checkpoint as ``save_pretrained`` writes it (without the extras: a
     tied head must come from the embedding, as for most tied checkpoints) through the
     model's own ``load_weights``, then the loader's after-loading step and ``eval()``.
-    ``plugin``: a class outside vLLM, whose reference its config's class chose."""
+    ``plugin``: a class outside vLLM, whose reference its config's class chose.
+    A loader that refuses it is given it again with the names transformers' conversion
+    renamed as the model holds them (``reference._own_names``: transformers loads both,
+    and real checkpoints carry either); then the first failure, in words, comes back
+    beside a load that took them."""
     state = {k: v for k, v in ref.checkpoint.items() if k not in ref.extras}
+    failed = _loaded((model, ref.model), state, model_config, context, plugin)
+    own = {ref.renamed.get(k, k): v for k, v in state.items()}
+    if failed is None or failed.reason is not Reason.LOAD_FAILED or own.keys() == state.keys():
+        return failed, ""
+    # the same model: every tensor the first try wrote is written again, with the same values
+    again = _loaded((model, ref.model), own, model_config, context, plugin)
+    if again is None:
+        return None, failed.detail
+    # said first: the names real checkpoints may carry; the other failure where it differs
+    if again.reason is Reason.LOAD_FAILED and again.detail != failed.detail:
+        again.detail += f" (with the names `save_pretrained` writes: {failed.detail})"
+    return again, ""
+
+
+def _loaded(
+    models: tuple[Any, Any], state: dict[str, Any], model_config: Any, context: Any, plugin: bool
+) -> Comparison | None:
+    """``state`` through the model's ``load_weights`` (``_load``; ``models``: it and the
+    reference's model); None when it loaded."""
+    model, reference_model = models
     try:
         with context():
             loaded = model.load_weights(iter(list(state.items())))
             # names transformers reverts ambiguously, placed where the loader takes them
-            state, loaded = renames.placed(model, ref.model, state, loaded)
+            state, loaded = renames.placed(model, reference_model, state, loaded)
             other = _other_format(model, loaded, state, plugin)
             if other is not None:  # its weights stay as built: what it computes says nothing
                 return Comparison.not_run(Reason.OTHER_CHECKPOINT, other)

@@ -101,6 +101,11 @@ class Comparison:
     # guessed sizes transformers' class never reads, set to the size it builds the same
     # tensors with (``widths.py``) while it ran
     aligned: dict[str, int] = field(default_factory=dict)
+    # what the loader raised on the checkpoint's names as ``save_pretrained`` writes them,
+    # where it then took the names transformers' conversion renames as the model holds
+    # them (``reference._own_names``); "" otherwise. A fact, not a finding: real
+    # checkpoints of a family may carry either (docs/compare.md)
+    names_refused: str = ""
 
     @classmethod
     def not_run(cls, reason: Reason, detail: str = "") -> Comparison:
@@ -132,6 +137,8 @@ class Comparison:
             out["own_heads"] = list(self.own_heads)
         if self.aligned:
             out["aligned"] = dict(self.aligned)
+        if self.names_refused:
+            out["names_refused"] = self.names_refused
         if self.first is not None:
             out["first"] = self.first.path
             out["max_abs"] = self.first.max_abs

@@ -33,6 +33,9 @@ class Reference:
     model: nn.Module
     checkpoint: dict[str, torch.Tensor]
     extras: list[str] = field(default_factory=list)  # names added that transformers drops
+    # a checkpoint name -> the name the model holds it under, for each renaming of
+    # transformers' conversion that the checkpoint reverted (``_own_names``)
+    renamed: dict[str, str] = field(default_factory=dict)
 
 
 def reference_class(hf_config: Any, cls: type | None, by_config: bool = True) -> type | None:
@@ -89,9 +92,10 @@ def build(
     if compiled:  # the reference is transformers' code run eagerly, never a compiled graph
         raise RuntimeError(f"`{compiled[0]}` would be torch-compiled (vLLM's decorator)")
     _randomise(model)
-    state = _without_zero_experts(_saved(model), config)
+    saved, renamed = _checkpoint(model)
+    state = _without_zero_experts(saved, config)
     extras = _extras(model, state)
-    return Reference(model, state, extras)
+    return Reference(model, state, extras, {k: v for k, v in renamed.items() if k in state})
 
 
 def kv_heads_as_built(hf_config: Any, model: nn.Module | None) -> Any:
@@ -215,6 +219,11 @@ def _randomise(model: nn.Module) -> None:
 def _saved(model: nn.Module) -> dict[str, torch.Tensor]:
     """What ``save_pretrained`` writes: tied copies dropped, ignored keys dropped,
     transformers' own weight conversions reverted."""
+    return _checkpoint(model)[0]
+
+
+def _checkpoint(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """``_saved``'s checkpoint, and its renamed names (``_own_names``)."""
     from transformers import modeling_utils as mu
 
     state = model.state_dict()  # the tensors themselves: ties are found by identity
@@ -222,11 +231,37 @@ def _saved(model: nn.Module) -> dict[str, torch.Tensor]:
         state.pop(key, None)
     if hasattr(mu, "remove_tied_weights_from_state_dict"):
         state = mu.remove_tied_weights_from_state_dict(state, model)
+    renamed: dict[str, str] = {}
     if hasattr(mu, "revert_weight_conversion"):
-        reverted = mu.revert_weight_conversion(model, dict(state))
-        state = _renamed_by_layer_kind(state, reverted)
+        reverted = _renamed_by_layer_kind(state, mu.revert_weight_conversion(model, dict(state)))
+        renamed = _own_names(state, reverted)
+        state = reverted
         _conv_split_like_projections(model, state)
-    return {k: v.detach().clone() for k, v in state.items()}
+    return {k: v.detach().clone() for k, v in state.items()}, renamed
+
+
+def _sole_names(state: dict[str, torch.Tensor]) -> dict[int, str]:
+    """Each tensor's name by its identity; a tensor held under several names (a shared
+    block) is no renaming of one of them and has none."""
+    counts: dict[int, int] = {}
+    for t in state.values():
+        counts[id(t)] = counts.get(id(t), 0) + 1
+    return {id(t): k for k, t in state.items() if counts[id(t)] == 1}
+
+
+def _own_names(
+    original: dict[str, torch.Tensor], reverted: dict[str, torch.Tensor]
+) -> dict[str, str]:
+    """Each name of ``reverted`` that is a renaming of a tensor ``original`` holds under
+    another name (the same tensor, not a converted one) -> that other name, the model's.
+    transformers loads a checkpoint under either name (its renaming finds nothing to rename
+    in one that names the tensor as the model does), and real checkpoints carry either:
+    OLMo-Hybrid's released ones (``allenai/Olmo-Hybrid-7B``) name a linear-attention
+    layer's norms ``input_layernorm``/``post_attention_layernorm``, as the model holds
+    them, while ``convert_olmo_hybrid_weights_to_hf.py`` and ``save_pretrained`` write
+    ``attention_layer_norm``/``feedforward_layer_norm``."""
+    names = _sole_names(original)
+    return {k: names[id(t)] for k, t in reverted.items() if names.get(id(t)) not in (None, k)}
 
 
 def _without_zero_experts(state: dict[str, torch.Tensor], config: Any) -> dict[str, torch.Tensor]:
@@ -260,11 +295,7 @@ def _renamed_by_layer_kind(
     (transformers' ``convert_olmo_hybrid_weights_to_hf.py``). A module holding some of a
     conversion's renamed names but not the others is another kind of layer: its names
     stay as the model holds them."""
-    counts: dict[int, int] = {}
-    for t in original.values():
-        counts[id(t)] = counts.get(id(t), 0) + 1
-    # a tensor held under several names (a shared block) is no renaming of one of them
-    names = {id(t): k for k, t in original.items() if counts[id(t)] == 1}
+    names = _sole_names(original)
     moves: dict[str, tuple[str, str, str, str]] = {}  # new key -> (parent, old, new, key)
     for key, tensor in reverted.items():
         old = names.get(id(tensor))
