@@ -53,6 +53,7 @@ def comparison_variants(
     ``reference`` class, only the flags and fractions it computes with (a value
     transformers ignores has nothing to be compared with)."""
     from prefixlint.introspect.compare.guesses import transformers_reads
+    from prefixlint.introspect.compare.moved import moved_values
     from prefixlint.introspect.coverage.variants import config_objects, file_facts
 
     config = config_objects(model_config)[0]
@@ -76,6 +77,9 @@ def comparison_variants(
     for kept in getattr(explored, "variants", []):
         if kept.status == "kept" and all(a in own for a in kept.overrides):
             out.append(CompareVariant(dict(kept.overrides), kept.label()))
+    moved = moved_values(config, own, reads, reference)
+    if moved is not None:
+        out.append(CompareVariant(*moved))
     out += _ignored_flags(config, own, reads, reference)
     seen: set[str] = set()
     return [v for v in out if not (v.label in seen or seen.add(v.label))]
