@@ -9,9 +9,9 @@ copy of the installed vLLM's model file (relative imports made absolute, as
 checkpoint dry-run and config exploration on as in ``introspect``'s defaults). The clean
 copy of every file is checked the same way first: a finding it has already is no catch.
 
-A case is *caught* when a new PFX609 error sits in the patched file (at the edited line or
-at the construction line of the first divergent module), *other code* when a new error of
-another code sits there, *elsewhere* when a new error sits in another file, *missed*
+A case is *caught* when a new PFX609 error sits in the patched file (its line is printed
+with the edited line's, to be read: the edited line, or the construction line of the first
+divergent module), *other code* when a new error of another code sits there, *elsewhere* when a new error sits in another file, *missed*
 otherwise. Printed: one row per case, then the totals. No vLLM code is vendored: the
 edits are applied to the installed file, and a case whose ``old`` text is not found fails.
 """
