@@ -178,7 +178,11 @@ def test_an_unchanged_vllm_qwen2_moe_passes_fail_on_warning_under_pp(worker) -> 
     """Issue 40: vLLM's own qwen2_moe.py builds its embedding, final norm and head on every
     stage; vLLM's pipeline-parallel test runs Qwen1.5-MoE so and compares its outputs with
     one GPU's (they match): only memory is spent, so notes, not three warnings."""
-    report = introspect("Qwen2MoeForCausalLM", tp=(1,), pp=(2,), worker=worker, dryrun=False)
+    # the comparison is not this test's subject: its variant ``qkv_bias=False`` differs
+    # on clean Qwen2-MoE (vLLM always builds the biases; docs/precision.md, judged)
+    report = introspect(
+        "Qwen2MoeForCausalLM", tp=(1,), pp=(2,), worker=worker, dryrun=False, compare=False
+    )
     assert report.error is None, report.error
     stages = [d for d in report.diagnostics if d.code == "PFX605"]
     assert len(stages) == 3, [d.message for d in stages]
