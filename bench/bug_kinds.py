@@ -11,8 +11,10 @@ copy of every file is checked the same way first: a finding it has already is no
 
 A case is *caught* when a new PFX609 error sits in the patched file (its line is printed
 with the edited line's, to be read: the edited line, or the construction line of the first
-divergent module), *other code* when a new error of another code sits there, *elsewhere* when a new error sits in another file, *missed*
-otherwise. Printed: one row per case, then the totals. No vLLM code is vendored: the
+divergent module), *caught (warning)* when the new PFX609 there is a warning (a latent
+variant's: docs/precision.md), *other code* when a new error of another code sits there,
+*elsewhere* when a new error sits in another file, *missed* otherwise. Printed: one row
+per case, then the totals. No vLLM code is vendored: the
 edits are applied to the installed file, and a case whose ``old`` text is not found fails.
 """
 
@@ -213,12 +215,18 @@ def _copy(folder: Path, name: str, stem: str, old: str | None, new: str | None) 
 
 
 def _errors(report, path: Path) -> set[tuple[str, str, int]]:
-    """(code, where, line) of every error; ``where`` is ``file`` for the checked file."""
+    """(code, where, line) of every error, and of every PFX609 warning (its code then
+    ``PFX609 (warning)``); ``where`` is ``file`` for the checked file."""
     out = set()
     for d in report.diagnostics:
-        if str(d.severity).lower().endswith("error"):
-            where = "file" if Path(d.filename).name == path.name else Path(d.filename).name
-            out.add((d.code, where, d.location.row))
+        severity = str(d.severity).lower()
+        code = d.code
+        if d.code == "PFX609" and severity.endswith("warning"):
+            code = "PFX609 (warning)"
+        elif not severity.endswith("error"):
+            continue
+        where = "file" if Path(d.filename).name == path.name else Path(d.filename).name
+        out.add((code, where, d.location.row))
     return out
 
 
@@ -230,7 +238,9 @@ def _compared(report) -> bool:
 def _verdict(new: set[tuple[str, str, int]]) -> str:
     if any(code == "PFX609" and where == "file" for code, where, _ in new):
         return "caught"
-    if any(where == "file" for _, where, _ in new):
+    if any(code == "PFX609 (warning)" and where == "file" for code, where, _ in new):
+        return "caught (warning)"
+    if any(where == "file" and not code.endswith("(warning)") for code, where, _ in new):
         return "other code"
     return "elsewhere" if new else "missed"
 

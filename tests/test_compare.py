@@ -86,6 +86,31 @@ def test_the_unit_reports_facts_at_their_line_and_gaps_as_notes() -> None:
     assert not OutputMismatch().findings(Comparison.not_run(Reason.DISABLED), None)
 
 
+def test_a_difference_only_a_latent_variant_shows_is_a_warning() -> None:
+    """A variant of a value the model never reads (or one moved off the constants a model
+    could write) differs only for configs that set it so: a warning, saying so; a variant
+    of a value the model reads that differs at the same line makes it an error."""
+    from prefixlint.introspect.checks.pfx609_output_mismatch import OutputMismatch
+    from prefixlint.introspect.compare.facts import Comparison, Status
+
+    def differing(variant: str, latent: bool) -> Comparison:
+        first = _b("model.layers.0.mlp.experts", 0.3)
+        out = Comparison(Status.DIFFERS, reference="OlmoeForCausalLM", input_ids=(3, 1))
+        out.boundaries, out.first = [first], first
+        out.variant, out.latent = variant, latent
+        return out
+
+    unit, base = OutputMismatch(), Comparison(Status.EQUAL)
+    [latent] = unit.on_variants(base, [differing("norm_topk_prob=True", True)], None)
+    assert (latent.code, latent.severity) == ("PFX609", "warning")
+    assert "never reads" in latent.message
+    assert differing("norm_topk_prob=True", True).to_json()["latent"] is True
+    both = [differing("norm_topk_prob=True", True), differing("attention_bias=True", False)]
+    [merged] = unit.on_variants(base, both, None)
+    assert merged.severity == "error"
+    assert merged.variants == ["norm_topk_prob=True", "attention_bias=True"]
+
+
 def model_copy(folder: Path, name: str, edit) -> tuple[Path, str]:
     """vLLM's ``name`` as an out-of-tree plugin file (relative imports made absolute),
     edited."""

@@ -58,6 +58,9 @@ class OutputMismatch(Check):
     `--no-compare` turns it off. With config exploration on, it runs again on config
     variants the config class declares and the model reads (bias flags, a tied head, a
     partial rotary factor, the explorer's layer patterns); a finding on one names it.
+    A difference only a variant of a flag the model never reads, or of values moved off
+    the constants a model could write (eps, rotary base, a per-layer window), shows is a
+    warning: configs that keep the value the model assumes are unaffected.
     Guessed values transformers' class never reads (AFMoE's `score_func`) are tried with
     the values the model tells apart before a difference is blamed on the model.
 
@@ -105,7 +108,9 @@ class OutputMismatch(Check):
         if comparison.status is not Status.DIFFERS or first is None:
             return notes
         file, line = first.site if first.site[0] else class_site(cls)
-        finding = Finding(CODE, "error", _message(first, comparison), file, line)
+        # a difference only a value no config of the model's may carry shows: latent
+        severity = "warning" if comparison.latent else "error"
+        finding = Finding(CODE, severity, _message(first, comparison), file, line)
         if comparison.variant:
             finding.variants = [comparison.variant]
         return [finding, *notes]
@@ -131,6 +136,8 @@ class OutputMismatch(Check):
                     out.append(finding)
                 else:
                     same.variants.append(comparison.variant)
+                    if finding.severity == "error":  # a variant of a value it reads
+                        same.severity = "error"
         return out
 
     def _ran_on(self, comparison: Comparison, cls: type | None) -> list[Finding]:
@@ -177,6 +184,11 @@ def _message(first: Boundary, comparison: Comparison) -> str:
         else ""
     )
     on = f" on config variant {comparison.variant}" if comparison.variant else ""
+    if comparison.latent:
+        on += (
+            " (a value the model never reads, or one moved off the constants a model could "
+            "write: configs that keep the value it assumes are unaffected)"
+        )
     guessed = ", ".join(f"`{k}={v!r}`" for k, v in comparison.assumed.items())
     if guessed:  # guesses transformers never reads; no value of them made it agree
         on += f" (with {guessed}, guessed, unread by transformers; no other value agrees)"

@@ -106,6 +106,9 @@ class Comparison:
     # them (``reference._own_names``); "" otherwise. A fact, not a finding: real
     # checkpoints of a family may carry either (docs/compare.md)
     names_refused: str = ""
+    # ran on a variant of a value the model never reads or one moved off the constants a
+    # model could write (``CompareVariant.latent``)
+    latent: bool = False
 
     @classmethod
     def not_run(cls, reason: Reason, detail: str = "") -> Comparison:
@@ -125,6 +128,8 @@ class Comparison:
             out["assumed"] = {k: repr(v) for k, v in self.assumed.items()}
         if self.variant:
             out["variant"] = self.variant
+        if self.latent:
+            out["latent"] = True
         if self.attention != "eager":
             out["reference_attention"] = self.attention
         if self.smaller:

@@ -44,6 +44,10 @@ _WHAT_IS_RETURNED = ("use_cache", "output_", "return_")
 class CompareVariant:
     overrides: dict[str, Any]
     label: str  # what a person reads: ``attention_bias=True``
+    # a value the model's files never read, or moved off the constants a model could
+    # write (``moved.py``): a difference on it is latent for every config that keeps the
+    # value the model assumes, so its PFX609 is a warning (docs/precision.md)
+    latent: bool = False
 
 
 def comparison_variants(
@@ -79,7 +83,7 @@ def comparison_variants(
             out.append(CompareVariant(dict(kept.overrides), kept.label()))
     moved = moved_values(config, own, reads, reference)
     if moved is not None:
-        out.append(CompareVariant(*moved))
+        out.append(CompareVariant(*moved, latent=True))
     out += _ignored_flags(config, own, reads, reference)
     seen: set[str] = set()
     return [v for v in out if not (v.label in seen or seen.add(v.label))]
@@ -103,7 +107,8 @@ def _ignored_flags(
             continue
         value = _value(config, attr)
         if isinstance(value, bool) and transformers_reads(reference, attr):
-            out.append(_variant(config, attr, not value))
+            flipped = _variant(config, attr, not value)
+            out.append(CompareVariant(flipped.overrides, flipped.label, latent=True))
     return out
 
 
@@ -214,6 +219,6 @@ def compare_variants(
             if not ok:
                 continue
             result = compare(cls, plan, builds, True, synthesised)
-        result.variant = variant.label
+        result.variant, result.latent = variant.label, variant.latent
         out.append(result)
     return out
