@@ -277,9 +277,23 @@ def _persists(found: list[Boundary], i: int, tolerance: float) -> bool:
     enclosing = [b for b in later if here.path.startswith(b.path + ".")]
     if any(not b.differs(tolerance) for b in enclosing):
         return False  # the block around it agrees: it splits its work otherwise
+    block = here.path.rpartition(".")[0]
     for after in later:
         if after.input_rel is None and after.path not in ENDS:
             continue  # reads token ids (Gemma's per-layer embedding): not downstream of it
+        if _beside(after, block, tolerance):
+            continue
         if after not in enclosing:
             return after.differs(tolerance) or not after.input_agrees(tolerance)
     return True  # the last boundary (the logits, a pooling model's output)
+
+
+def _beside(after: Boundary, block: str, tolerance: float) -> bool:
+    """``after`` runs beside the module, in the same block, without reading its output:
+    its input and output agree while a module before it in that block differs (GPT-J's
+    MLP next to its attention, both on the layer's normed input: a parallel block's MLP
+    says nothing of whether the attention's difference persists; the next layer does).
+    Only inside a layer or a block of one: at the model's own level (its embedding next
+    to its layers) an agreeing layer is a consumer of a split otherwise (Gemma's scale)."""
+    inside = "." in block and after.path.startswith(block + ".")
+    return inside and not after.differs(tolerance) and after.input_agrees(tolerance)
