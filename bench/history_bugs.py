@@ -155,7 +155,12 @@ CASES = [
         "MoE expert weights loaded into the wrong shard",
         "phimoe.py",
         "PhiMoEForCausalLM",
-        (('            ckpt_names=("w1", "w2", "w3"),\n', '            ckpt_names=("w3", "w2", "w1"),\n'),),
+        (
+            (
+                '            ckpt_names=("w1", "w2", "w3"),\n',
+                '            ckpt_names=("w3", "w2", "w1"),\n',
+            ),
+        ),
         ("PhiMoE", "self.experts = FusedMoEFactory("),
         # Phi-3.5-MoE's config sets both bias flags; phimoe.py builds the biases whatever
         # they say (docs/precision.md: a true difference on transformers' defaults)
@@ -270,8 +275,11 @@ def main() -> None:
                 path, _ = plugin_copy(folder, None, case.file)
                 clean_errors[case.file], seconds = run(path, case.arch, args.quick, config)
                 for d in clean_errors[case.file]:
-                    print(f"  clean {case.file}: {d['code']} line {d['location']['row']}: "
-                          f"{d['message'][:150]}", flush=True)
+                    print(
+                        f"  clean {case.file}: {d['code']} line {d['location']['row']}: "
+                        f"{d['message'][:150]}",
+                        flush=True,
+                    )
             path, text = plugin_copy(folder, case, case.file)
             errors, seconds = run(path, case.arch, args.quick, config)
             result, what = verdict(case, text, errors, clean_errors[case.file])
@@ -281,7 +289,8 @@ def main() -> None:
                 print(f"    {d['code']} line {d['location']['row']}: {d['message'][:200]}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    counts = {r: sum(1 for row in rows if row[1] == r) for r in ("caught", "caught elsewhere", "missed")}
+    kinds = ("caught", "caught elsewhere", "missed")
+    counts = {r: sum(1 for row in rows if row[1] == r) for r in kinds}
     print(f"\n{len(rows)} cases: " + ", ".join(f"{n} {r}" for r, n in counts.items()))
     print(f"clean copies with an error: {sum(1 for e in clean_errors.values() if e)}")
     print(f"total {time.monotonic() - start:.0f}s")

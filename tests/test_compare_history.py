@@ -58,7 +58,7 @@ def test_a_module_of_a_parallel_block_is_where_the_difference_starts() -> None:
     ]
     assert first_divergent(found, 1e-3).path == f"{h0}.attn"
     # the attention's difference gone by the next layer: the layer is not blamed on it
-    gone = found[:8] + [_b("transformer.h.1.ln_1", 0.0), _b("logits", 0.0, None)]
+    gone = [*found[:8], _b("transformer.h.1.ln_1", 0.0), _b("logits", 0.0, None)]
     first = first_divergent(gone, 1e-3)
     assert first is None or first.path != f"{h0}.attn"
 
