@@ -145,7 +145,7 @@ CASES = [
                 "            is_neox_style=is_neox_style,\n",
             ),
         ),
-        ("LlamaAttention", "self.rotary_emb = get_rope("),
+        ("LlamaDecoderLayer", "self.self_attn = attn_layer_type("),
     ),
     # Phi-3.5-MoE produced weird strings: its experts' checkpoint names were loaded into
     # the wrong shards after a loader refactor, https://github.com/vllm-project/vllm/pull/8293

@@ -1,9 +1,11 @@
 """Gaps found by re-creating real, fixed vLLM bugs (``bench/history_bugs.py``).
 
-Fast: the comparison's smaller config keeps a partial rotary dimension of two pairs at
+Fast: a linear rope-scaling variant where the config holds the default rope; the
+comparison's smaller config keeps a partial rotary dimension of two pairs at
 least; a module of a parallel block (GPT-J's attention beside its MLP) is where the
 difference starts, while an embedding split otherwise than transformers' is still not.
-Slow (real vLLM, one worker): GPT-J's rotary embedding of the NeoX layout (vLLM's bug
+Slow (real vLLM, one worker): llama.py dropping the rope scaling (Aquila2-16K, issue
+1436) differs on that variant; GPT-J's rotary embedding of the NeoX layout (vLLM's bug
 until pull 941) gives PFX609 at the attention's line; clean GPT-J compares equal."""
 
 from __future__ import annotations
@@ -101,3 +103,56 @@ def test_gpt_j_s_rotation_of_the_neox_layout_differs_at_the_attention(worker, tm
         found,
         [d.message for d in report.diagnostics],
     )
+
+
+def test_a_linear_rope_scaling_variant_where_the_config_holds_the_default_rope() -> None:
+    from transformers import Gemma3TextConfig, LlamaConfig
+
+    from prefixlint.introspect.compare.variants import comparison_variants
+
+    def variants(config, name: str) -> dict:
+        model_config = SimpleNamespace(hf_config=config, hf_text_config=config)
+        found = comparison_variants(model_config, [_file(name)], None)
+        return {v.label: v.overrides for v in found}
+
+    llama = variants(LlamaConfig(), "llama.py")
+    scaled = llama["rope_parameters.rope_type=linear"]["rope_parameters"]
+    assert scaled["rope_type"] == "linear" and scaled["factor"] == 2.0
+    assert scaled["rope_theta"] == LlamaConfig().rope_parameters["rope_theta"]
+    # per-layer-type rope parameters (Gemma 3's sliding and full attention): none
+    gemma3 = variants(Gemma3TextConfig(), "gemma3.py")
+    assert not [x for x in gemma3 if "rope_type" in x]
+    # a config that scales already is compared as it is
+    linear = LlamaConfig(rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 1e4})
+    assert not [x for x in variants(linear, "llama.py") if "rope_type" in x]
+
+
+def _file(name: str) -> str:
+    from tests.conftest import VLLM
+
+    assert VLLM is not None
+    return str(VLLM / "model_executor" / "models" / name)
+
+
+ROPE = 'rope_parameters=getattr(config, "rope_parameters", None),\n            is_neox_style'
+DEFAULT_ROPE = (
+    'rope_parameters={"rope_type": "default", '
+    '"rope_theta": config.rope_parameters["rope_theta"]},\n            is_neox_style'
+)
+
+
+@pytest.mark.slow
+def test_a_rope_scaling_dropped_differs_on_the_scaled_variant(worker, tmp_path) -> None:
+    """llama.py's rotary embedding built with the default rope whatever the config
+    scales: equal on the synthesised config, PFX609 on the linear-scaling variant at
+    the attention's line."""
+    from prefixlint.introspect import introspect
+
+    path, text = model_copy(tmp_path, "llama.py", _replace("LlamaAttention", ROPE, DEFAULT_ROPE))
+    report = introspect(f"{path}:LlamaForCausalLM", tp=(1,), pp=(1,), worker=worker, dryrun=False)
+    [result] = report.results
+    assert result["compare"]["status"] == "equal", result["compare"]
+    line = _line(text, "LlamaDecoderLayer", "self.self_attn = attn_layer_type(")
+    found = [(d.location.row, d.message) for d in report.diagnostics if d.code == "PFX609"]
+    assert [row for row, _ in found] == [line], found
+    assert "rope_parameters.rope_type=linear" in found[0][1]
