@@ -161,7 +161,7 @@ CASES = [
                 '            ckpt_names=("w3", "w2", "w1"),\n',
             ),
         ),
-        ("PhiMoE", "self.experts = FusedMoEFactory("),
+        ("PhiMoEDecoderLayer", "self.block_sparse_moe = PhiMoE("),
         # Phi-3.5-MoE's config sets both bias flags; phimoe.py builds the biases whatever
         # they say (docs/precision.md: a true difference on transformers' defaults)
         {"model_type": "phimoe", "attention_bias": True, "lm_head_bias": True},

@@ -156,3 +156,18 @@ def test_a_rope_scaling_dropped_differs_on_the_scaled_variant(worker, tmp_path) 
     found = [(d.location.row, d.message) for d in report.diagnostics if d.code == "PFX609"]
     assert [row for row, _ in found] == [line], found
     assert "rope_parameters.rope_type=linear" in found[0][1]
+
+
+def test_a_module_is_matched_by_the_name_its_renamed_weights_are_saved_under() -> None:
+    """transformers 5 names Mixtral's and PhiMoE's MoE block ``mlp``; the checkpoint
+    saves its gate under ``block_sparse_moe`` (PhiMoE's ``router`` as ``gate``). The block
+    is found where its weights are saved, segment for segment; a conversion that drops
+    a segment (HY V4's ``hc_pre``) says nothing of where a module went."""
+    from prefixlint.introspect.compare.boundaries import _saved_as
+
+    saved = {"model.layers.0.block_sparse_moe.gate.weight": "model.layers.0.mlp.router.weight"}
+    assert _saved_as("model.layers.0.mlp", saved) == "model.layers.0.block_sparse_moe"
+    assert _saved_as("model.layers.0.mlp.router", saved) == "model.layers.0.block_sparse_moe.gate"
+    assert _saved_as("model.layers.0.self_attn", saved) is None
+    dropped = {"model.layers.0.hc_attn.fn": "model.layers.0.hc_pre.hc_attn.fn"}
+    assert _saved_as("model.layers.0.hc_pre", dropped) is None
