@@ -174,9 +174,10 @@ PLANTED = [
         "MixtralMoE",
         "renormalize=True",
         "renormalize=False",
-        # transformers 5 names the block `mlp` (the checkpoint `block_sparse_moe`): no
-        # module of its matches vLLM's block by name, the decoder layer is the first
-        ("MixtralModel", "lambda prefix: MixtralDecoderLayer("),
+        # transformers 5 names the block `mlp`, the checkpoint `block_sparse_moe`: the
+        # block is matched by the name its renamed gate is saved under (the decoder
+        # layer was the first before: bench/history_bugs.py)
+        ("MixtralDecoderLayer", "self.block_sparse_moe = MixtralMoE("),
     ),
     (
         "qwen2_moe.py",

@@ -81,7 +81,8 @@ def test_models_of_vllm_s_transformers_backend_compare_equal(worker, arch) -> No
 def test_the_comparison_s_smaller_config_keeps_the_relations_and_restores_everything() -> None:
     """GPT-J's default names its sizes ``n_embd``/``n_head``/``n_layer`` (synthesis keeps
     4096 wide): the comparison's own sizes shrink them, keep the partial rotary dimension's
-    fraction of the head size, and are set only inside the context."""
+    fraction of the head size (of two pairs at least), and are set only inside the
+    context."""
     from types import SimpleNamespace
 
     from transformers import DbrxConfig, GPTJConfig
@@ -91,7 +92,9 @@ def test_the_comparison_s_smaller_config_keeps_the_relations_and_restores_everyt
     config = GPTJConfig(vocab_size=512)
     model_config = SimpleNamespace(hf_config=config, hf_text_config=config)
     values = smaller.overrides(model_config)
-    assert values == {"n_embd": 128, "n_head": 16, "n_layer": 2, "rotary_dim": 2}  # 64/256 = 2/8
+    # 64/256 of the head is 2/8: one pair, which every rotary layout turns alike; two
+    # pairs at least (tests/test_compare_history.py)
+    assert values == {"n_embd": 128, "n_head": 16, "n_layer": 2, "rotary_dim": 4}
     before = dict(vars(config))
     with smaller.applied(model_config, values) as ok:
         assert ok and (config.hidden_size, config.n_head, config.n_layer) == (128, 16, 2)

@@ -161,9 +161,11 @@ def test_architectures_too_large_before_compare_equal(worker, arch) -> None:
 @pytest.mark.slow
 def test_a_bug_planted_in_longcat_s_moe_gives_pfx609_at_its_layer(worker, tmp_path) -> None:
     """The routed weights renormalised (LongCat's are not): found on the smaller config,
-    through the zero-expert router's reference. transformers names no module of its MoE
-    block as vLLM does (``mlp``): the decoder layer is the first compared boundary."""
+    through the zero-expert router's reference, at the MoE block. Its shortcut MoE runs
+    beside the layer's second attention and MLPs, which agree: the layer was blamed until
+    a module beside a differing one stopped counting as the difference gone
+    (``boundaries._beside``, tests/test_compare_history.py)."""
     edit = _replace("LongcatMoe", "renormalize=False", "renormalize=True")
     path, text = model_copy(tmp_path, "longcat_flash.py", edit)
-    at = ("FlashModel", "lambda prefix: FlashDecoderLayer(")
+    at = ("FlashDecoderLayer", "self.mlp = LongcatMoe(")
     assert_one_pfx609_at(worker, path, text, "LongcatFlashForCausalLM", at)

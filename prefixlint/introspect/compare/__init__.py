@@ -451,7 +451,7 @@ def _run(
     pooling model (its forward's output is compared, no logits: ``pooling.py``)."""
     name, pool = named
     model = real.model
-    names = boundaries.matched(model, ref.model, cls, pool)
+    names = boundaries.matched(model, ref.model, cls, pool, ref.renamed)
     if not names:
         return Comparison.not_run(Reason.NOTHING_MATCHED)
     vocab = int(getattr(ref.model.config, "vocab_size", 0) or 0) or 32

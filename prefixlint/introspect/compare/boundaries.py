@@ -21,7 +21,11 @@ ENDS = (LOGITS, OUTPUT)
 
 
 def matched(
-    model: nn.Module, reference: nn.Module, cls: type | None, pooling: bool = False
+    model: nn.Module,
+    reference: nn.Module,
+    cls: type | None,
+    pooling: bool = False,
+    saved: dict[str, str] | None = None,
 ) -> dict[str, tuple[str, ...]]:
     """vLLM module path -> transformers module paths, matched by the checkpoint name: a
     transformers module's weights, mapped by the class's ``hf_to_vllm_mapper``, land in
@@ -29,7 +33,10 @@ def matched(
     (``qkv_proj``) gets its parts in the order of ``packed_modules_mapping``, whose outputs
     it computes side by side at tp=1. A ``pooling`` model's loader takes a base model's
     names (no ``model.``) under its ``model`` (vLLM's embedding adapter and BERT's
-    embedding model add the prefix where no name has it): so do its boundaries."""
+    embedding model add the prefix where no name has it): so do its boundaries. ``saved``
+    (a checkpoint name -> the reference's own name, for the names transformers' conversion
+    renames) gives a module whose own name no vLLM module has the name its weights are
+    saved under (transformers 5's Mixtral-style ``mlp``, saved as ``block_sparse_moe``)."""
     ours = [name for name, _ in model.named_modules() if name]  # parents first
     present = set(ours)
     # vLLM's Transformers backend makes its mapper per model, in ``__init__``
@@ -46,6 +53,9 @@ def matched(
             path = f"model.{path}"
         if path not in present:
             path = _nested(model, path, present)
+        if path not in present and (where := _saved_as(name, saved or {})) is not None:
+            mapped = vllm_name(owner, f"{where}.weight")
+            path = mapped.removesuffix(".weight") if mapped.endswith(".weight") else where
         theirs.setdefault(path, []).append(name)
     packed = getattr(model, "packed_modules_mapping", None) or {}
     known = {n for n, _ in reference.named_modules()}
@@ -63,6 +73,20 @@ def matched(
         if len(names) == 1:
             out[path] = (names[0],)
     return out
+
+
+def _saved_as(module: str, saved: dict[str, str]) -> str | None:
+    """The name the checkpoint saves the reference's ``module`` under, from a weight of it
+    that transformers' conversion renames segment for segment (Mixtral's
+    ``...mlp.gate.weight`` saved as ``...block_sparse_moe.gate.weight``, PhiMoE's
+    ``...mlp.router.weight`` as ``...block_sparse_moe.gate.weight``: the module ``...mlp``
+    is ``...block_sparse_moe``); None when none is (a conversion that moves or drops a
+    segment says nothing of where a module went)."""
+    depth = module.count(".") + 1
+    for name, own in saved.items():
+        if own.startswith(module + ".") and name.count(".") == own.count("."):
+            return ".".join(name.split(".")[:depth])
+    return None
 
 
 def _nested(model: nn.Module, path: str, present: set[str]) -> str:
@@ -277,9 +301,23 @@ def _persists(found: list[Boundary], i: int, tolerance: float) -> bool:
     enclosing = [b for b in later if here.path.startswith(b.path + ".")]
     if any(not b.differs(tolerance) for b in enclosing):
         return False  # the block around it agrees: it splits its work otherwise
+    block = here.path.rpartition(".")[0]
     for after in later:
         if after.input_rel is None and after.path not in ENDS:
             continue  # reads token ids (Gemma's per-layer embedding): not downstream of it
+        if _beside(after, block, tolerance):
+            continue
         if after not in enclosing:
             return after.differs(tolerance) or not after.input_agrees(tolerance)
     return True  # the last boundary (the logits, a pooling model's output)
+
+
+def _beside(after: Boundary, block: str, tolerance: float) -> bool:
+    """``after`` runs beside the module, in the same block, without reading its output:
+    its input and output agree while a module before it in that block differs (GPT-J's
+    MLP next to its attention, both on the layer's normed input: a parallel block's MLP
+    says nothing of whether the attention's difference persists; the next layer does).
+    Only inside a layer or a block of one: at the model's own level (its embedding next
+    to its layers) an agreeing layer is a consumer of a split otherwise (Gemma's scale)."""
+    inside = "." in block and after.path.startswith(block + ".")
+    return inside and not after.differs(tolerance) and after.input_agrees(tolerance)

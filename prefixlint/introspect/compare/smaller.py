@@ -75,11 +75,19 @@ def _narrower(config: Any, hidden: int, heads: int) -> dict[str, Any]:
         elif name in widths and value > 0:
             out[name] = _scaled(value, ratio)
         elif name in ROTARY and value > 0:
-            fraction = value / (hidden / heads)
-            out[name] = max(2, round(fraction * HIDDEN / HEADS / 2) * 2)
+            out[name] = _rotary_size(value / (hidden / heads))
     for name in _aliases(config, "num_attention_heads"):
         out[name] = HEADS
     return out
+
+
+def _rotary_size(fraction: float) -> int:
+    """A partial rotary dimension of ``fraction`` of the smaller head, of two pairs at
+    least: one pair rotates alike in every layout, so a rotation of the wrong layout
+    (GPT-J's pairs of neighbours turned into NeoX's halves) would agree with the
+    reference (GPT-J's 64 of 256 became 2 of 8)."""
+    head = HIDDEN // HEADS
+    return min(head, max(4, round(fraction * head / 2) * 2))
 
 
 def _widths(config: Any) -> set[str]:

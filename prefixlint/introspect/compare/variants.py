@@ -75,9 +75,9 @@ def comparison_variants(
         value = _value(config, attr)
         if _fraction(attr, value):
             out.append(_variant(config, attr, 0.5 if value == 1 else 1.0))
-    rotary = _rotary(config, reads)
-    if rotary is not None:
-        out.append(rotary)
+    for rope in (_rotary(config, reads), _scaled_rope(config, reads)):
+        if rope is not None:
+            out.append(rope)
     for kept in getattr(explored, "variants", []):
         if kept.status == "kept" and all(a in own for a in kept.overrides):
             out.append(CompareVariant(dict(kept.overrides), kept.label()))
@@ -144,6 +144,20 @@ def _rotary(config: Any, reads: set[str]) -> CompareVariant | None:
     return CompareVariant(
         {"rope_parameters": {**current, _ROTARY: value}}, f"rope_parameters.{_ROTARY}={value}"
     )
+
+
+def _scaled_rope(config: Any, reads: set[str]) -> CompareVariant | None:
+    """Linear rope scaling (``rope_type="linear"``, factor 2) where the config holds the
+    default rope in one ``rope_parameters`` and the model passes it on: a model that drops
+    the scaling (vLLM's llama.py for Aquila2-16K, issue 1436) agrees on the default rope,
+    and rotates every position but 0 otherwise on a checkpoint that scales."""
+    current = _value(config, "rope_parameters")
+    if "rope_parameters" not in reads or not isinstance(current, dict):
+        return None
+    if current.get("rope_type", "default") != "default" or "rope_theta" not in current:
+        return None  # another scaling already, or per-layer-type parameters (Gemma 3)
+    scaled = {**current, "rope_type": "linear", "factor": 2.0}
+    return CompareVariant({"rope_parameters": scaled}, "rope_parameters.rope_type=linear")
 
 
 def _variant(config: Any, attr: str, value: Any) -> CompareVariant:
