@@ -86,6 +86,23 @@ def test_an_embedding_split_otherwise_is_still_not_where_a_later_difference_star
     assert first_divergent(found, 1e-3).path == "model.layers.1.mlp"
 
 
+def test_an_embedding_split_otherwise_inside_a_stack_is_not_where_the_logits_differ() -> None:
+    """Gemma 3n's embedding sits in a stack (``model.self_decoder``), not in a layer: its
+    scale split otherwise, every layer after it agreeing, is not run beside them; the
+    difference that persists is the logits' (the zoo blamed the embedding, 91%)."""
+    from prefixlint.introspect.compare.boundaries import first_divergent
+
+    stack = "model.self_decoder"
+    found = [
+        _b(f"{stack}.embed_tokens", 0.9, None),
+        _b(f"{stack}.layers.0.input_layernorm", 0.0),
+        _b(f"{stack}.layers.0", 0.0),
+        _b(f"{stack}.layers.1", 0.0),
+        _b("logits", 0.25, None),
+    ]
+    assert first_divergent(found, 1e-3).path == "logits"
+
+
 @pytest.mark.slow
 def test_gpt_j_s_rotation_of_the_neox_layout_differs_at_the_attention(worker, tmp_path) -> None:
     """vLLM's GPT-J rotated the two halves of each head (NeoX) instead of neighbouring

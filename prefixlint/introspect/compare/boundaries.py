@@ -317,7 +317,9 @@ def _beside(after: Boundary, block: str, tolerance: float) -> bool:
     its input and output agree while a module before it in that block differs (GPT-J's
     MLP next to its attention, both on the layer's normed input: a parallel block's MLP
     says nothing of whether the attention's difference persists; the next layer does).
-    Only inside a layer or a block of one: at the model's own level (its embedding next
-    to its layers) an agreeing layer is a consumer of a split otherwise (Gemma's scale)."""
-    inside = "." in block and after.path.startswith(block + ".")
+    Only inside a layer (a path through a numbered layer list) or a block of one: at the
+    model's own level, or a stack's (Gemma 3n's ``self_decoder``: its embedding next to
+    its layers), an agreeing layer is a consumer of a split otherwise (Gemma's scale)."""
+    layer = any(part.isdigit() for part in block.split("."))
+    inside = layer and after.path.startswith(block + ".")
     return inside and not after.differs(tolerance) and after.input_agrees(tolerance)
