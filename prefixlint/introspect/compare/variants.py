@@ -36,8 +36,6 @@ MAX_VARIANTS = 6
 _FRACTION_WORDS = ("factor", "ratio", "fraction", "pct", "percent")
 _ROTARY = "partial_rotary_factor"
 _GENERIC_KEPT = frozenset({"tie_word_embeddings"})  # generic, yet it changes the model
-# flags that choose what a forward returns or caches, not what it computes
-_WHAT_IS_RETURNED = ("use_cache", "output_", "return_")
 
 
 @dataclass(frozen=True)
@@ -84,32 +82,8 @@ def comparison_variants(
     moved = moved_values(config, own, reads, reference)
     if moved is not None:
         out.append(CompareVariant(*moved, latent=True))
-    out += _ignored_flags(config, own, reads, reference)
     seen: set[str] = set()
     return [v for v in out if not (v.label in seen or seen.add(v.label))]
-
-
-def _ignored_flags(
-    config: Any, own: frozenset[str], reads: set[str], reference: type | None
-) -> list[CompareVariant]:
-    """The flags of the class's own that transformers' reference computes with and the
-    model's files never read, flipped, after every other variant. A model that ignores
-    such a flag (``renormalize=False`` written where ``config.norm_topk_prob`` was) has
-    nothing left to read, so a variant of the model's reads never tries it; the reference
-    still honours it, and the variant shows the model's outputs do not follow it."""
-    from prefixlint.introspect.compare.guesses import transformers_reads
-
-    if reference is None:
-        return []
-    out = []
-    for attr in sorted(own - reads):
-        if attr.startswith(_WHAT_IS_RETURNED):
-            continue
-        value = _value(config, attr)
-        if isinstance(value, bool) and transformers_reads(reference, attr):
-            flipped = _variant(config, attr, not value)
-            out.append(CompareVariant(flipped.overrides, flipped.label, latent=True))
-    return out
 
 
 def _value(config: Any, attr: str) -> Any:
