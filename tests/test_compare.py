@@ -87,9 +87,9 @@ def test_the_unit_reports_facts_at_their_line_and_gaps_as_notes() -> None:
 
 
 def test_a_difference_only_a_latent_variant_shows_is_a_warning() -> None:
-    """A variant of a value the model never reads (or one moved off the constants a model
-    could write) differs only for configs that set it so: a warning, saying so; a variant
-    of a value the model reads that differs at the same line makes it an error."""
+    """A variant of values moved off the constants a model could write differs only for
+    configs that set them so: a warning, saying so; a variant of a value the model reads
+    that differs at the same line makes it an error."""
     from prefixlint.introspect.checks.pfx609_output_mismatch import OutputMismatch
     from prefixlint.introspect.compare.facts import Comparison, Status
 
@@ -101,14 +101,15 @@ def test_a_difference_only_a_latent_variant_shows_is_a_warning() -> None:
         return out
 
     unit, base = OutputMismatch(), Comparison(Status.EQUAL)
-    [latent] = unit.on_variants(base, [differing("norm_topk_prob=True", True)], None)
+    moved = "rms_norm_eps=0.01"
+    [latent] = unit.on_variants(base, [differing(moved, True)], None)
     assert (latent.code, latent.severity) == ("PFX609", "warning")
-    assert "never reads" in latent.message
-    assert differing("norm_topk_prob=True", True).to_json()["latent"] is True
-    both = [differing("norm_topk_prob=True", True), differing("attention_bias=True", False)]
+    assert "moved off the constants" in latent.message
+    assert differing(moved, True).to_json()["latent"] is True
+    both = [differing(moved, True), differing("attention_bias=True", False)]
     [merged] = unit.on_variants(base, both, None)
     assert merged.severity == "error"
-    assert merged.variants == ["norm_topk_prob=True", "attention_bias=True"]
+    assert merged.variants == [moved, "attention_bias=True"]
 
 
 def model_copy(folder: Path, name: str, edit) -> tuple[Path, str]:

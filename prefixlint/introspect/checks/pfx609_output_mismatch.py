@@ -58,9 +58,9 @@ class OutputMismatch(Check):
     `--no-compare` turns it off. With config exploration on, it runs again on config
     variants the config class declares and the model reads (bias flags, a tied head, a
     partial rotary factor, the explorer's layer patterns); a finding on one names it.
-    A difference only a variant of a flag the model never reads, or of values moved off
-    the constants a model could write (eps, rotary base, a per-layer window), shows is a
-    warning: configs that keep the value the model assumes are unaffected.
+    A difference only the variant of values moved off the constants a model could write
+    (eps, rotary base, a per-layer window) shows is a warning: configs that keep the
+    value the model assumes are unaffected.
     Guessed values transformers' class never reads (AFMoE's `score_func`) are tried with
     the values the model tells apart before a difference is blamed on the model.
 
@@ -186,8 +186,8 @@ def _message(first: Boundary, comparison: Comparison) -> str:
     on = f" on config variant {comparison.variant}" if comparison.variant else ""
     if comparison.latent:
         on += (
-            " (a value the model never reads, or one moved off the constants a model could "
-            "write: configs that keep the value it assumes are unaffected)"
+            " (values moved off the constants a model could write: configs that keep the "
+            "values it assumes are unaffected)"
         )
     guessed = ", ".join(f"`{k}={v!r}`" for k, v in comparison.assumed.items())
     if guessed:  # guesses transformers never reads; no value of them made it agree

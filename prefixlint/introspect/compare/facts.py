@@ -106,8 +106,8 @@ class Comparison:
     # them (``reference._own_names``); "" otherwise. A fact, not a finding: real
     # checkpoints of a family may carry either (docs/compare.md)
     names_refused: str = ""
-    # ran on a variant of a value the model never reads or one moved off the constants a
-    # model could write (``CompareVariant.latent``)
+    # ran on a variant of values moved off the constants a model could write
+    # (``CompareVariant.latent``)
     latent: bool = False
 
     @classmethod

@@ -42,9 +42,9 @@ _GENERIC_KEPT = frozenset({"tie_word_embeddings"})  # generic, yet it changes th
 class CompareVariant:
     overrides: dict[str, Any]
     label: str  # what a person reads: ``attention_bias=True``
-    # a value the model's files never read, or moved off the constants a model could
-    # write (``moved.py``): a difference on it is latent for every config that keeps the
-    # value the model assumes, so its PFX609 is a warning (docs/precision.md)
+    # values moved off the constants a model could write (``moved.py``): a difference on
+    # it is latent for every config that keeps the value the model assumes, so its
+    # PFX609 is a warning (docs/precision.md)
     latent: bool = False
 
 
