@@ -241,25 +241,30 @@ def _own_heads_words(comparison: Comparison) -> str:
 
 def _derived_words(comparison: Comparison) -> str:
     """Per-layer lists as transformers' config class derives them (``layerlists.py``)."""
-    if not comparison.derived:
-        return ""
-    values = ", ".join(f"`{k}={v!r}`" for k, v in comparison.derived.items())
-    return (
-        f"not verified: the comparison with transformers ran with {values}, as "
-        f"`{comparison.reference}`'s config class derives it for this many layers: "
-        "the synthesised config's shrunk list, which the model never reads, is "
-        "not compared; give a checkpoint's config with --config"
+    return _ran_with(
+        comparison.derived,
+        f"as `{comparison.reference}`'s config class derives it for this many layers: the "
+        "synthesised config's shrunk list, which the model never reads, is not compared",
     )
 
 
 def _aligned_words(comparison: Comparison) -> str:
     """Guessed sizes set to transformers' for the same tensors (``widths.py``)."""
-    if not comparison.aligned:
+    return _ran_with(
+        comparison.aligned,
+        f"the size `{comparison.reference}` builds the same tensors with from an attribute "
+        "of its own: the synthesised config guessed it and transformers never reads it, so "
+        "another value is not compared",
+    )
+
+
+def _ran_with(values: dict[str, Any], why: str) -> str:
+    """A note that the comparison ran with ``values`` of its own, and ``why``; "" when
+    there are none."""
+    if not values:
         return ""
-    values = ", ".join(f"`{k}={v!r}`" for k, v in comparison.aligned.items())
+    shown = ", ".join(f"`{k}={v!r}`" for k, v in values.items())
     return (
-        f"not verified: the comparison with transformers ran with {values}, the size "
-        f"`{comparison.reference}` builds the same tensors with from an attribute of its "
-        "own: the synthesised config guessed it and transformers never reads it, so "
-        "another value is not compared; give a checkpoint's config with --config"
+        f"not verified: the comparison with transformers ran with {shown}, {why}; give a "
+        "checkpoint's config with --config"
     )
