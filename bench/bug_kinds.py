@@ -288,7 +288,7 @@ def main() -> None:
                 counts[verdict] = counts.get(verdict, 0) + 1
                 where = ", ".join(f"{c}@{w}:{r}" for c, w, r in sorted(new_errors)) or "-"
                 print(
-                    f"{case_id:<28} {verdict:<10} {time.perf_counter() - t0:>5.1f}s "
+                    f"{case_id:<28} {verdict:<16} {time.perf_counter() - t0:>5.1f}s "
                     f"edit@{edited} {where}  [{kind}]",
                     flush=True,
                 )
