@@ -5,10 +5,13 @@ runs, so no worker is stopped and no report is written. Inside ``stop_on_signals
 first SIGINT or SIGTERM raises ``KeyboardInterrupt`` in the main thread (the commands'
 interrupted path: workers closed, what finished reported); later ones while the command
 shuts down are ignored with a line on stderr, so a second Ctrl-C cannot cut the report
-short. Once a signal has arrived they stay ignored after the block too: the command is
-ending, and a second signal landing between the block's end and the exit must not turn
-the interrupted exit (2) into a death by signal. (A worker outlives nothing in any case:
-see ``watchdog.py``.)
+short. Once a signal has arrived they stay ignored after the block too, by the operating
+system (``SIG_IGN``): the command is ending, and a second signal landing between the
+block's end and the exit must not turn the interrupted exit (2) into a death by signal.
+A Python handler would not do: the interpreter's finalization puts the default action
+back for every signal with a Python handler (``_PySignal_Fini``), and a Ctrl-C in that
+window killed the process (the CI's -2). (A worker outlives nothing in any case: see
+``watchdog.py``.)
 """
 
 from __future__ import annotations
@@ -54,6 +57,6 @@ def stop_on_signals() -> Iterator[Stopping]:
     try:
         yield state
     finally:
-        if not state.signalled:  # interrupted: the process is ending, keep ignoring
-            for sig, old in previous.items():
-                signal.signal(sig, old)
+        for sig, old in previous.items():
+            # interrupted: the process is ending; ignored at the OS level, through exit
+            signal.signal(sig, signal.SIG_IGN if state.signalled else old)
