@@ -216,14 +216,10 @@ def _randomise(model: nn.Module) -> None:
                 p.add_(torch.randn(p.shape, generator=generator) * VECTOR_NOISE)
 
 
-def _saved(model: nn.Module) -> dict[str, torch.Tensor]:
-    """What ``save_pretrained`` writes: tied copies dropped, ignored keys dropped,
-    transformers' own weight conversions reverted."""
-    return _checkpoint(model)[0]
-
-
 def _checkpoint(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """``_saved``'s checkpoint, and its renamed names (``_own_names``)."""
+    """What ``save_pretrained`` writes (tied copies dropped, ignored keys dropped,
+    transformers' own weight conversions reverted), and its renamed names
+    (``_own_names``)."""
     from transformers import modeling_utils as mu
 
     state = model.state_dict()  # the tensors themselves: ties are found by identity
