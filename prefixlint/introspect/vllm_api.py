@@ -596,6 +596,14 @@ def mla_attention_class() -> type | None:
     return None
 
 
+def logits_processor_class() -> type | None:
+    """vLLM's ``LogitsProcessor`` (the module a model builds to turn the head's output into
+    logits: scale, soft-cap, vocabulary padding); None in a layout without it."""
+    module = _module("vllm.model_executor.layers.logits_processor")
+    cls = getattr(module, "LogitsProcessor", None) if module else None
+    return cls if isinstance(cls, type) else None
+
+
 def forward_context() -> Any:
     """``set_forward_context(attn_metadata, vllm_config)`` (``vllm.forward_context``, 0.32
     and 0.33): the context a model's forward reads its layers from (MoE layers find

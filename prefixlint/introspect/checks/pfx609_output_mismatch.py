@@ -44,7 +44,9 @@ class OutputMismatch(Check):
     vLLM defers the residual add), attention, MLP, norms, and the logits. The first module
     whose output differs by more than 1e-3 of its largest value while its input agrees is
     reported at the line of the model that built it. Logits that differ after an agreeing
-    final norm point at the head or `compute_logits`. The facts come from
+    final norm are placed at the part that differs: the head (its weight or bias) at the
+    line that built it, the logits processor (a scale, a soft-cap) at its line, or the
+    model's `compute_logits` at its `def`. The facts come from
     `introspect/compare/`; docs/compare.md gives the design and the tolerance.
 
     ## Details
@@ -165,12 +167,11 @@ class OutputMismatch(Check):
 
 def _message(first: Boundary, comparison: Comparison) -> str:
     ids = list(comparison.input_ids[:_SHOWN_IDS])
-    what = (
-        "the logits differ from transformers' while the final hidden states agree: the "
-        "head or `compute_logits`"
-        if first.path == "logits"
-        else f"`{first.path}` computes other values than transformers' {_named(first)}"
-    )
+    what = f"`{first.path}` computes other values than transformers' {_named(first)}"
+    if first.path == "logits":  # the part at fault where it was told (compare/logits.py)
+        what = "the logits differ from transformers' while the final hidden states agree: " + (
+            first.blame or "the head or `compute_logits`"
+        )
     if first.detail:  # no tensor differs, a size does (compare/rotary.py)
         on = f" on config variant {comparison.variant}" if comparison.variant else ""
         return (

@@ -21,6 +21,7 @@ from prefixlint.introspect.compare import (
     experts,
     guesses,
     layerlists,
+    logits,
     mla,
     pooling,
     reference,
@@ -459,17 +460,17 @@ def _run(
     ids = torch.randint(0, vocab, (TOKENS,), generator=generator)
     if pool:
         ids = pooling.without_padding(ids, ref.model.config)
-    ours, theirs = boundaries.Seen(), boundaries.Seen()
+    ours, theirs, head = boundaries.Seen(), boundaries.Seen(), logits.Seen()
     try:
-        hidden, logits = _forward(real, ids, names, ours, context, pool)
+        hidden, computed = _forward(real, ids, names, (ours, head), context, pool)
     except Exception as e:
         return _failed(Reason.FORWARD_FAILED, e)
     try:
-        out, rotary_sizes, last = _reference_forward(ref.model, ids, names, theirs, pool)
+        out, rotary_sizes, last = _reference_forward(ref.model, ids, names, (theirs, head), pool)
     except Exception as e:
         return Comparison.not_run(Reason.REFERENCE_FAILED, f"{name}: {_words(e)}{unset.said(e)}")
-    if isinstance(logits, torch.Tensor) and getattr(out, "logits", None) is not None:
-        ours.outputs[boundaries.LOGITS] = logits.float()
+    if isinstance(computed, torch.Tensor) and getattr(out, "logits", None) is not None:
+        ours.outputs[boundaries.LOGITS] = computed.float()
         theirs.outputs[boundaries.LOGITS] = out.logits.float()
     heads = pooling.own_heads(model, names) if pool and reference.out_of_tree(cls) else []
     if pool and isinstance(hidden, torch.Tensor) and not heads:  # as the pooler gets it
@@ -483,6 +484,9 @@ def _run(
     sizes = rotary.ours(model)  # weightless, so compared by size (rotary.py)
     found = rotary.with_sizes(found, sizes, rotary_sizes, _sites(real, dict.fromkeys(sizes)))
     first = boundaries.first_divergent(found, TOLERANCE)
+    if first is not None and first.path == boundaries.LOGITS:  # which part of the logits
+        given = (hidden, computed)
+        first = logits.placed(first, head, given, model, _module_sites(real), TOLERANCE)
     status = Status.DIFFERS if first is not None else Status.EQUAL
     result = Comparison(
         status, reference=name, input_ids=tuple(int(i) for i in ids), boundaries=found
@@ -495,13 +499,15 @@ def _forward(
     real: Any,
     ids: torch.Tensor,
     names: dict[str, tuple[str, ...]],
-    ours: boundaries.Seen,
+    seen: tuple[boundaries.Seen, logits.Seen],
     context: Any,
     pool: bool,
 ) -> tuple[Any, Any]:
     """The model's forward over ``ids`` at positions 0.., hooked: (its output, the logits;
-    None for a pooling model, which has no logits)."""
+    None for a pooling model, which has no logits); ``seen``: the modules' and the logits
+    processor's records."""
     model = real.model
+    ours, head = seen
     with (
         context(),
         vllm_api.forward_context()(None, real.vllm_config),
@@ -510,20 +516,22 @@ def _forward(
         mla.reference_mla(mla.learnable_sinks(model)),
         routing.reference_routing(),
         boundaries.hooked(model, {p: boundaries.key(v) for p, v in names.items()}, ours),
+        logits.watched(model, head),
     ):
         # a clone: BERT's embedding clears the token-type bits of its ids in place
         hidden = model(input_ids=ids.clone(), positions=torch.arange(TOKENS))
-        logits = None if pool else model.compute_logits(hidden)
-    return hidden, logits
+        computed = None if pool else model.compute_logits(hidden)
+    return hidden, computed
 
 
 def _reference_forward(
-    ref: Any, ids: torch.Tensor, names: dict[str, tuple[str, ...]], theirs: Any, pool: bool
+    ref: Any, ids: torch.Tensor, names: dict[str, tuple[str, ...]], seen: Any, pool: bool
 ) -> tuple[Any, dict, dict[str, torch.Tensor]]:
     """transformers' forward over ``ids``, hooked: (its output, the rotary sizes it used,
     its base model's last hidden state). A pooling model's reference numbers its positions
     itself, as a user calls it (RoBERTa's start after its padding index); a generative one
     gets positions 0.. as before."""
+    theirs, head = seen
     parts = {p: p for v in names.values() for p in v}
     given = {} if pool else {"position_ids": torch.arange(TOKENS)[None]}
     with (
@@ -532,6 +540,7 @@ def _reference_forward(
         boundaries.hooked(ref, parts, theirs),
         rotary.reference_sizes(ref) as rotary_sizes,
         pooling.last_hidden(ref) as last,
+        logits.reference_head(ref, head),
     ):
         out = ref(input_ids=ids[None], use_cache=False, **given)
     boundaries.join_parts(theirs, names)
@@ -542,12 +551,7 @@ def _sites(build: Any, names: dict[str, str]) -> dict[str, tuple[str, int]]:
     """The model's line that built each compared module (the recorder's), for the
     logits the head's, and for a pooling model's output its backbone's (the model's
     child that holds the compared modules)."""
-    # a layer a vLLM factory builds (FusedMoEFactory) is recorded at the model's line too
-    by_module = {
-        id(r.module): (r.site_file, r.site_line)
-        for r in build.recorder.records.values()
-        if r.site_file
-    }
+    by_module = _module_sites(build)
     out = {}
     backbones = dict.fromkeys(p.split(".", 1)[0] for p in names if "." in p)
     for path in [*names, "lm_head", *backbones]:
@@ -561,6 +565,16 @@ def _sites(build: Any, names: dict[str, str]) -> dict[str, tuple[str, int]]:
     if backbone is not None:
         out[boundaries.OUTPUT] = backbone
     return out
+
+
+def _module_sites(build: Any) -> dict[int, tuple[str, int]]:
+    """id of each module the recorder saw built -> the model's line that built it."""
+    # a layer a vLLM factory builds (FusedMoEFactory) is recorded at the model's line too
+    return {
+        id(r.module): (r.site_file, r.site_line)
+        for r in build.recorder.records.values()
+        if r.site_file
+    }
 
 
 def _failed(reason: Reason, error: BaseException | None) -> Comparison:

@@ -58,6 +58,8 @@ class Boundary:
     site: tuple[str, int] = ("", 0)  # the model's line that built it
     # what differs in words, where it is no tensor (a rotary embedding's size, rotary.py)
     detail: str = ""
+    # the logits only: which part of computing them differs, in words (``logits.py``)
+    blame: str = ""
 
     def differs(self, tolerance: float) -> bool:
         return self.max_rel > tolerance
