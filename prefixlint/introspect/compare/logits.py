@@ -55,11 +55,12 @@ def watched(model: nn.Module, seen: Seen) -> Iterator[None]:
         given.update(kwargs)
         head, hidden = given.get("lm_head"), given.get("hidden_states")
         if isinstance(head, nn.Module) and isinstance(hidden, torch.Tensor):
-            seen.processor, seen.head, seen.hidden = module, head, hidden.detach().float()
+            seen.processor, seen.head = module, head
+            seen.hidden = hidden.detach().float().clone()
             bias = given.get("embedding_bias")
             seen.bias = bias.detach().float() if isinstance(bias, torch.Tensor) else None
             if isinstance(output, torch.Tensor):
-                seen.processed = output.detach().float()
+                seen.processed = output.detach().float().clone()  # kept from in-place edits
 
     for module in model.modules() if cls is not None else ():
         if isinstance(module, cls):
