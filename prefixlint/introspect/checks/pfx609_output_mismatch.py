@@ -168,9 +168,10 @@ class OutputMismatch(Check):
 def _message(first: Boundary, comparison: Comparison) -> str:
     ids = list(comparison.input_ids[:_SHOWN_IDS])
     what = f"`{first.path}` computes other values than transformers' {_named(first)}"
-    if first.path == "logits":  # the part at fault where it was told (compare/logits.py)
-        what = "the logits differ from transformers' while the final hidden states agree: " + (
-            first.blame or "the head or `compute_logits`"
+    if first.path == "logits":  # the part at fault, in words, where told (compare/logits.py)
+        what = first.blame or (
+            "the logits differ from transformers' while the final hidden states agree: the "
+            "head or `compute_logits`"
         )
     if first.detail:  # no tensor differs, a size does (compare/rotary.py)
         on = f" on config variant {comparison.variant}" if comparison.variant else ""

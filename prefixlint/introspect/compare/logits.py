@@ -27,6 +27,8 @@ from prefixlint.introspect import vllm_api
 from prefixlint.introspect.compare.boundaries import difference
 from prefixlint.introspect.compare.facts import Boundary
 
+_AGREE = "the logits differ from transformers' while the final hidden states agree: "
+
 
 @dataclass
 class Seen:
@@ -113,14 +115,14 @@ def placed(
     if not close(seen.hidden, seen.reference_in):
         if close(seen.hidden, hidden):  # the model's output, given on as it is
             words = (
-                "the hidden states given to the head differ from those transformers' head "
-                "gets, though the compared modules agree: a difference no compared module "
-                "shows (the model's output)"
+                "the logits differ from transformers', and so do the hidden states the head "
+                "is given (the model's output), which no compared module's difference "
+                "accounts for"
             )
             return replace(first, blame=words)
         words = (
-            "`compute_logits` gives the head other hidden states than the model's output, "
-            "and transformers' head gets other ones"
+            f"{_AGREE}`compute_logits` gives the head other hidden states than the model's "
+            "output, and transformers' head gets other ones"
         )
         return replace(first, site=_method_site(model), blame=words)
     ours = F.linear(seen.hidden, weight.detach().float(), seen.bias)
@@ -130,25 +132,25 @@ def placed(
             with_own = F.linear(seen.hidden, weight.detach().float(), own.detach().float())
             if close(with_own, seen.reference_out):
                 words = (
-                    f"`compute_logits` does not pass the head `{head}`'s bias to the logits "
-                    "processor: with it, the head's output agrees with transformers'"
+                    f"{_AGREE}`compute_logits` does not pass the head `{head}`'s bias to the "
+                    "logits processor: with it, the head's output agrees with transformers'"
                 )
                 return replace(first, site=_method_site(model), blame=words)
         words = (
-            f"the head `{head}` gives other values than transformers' head from the same "
+            f"{_AGREE}the head `{head}` gives other values than transformers' head from the same "
             "hidden states: its weight (not tied, loaded or laid out wrong) or its bias"
         )
         return replace(first, site=sites.get(id(seen.head), first.site), blame=words)
     if seen.processed is not None and not close(logits, seen.processed):
         words = (
-            f"the head `{head}` agrees with transformers'; `compute_logits` changes the "
+            f"{_AGREE}the head `{head}` agrees with transformers'; `compute_logits` changes the "
             "logits processor's output after it, and the result differs"
         )
         return replace(first, site=_method_site(model), blame=words)
     name = _name(model, seen.processor)
     words = (
-        f"the head `{head}` agrees with transformers'; the logits processor `{name}` computes "
-        "other logits from its output: its scale, soft-cap or vocabulary"
+        f"{_AGREE}the head `{head}` agrees with transformers'; the logits processor `{name}` "
+        "computes other logits from its output: its scale, soft-cap or vocabulary"
     )
     return replace(first, site=sites.get(id(seen.processor), first.site), blame=words)
 
