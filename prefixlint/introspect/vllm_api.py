@@ -95,16 +95,14 @@ def config_registry() -> Any:
     """vLLM's model type -> config class table (``_CONFIG_REGISTRY`` in
     ``transformers_utils.config``, 0.32 and 0.33); empty where a release moved it, so
     synthesis falls back on transformers' classes alone."""
-    module = _module("vllm.transformers_utils.config")
-    table = getattr(module, "_CONFIG_REGISTRY", None) if module else None
+    table = getattr(_module("vllm.transformers_utils.config"), "_CONFIG_REGISTRY", None)
     return table if table is not None else {}
 
 
 def architecture_model_types() -> dict[str, str]:
     """vLLM's architecture -> model type table (``_ARCHITECTURE_TO_MODEL_TYPE``, 0.32
     and 0.33); empty where a release moved it (transformers' mappings still answer)."""
-    module = _module("vllm.transformers_utils.config")
-    table = getattr(module, "_ARCHITECTURE_TO_MODEL_TYPE", None) if module else None
+    table = getattr(_module("vllm.transformers_utils.config"), "_ARCHITECTURE_TO_MODEL_TYPE", None)
     return table if isinstance(table, dict) else {}
 
 
@@ -242,8 +240,7 @@ def config_field_aliases() -> dict[str, tuple[str, ...]]:
     (``"num_experts_per_token": ("num_experts_per_tok", ..., "top_k")``). 0.33 keeps it
     in ``vllm.transformers_utils.config.CONFIG_FIELD_ALIASES``; 0.32 has none (its call
     sites pass literal lists)."""
-    module = _module("vllm.transformers_utils.config")
-    table = getattr(module, "CONFIG_FIELD_ALIASES", None) if module else None
+    table = getattr(_module("vllm.transformers_utils.config"), "CONFIG_FIELD_ALIASES", None)
     if not isinstance(table, dict):
         return {}
     return {str(k): tuple(v) for k, v in table.items() if isinstance(v, (list, tuple))}
@@ -348,8 +345,7 @@ def set_default_torch_dtype() -> Any:
 def rope_cache() -> dict | None:
     """``get_rope``'s memo of rotary modules (``_ROPE_DICT``, 0.32 and 0.33): cleared
     per build, or a second build would reuse the first one's modules unrecorded."""
-    module = _module("vllm.model_executor.layers.rotary_embedding")
-    cache = getattr(module, "_ROPE_DICT", None) if module else None
+    cache = getattr(_module("vllm.model_executor.layers.rotary_embedding"), "_ROPE_DICT", None)
     return cache if isinstance(cache, dict) else None
 
 
@@ -546,8 +542,7 @@ _STATESPACE_MODULES = {
 def statespace_layer(name: str) -> type | None:
     """vLLM's state-space layer class ``name`` (``MambaMixer``, ``MambaMixer2``,
     ``ShortConv``), or None in a layout without it."""
-    module = _module(_STATESPACE_MODULES.get(name, ""))
-    found = getattr(module, name, None) if module else None
+    found = getattr(_module(_STATESPACE_MODULES.get(name, "")), name, None)
     return found if isinstance(found, type) else None
 
 
@@ -589,18 +584,16 @@ def mla_attention_class() -> type | None:
         "vllm.model_executor.layers.attention.mla_attention",
         "vllm.attention.layer",
     ):
-        module = _module(path)
-        cls = getattr(module, "MLAAttention", None) if module else None
+        cls = getattr(_module(path), "MLAAttention", None)
         if isinstance(cls, type):
             return cls
     return None
 
 
 def logits_processor_class() -> type | None:
-    """vLLM's ``LogitsProcessor`` (the module a model builds to turn the head's output into
-    logits: scale, soft-cap, vocabulary padding); None in a layout without it."""
-    module = _module("vllm.model_executor.layers.logits_processor")
-    cls = getattr(module, "LogitsProcessor", None) if module else None
+    """vLLM's ``LogitsProcessor`` (the head's output to logits: scale, soft-cap, padding;
+    0.32, 0.33); None in a layout without it."""
+    cls = getattr(_module("vllm.model_executor.layers.logits_processor"), "LogitsProcessor", None)
     return cls if isinstance(cls, type) else None
 
 
@@ -800,8 +793,7 @@ def embedding_adapted(model: Any, on: bool = True) -> Iterator[None]:
 def is_pooling_model(model: Any) -> bool:
     """vLLM's own test of a pooling model class or instance (``vllm.model_executor.models.
     is_pooling_model``, 0.32 and 0.33; its ``is_pooling_model`` attribute otherwise)."""
-    module = _module("vllm.model_executor.models")
-    test = getattr(module, "is_pooling_model", None) if module else None
+    test = getattr(_module("vllm.model_executor.models"), "is_pooling_model", None)
     if callable(test):
         with contextlib.suppress(Exception):
             return bool(test(model))
