@@ -65,6 +65,14 @@ def test_a_wrong_head_weight_is_the_head() -> None:
     assert found.site == ("m.py", 10) and "the head `lm_head`" in found.blame, found
 
 
+def test_a_head_that_does_not_fit_the_hidden_states_is_the_head() -> None:
+    seen, model, sites, given, _ = _records()
+    seen.head = nn.Linear(VOCAB, HIDDEN, bias=False)  # its weight laid out transposed
+    sites[id(seen.head)] = ("m.py", 30)
+    found = _placed(seen, model, sites, given)
+    assert found.site == ("m.py", 30) and "its weight" in found.blame, found
+
+
 def test_a_scale_after_an_agreeing_head_is_the_logits_processor() -> None:
     found = _placed(*_records(scale=0.5)[:4])
     assert found.site == ("m.py", 20) and "logits processor" in found.blame, found

@@ -125,17 +125,15 @@ def placed(
             "output, and transformers' head gets other ones"
         )
         return replace(first, site=_method_site(model), blame=words)
-    ours = F.linear(seen.hidden, weight.detach().float(), seen.bias)
-    if not close(ours, seen.reference_out):
+    if not close(_linear(seen.hidden, weight, seen.bias), seen.reference_out):
         own = getattr(seen.head, "bias", None)
-        if seen.bias is None and isinstance(own, torch.Tensor):
-            with_own = F.linear(seen.hidden, weight.detach().float(), own.detach().float())
-            if close(with_own, seen.reference_out):
-                words = (
-                    f"{_AGREE}`compute_logits` does not pass the head `{head}`'s bias to the "
-                    "logits processor: with it, the head's output agrees with transformers'"
-                )
-                return replace(first, site=_method_site(model), blame=words)
+        passed = seen.bias is not None or not isinstance(own, torch.Tensor)
+        if not passed and close(_linear(seen.hidden, weight, own), seen.reference_out):
+            words = (
+                f"{_AGREE}`compute_logits` does not pass the head `{head}`'s bias to the "
+                "logits processor: with it, the head's output agrees with transformers'"
+            )
+            return replace(first, site=_method_site(model), blame=words)
         words = (
             f"{_AGREE}the head `{head}` gives other values than transformers' head from the same "
             "hidden states: its weight (not tied, loaded or laid out wrong) or its bias"
@@ -153,6 +151,16 @@ def placed(
         "computes other logits from its output: its scale, soft-cap or vocabulary"
     )
     return replace(first, site=sites.get(id(seen.processor), first.site), blame=words)
+
+
+def _linear(hidden: Any, weight: torch.Tensor, bias: Any) -> torch.Tensor | None:
+    """The head as vLLM's unquantized head computes it; None where the weight (or bias)
+    does not fit the hidden states (a head laid out transposed)."""
+    try:
+        b = bias.detach().float() if isinstance(bias, torch.Tensor) else None
+        return F.linear(hidden, weight.detach().float(), b)
+    except RuntimeError:
+        return None
 
 
 def _close(tolerance: float) -> Any:
