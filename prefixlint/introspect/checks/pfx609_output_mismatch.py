@@ -7,7 +7,14 @@ from typing import Any, ClassVar
 from prefixlint.codes import NOT_VERIFIED_CODE
 from prefixlint.diagnostic import NOT_VERIFIED
 from prefixlint.introspect.checks.base import Case, Check
-from prefixlint.introspect.compare.facts import Boundary, Comparison, Reason, Status
+from prefixlint.introspect.compare.facts import (
+    TIGHT_INPUT,
+    TOLERANCE,
+    Boundary,
+    Comparison,
+    Reason,
+    Status,
+)
 from prefixlint.introspect.finding import Finding, class_site
 
 CODE = "PFX609"
@@ -43,10 +50,12 @@ class OutputMismatch(Check):
     through `hf_to_vllm_mapper`): embeddings, each decoder layer (`hidden + residual` where
     vLLM defers the residual add), attention, MLP, norms, and the logits. The first module
     whose output differs by more than 1e-3 of its largest value while its input agrees is
-    reported at the line of the model that built it. Logits that differ after an agreeing
-    final norm are placed at the part that differs: the head (its weight or bias) at the
-    line that built it, the logits processor (a scale, a soft-cap) at its line, or the
-    model's `compute_logits` at its `def`. The facts come from
+    reported at the line of the model that built it; where none does, the first whose
+    output differs by more than 4e-5 while its input agrees to 2e-6 (float32's noise: an
+    activation's approximation swapped). Logits that differ after an agreeing final norm
+    are placed at the part that differs: the head (its weight or bias) at the line that
+    built it, the logits processor (a scale, a soft-cap) at its line, or the model's
+    `compute_logits` at its `def`. The facts come from
     `introspect/compare/`; docs/compare.md gives the design and the tolerance.
 
     ## Details
@@ -194,10 +203,16 @@ def _message(first: Boundary, comparison: Comparison) -> str:
     guessed = ", ".join(f"`{k}={v!r}`" for k, v in comparison.assumed.items())
     if guessed:  # guesses transformers never reads; no value of them made it agree
         on += f" (with {guessed}, guessed, unread by transformers; no other value agrees)"
+    tolerance = _percent(comparison.tolerance)
+    if comparison.tolerance < TOLERANCE:  # the tight tier (facts.py)
+        tolerance += (
+            f", where its input agrees to {_percent(TIGHT_INPUT)}: small but systematic, "
+            "far above float32's noise"
+        )
     return (
         f"{what}{agrees}{on}: max |difference| {first.max_abs:.3g} "
         f"({_percent(first.max_rel)} of "
-        f"its largest value; tolerance {_percent(comparison.tolerance)}), same weights "
+        f"its largest value; tolerance {tolerance}), same weights "
         f"(`{comparison.reference}`'s checkpoint through `load_weights`), float32 on the CPU, "
         f"input ids {ids} at positions 0..{len(comparison.input_ids) - 1}"
     )

@@ -289,6 +289,23 @@ def first_divergent(found: list[Boundary], tolerance: float) -> Boundary | None:
     return (started or persisting or [None])[0]
 
 
+def first_tight(found: list[Boundary], tolerance: float, given: float) -> Boundary | None:
+    """The first boundary whose difference beyond ``tolerance`` persists and whose input
+    agrees to ``given``, far below it: a small, systematic difference a module adds to
+    an input that agrees to the float32 noise (an activation's approximation swapped). A
+    boundary without a compared input (an embedding, the logits) is one only where every
+    boundary before it agrees to ``given``. Never the first that merely persists: a
+    difference that grew through earlier modules within the noise is no start."""
+    for i, here in enumerate(found):
+        if here.input_rel is None:
+            given_agrees = all(b.max_rel <= given for b in found[:i])
+        else:
+            given_agrees = here.input_rel <= given
+        if given_agrees and _persists(found, i, tolerance):
+            return here
+    return None
+
+
 def _persists(found: list[Boundary], i: int, tolerance: float) -> bool:
     """``found[i]`` diverges, no enclosing boundary (its block, its decoder layer) agrees,
     and the next boundary completed after it that does not contain it diverges too, in
