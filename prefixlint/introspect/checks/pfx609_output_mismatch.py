@@ -120,14 +120,19 @@ class OutputMismatch(Check):
     ) -> list[Finding]:
         """PFX609 of the config variants' comparisons (``compare/variants.py``), one per
         line of the model not already reported on the config itself; a later variant
-        differing at the same line adds its name. A variant that could not run gives no
+        differing at the same line adds its name. A variant whose checkpoint (transformers'
+        of the variant's config) the model's loader refuses, where the config itself
+        loaded, is one too: the model builds that module otherwise than transformers for
+        a config it reads (``_refused``). A variant that could not run otherwise gives no
         note: the variant is prefixlint's, listed in the JSON."""
         seen = {(f.file, f.line) for f in self.findings(base, cls) if f.code == CODE}
         out: list[Finding] = []
         for comparison in variants:
-            if comparison.status is not Status.DIFFERS:
-                continue
-            for finding in self.findings(comparison, cls):
+            refused = _refused(base, comparison, cls)
+            found = [refused] if refused else []
+            if comparison.status is Status.DIFFERS:
+                found = self.findings(comparison, cls)
+            for finding in found:
                 key = (finding.file, finding.line)
                 if finding.code != CODE or key in seen:
                     continue
@@ -199,6 +204,30 @@ def _message(first: Boundary, comparison: Comparison) -> str:
         f"(`{comparison.reference}`'s checkpoint through `load_weights`), float32 on the CPU, "
         f"input ids {ids} at positions 0..{len(comparison.input_ids) - 1}"
     )
+
+
+def _refused(base: Comparison, variant: Comparison, cls: type | None) -> Finding | None:
+    """PFX609 for a variant whose load of transformers' checkpoint failed where the
+    config itself loaded (it ran, equal or not): at the line that built the module the
+    refused tensor falls under (``compare/refusal.py``), else at the class."""
+    refusal = variant.refusal
+    if variant.reason is not Reason.LOAD_FAILED or base.status is Status.NOT_RUN:
+        return None
+    file, line = refusal.site if refusal is not None and refusal.site[0] else class_site(cls)
+    where = (
+        f"`{refusal.tensor}` (into `{refusal.module or 'the model'}`: {refusal.said})"
+        if refusal is not None
+        else f"it ({variant.detail})"
+    )
+    message = (
+        f"on config variant {variant.variant}, the model's `load_weights` refuses "
+        f"transformers' checkpoint of that config at {where}, while the config itself "
+        f"loads and runs: the model builds this module otherwise than "
+        f"`{variant.reference or 'transformers'}` for a config it serves"
+    )
+    finding = Finding(CODE, "warning" if variant.latent else "error", message, file, line)
+    finding.variants = [variant.variant]
+    return finding
 
 
 def _named(first: Boundary) -> str:

@@ -109,6 +109,12 @@ class Comparison:
     # ran on a variant of values moved off the constants a model could write
     # (``CompareVariant.latent``)
     latent: bool = False
+    # where the model's loader refused transformers' checkpoint of this config, for a
+    # LOAD_FAILED (``refusal.py``): the tensor, the module, the line that built it
+    refusal: Any = None
+    # KV head counts the comparison's own config set apart from the query heads
+    # (``kvheads.py``), {} where none was or transformers' class refused it
+    grouped: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def not_run(cls, reason: Reason, detail: str = "") -> Comparison:
@@ -144,6 +150,10 @@ class Comparison:
             out["aligned"] = dict(self.aligned)
         if self.names_refused:
             out["names_refused"] = self.names_refused
+        if self.refusal is not None:
+            out["refused_at"] = {"tensor": self.refusal.tensor, "module": self.refusal.module}
+        if self.grouped:
+            out["grouped"] = dict(self.grouped)
         if self.first is not None:
             out["first"] = self.first.path
             out["max_abs"] = self.first.max_abs

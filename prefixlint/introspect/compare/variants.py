@@ -12,6 +12,9 @@ its class declares and the model reads:
   (0, 1]), and the ``partial_rotary_factor`` inside ``rope_parameters`` where the class
   declares one there and the model reads ``rope_parameters``: 1 becomes 0.5, less than 1
   becomes 1;
+- the layer schedules transformers' class compares with a layer index (``schedules.py``:
+  ``mlp_only_layers``, ``decoder_sparse_step``, ``first_k_dense_replace``), moved, whether
+  the model reads them or not;
 - the config explorer's kept variants (``coverage/variants.py``: layer-type patterns, MoE
   layer schedules, optional sizes) whose attributes the class declares.
 
@@ -56,6 +59,7 @@ def comparison_variants(
     transformers ignores has nothing to be compared with)."""
     from prefixlint.introspect.compare.guesses import transformers_reads
     from prefixlint.introspect.compare.moved import moved_values
+    from prefixlint.introspect.compare.schedules import schedule_overrides
     from prefixlint.introspect.coverage.variants import config_objects, file_facts
 
     config = config_objects(model_config)[0]
@@ -76,6 +80,9 @@ def comparison_variants(
     for rope in (_rotary(config, reads), _scaled_rope(config, reads)):
         if rope is not None:
             out.append(rope)
+    if reference is not None:  # schedules transformers reads, whether the model does or not
+        for values in schedule_overrides(config, own, reference):
+            out.append(_variant(config, *next(iter(values.items()))))
     for kept in getattr(explored, "variants", []):
         if kept.status == "kept" and all(a in own for a in kept.overrides):
             out.append(CompareVariant(dict(kept.overrides), kept.label()))
