@@ -213,12 +213,10 @@ def _refused(base: Comparison, variant: Comparison, cls: type | None) -> Finding
     refusal = variant.refusal
     if variant.reason is not Reason.LOAD_FAILED or base.status is Status.NOT_RUN:
         return None
-    file, line = refusal.site if refusal is not None and refusal.site[0] else class_site(cls)
-    where = (
-        f"`{refusal.tensor}` (into `{refusal.module or 'the model'}`: {refusal.said})"
-        if refusal is not None
-        else f"it ({variant.detail})"
-    )
+    if refusal is None or not refusal.served:
+        return None
+    file, line = refusal.site if refusal.site[0] else class_site(cls)
+    where = f"`{refusal.tensor}` (into `{refusal.module or 'the model'}`: {refusal.said})"
     message = (
         f"on config variant {variant.variant}, the model's `load_weights` refuses "
         f"transformers' checkpoint of that config at {where}, while the config itself "

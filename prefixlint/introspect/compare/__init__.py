@@ -9,6 +9,7 @@ Exports: ``compare``, ``Comparison``, ``Status``, ``Reason``, ``Boundary``, ``TO
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from typing import Any
 
@@ -295,6 +296,9 @@ def _loaded_and_run(
         if refused.reason is Reason.LOAD_FAILED:
             with vllm_api.embedding_adapted(real.model, pool):
                 refused.refusal = _refused_at(cls, real, ref, context)
+            base = next(b for b in builds if b.error is None and b.layout.tp == b.layout.pp == 1)
+            if refused.refusal is not None and refusal.built_otherwise(real.model, base.model):
+                refused.refusal = dataclasses.replace(refused.refusal, changed=True)
         return refused
     result = _run(cls, real, ref, context, (name, pool))
     result.names_refused = renamed

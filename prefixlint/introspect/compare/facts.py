@@ -151,7 +151,9 @@ class Comparison:
         if self.names_refused:
             out["names_refused"] = self.names_refused
         if self.refusal is not None:
-            out["refused_at"] = {"tensor": self.refusal.tensor, "module": self.refusal.module}
+            refused = self.refusal
+            out["refused_at"] = {"tensor": refused.tensor, "module": refused.module}
+            out["refused_at"] |= {"changed": refused.changed, "served": refused.served}
         if self.grouped:
             out["grouped"] = dict(self.grouped)
         if self.first is not None:

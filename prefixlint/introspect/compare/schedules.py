@@ -10,8 +10,11 @@ modeling module compares with a layer index (``layer_idx not in config.mlp_only_
 ``layer_idx % config.moe_layer_freq``), read from its source (stdlib ``ast``), each
 declared by the config class. A variant moves the schedule off the config's value: a
 list of layer indices gains (or loses) layer 0, a step of 1 becomes 2 (else 1), a first
-layer bound of 0 becomes 1 (else 0). A schedule is the served model's shape (released
-Qwen2-MoE and DeepSeek configs set them), not a mode: a difference on it is an error.
+layer bound of 0 becomes 1 (else 0). A list the config class derives from the layer
+count (Llama 4's ``moe_layers``) is left alone: checkpoints set what it derives it from.
+A schedule is the served model's shape (released Qwen2-MoE and DeepSeek configs set
+them), not a mode: a difference on it, or a checkpoint of it the model's loader refuses,
+is an error.
 """
 
 from __future__ import annotations
@@ -59,10 +62,10 @@ def _indexed(node: ast.AST) -> bool:
     """A layer index: a name or ``self.x`` with a layer word (``layer_idx``, ``i`` too)."""
     for sub in ast.walk(node):
         name = sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", None)
-        if isinstance(sub, (ast.Name, ast.Attribute)) and isinstance(name, str):
-            if name == "i" or any(w in name.lower() for w in _LAYER_WORDS):
-                if "config" not in name:
-                    return True
+        if not isinstance(sub, (ast.Name, ast.Attribute)) or not isinstance(name, str):
+            continue
+        if (name == "i" or any(w in name.lower() for w in _LAYER_WORDS)) and "config" not in name:
+            return True
     return False
 
 
@@ -83,12 +86,23 @@ def schedule_overrides(config: Any, own: frozenset[str], ref_cls: type) -> list[
     the kind its use takes, moved off the config's value."""
     out = []
     for attr, how in schedule_attributes(ref_cls):
-        if attr not in own:
+        if attr not in own or _derived(type(config), attr):
             continue
         value = _moved(getattr(config, attr, None), how)
         if value is not None:
             out.append({attr: value})
     return out
+
+
+def _derived(kind: type, attr: str) -> bool:
+    """Whether the config class derives ``attr`` from the layer count (Llama 4's
+    ``moe_layers`` from ``interleave_moe_layer_step``): a config transformers writes
+    holds it as derived from what checkpoints set, so moving it alone is no served
+    config."""
+    try:
+        return getattr(kind(num_hidden_layers=3), attr) != getattr(kind(num_hidden_layers=5), attr)
+    except Exception:  # a class that cannot be built so: nothing says it is derived
+        return False
 
 
 def _moved(value: Any, how: str) -> Any:

@@ -30,7 +30,7 @@ is prefixlint's, not the model's.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from prefixlint.introspect.compare.facts import Comparison
@@ -49,6 +49,12 @@ class CompareVariant:
     # it is latent for every config that keeps the value the model assumes, so its
     # PFX609 is a warning (docs/precision.md)
     latent: bool = False
+    # when the model's loader refusing transformers' checkpoint of the variant is the
+    # model's (PFX609): ``always`` (a layer schedule: the served model's shape),
+    # ``changed`` (a flag: where the model's build changes with it, so it serves that
+    # mode), "" never (the explorer's variants set one attribute of several a config
+    # class derives together; the moved values are latent)
+    served: str = ""
 
 
 def comparison_variants(
@@ -72,7 +78,7 @@ def comparison_variants(
     for attr in sorted(reads & own):
         value = _value(config, attr)
         if isinstance(value, bool):
-            out.append(_variant(config, attr, not value))
+            out.append(_variant(config, attr, not value, "changed"))
     for attr in sorted(reads & own):
         value = _value(config, attr)
         if _fraction(attr, value):
@@ -82,7 +88,7 @@ def comparison_variants(
             out.append(rope)
     if reference is not None:  # schedules transformers reads, whether the model does or not
         for values in schedule_overrides(config, own, reference):
-            out.append(_variant(config, *next(iter(values.items()))))
+            out.append(_variant(config, *next(iter(values.items())), "always"))
     for kept in getattr(explored, "variants", []):
         if kept.status == "kept" and all(a in own for a in kept.overrides):
             out.append(CompareVariant(dict(kept.overrides), kept.label()))
@@ -141,8 +147,9 @@ def _scaled_rope(config: Any, reads: set[str]) -> CompareVariant | None:
     return CompareVariant({"rope_parameters": scaled}, "rope_parameters.rope_type=linear")
 
 
-def _variant(config: Any, attr: str, value: Any) -> CompareVariant:
-    return CompareVariant({attr: value, **_derived(config, attr, value)}, f"{attr}={value!r}")
+def _variant(config: Any, attr: str, value: Any, served: str = "") -> CompareVariant:
+    overrides = {attr: value, **_derived(config, attr, value)}
+    return CompareVariant(overrides, f"{attr}={value!r}", served=served)
 
 
 def _derived(config: Any, attr: str, value: Any) -> dict[str, Any]:
@@ -215,5 +222,10 @@ def compare_variants(
                 continue
             result = compare(cls, plan, builds, True, synthesised)
         result.variant, result.latent = variant.label, variant.latent
+        if result.refusal is not None:
+            served = variant.served == "always" or (
+                variant.served == "changed" and result.refusal.changed
+            )
+            result.refusal = replace(result.refusal, served=served)
         out.append(result)
     return out
