@@ -84,7 +84,9 @@ def _comparisons(base_status: str):
     variant = Comparison.not_run(Reason.LOAD_FAILED, "RuntimeError: start + length")
     variant.variant = "new_decoder_architecture=True"
     site = ("model.py", 132)
-    variant.refusal = Refusal("h.0.qkv.weight", "h.0.qkv", site, "RuntimeError: x", served=True)
+    variant.refusal = Refusal("h.0.qkv.weight", "h.0.qkv", site, "RuntimeError: x", "changed")
+    base.shapes = {"h.0.qkv.weight": (48, 16)}
+    variant.shapes = {"h.0.qkv.weight": (32, 16)}  # the model reads the flag
     return base, variant
 
 
@@ -99,10 +101,18 @@ def test_a_variant_s_refused_checkpoint_is_pfx609_where_the_config_loads() -> No
     # the config itself did not load: the variant's failure says nothing more
     base, variant = _comparisons("not run")
     assert OutputMismatch().on_variants(base, [variant], None) == []
-    # a refusal that is not the model's (an explorer's variant, a flag its build ignores)
+    # not the model's: a flag its build ignores (the same parameters), an explorer's variant
     base, variant = _comparisons("equal")
-    variant.refusal = dataclasses.replace(variant.refusal, served=False)
+    variant.shapes = base.shapes
     assert OutputMismatch().on_variants(base, [variant], None) == []
+    base, variant = _comparisons("equal")
+    variant.refusal = dataclasses.replace(variant.refusal, served="")
+    assert OutputMismatch().on_variants(base, [variant], None) == []
+    # a layer schedule: the model's whatever it builds
+    base, variant = _comparisons("equal")
+    variant.refusal = dataclasses.replace(variant.refusal, served="always")
+    variant.shapes = base.shapes
+    assert len(OutputMismatch().on_variants(base, [variant], None)) == 1
 
 
 def _introspect(worker, target: str):

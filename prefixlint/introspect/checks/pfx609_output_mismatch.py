@@ -208,13 +208,18 @@ def _message(first: Boundary, comparison: Comparison) -> str:
 
 def _refused(base: Comparison, variant: Comparison, cls: type | None) -> Finding | None:
     """PFX609 for a variant whose load of transformers' checkpoint failed where the
-    config itself loaded (it ran, equal or not): at the line that built the module the
-    refused tensor falls under (``compare/refusal.py``), else at the class."""
+    config itself loaded (it ran, equal or not), at the line that built the module the
+    refused tensor falls under (``compare/refusal.py``), else at the class; only where the
+    refusal is the model's: a layer schedule (the served model's shape), or a flag whose
+    variant the model builds with other parameters than the config itself (it reads the
+    flag, so it serves that mode; a flag it ignores is a mode it does not serve)."""
     refusal = variant.refusal
     if variant.reason is not Reason.LOAD_FAILED or base.status is Status.NOT_RUN:
         return None
-    if refusal is None or not refusal.served:
+    if refusal is None or refusal.served not in ("always", "changed"):
         return None
+    if refusal.served == "changed" and (not variant.shapes or variant.shapes == base.shapes):
+        return None  # the model builds the same for it: a mode it does not serve
     file, line = refusal.site if refusal.site[0] else class_site(cls)
     where = f"`{refusal.tensor}` (into `{refusal.module or 'the model'}`: {refusal.said})"
     message = (

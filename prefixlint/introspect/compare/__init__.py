@@ -9,7 +9,6 @@ Exports: ``compare``, ``Comparison``, ``Status``, ``Reason``, ``Boundary``, ``TO
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 from typing import Any
 
@@ -287,6 +286,7 @@ def _loaded_and_run(
         return gap
     native = native_ops()
     context = _context(real, native)
+    shapes = {n: tuple(p.shape) for n, p in real.model.named_parameters()}
     pool = pooling.served(plan.model_config, real.model)  # its forward ends at hidden states
     with vllm_api.embedding_adapted(real.model, pool):
         refused, renamed = _load(
@@ -296,12 +296,10 @@ def _loaded_and_run(
         if refused.reason is Reason.LOAD_FAILED:
             with vllm_api.embedding_adapted(real.model, pool):
                 refused.refusal = _refused_at(cls, real, ref, context)
-            base = next(b for b in builds if b.error is None and b.layout.tp == b.layout.pp == 1)
-            if refused.refusal is not None and refusal.built_otherwise(real.model, base.model):
-                refused.refusal = dataclasses.replace(refused.refusal, changed=True)
+            refused.shapes = shapes
         return refused
     result = _run(cls, real, ref, context, (name, pool))
-    result.names_refused = renamed
+    result.names_refused, result.shapes = renamed, shapes
     # a smaller config's checkpoint does not fit the meta builds: its own model takes them
     result.extras_refused = _probe_extras(real if small else None, builds, ref, pool)
     result.attention = path  # the reference's attention path

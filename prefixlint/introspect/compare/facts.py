@@ -115,6 +115,9 @@ class Comparison:
     # KV head counts the comparison's own config set apart from the query heads
     # (``kvheads.py``), {} where none was or transformers' class refused it
     grouped: dict[str, int] = field(default_factory=dict)
+    # the parameter names and shapes of the model it built (not in the JSON): a variant
+    # whose build has others than the config itself's reads what the variant changed
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def not_run(cls, reason: Reason, detail: str = "") -> Comparison:
@@ -153,7 +156,7 @@ class Comparison:
         if self.refusal is not None:
             refused = self.refusal
             out["refused_at"] = {"tensor": refused.tensor, "module": refused.module}
-            out["refused_at"] |= {"changed": refused.changed, "served": refused.served}
+            out["refused_at"]["served"] = refused.served
         if self.grouped:
             out["grouped"] = dict(self.grouped)
         if self.first is not None:

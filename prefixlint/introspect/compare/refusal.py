@@ -25,11 +25,9 @@ class Refusal:
     module: str
     site: tuple[str, int]
     said: str
-    # the model's build for this config has other parameters (names or shapes) than for
-    # the config it was first built for: it reads what changed
-    changed: bool = False
-    # the refusal is the model's (``variants.CompareVariant.served``), reported as PFX609
-    served: bool = False
+    # when the refusal is the model's (``variants.CompareVariant.served``): ``always``,
+    # ``changed`` (where the model's build differs from the config itself's), "" never
+    served: str = ""
 
 
 def located(
@@ -53,15 +51,6 @@ def located(
             module = _module(model, vllm_name(owner, name))
             return Refusal(name, module, _site(model, module, records), words(e))
     return None
-
-
-def built_otherwise(model: Any, other: Any) -> bool:
-    """Whether ``model`` and ``other`` (a meta build) hold other parameter names or shapes."""
-
-    def shapes(m: Any) -> dict[str, tuple[int, ...]]:
-        return {n: tuple(p.shape) for n, p in m.named_parameters()}
-
-    return other is not None and shapes(model) != shapes(other)
 
 
 def _module(model: Any, name: str) -> str:

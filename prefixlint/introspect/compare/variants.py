@@ -223,9 +223,6 @@ def compare_variants(
             result = compare(cls, plan, builds, True, synthesised)
         result.variant, result.latent = variant.label, variant.latent
         if result.refusal is not None:
-            served = variant.served == "always" or (
-                variant.served == "changed" and result.refusal.changed
-            )
-            result.refusal = replace(result.refusal, served=served)
+            result.refusal = replace(result.refusal, served=variant.served)
         out.append(result)
     return out
