@@ -58,6 +58,22 @@ def test_a_schedule_the_model_does_not_read_still_gets_a_variant() -> None:
     assert not [v for v in comparison_variants(model_config, [], None) if "layers" in v.label]
 
 
+def test_schedules_displace_none_of_the_other_variants() -> None:
+    from prefixlint.introspect.compare.variants import (
+        MAX_SCHEDULES,
+        MAX_VARIANTS,
+        CompareVariant,
+        chosen,
+    )
+
+    others = [CompareVariant({f"f{i}": True}, f"f{i}=True") for i in range(MAX_VARIANTS + 2)]
+    schedules = [
+        CompareVariant({f"s{i}": 2}, f"s{i}=2", served="always") for i in range(MAX_SCHEDULES + 1)
+    ]
+    run = chosen(others + schedules)
+    assert run == others[:MAX_VARIANTS] + schedules[:MAX_SCHEDULES]
+
+
 def test_kv_heads_under_another_name_are_set_apart() -> None:
     from transformers import FalconConfig, LlamaConfig
     from transformers.models.falcon.modeling_falcon import FalconForCausalLM

@@ -12,19 +12,21 @@ its class declares and the model reads:
   (0, 1]), and the ``partial_rotary_factor`` inside ``rope_parameters`` where the class
   declares one there and the model reads ``rope_parameters``: 1 becomes 0.5, less than 1
   becomes 1;
+- the config explorer's kept variants (``coverage/variants.py``: layer-type patterns, MoE
+  layer schedules, optional sizes) whose attributes the class declares;
 - the layer schedules transformers' class compares with a layer index (``schedules.py``:
   ``mlp_only_layers``, ``decoder_sparse_step``, ``first_k_dense_replace``), moved, whether
-  the model reads them or not;
-- the config explorer's kept variants (``coverage/variants.py``: layer-type patterns, MoE
-  layer schedules, optional sizes) whose attributes the class declares.
+  the model reads them or not (last, counted apart).
 
 A value another attribute is derived from (Qwen2's ``use_sliding_window`` and its
 ``layer_types``) is set with what the config class derives from it, as a checkpoint's
 config written by transformers holds both. A variant runs only when config exploration
-is on (``--explore-budget`` above 0), at most ``MAX_VARIANTS`` of them, started within
-that budget (each costs what the base comparison costs: 0.3-1 s on two cores). A
-variant whose comparison cannot run is listed in the JSON, never reported: the variant
-is prefixlint's, not the model's.
+is on (``--explore-budget`` above 0), at most ``MAX_VARIANTS`` of them and
+``MAX_SCHEDULES`` layer schedules, started within that budget (each costs what the base
+comparison costs: 0.3-1 s on two cores). A variant whose comparison cannot run is listed
+in the JSON, not reported (the variant is prefixlint's), but for a checkpoint of it the
+model's loader refuses where the config itself loads, on a layer schedule or on a flag
+the model builds otherwise for (``CompareVariant.served``, ``refusal.py``): PFX609.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any
 from prefixlint.introspect.compare.facts import Comparison
 
 MAX_VARIANTS = 6
+MAX_SCHEDULES = 3  # layer schedules, beside the others (Ernie 4.5 MoE has three)
 _FRACTION_WORDS = ("factor", "ratio", "fraction", "pct", "percent")
 _ROTARY = "partial_rotary_factor"
 _GENERIC_KEPT = frozenset({"tie_word_embeddings"})  # generic, yet it changes the model
@@ -86,9 +89,6 @@ def comparison_variants(
     for rope in (_rotary(config, reads), _scaled_rope(config, reads)):
         if rope is not None:
             out.append(rope)
-    if reference is not None:  # schedules transformers reads, whether the model does or not
-        for values in schedule_overrides(config, own, reference):
-            out.append(_variant(config, *next(iter(values.items())), "always"))
     for kept in getattr(explored, "variants", []):
         if kept.status == "kept" and all(a in own for a in kept.overrides):
             out.append(CompareVariant(dict(kept.overrides), kept.label()))
@@ -96,7 +96,27 @@ def comparison_variants(
     if moved is not None:
         out.append(CompareVariant(*moved, latent=True))
     seen: set[str] = set()
-    return [v for v in out if not (v.label in seen or seen.add(v.label))]
+    out = [v for v in out if not (v.label in seen or seen.add(v.label))]
+    if reference is None:
+        return out
+    # schedules transformers reads, whether the model does or not; one the list holds
+    # already (the explorer's ``decoder_sparse_step=2``) becomes a schedule
+    for values in schedule_overrides(config, own, reference):
+        variant = _variant(config, *next(iter(values.items())), "always")
+        known = [i for i, v in enumerate(out) if v.label == variant.label]
+        if known:
+            out[known[0]] = replace(out[known[0]], served="always")
+        else:
+            out.append(variant)
+    return out
+
+
+def chosen(variants: list[CompareVariant]) -> list[CompareVariant]:
+    """The variants run: the first ``MAX_VARIANTS`` of the others, then the first
+    ``MAX_SCHEDULES`` layer schedules (kept apart, so that they displace none of the
+    others: a model's variants are what they were without them)."""
+    schedules = [v for v in variants if v.served == "always"][:MAX_SCHEDULES]
+    return [v for v in variants if v.served != "always"][:MAX_VARIANTS] + schedules
 
 
 def _value(config: Any, attr: str) -> Any:
@@ -214,7 +234,7 @@ def compare_variants(
 
     hf_config = plan.model_config.hf_config
     ref = reference_class(hf_config, cls, family_known(hf_config, synthesised))
-    for variant in comparison_variants(plan.model_config, files, explored, ref)[:MAX_VARIANTS]:
+    for variant in chosen(comparison_variants(plan.model_config, files, explored, ref)):
         if time.perf_counter() - started > budget:
             break
         with applied(plan.model_config, {**(assumed or {}), **variant.overrides}) as ok:
