@@ -57,7 +57,12 @@ class OutputMismatch(Check):
     the head); its pooler is not compared.
     `--no-compare` turns it off. With config exploration on, it runs again on config
     variants the config class declares and the model reads (bias flags, a tied head, a
-    partial rotary factor, the explorer's layer patterns); a finding on one names it.
+    partial rotary factor, the explorer's layer patterns, the layer schedules
+    transformers reads such as `mlp_only_layers`); a finding on one names it. A variant
+    whose checkpoint the model's `load_weights` refuses, where the config itself loads, is
+    a finding at the refused module, on a layer schedule or on a flag whose variant the
+    model builds with other parameters (a flag the model's build ignores is a mode it does
+    not serve: listed in the JSON, not reported).
     A difference only the variant of values moved off the constants a model could write
     (eps, rotary base, a per-layer window) shows is a warning: configs that keep the
     value the model assumes are unaffected.
