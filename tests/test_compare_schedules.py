@@ -74,6 +74,19 @@ def test_schedules_displace_none_of_the_other_variants() -> None:
     assert run == others[:MAX_VARIANTS] + schedules[:MAX_SCHEDULES]
 
 
+def test_a_mode_that_may_be_a_string_is_no_flag_whose_refusal_is_reported() -> None:
+    """Laguna's ``gating: bool | str`` (``"per-head"``, ``"per-element"``): its flipped
+    value is varied, a refused checkpoint of it is not the model's; Falcon's
+    ``new_decoder_architecture`` is a flag."""
+    from transformers import FalconConfig
+    from transformers.models.laguna.configuration_laguna import LagunaConfig
+
+    from prefixlint.introspect.compare.variants import _declared_bool
+
+    assert not _declared_bool(LagunaConfig, "gating")
+    assert _declared_bool(FalconConfig, "new_decoder_architecture")
+
+
 def test_kv_heads_under_another_name_are_set_apart() -> None:
     from transformers import FalconConfig, LlamaConfig
     from transformers.models.falcon.modeling_falcon import FalconForCausalLM

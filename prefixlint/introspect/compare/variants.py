@@ -81,7 +81,8 @@ def comparison_variants(
     for attr in sorted(reads & own):
         value = _value(config, attr)
         if isinstance(value, bool):
-            out.append(_variant(config, attr, not value, "changed"))
+            served = "changed" if _declared_bool(type(config), attr) else ""
+            out.append(_variant(config, attr, not value, served))
     for attr in sorted(reads & own):
         value = _value(config, attr)
         if _fraction(attr, value):
@@ -127,6 +128,18 @@ def _value(config: Any, attr: str) -> Any:
         return getattr(config, attr, None)
     except Exception:
         return None
+
+
+def _declared_bool(kind: type, attr: str) -> bool:
+    """Whether the config class declares ``attr`` a flag alone, not a mode that may be a
+    string too (Laguna's ``gating: bool | str``: ``"per-head"``, ``"per-element"``, and
+    ``False`` read one way by vLLM, another by transformers): a refused checkpoint of the
+    other value of such a mode says nothing of a flag the model serves."""
+    for base in kind.__mro__:
+        annotation = getattr(base, "__annotations__", {}).get(attr)
+        if annotation is not None:
+            return "str" not in str(annotation)
+    return True
 
 
 def _fraction(attr: str, value: Any) -> bool:
