@@ -68,7 +68,12 @@ class OutputMismatch(Check):
     the head); its pooler is not compared.
     `--no-compare` turns it off. With config exploration on, it runs again on config
     variants the config class declares and the model reads (bias flags, a tied head, a
-    partial rotary factor, the explorer's layer patterns); a finding on one names it.
+    partial rotary factor, the explorer's layer patterns, the layer schedules
+    transformers reads such as `mlp_only_layers`); a finding on one names it. A variant
+    whose checkpoint the model's `load_weights` refuses, where the config itself loads, is
+    a finding at the refused module, on a layer schedule or on a flag whose variant the
+    model builds with other parameters (a flag the model's build ignores is a mode it does
+    not serve: listed in the JSON, not reported).
     A difference only the variant of values moved off the constants a model could write
     (eps, rotary base, a per-layer window) shows is a warning: configs that keep the
     value the model assumes are unaffected.
@@ -131,14 +136,19 @@ class OutputMismatch(Check):
     ) -> list[Finding]:
         """PFX609 of the config variants' comparisons (``compare/variants.py``), one per
         line of the model not already reported on the config itself; a later variant
-        differing at the same line adds its name. A variant that could not run gives no
+        differing at the same line adds its name. A variant whose checkpoint (transformers'
+        of the variant's config) the model's loader refuses, where the config itself
+        loaded, is one too: the model builds that module otherwise than transformers for
+        a config it reads (``_refused``). A variant that could not run otherwise gives no
         note: the variant is prefixlint's, listed in the JSON."""
         seen = {(f.file, f.line) for f in self.findings(base, cls) if f.code == CODE}
         out: list[Finding] = []
         for comparison in variants:
-            if comparison.status is not Status.DIFFERS:
-                continue
-            for finding in self.findings(comparison, cls):
+            refused = _refused(base, comparison, cls)
+            found = [refused] if refused else []
+            if comparison.status is Status.DIFFERS:
+                found = self.findings(comparison, cls)
+            for finding in found:
                 key = (finding.file, finding.line)
                 if finding.code != CODE or key in seen:
                     continue
@@ -216,6 +226,33 @@ def _message(first: Boundary, comparison: Comparison) -> str:
         f"(`{comparison.reference}`'s checkpoint through `load_weights`), float32 on the CPU, "
         f"input ids {ids} at positions 0..{len(comparison.input_ids) - 1}"
     )
+
+
+def _refused(base: Comparison, variant: Comparison, cls: type | None) -> Finding | None:
+    """PFX609 for a variant whose load of transformers' checkpoint failed where the
+    config itself loaded (it ran, equal or not), at the line that built the module the
+    refused tensor falls under (``compare/refusal.py``), else at the class; only where the
+    refusal is the model's: a layer schedule (the served model's shape), or a flag whose
+    variant the model builds with other parameters than the config itself (it reads the
+    flag, so it serves that mode; a flag it ignores is a mode it does not serve)."""
+    refusal = variant.refusal
+    if variant.reason is not Reason.LOAD_FAILED or base.status is Status.NOT_RUN:
+        return None
+    if refusal is None or refusal.served not in ("always", "changed"):
+        return None
+    if refusal.served == "changed" and (not variant.shapes or variant.shapes == base.shapes):
+        return None  # the model builds the same for it: a mode it does not serve
+    file, line = refusal.site if refusal.site[0] else class_site(cls)
+    where = f"`{refusal.tensor}` (into `{refusal.module or 'the model'}`: {refusal.said})"
+    message = (
+        f"on config variant {variant.variant}, the model's `load_weights` refuses "
+        f"transformers' checkpoint of that config at {where}, while the config itself "
+        f"loads and runs: the model builds this module otherwise than "
+        f"`{variant.reference or 'transformers'}` for a config it serves"
+    )
+    finding = Finding(CODE, "warning" if variant.latent else "error", message, file, line)
+    finding.variants = [variant.variant]
+    return finding
 
 
 def _named(first: Boundary) -> str:

@@ -20,11 +20,13 @@ from prefixlint.introspect.compare import (
     boundaries,
     experts,
     guesses,
+    kvheads,
     layerlists,
     logits,
     mla,
     pooling,
     reference,
+    refusal,
     renames,
     rotary,
     routing,
@@ -57,6 +59,8 @@ MAX_PARAMETERS = 30_000_000
 # two transformers paths disagree with each other (Falcon's eager attention adds ALiBi
 # twice, once in its mask and once in its logits: 1.1% on the logits of a tiny config).
 SDPA = "sdpa"
+# a config transformers' class or the model cannot be built or run for: not allowed
+_NOT_ALLOWED = (Reason.REFERENCE_FAILED, Reason.BUILD_FAILED)
 
 
 def compare(
@@ -160,10 +164,28 @@ def _compare(
         built = (ref_cls, base.vllm_config, bool(values), base.model)
         lists = _derived_lists(cls, model_config, ref_cls, base) if synthesised else {}
         with _applied(model_config, lists):
-            result = _compare_built(cls, plan, builds, built, path, synthesised)
+            result = _grouped_first(cls, plan, builds, built, (path, synthesised))
     result.smaller = {**values, **head}
     result.derived = lists
     return result
+
+
+def _grouped_first(
+    cls: type | None, plan: Any, builds: list[Any], built: tuple, how: tuple[str, bool]
+) -> Comparison:
+    """The comparison with KV heads apart from the query heads where a synthesised config
+    holds them equal under a name synthesis does not shrink (``kvheads.py``); again
+    without where transformers' class or the model cannot be built or run so (the config
+    does not allow it; a load that fails is the model's, and stays)."""
+    path, synthesised = how
+    values = kvheads.grouped(plan.model_config, built[0]) if synthesised else {}
+    if values:
+        with smaller.applied(plan.model_config, values) as ok:
+            result = _compare_built(cls, plan, builds, built, path, synthesised) if ok else None
+        if result is not None and result.reason not in _NOT_ALLOWED:
+            result.grouped = values
+            return result
+    return _compare_built(cls, plan, builds, built, path, synthesised)
 
 
 def _derived_lists(cls: type | None, model_config: Any, ref_cls: type, base: Any) -> dict:
@@ -284,20 +306,36 @@ def _loaded_and_run(
         return gap
     native = native_ops()
     context = _context(real, native)
+    shapes = {n: tuple(p.shape) for n, p in real.model.named_parameters()}
     pool = pooling.served(plan.model_config, real.model)  # its forward ends at hidden states
     with vllm_api.embedding_adapted(real.model, pool):
         refused, renamed = _load(
             real.model, ref, plan.model_config, context, reference.out_of_tree(cls)
         )
     if refused is not None:
+        if refused.reason is Reason.LOAD_FAILED:
+            with vllm_api.embedding_adapted(real.model, pool):
+                refused.refusal = _refused_at(cls, real, ref, context)
+            refused.shapes = shapes
         return refused
     result = _run(cls, real, ref, context, (name, pool))
-    result.names_refused = renamed
+    result.names_refused, result.shapes = renamed, shapes
     # a smaller config's checkpoint does not fit the meta builds: its own model takes them
     result.extras_refused = _probe_extras(real if small else None, builds, ref, pool)
     result.attention = path  # the reference's attention path
     result.native_ops = native
     return result
+
+
+def _refused_at(cls: type | None, real: Any, ref: reference.Reference, context: Any) -> Any:
+    """The checkpoint tensor the model's loader refuses alone, and the module it falls
+    under (``refusal.py``); None where none does or the search itself fails."""
+    state = {k: v for k, v in ref.checkpoint.items() if k not in ref.extras}
+    owner = real.model if getattr(real.model, "hf_to_vllm_mapper", None) is not None else cls
+    try:
+        return refusal.located(real.model, state, context, owner, real.recorder.records, _words)
+    except Exception:  # a locator that fails leaves the failure as it was said
+        return None
 
 
 def native_ops() -> bool:

@@ -119,6 +119,15 @@ class Comparison:
     # ran on a variant of values moved off the constants a model could write
     # (``CompareVariant.latent``)
     latent: bool = False
+    # where the model's loader refused transformers' checkpoint of this config, for a
+    # LOAD_FAILED (``refusal.py``): the tensor, the module, the line that built it
+    refusal: Any = None
+    # KV head counts the comparison's own config set apart from the query heads
+    # (``kvheads.py``), {} where none was or transformers' class refused it
+    grouped: dict[str, int] = field(default_factory=dict)
+    # the parameter names and shapes of the model it built (not in the JSON): a variant
+    # whose build has others than the config itself's reads what the variant changed
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def not_run(cls, reason: Reason, detail: str = "") -> Comparison:
@@ -154,6 +163,12 @@ class Comparison:
             out["aligned"] = dict(self.aligned)
         if self.names_refused:
             out["names_refused"] = self.names_refused
+        if self.refusal is not None:
+            refused = self.refusal
+            out["refused_at"] = {"tensor": refused.tensor, "module": refused.module}
+            out["refused_at"]["served"] = refused.served
+        if self.grouped:
+            out["grouped"] = dict(self.grouped)
         if self.first is not None:
             out["first"] = self.first.path
             out["max_abs"] = self.first.max_abs

@@ -13,26 +13,32 @@ its class declares and the model reads:
   declares one there and the model reads ``rope_parameters``: 1 becomes 0.5, less than 1
   becomes 1;
 - the config explorer's kept variants (``coverage/variants.py``: layer-type patterns, MoE
-  layer schedules, optional sizes) whose attributes the class declares.
+  layer schedules, optional sizes) whose attributes the class declares;
+- the layer schedules transformers' class compares with a layer index (``schedules.py``:
+  ``mlp_only_layers``, ``decoder_sparse_step``, ``first_k_dense_replace``), moved, whether
+  the model reads them or not (last, counted apart).
 
 A value another attribute is derived from (Qwen2's ``use_sliding_window`` and its
 ``layer_types``) is set with what the config class derives from it, as a checkpoint's
 config written by transformers holds both. A variant runs only when config exploration
-is on (``--explore-budget`` above 0), at most ``MAX_VARIANTS`` of them, started within
-that budget (each costs what the base comparison costs: 0.3-1 s on two cores). A
-variant whose comparison cannot run is listed in the JSON, never reported: the variant
-is prefixlint's, not the model's.
+is on (``--explore-budget`` above 0), at most ``MAX_VARIANTS`` of them and
+``MAX_SCHEDULES`` layer schedules, started within that budget (each costs what the base
+comparison costs: 0.3-1 s on two cores). A variant whose comparison cannot run is listed
+in the JSON, not reported (the variant is prefixlint's), but for a checkpoint of it the
+model's loader refuses where the config itself loads, on a layer schedule or on a flag
+the model builds otherwise for (``CompareVariant.served``, ``refusal.py``): PFX609.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from prefixlint.introspect.compare.facts import Comparison
 
 MAX_VARIANTS = 6
+MAX_SCHEDULES = 3  # layer schedules, beside the others (Ernie 4.5 MoE has three)
 _FRACTION_WORDS = ("factor", "ratio", "fraction", "pct", "percent")
 _ROTARY = "partial_rotary_factor"
 _GENERIC_KEPT = frozenset({"tie_word_embeddings"})  # generic, yet it changes the model
@@ -46,6 +52,12 @@ class CompareVariant:
     # it is latent for every config that keeps the value the model assumes, so its
     # PFX609 is a warning (docs/precision.md)
     latent: bool = False
+    # when the model's loader refusing transformers' checkpoint of the variant is the
+    # model's (PFX609): ``always`` (a layer schedule: the served model's shape),
+    # ``changed`` (a flag: where the model's build changes with it, so it serves that
+    # mode), "" never (the explorer's variants set one attribute of several a config
+    # class derives together; the moved values are latent)
+    served: str = ""
 
 
 def comparison_variants(
@@ -56,6 +68,7 @@ def comparison_variants(
     transformers ignores has nothing to be compared with)."""
     from prefixlint.introspect.compare.guesses import transformers_reads
     from prefixlint.introspect.compare.moved import moved_values
+    from prefixlint.introspect.compare.schedules import schedule_overrides
     from prefixlint.introspect.coverage.variants import config_objects, file_facts
 
     config = config_objects(model_config)[0]
@@ -68,7 +81,8 @@ def comparison_variants(
     for attr in sorted(reads & own):
         value = _value(config, attr)
         if isinstance(value, bool):
-            out.append(_variant(config, attr, not value))
+            served = "changed" if _declared_bool(type(config), attr) else ""
+            out.append(_variant(config, attr, not value, served))
     for attr in sorted(reads & own):
         value = _value(config, attr)
         if _fraction(attr, value):
@@ -83,7 +97,27 @@ def comparison_variants(
     if moved is not None:
         out.append(CompareVariant(*moved, latent=True))
     seen: set[str] = set()
-    return [v for v in out if not (v.label in seen or seen.add(v.label))]
+    out = [v for v in out if not (v.label in seen or seen.add(v.label))]
+    if reference is None:
+        return out
+    # schedules transformers reads, whether the model does or not; one the list holds
+    # already (the explorer's ``decoder_sparse_step=2``) becomes a schedule
+    for values in schedule_overrides(config, own, reference):
+        variant = _variant(config, *next(iter(values.items())), "always")
+        known = [i for i, v in enumerate(out) if v.label == variant.label]
+        if known:
+            out[known[0]] = replace(out[known[0]], served="always")
+        else:
+            out.append(variant)
+    return out
+
+
+def chosen(variants: list[CompareVariant]) -> list[CompareVariant]:
+    """The variants run: the first ``MAX_VARIANTS`` of the others, then the first
+    ``MAX_SCHEDULES`` layer schedules (kept apart, so that they displace none of the
+    others: a model's variants are what they were without them)."""
+    schedules = [v for v in variants if v.served == "always"][:MAX_SCHEDULES]
+    return [v for v in variants if v.served != "always"][:MAX_VARIANTS] + schedules
 
 
 def _value(config: Any, attr: str) -> Any:
@@ -94,6 +128,18 @@ def _value(config: Any, attr: str) -> Any:
         return getattr(config, attr, None)
     except Exception:
         return None
+
+
+def _declared_bool(kind: type, attr: str) -> bool:
+    """Whether the config class declares ``attr`` a flag alone, not a mode that may be a
+    string too (Laguna's ``gating: bool | str``: ``"per-head"``, ``"per-element"``, and
+    ``False`` read one way by vLLM, another by transformers): a refused checkpoint of the
+    other value of such a mode says nothing of a flag the model serves."""
+    for base in kind.__mro__:
+        annotation = getattr(base, "__annotations__", {}).get(attr)
+        if annotation is not None:
+            return "str" not in str(annotation)
+    return True
 
 
 def _fraction(attr: str, value: Any) -> bool:
@@ -134,8 +180,9 @@ def _scaled_rope(config: Any, reads: set[str]) -> CompareVariant | None:
     return CompareVariant({"rope_parameters": scaled}, "rope_parameters.rope_type=linear")
 
 
-def _variant(config: Any, attr: str, value: Any) -> CompareVariant:
-    return CompareVariant({attr: value, **_derived(config, attr, value)}, f"{attr}={value!r}")
+def _variant(config: Any, attr: str, value: Any, served: str = "") -> CompareVariant:
+    overrides = {attr: value, **_derived(config, attr, value)}
+    return CompareVariant(overrides, f"{attr}={value!r}", served=served)
 
 
 def _derived(config: Any, attr: str, value: Any) -> dict[str, Any]:
@@ -200,7 +247,7 @@ def compare_variants(
 
     hf_config = plan.model_config.hf_config
     ref = reference_class(hf_config, cls, family_known(hf_config, synthesised))
-    for variant in comparison_variants(plan.model_config, files, explored, ref)[:MAX_VARIANTS]:
+    for variant in chosen(comparison_variants(plan.model_config, files, explored, ref)):
         if time.perf_counter() - started > budget:
             break
         with applied(plan.model_config, {**(assumed or {}), **variant.overrides}) as ok:
@@ -208,5 +255,7 @@ def compare_variants(
                 continue
             result = compare(cls, plan, builds, True, synthesised)
         result.variant, result.latent = variant.label, variant.latent
+        if result.refusal is not None:
+            result.refusal = replace(result.refusal, served=variant.served)
         out.append(result)
     return out
