@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 from prefixlint.codes import NOT_VERIFIED_CODE
 from prefixlint.diagnostic import NOT_VERIFIED
 from prefixlint.introspect.checks.base import Case, Check
-from prefixlint.introspect.compare.facts import Boundary, Comparison, Reason, Status
+from prefixlint.introspect.compare.facts import Boundary, Comparison, Reason, Refusal, Status
 from prefixlint.introspect.finding import Finding, class_site
 
 CODE = "PFX609"
@@ -104,7 +104,7 @@ class OutputMismatch(Check):
         if comparison.status is Status.NOT_RUN:
             return self._not_run(comparison, cls)
         first = comparison.first
-        notes = self._ran_on(comparison, cls)
+        notes = self._ran_on(comparison, cls) + _refused(comparison, cls)
         if comparison.status is not Status.DIFFERS or first is None:
             return notes
         file, line = first.site if first.site[0] else class_site(cls)
@@ -125,9 +125,11 @@ class OutputMismatch(Check):
         seen = {(f.file, f.line) for f in self.findings(base, cls) if f.code == CODE}
         out: list[Finding] = []
         for comparison in variants:
-            if comparison.status is not Status.DIFFERS:
-                continue
-            for finding in self.findings(comparison, cls):
+            if comparison.status is Status.NOT_RUN:
+                found = _variant_failed(comparison, base, cls)
+            else:
+                found = self.findings(comparison, cls)
+            for finding in found:
                 key = (finding.file, finding.line)
                 if finding.code != CODE or key in seen:
                     continue
@@ -267,4 +269,74 @@ def _ran_with(values: dict[str, Any], why: str) -> str:
     return (
         f"not verified: the comparison with transformers ran with {shown}, {why}; give a "
         "checkpoint's config with --config"
+    )
+
+
+# a variant's stage that failed in the model's own code while the config itself ran: the
+# model cannot take a value transformers' class accepts (a build failure may be the
+# variant's own inconsistency, and a reference failure is transformers')
+_MODEL_STAGES = {Reason.LOAD_FAILED: "`load_weights`", Reason.FORWARD_FAILED: "the forward"}
+
+
+def _variant_failed(variant: Comparison, base: Comparison, cls: type | None) -> list[Finding]:
+    """PFX609 where ``variant``'s load or forward raised in the model's own file while the
+    config itself loaded and ran (``base``): at the model's line that raised."""
+    stage = _MODEL_STAGES.get(variant.reason) if variant.reason is not None else None
+    if stage is None or not variant.site[0] or base.status is Status.NOT_RUN:
+        return []
+    latent = (
+        " (values moved off the constants a model could write: configs that keep the "
+        "values it assumes are unaffected)"
+        if variant.latent
+        else ""
+    )
+    message = (
+        f"{stage} fails on config variant {variant.variant}{latent} ({variant.detail}) "
+        "while the config itself loads and runs: the model cannot take a value "
+        f"transformers' `{base.reference}` accepts and computes with (its checkpoint "
+        "through `load_weights`, float32 on the CPU)"
+    )
+    finding = Finding(CODE, "warning" if variant.latent else "error", message, *variant.site)
+    finding.variants = [variant.variant]
+    return [finding]
+
+
+def _refused(comparison: Comparison, cls: type | None) -> list[Finding]:
+    """PFX609 for each kind of name real checkpoints carry that the loader refused
+    (``compare/extras.py``), at the model's line that raised (its class's without one)."""
+    out: list[Finding] = []
+    for refusal in comparison.refusals:
+        file, line = refusal.site if refusal.site[0] else class_site(cls)
+        finding = Finding(CODE, _refusal_severity(refusal), _refusal_words(refusal), file, line)
+        if comparison.variant:
+            finding.variants = [comparison.variant]
+        out.append(finding)
+    return out
+
+
+def _refusal_severity(refusal: Refusal) -> str:
+    """``rotary_emb.inv_freq``: an error. vLLM's own loader drops it for every family
+    (``AutoWeightsLoader.REMOVE_UNUSED_ROTARY_EMBEDS_MAPPER``: "Models trained using early
+    version ColossalAI or quantized by GPTQModel may include these tensors"), so a
+    checkpoint of any family may carry it, and no clean vLLM model refuses it
+    (docs/compare.md). A tied head's duplicate: a warning, as whether a family's tied
+    checkpoints hold it cannot be known offline (Gemma's never do)."""
+    return "error" if refusal.rotary else "warning"
+
+
+def _refusal_words(refusal: Refusal) -> str:
+    if refusal.rotary:
+        carried = (
+            "a buffer checkpoints saved before transformers 4.38 carry per attention layer "
+            "(Llama-era families' hub checkpoints hold it), which a loader must skip"
+        )
+    else:
+        carried = (
+            "the duplicate of a tied head that many hub checkpoints hold beside the "
+            "embedding, which a loader of a tied head must skip"
+        )
+    return (
+        f"`load_weights` refuses `{refusal.name}` ({refusal.words}): {carried}; a checkpoint "
+        "that carries it does not load, while the rest of transformers' checkpoint of the "
+        "same config loads"
     )

@@ -66,6 +66,22 @@ class Boundary:
         return self.input_rel is None or self.input_rel <= tolerance
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A name real checkpoints carry and transformers drops (``reference._extras``) that
+    the model's ``load_weights`` raised on, streamed with the rest of the checkpoint
+    (which it took without it): the first such name, the error in words, and the
+    model's line that raised (the innermost frame in the model's own code)."""
+
+    name: str
+    words: str
+    site: tuple[str, int] = ("", 0)
+
+    @property
+    def rotary(self) -> bool:
+        return not self.name.endswith("lm_head.weight")
+
+
 @dataclass
 class Comparison:
     status: Status
@@ -109,6 +125,10 @@ class Comparison:
     # ran on a variant of values moved off the constants a model could write
     # (``CompareVariant.latent``)
     latent: bool = False
+    # the names real checkpoints add that the loader refused, one per kind (``extras.py``)
+    refusals: list[Refusal] = field(default_factory=list)
+    # the model's line where a build, load or forward that did not run raised ("": none)
+    site: tuple[str, int] = ("", 0)
 
     @classmethod
     def not_run(cls, reason: Reason, detail: str = "") -> Comparison:
@@ -124,6 +144,8 @@ class Comparison:
             out["tolerance"] = self.tolerance
         if self.extras_refused:
             out["extras_refused"] = self.extras_refused
+        if self.refusals:
+            out["refused"] = [r.name for r in self.refusals]
         if self.assumed:
             out["assumed"] = {k: repr(v) for k, v in self.assumed.items()}
         if self.variant:

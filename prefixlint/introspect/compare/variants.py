@@ -32,7 +32,7 @@ from typing import Any
 
 from prefixlint.introspect.compare.facts import Comparison
 
-MAX_VARIANTS = 6
+MAX_VARIANTS = 7  # the head_dim variant after the moved values (0.3-1 s each)
 _FRACTION_WORDS = ("factor", "ratio", "fraction", "pct", "percent")
 _ROTARY = "partial_rotary_factor"
 _GENERIC_KEPT = frozenset({"tie_word_embeddings"})  # generic, yet it changes the model
@@ -82,8 +82,31 @@ def comparison_variants(
     moved = moved_values(config, own, reads, reference)
     if moved is not None:
         out.append(CompareVariant(*moved, latent=True))
+    head = _head_dim_moved(config, reference)
+    if head is not None:
+        out.append(head)
     seen: set[str] = set()
     return [v for v in out if not (v.label in seen or seen.add(v.label))]
+
+
+def _head_dim_moved(config: Any, reference: type | None) -> CompareVariant | None:
+    """``head_dim`` twice ``hidden_size // num_attention_heads`` where the config holds
+    that quotient (or None, which transformers reads as it) and transformers' reference
+    reads ``head_dim``: a model that derives the quotient instead of reading it
+    (Qwen3-MoE's released checkpoints: 2048 wide, 32 heads of 128) builds and agrees on
+    every config that keeps it. Latent: a config that keeps the quotient is unaffected."""
+    from prefixlint.introspect.compare.guesses import transformers_reads
+
+    heads, hidden = _value(config, "num_attention_heads"), _value(config, "hidden_size")
+    value = _value(config, "head_dim")
+    if reference is None or not transformers_reads(reference, "head_dim"):
+        return None  # a head size transformers never reads has nothing to compare with
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (heads, hidden)):
+        return None
+    quotient = hidden // heads if heads > 0 else 0
+    if quotient <= 0 or value not in (None, quotient):
+        return None
+    return CompareVariant({"head_dim": 2 * quotient}, f"head_dim={2 * quotient}", latent=True)
 
 
 def _value(config: Any, attr: str) -> Any:
