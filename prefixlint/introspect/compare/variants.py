@@ -26,6 +26,7 @@ is prefixlint's, not the model's.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -95,11 +96,9 @@ def _head_dim_moved(config: Any, reference: type | None) -> CompareVariant | Non
     reads ``head_dim``: a model that derives the quotient instead of reading it
     (Qwen3-MoE's released checkpoints: 2048 wide, 32 heads of 128) builds and agrees on
     every config that keeps it. Latent: a config that keeps the quotient is unaffected."""
-    from prefixlint.introspect.compare.guesses import transformers_reads
-
     heads, hidden = _value(config, "num_attention_heads"), _value(config, "hidden_size")
     value = _value(config, "head_dim")
-    if reference is None or not transformers_reads(reference, "head_dim"):
+    if reference is None or not _READS_HEAD_DIM.search(_modeling(reference)):
         return None  # a head size transformers never reads has nothing to compare with
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (heads, hidden)):
         return None
@@ -107,6 +106,19 @@ def _head_dim_moved(config: Any, reference: type | None) -> CompareVariant | Non
     if quotient <= 0 or value not in (None, quotient):
         return None
     return CompareVariant({"head_dim": 2 * quotient}, f"head_dim={2 * quotient}", latent=True)
+
+
+# transformers' modeling reads the config's head_dim (GPT-2's own ``self.head_dim``, the
+# width over the heads, is no read of it)
+_READS_HEAD_DIM = re.compile(r"config\.head_dim\b|getattr\(\s*\w*config\s*,\s*[\"']head_dim[\"']")
+
+
+def _modeling(reference: type) -> str:
+    import inspect
+
+    from prefixlint.introspect.compare.guesses import module_source
+
+    return module_source(inspect.getmodule(reference))
 
 
 def _value(config: Any, attr: str) -> Any:
