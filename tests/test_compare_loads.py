@@ -186,3 +186,16 @@ def test_a_copy_of_hy_v3_given_by_file_builds_and_compares(worker, tmp_path) -> 
     assert result["status"] == "built", result["reason"]
     assert "first_k_dense_replace" in result["config_source"]
     assert result["compare"]["status"] == "equal", result["compare"]
+
+
+def test_a_module_whose_conversion_reverts_some_tensors_only_is_half_converted() -> None:
+    """HRM-Text's conversion fuses the attention's weights and leaves their biases: the
+    reverted checkpoint mixes both layouts, a tool gap, not the model's load."""
+    from prefixlint.introspect.compare.extras import half_converted
+
+    names = ["a.gate_proj.weight", "a.gate_proj.bias", "a.o_proj.weight", "lm_head.weight"]
+    mixed = {"a.gqkv_proj.weight": 0, "a.gate_proj.bias": 0, "a.o_proj.weight": 0}
+    assert half_converted(names, mixed) == "a.gate_proj"
+    # all renamed (or dropped, as a tied head) is a layout of its own, not a mixture
+    whole = {"a.gqkv_proj.weight": 0, "a.gqkv_proj.bias": 0, "a.o_proj.weight": 0}
+    assert half_converted(names, whole) == ""

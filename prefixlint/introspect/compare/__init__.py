@@ -278,7 +278,7 @@ def _loaded_and_run(
             real.model, ref, plan.model_config, context, reference.out_of_tree(cls)
         )
     if refused is not None:
-        return refused
+        return _half_converted(refused, ref)
     result = _run(cls, real, ref, context, (name, pool))
     result.names_refused = renamed
     # a smaller config's checkpoint does not fit the meta builds: its own model takes them
@@ -288,6 +288,17 @@ def _loaded_and_run(
     result.attention = path  # the reference's attention path
     result.native_ops = native
     return result
+
+
+def _half_converted(refused: Comparison, ref: reference.Reference) -> Comparison:
+    """A load that failed on a checkpoint transformers' conversion half reverted
+    (``extras.half_converted``): said as that gap, never as the model's load."""
+    module = ""
+    if refused.reason is Reason.LOAD_FAILED:
+        module = extras.half_converted(list(ref.model.state_dict()), ref.checkpoint)
+    if not module:
+        return refused
+    return Comparison.not_run(Reason.HALF_CONVERTED, f"`{module}`; {refused.detail}")
 
 
 def native_ops() -> bool:

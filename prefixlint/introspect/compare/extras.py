@@ -74,3 +74,18 @@ def _holds_head(model: Any) -> bool:
 def _words(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0][:200] if text else ''}"
+
+
+def half_converted(model_names: list[str], checkpoint: dict[str, Any]) -> str:
+    """A module of the reference (``model_names``: its state dict's names) some of whose
+    tensors transformers' conversion reverted to another name and others it left under the
+    model's name: HRM-Text's conversion fuses ``gate_proj``/``q_proj``/``k_proj``/
+    ``v_proj`` weights into ``attn.gqkv_proj.weight`` and has no rule for their biases
+    (transformers' ``conversion_mapping.py``), so with ``attention_bias`` on the reverted
+    checkpoint holds fused weights beside unfused biases, a layout no real checkpoint has
+    and no loader of the fused format takes. The first such module, or ""."""
+    kept: dict[str, list[bool]] = {}
+    for name in model_names:
+        module, _, _ = name.rpartition(".")
+        kept.setdefault(module, []).append(name in checkpoint)
+    return next((m for m, held in kept.items() if any(held) and not all(held)), "")

@@ -38,6 +38,11 @@ class Reason(enum.Enum):
     TOO_LARGE = "the config is too large to run twice on the CPU within the time budget"
     # the CUDA wheel on a CPU machine: a layer whose CPU path only a compiled kernel runs
     NO_KERNEL = "a layer's CPU path needs a compiled kernel this vLLM build does not ship"
+    # transformers' conversion reverts some of a module's tensors and not the others
+    HALF_CONVERTED = (
+        "transformers' conversion reverts some of a module's tensors to the checkpoint's "
+        "names and not the others: a layout no real checkpoint has"
+    )
     OTHER_CHECKPOINT = (
         "transformers' checkpoint leaves the model's parameters unset (its load_weights "
         "reads another checkpoint format, or it is not transformers' model of this config)"
