@@ -199,3 +199,20 @@ def test_a_module_whose_conversion_reverts_some_tensors_only_is_half_converted()
     # all renamed (or dropped, as a tied head) is a layout of its own, not a mixture
     whole = {"a.gqkv_proj.weight": 0, "a.gqkv_proj.bias": 0, "a.o_proj.weight": 0}
     assert half_converted(names, whole) == ""
+
+
+def test_a_variant_value_transformers_refuses_is_no_value_it_accepts() -> None:
+    """The explorer's ``interleave_moe_layer_step=0`` makes Llama 4's config derivation
+    raise (and Laguna refuses ``moe_apply_router_weight_on_input``): a failure on such a
+    variant says nothing of the model (its site is cleared, so no PFX609)."""
+    from transformers import LagunaConfig, Llama4TextConfig, Qwen3MoeConfig
+
+    from prefixlint.introspect.compare.variants import _class_accepts
+
+    def of(config):
+        return SimpleNamespace(hf_config=config, hf_text_config=None)
+
+    assert not _class_accepts(of(Llama4TextConfig()), {"interleave_moe_layer_step": 0})
+    assert not _class_accepts(of(LagunaConfig()), {"moe_apply_router_weight_on_input": True})
+    assert _class_accepts(of(Llama4TextConfig()), {"attention_bias": True})
+    assert _class_accepts(of(Qwen3MoeConfig()), {"head_dim": 16})

@@ -121,6 +121,21 @@ def _modeling(reference: type) -> str:
     return module_source(inspect.getmodule(reference))
 
 
+def _class_accepts(model_config: Any, overrides: dict[str, Any]) -> bool:
+    """Whether the text config's class builds with ``overrides`` over its defaults: the
+    explorer's ``interleave_moe_layer_step=0`` (Llama 4) makes transformers' own
+    derivation raise (``range`` of step 0), so the variant holds no config a checkpoint
+    could, and what fails on it says nothing of the model."""
+    from prefixlint.introspect.coverage.variants import config_objects
+
+    kind = type(config_objects(model_config)[0])
+    try:
+        kind(**overrides)
+    except Exception:
+        return False
+    return True
+
+
 def _value(config: Any, attr: str) -> Any:
     """``config.attr``, or None. A heterogeneous config (transformers' per-layer configs,
     Gemma 4's ``head_dim``) refuses a global read of a per-layer attribute with its own
@@ -243,5 +258,7 @@ def compare_variants(
                 continue
             result = compare(cls, plan, builds, True, synthesised)
         result.variant, result.latent = variant.label, variant.latent
+        if not _class_accepts(plan.model_config, variant.overrides):
+            result.site = ("", 0)  # a value transformers refuses: its failure is no finding
         out.append(result)
     return out
