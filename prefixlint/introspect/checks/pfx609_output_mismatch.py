@@ -64,6 +64,13 @@ class OutputMismatch(Check):
     value the model assumes are unaffected.
     Guessed values transformers' class never reads (AFMoE's `score_func`) are tried with
     the values the model tells apart before a difference is blamed on the model.
+    The load is checked too: a `load_weights` that refuses the `rotary_emb.inv_freq`
+    buffers (an error: vLLM drops them for every family) or a tied head's duplicate
+    `lm_head.weight` (a warning) streamed with the rest of the checkpoint, and a variant
+    whose load or forward fails in the model's file while the config itself runs (the
+    model cannot take a value transformers' class accepts; a `head_dim` off
+    `hidden_size / heads` is one such latent variant), are reported at the model's line
+    that raised.
 
     ## Why is this bad?
     The model builds, loads and serves, with wrong outputs: a softmax scale written wrong,
