@@ -195,10 +195,13 @@ def test_a_module_whose_conversion_reverts_some_tensors_only_is_half_converted()
 
     names = ["a.gate_proj.weight", "a.gate_proj.bias", "a.o_proj.weight", "lm_head.weight"]
     mixed = {"a.gqkv_proj.weight": 0, "a.gate_proj.bias": 0, "a.o_proj.weight": 0}
-    assert half_converted(names, mixed) == "a.gate_proj"
+    failure = "ValueError: There is no module or parameter named 'm.a.gate_proj' in M"
+    assert half_converted(names, mixed, failure) == "a.gate_proj"
+    # a failure that names another module: the mixture is not why it failed
+    assert half_converted(names, mixed, "KeyError: 'm.a.o_proj.bias'") == ""
     # all renamed (or dropped, as a tied head) is a layout of its own, not a mixture
     whole = {"a.gqkv_proj.weight": 0, "a.gqkv_proj.bias": 0, "a.o_proj.weight": 0}
-    assert half_converted(names, whole) == ""
+    assert half_converted(names, whole, failure) == ""
 
 
 def test_a_variant_value_transformers_refuses_is_no_value_it_accepts() -> None:

@@ -295,7 +295,8 @@ def _half_converted(refused: Comparison, ref: reference.Reference) -> Comparison
     (``extras.half_converted``): said as that gap, never as the model's load."""
     module = ""
     if refused.reason is Reason.LOAD_FAILED:
-        module = extras.half_converted(list(ref.model.state_dict()), ref.checkpoint)
+        names = list(ref.model.state_dict())
+        module = extras.half_converted(names, ref.checkpoint, refused.detail)
     if not module:
         return refused
     return Comparison.not_run(Reason.HALF_CONVERTED, f"`{module}`; {refused.detail}")

@@ -14,6 +14,7 @@ none (docs/compare.md).
 
 from __future__ import annotations
 
+import re
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -76,16 +77,23 @@ def _words(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0][:200] if text else ''}"
 
 
-def half_converted(model_names: list[str], checkpoint: dict[str, Any]) -> str:
+def half_converted(model_names: list[str], checkpoint: dict[str, Any], failure: str) -> str:
     """A module of the reference (``model_names``: its state dict's names) some of whose
     tensors transformers' conversion reverted to another name and others it left under the
     model's name: HRM-Text's conversion fuses ``gate_proj``/``q_proj``/``k_proj``/
     ``v_proj`` weights into ``attn.gqkv_proj.weight`` and has no rule for their biases
     (transformers' ``conversion_mapping.py``), so with ``attention_bias`` on the reverted
     checkpoint holds fused weights beside unfused biases, a layout no real checkpoint has
-    and no loader of the fused format takes. The first such module, or ""."""
+    and no loader of the fused format takes. Only a module the load's ``failure`` (its
+    words) names counts (by its last two parts, ``self_attn.gate_proj``: the model's
+    prefix may differ): another module's mixture says nothing of this failure. The first
+    such module, or ""."""
     kept: dict[str, list[bool]] = {}
     for name in model_names:
         module, _, _ = name.rpartition(".")
         kept.setdefault(module, []).append(name in checkpoint)
-    return next((m for m, held in kept.items() if any(held) and not all(held)), "")
+    for module, held in kept.items():
+        tail = ".".join(module.split(".")[-2:])
+        if any(held) and not all(held) and re.search(rf"{re.escape(tail)}\b", failure):
+            return module
+    return ""
