@@ -129,7 +129,8 @@ class OutputMismatch(Check):
         """PFX609 of the config variants' comparisons (``compare/variants.py``), one per
         line of the model not already reported on the config itself; a later variant
         differing at the same line adds its name. A variant that could not run gives no
-        note: the variant is prefixlint's, listed in the JSON."""
+        note (the variant is prefixlint's, listed in the JSON), but a PFX609 where its
+        load or forward raised in the model's file (``_variant_failed``)."""
         seen = {(f.file, f.line) for f in self.findings(base, cls) if f.code == CODE}
         out: list[Finding] = []
         for comparison in variants:

@@ -97,9 +97,8 @@ class Comparison:
     tolerance: float = TOLERANCE
     boundaries: list[Boundary] = field(default_factory=list)  # in completion order
     first: Boundary | None = None  # the first boundary that diverges with agreeing input
-    # what the loader raised on the names real checkpoints add (reference._extras),
-    # streamed alone; "" when it took them. A fact, not yet a finding: whether a family's
-    # real checkpoints carry them is not known here (docs/compare.md)
+    # what the loader raised on the first kind of names real checkpoints add that it
+    # refused (``refusals``, reference._extras); "" when it took them
     extras_refused: str = ""
     # the comparison's own smaller sizes (``compare/smaller.py``), {} on the config itself
     smaller: dict[str, int] = field(default_factory=dict)

@@ -20,8 +20,10 @@ A value another attribute is derived from (Qwen2's ``use_sliding_window`` and it
 config written by transformers holds both. A variant runs only when config exploration
 is on (``--explore-budget`` above 0), at most ``MAX_VARIANTS`` of them, started within
 that budget (each costs what the base comparison costs: 0.3-1 s on two cores). A
-variant whose comparison cannot run is listed in the JSON, never reported: the variant
-is prefixlint's, not the model's.
+variant whose comparison cannot run is listed in the JSON; where the model's own load or
+forward raised on it (a value its config class accepts) while the config itself ran,
+PFX609 reports that line (``checks/pfx609_output_mismatch.py``); a head_dim off
+``hidden_size / heads`` is such a variant (``_head_dim_moved``).
 """
 
 from __future__ import annotations
