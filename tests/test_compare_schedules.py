@@ -68,7 +68,8 @@ def test_schedules_displace_none_of_the_other_variants() -> None:
 
     others = [CompareVariant({f"f{i}": True}, f"f{i}=True") for i in range(MAX_VARIANTS + 2)]
     schedules = [
-        CompareVariant({f"s{i}": 2}, f"s{i}=2", served="always") for i in range(MAX_SCHEDULES + 1)
+        CompareVariant({f"s{i}": 2}, f"s{i}=2", served="always", schedule=True)
+        for i in range(MAX_SCHEDULES + 1)
     ]
     run = chosen(others + schedules)
     assert run == others[:MAX_VARIANTS] + schedules[:MAX_SCHEDULES]

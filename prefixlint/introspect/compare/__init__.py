@@ -19,6 +19,7 @@ from prefixlint.introspect.compare import (
     attention,
     boundaries,
     experts,
+    extras,
     guesses,
     kvheads,
     layerlists,
@@ -42,6 +43,7 @@ from prefixlint.introspect.compare.facts import (
     Boundary,
     Comparison,
     Reason,
+    Refusal,
     Status,
 )
 from prefixlint.introspect.compare.launch import triton_launch as launch_words
@@ -313,6 +315,7 @@ def _loaded_and_run(
             real.model, ref, plan.model_config, context, reference.out_of_tree(cls)
         )
     if refused is not None:
+        refused = _half_converted(refused, ref)
         if refused.reason is Reason.LOAD_FAILED:
             with vllm_api.embedding_adapted(real.model, pool):
                 refused.refusal = _refused_at(cls, real, ref, context)
@@ -321,7 +324,9 @@ def _loaded_and_run(
     result = _run(cls, real, ref, context, (name, pool))
     result.names_refused, result.shapes = renamed, shapes
     # a smaller config's checkpoint does not fit the meta builds: its own model takes them
-    result.extras_refused = _probe_extras(real if small else None, builds, ref, pool)
+    found = _probe_extras(real if small else None, builds, ref, pool, bool(renamed))
+    result.refusals = found
+    result.extras_refused = found[0].words if found else ""
     result.attention = path  # the reference's attention path
     result.native_ops = native
     return result
@@ -336,6 +341,18 @@ def _refused_at(cls: type | None, real: Any, ref: reference.Reference, context: 
         return refusal.located(real.model, state, context, owner, real.recorder.records, _words)
     except Exception:  # a locator that fails leaves the failure as it was said
         return None
+
+
+def _half_converted(refused: Comparison, ref: reference.Reference) -> Comparison:
+    """A load that failed on a checkpoint transformers' conversion half reverted
+    (``extras.half_converted``): said as that gap, never as the model's load."""
+    module = ""
+    if refused.reason is Reason.LOAD_FAILED:
+        names = list(ref.model.state_dict())
+        module = extras.half_converted(names, ref.checkpoint, refused.detail)
+    if not module:
+        return refused
+    return Comparison.not_run(Reason.HALF_CONVERTED, f"`{module}`; {refused.detail}")
 
 
 def native_ops() -> bool:
@@ -483,23 +500,30 @@ def _other_format(
     return f"vLLM's loader: {unset.splitlines()[0][:300]}" if unset else None
 
 
-def _probe_extras(real: Any, builds: list[Any], ref: reference.Reference, pool: bool) -> str:
-    """What the loader raises on the names real checkpoints add (``reference._extras``),
-    streamed alone, as meta tensors through the meta tp=1 build (or, for the comparison's
-    smaller config, as they are through its loaded model ``real``); "" when it takes them."""
+def _probe_extras(
+    real: Any, builds: list[Any], ref: reference.Reference, pool: bool, renamed: bool
+) -> list[Refusal]:
+    """The kinds of names real checkpoints add (``reference._extras``) the loader refuses
+    when streamed with the rest of the checkpoint (``extras.py``), as meta tensors through
+    the meta tp=1 build (or, for the comparison's smaller config, as they are through its
+    loaded model ``real``). ``renamed``: the load took the names as the model holds them."""
     base = real or next(b for b in builds if b.error is None and b.layout.tp == b.layout.pp == 1)
+    if not ref.extras or base.model is None:
+        return []
     as_meta = real is None
-    extras = [
-        (k, ref.checkpoint[k].to("meta") if as_meta else ref.checkpoint[k]) for k in ref.extras
-    ]
-    if not extras or base.model is None:
-        return ""
-    try:
-        with _context(base)(), vllm_api.embedding_adapted(base.model, pool):
-            base.model.load_weights(iter(extras))
-    except Exception as e:
-        return _words(e)
-    return ""
+    names = ref.renamed if renamed else {}
+    state = {names.get(k, k): v.to("meta") if as_meta else v for k, v in ref.checkpoint.items()}
+    kept = [names.get(k, k) for k in ref.extras]
+
+    def stream(items: list[tuple[str, Any]]) -> BaseException | None:
+        try:
+            with _context(base)(), vllm_api.embedding_adapted(base.model, pool):
+                base.model.load_weights(iter(items))
+        except Exception as e:
+            return e
+        return None
+
+    return extras.refusals(base.model, state, kept, stream)
 
 
 def _run(

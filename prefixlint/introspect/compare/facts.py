@@ -46,6 +46,11 @@ class Reason(enum.Enum):
     TOO_LARGE = "the config is too large to run twice on the CPU within the time budget"
     # the CUDA wheel on a CPU machine: a layer whose CPU path only a compiled kernel runs
     NO_KERNEL = "a layer's CPU path needs a compiled kernel this vLLM build does not ship"
+    # transformers' conversion reverts some of a module's tensors and not the others
+    HALF_CONVERTED = (
+        "transformers' conversion reverts some of a module's tensors to the checkpoint's "
+        "names and not the others: a layout no real checkpoint has"
+    )
     OTHER_CHECKPOINT = (
         "transformers' checkpoint leaves the model's parameters unset (its load_weights "
         "reads another checkpoint format, or it is not transformers' model of this config)"
@@ -76,6 +81,22 @@ class Boundary:
         return self.input_rel is None or self.input_rel <= tolerance
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A name real checkpoints carry and transformers drops (``reference._extras``) that
+    the model's ``load_weights`` raised on, streamed with the rest of the checkpoint
+    (which it took without it): the first such name, the error in words, and the
+    model's line that raised (the innermost frame in the model's own code)."""
+
+    name: str
+    words: str
+    site: tuple[str, int] = ("", 0)
+
+    @property
+    def rotary(self) -> bool:
+        return not self.name.endswith("lm_head.weight")
+
+
 @dataclass
 class Comparison:
     status: Status
@@ -86,9 +107,8 @@ class Comparison:
     tolerance: float = TOLERANCE
     boundaries: list[Boundary] = field(default_factory=list)  # in completion order
     first: Boundary | None = None  # the first boundary that diverges with agreeing input
-    # what the loader raised on the names real checkpoints add (reference._extras),
-    # streamed alone; "" when it took them. A fact, not yet a finding: whether a family's
-    # real checkpoints carry them is not known here (docs/compare.md)
+    # what the loader raised on the first kind of names real checkpoints add that it
+    # refused (``refusals``, reference._extras); "" when it took them
     extras_refused: str = ""
     # the comparison's own smaller sizes (``compare/smaller.py``), {} on the config itself
     smaller: dict[str, int] = field(default_factory=dict)
@@ -128,6 +148,8 @@ class Comparison:
     # the parameter names and shapes of the model it built (not in the JSON): a variant
     # whose build has others than the config itself's reads what the variant changed
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
+    # the names real checkpoints add that the loader refused, one per kind (``extras.py``)
+    refusals: list[Refusal] = field(default_factory=list)
 
     @classmethod
     def not_run(cls, reason: Reason, detail: str = "") -> Comparison:
@@ -143,6 +165,8 @@ class Comparison:
             out["tolerance"] = self.tolerance
         if self.extras_refused:
             out["extras_refused"] = self.extras_refused
+        if self.refusals:
+            out["refused"] = [r.name for r in self.refusals]
         if self.assumed:
             out["assumed"] = {k: repr(v) for k, v in self.assumed.items()}
         if self.variant:

@@ -25,19 +25,23 @@ is on (``--explore-budget`` above 0), at most ``MAX_VARIANTS`` of them and
 ``MAX_SCHEDULES`` layer schedules, started within that budget (each costs what the base
 comparison costs: 0.3-1 s on two cores). A variant whose comparison cannot run is listed
 in the JSON, not reported (the variant is prefixlint's), but for a checkpoint of it the
-model's loader refuses where the config itself loads, on a layer schedule or on a flag
-the model builds otherwise for (``CompareVariant.served``, ``refusal.py``): PFX609.
+model's loader refuses where the config itself loads, on a layer schedule, on a head_dim
+off ``hidden_size / heads`` (``_head_dim_moved``, latent) or on a flag the model builds
+otherwise for (``CompareVariant.served``, ``refusal.py``): PFX609. A value transformers'
+own config class refuses (``_class_accepts``) is no config a checkpoint could hold: its
+refusal is not the model's.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, replace
 from typing import Any
 
 from prefixlint.introspect.compare.facts import Comparison
 
-MAX_VARIANTS = 6
+MAX_VARIANTS = 7  # the head_dim variant after the moved values (0.3-1 s each)
 MAX_SCHEDULES = 3  # layer schedules, beside the others (Ernie 4.5 MoE has three)
 _FRACTION_WORDS = ("factor", "ratio", "fraction", "pct", "percent")
 _ROTARY = "partial_rotary_factor"
@@ -58,6 +62,8 @@ class CompareVariant:
     # mode), "" never (the explorer's variants set one attribute of several a config
     # class derives together; the moved values are latent)
     served: str = ""
+    # a layer schedule (``schedules.py``): run beside the others, ``MAX_SCHEDULES`` of them
+    schedule: bool = False
 
 
 def comparison_variants(
@@ -96,6 +102,9 @@ def comparison_variants(
     moved = moved_values(config, own, reads, reference)
     if moved is not None:
         out.append(CompareVariant(*moved, latent=True))
+    head = _head_dim_moved(config, reference)
+    if head is not None:
+        out.append(head)
     seen: set[str] = set()
     out = [v for v in out if not (v.label in seen or seen.add(v.label))]
     if reference is None:
@@ -103,10 +112,10 @@ def comparison_variants(
     # schedules transformers reads, whether the model does or not; one the list holds
     # already (the explorer's ``decoder_sparse_step=2``) becomes a schedule
     for values in schedule_overrides(config, own, reference):
-        variant = _variant(config, *next(iter(values.items())), "always")
+        variant = replace(_variant(config, *next(iter(values.items())), "always"), schedule=True)
         known = [i for i, v in enumerate(out) if v.label == variant.label]
         if known:
-            out[known[0]] = replace(out[known[0]], served="always")
+            out[known[0]] = replace(out[known[0]], served="always", schedule=True)
         else:
             out.append(variant)
     return out
@@ -116,8 +125,56 @@ def chosen(variants: list[CompareVariant]) -> list[CompareVariant]:
     """The variants run: the first ``MAX_VARIANTS`` of the others, then the first
     ``MAX_SCHEDULES`` layer schedules (kept apart, so that they displace none of the
     others: a model's variants are what they were without them)."""
-    schedules = [v for v in variants if v.served == "always"][:MAX_SCHEDULES]
-    return [v for v in variants if v.served != "always"][:MAX_VARIANTS] + schedules
+    schedules = [v for v in variants if v.schedule][:MAX_SCHEDULES]
+    return [v for v in variants if not v.schedule][:MAX_VARIANTS] + schedules
+
+
+def _head_dim_moved(config: Any, reference: type | None) -> CompareVariant | None:
+    """``head_dim`` twice ``hidden_size // num_attention_heads`` where the config holds
+    that quotient (or None, which transformers reads as it) and transformers' reference
+    reads ``head_dim``: a model that derives the quotient instead of reading it
+    (Qwen3-MoE's released checkpoints: 2048 wide, 32 heads of 128) builds and agrees on
+    every config that keeps it. Latent: a config that keeps the quotient is unaffected."""
+    heads, hidden = _value(config, "num_attention_heads"), _value(config, "hidden_size")
+    value = _value(config, "head_dim")
+    if reference is None or not _READS_HEAD_DIM.search(_modeling(reference)):
+        return None  # a head size transformers never reads has nothing to compare with
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (heads, hidden)):
+        return None
+    quotient = hidden // heads if heads > 0 else 0
+    if quotient <= 0 or value not in (None, quotient):
+        return None
+    # a model that refuses its checkpoint builds the heads otherwise: the model's (latent)
+    label = f"head_dim={2 * quotient}"
+    return CompareVariant({"head_dim": 2 * quotient}, label, latent=True, served="always")
+
+
+# transformers' modeling reads the config's head_dim (GPT-2's own ``self.head_dim``, the
+# width over the heads, is no read of it)
+_READS_HEAD_DIM = re.compile(r"config\.head_dim\b|getattr\(\s*\w*config\s*,\s*[\"']head_dim[\"']")
+
+
+def _modeling(reference: type) -> str:
+    import inspect
+
+    from prefixlint.introspect.compare.guesses import module_source
+
+    return module_source(inspect.getmodule(reference))
+
+
+def _class_accepts(model_config: Any, overrides: dict[str, Any]) -> bool:
+    """Whether the text config's class builds with ``overrides`` over its defaults: the
+    explorer's ``interleave_moe_layer_step=0`` (Llama 4) makes transformers' own
+    derivation raise (``range`` of step 0), so the variant holds no config a checkpoint
+    could, and what fails on it says nothing of the model."""
+    from prefixlint.introspect.coverage.variants import config_objects
+
+    kind = type(config_objects(model_config)[0])
+    try:
+        kind(**overrides)
+    except Exception:
+        return False
+    return True
 
 
 def _value(config: Any, attr: str) -> Any:
@@ -256,6 +313,7 @@ def compare_variants(
             result = compare(cls, plan, builds, True, synthesised)
         result.variant, result.latent = variant.label, variant.latent
         if result.refusal is not None:
-            result.refusal = replace(result.refusal, served=variant.served)
+            served = variant.served if _class_accepts(plan.model_config, variant.overrides) else ""
+            result.refusal = replace(result.refusal, served=served)
         out.append(result)
     return out
