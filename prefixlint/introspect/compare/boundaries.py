@@ -181,6 +181,14 @@ def hooked(root: nn.Module, paths: dict[str, str], seen: Seen) -> Iterator[None]
                     seen.other_inputs[key] = _kept(given_other)
 
         handles.append(module.register_forward_hook(hook, with_kwargs=True))
+    with removed_after(handles):
+        yield
+
+
+@contextlib.contextmanager
+def removed_after(handles: list[Any]) -> Iterator[None]:
+    """Open while the hooks of ``handles`` record; each removed on leaving, whatever
+    raised (a hook left on a module would record the next run too)."""
     try:
         yield
     finally:

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from prefixlint.introspect import vllm_api
-from prefixlint.introspect.compare.boundaries import difference
+from prefixlint.introspect.compare.boundaries import difference, removed_after
 from prefixlint.introspect.compare.facts import Boundary
 
 _AGREE = "the logits differ from transformers' while the final hidden states agree: "
@@ -67,11 +67,8 @@ def watched(model: nn.Module, seen: Seen) -> Iterator[None]:
     for module in model.modules() if cls is not None else ():
         if isinstance(module, cls):
             handles.append(module.register_forward_hook(hook, with_kwargs=True))
-    try:
+    with removed_after(handles):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 @contextlib.contextmanager
@@ -87,12 +84,9 @@ def reference_head(reference: nn.Module, seen: Seen) -> Iterator[None]:
             seen.reference_in, seen.reference_out = args[0].detach().float(), output.detach()
             seen.reference_out = seen.reference_out.float()
 
-    handle = head.register_forward_hook(hook) if isinstance(head, nn.Module) else None
-    try:
+    handles = [head.register_forward_hook(hook)] if isinstance(head, nn.Module) else []
+    with removed_after(handles):
         yield
-    finally:
-        if handle is not None:
-            handle.remove()
 
 
 def placed(
