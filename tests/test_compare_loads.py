@@ -49,8 +49,8 @@ def test_a_kind_is_refused_only_where_the_rest_of_the_checkpoint_loads_without_i
         return _raise(names[-1]) if names[-1].endswith("inv_freq") else None
 
     [found] = refusals(model, state, extras, refuses_inv_freq)
-    assert found.name == "model.layers.0.rotary_emb.inv_freq" and found.rotary
-    assert "KeyError" in found.words
+    assert found.tensor == "model.layers.0.rotary_emb.inv_freq" and found.rotary
+    assert "KeyError" in found.said
 
     def fails_anyway(items):  # the stream itself fails here (a loader needing values)
         return _raise("no")
@@ -69,8 +69,8 @@ def test_a_refused_extra_is_an_error_for_inv_freq_and_a_warning_for_a_tied_head(
 
     comparison = Comparison(Status.EQUAL, reference="R")
     comparison.refusals = [
-        Refusal("model.layers.0.self_attn.rotary_emb.inv_freq", "KeyError: x", ("/m/a.py", 7)),
-        Refusal("lm_head.weight", "ValueError: y", ("/m/a.py", 9)),
+        Refusal("model.layers.0.self_attn.rotary_emb.inv_freq", "", ("/m/a.py", 7), "KeyError: x"),
+        Refusal("lm_head.weight", "", ("/m/a.py", 9), "ValueError: y"),
     ]
     found = OutputMismatch().findings(comparison, None)
     assert [(f.line, f.severity) for f in found] == [(7, "error"), (9, "warning")]
@@ -169,13 +169,13 @@ def test_a_module_whose_conversion_reverts_some_tensors_only_is_half_converted()
 
     names = ["a.gate_proj.weight", "a.gate_proj.bias", "a.o_proj.weight", "lm_head.weight"]
     mixed = {"a.gqkv_proj.weight": 0, "a.gate_proj.bias": 0, "a.o_proj.weight": 0}
-    failure = "ValueError: There is no module or parameter named 'm.a.gate_proj' in M"
-    assert half_converted(names, mixed, failure) == "a.gate_proj"
-    # a failure that names another module: the mixture is not why it failed
-    assert half_converted(names, mixed, "KeyError: 'm.a.o_proj.bias'") == ""
+    refused = "m.a.gate_proj.bias"  # the tensor the loader refuses (the model's prefix)
+    assert half_converted(names, mixed, refused) == "a.gate_proj"
+    # a refusal in another module: the mixture is not why it failed
+    assert half_converted(names, mixed, "m.a.o_proj.bias") == ""
     # all renamed (or dropped, as a tied head) is a layout of its own, not a mixture
     whole = {"a.gqkv_proj.weight": 0, "a.gqkv_proj.bias": 0, "a.o_proj.weight": 0}
-    assert half_converted(names, whole, failure) == ""
+    assert half_converted(names, whole, refused) == ""
 
 
 def test_a_variant_value_transformers_refuses_is_no_value_it_accepts() -> None:

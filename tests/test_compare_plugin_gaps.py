@@ -33,13 +33,13 @@ def test_a_gap_s_words_write_no_file(monkeypatch) -> None:
     without that folder the comparison's own error handling raised."""
     import builtins
 
-    from prefixlint.introspect.compare import _words
+    from prefixlint.introspect.compare.refusal import said
 
     def refused(*args, **kwargs):
         raise OSError("no file may be written here")
 
     monkeypatch.setattr(builtins, "open", refused)
-    assert _words(ValueError("boom\nsecond line")) == "ValueError: boom"
+    assert said(ValueError("boom\nsecond line")) == "ValueError: boom"
 
 
 def test_a_plugin_s_own_config_class_says_the_family_when_synthesised() -> None:

@@ -106,8 +106,7 @@ def test_kv_heads_under_another_name_are_set_apart() -> None:
 
 
 def _comparisons(base_status: str):
-    from prefixlint.introspect.compare.facts import Comparison, Reason, Status
-    from prefixlint.introspect.compare.refusal import Refusal
+    from prefixlint.introspect.compare.facts import Comparison, Reason, Refusal, Status
 
     base = Comparison(Status(base_status)) if base_status != "not run" else None
     base = base or Comparison.not_run(Reason.LOAD_FAILED, "RuntimeError: size")

@@ -366,7 +366,7 @@ def _refusal_words(refusal: Refusal) -> str:
             "embedding, which a loader of a tied head must skip"
         )
     return (
-        f"`load_weights` refuses `{refusal.name}` ({refusal.words}): {carried}; a checkpoint "
+        f"`load_weights` refuses `{refusal.tensor}` ({refusal.said}): {carried}; a checkpoint "
         "that carries it does not load, while the rest of transformers' checkpoint of the "
         "same config loads"
     )

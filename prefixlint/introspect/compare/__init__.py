@@ -229,7 +229,7 @@ def _compare_built(
         hf_config = reference.kv_heads_as_built(hf_config, meta)
         ref = reference.build(ref_cls, hf_config, path, vllm_config)
     except Exception as e:
-        said = f"{ref_cls.__name__}: {_words(e)}{unset.said(e)}"  # what it read as None
+        said = f"{ref_cls.__name__}: {refusal.said(e)}{unset.said(e)}"  # what it read as None
         failed = Comparison.not_run(Reason.REFERENCE_FAILED, said)
         return _layer_gap_first(plan, failed)
     real = _real(plan)
@@ -315,18 +315,17 @@ def _loaded_and_run(
             real.model, ref, plan.model_config, context, reference.out_of_tree(cls)
         )
     if refused is not None:
-        refused = _half_converted(refused, ref)
         if refused.reason is Reason.LOAD_FAILED:
             with vllm_api.embedding_adapted(real.model, pool):
                 refused.refusal = _refused_at(cls, real, ref, context)
             refused.shapes = shapes
-        return refused
+        return _half_converted(refused, ref)
     result = _run(cls, real, ref, context, (name, pool))
     result.names_refused, result.shapes = renamed, shapes
     # a smaller config's checkpoint does not fit the meta builds: its own model takes them
     found = _probe_extras(real if small else None, builds, ref, pool, bool(renamed))
     result.refusals = found
-    result.extras_refused = found[0].words if found else ""
+    result.extras_refused = found[0].said if found else ""
     result.attention = path  # the reference's attention path
     result.native_ops = native
     return result
@@ -338,18 +337,19 @@ def _refused_at(cls: type | None, real: Any, ref: reference.Reference, context: 
     state = {k: v for k, v in ref.checkpoint.items() if k not in ref.extras}
     owner = real.model if getattr(real.model, "hf_to_vllm_mapper", None) is not None else cls
     try:
-        return refusal.located(real.model, state, context, owner, real.recorder.records, _words)
+        return refusal.located(real.model, state, context, owner, real.recorder.records)
     except Exception:  # a locator that fails leaves the failure as it was said
         return None
 
 
 def _half_converted(refused: Comparison, ref: reference.Reference) -> Comparison:
     """A load that failed on a checkpoint transformers' conversion half reverted
-    (``extras.half_converted``): said as that gap, never as the model's load."""
+    (``extras.half_converted``, asked of the tensor the loader refuses, ``refusal.py``):
+    said as that gap, never as the model's load."""
     module = ""
-    if refused.reason is Reason.LOAD_FAILED:
+    if refused.reason is Reason.LOAD_FAILED and refused.refusal is not None:
         names = list(ref.model.state_dict())
-        module = extras.half_converted(names, ref.checkpoint, refused.detail)
+        module = extras.half_converted(names, ref.checkpoint, refused.refusal.tensor)
     if not module:
         return refused
     return Comparison.not_run(Reason.HALF_CONVERTED, f"`{module}`; {refused.detail}")
@@ -549,7 +549,9 @@ def _run(
     try:
         out, rotary_sizes, last = _reference_forward(ref.model, ids, names, (theirs, head), pool)
     except Exception as e:
-        return Comparison.not_run(Reason.REFERENCE_FAILED, f"{name}: {_words(e)}{unset.said(e)}")
+        return Comparison.not_run(
+            Reason.REFERENCE_FAILED, f"{name}: {refusal.said(e)}{unset.said(e)}"
+        )
     if isinstance(computed, torch.Tensor) and getattr(out, "logits", None) is not None:
         ours.outputs[boundaries.LOGITS] = computed.float()
         theirs.outputs[boundaries.LOGITS] = out.logits.float()
@@ -671,15 +673,8 @@ def _failed(reason: Reason, error: BaseException | None) -> Comparison:
     notes are kept as they were. A Triton kernel launched without Triton is named."""
     launch = launch_words(error) if error is not None else ""
     if launch:  # a Triton kernel without Triton: the stage's reason, saying which kernel
-        return Comparison.not_run(reason, f"{launch}; {_words(error)}")
+        return Comparison.not_run(reason, f"{launch}; {refusal.said(error)}")
     missing = missing_kernel_reason(f"{type(error).__name__}: {error}") if error else ""
     if missing and not cpu_kernels_loaded():
         return Comparison.not_run(Reason.NO_KERNEL, missing)
-    return Comparison.not_run(reason, _words(error))
-
-
-def _words(error: BaseException | None) -> str:
-    if error is None:
-        return ""
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0][:200] if text else ''}"
+    return Comparison.not_run(reason, refusal.said(error))

@@ -14,12 +14,12 @@ none (docs/compare.md).
 
 from __future__ import annotations
 
-import re
 import traceback
 from collections.abc import Callable
 from typing import Any
 
 from prefixlint.introspect.compare.facts import Refusal
+from prefixlint.introspect.compare.refusal import said
 
 HEAD = "lm_head.weight"
 
@@ -64,7 +64,7 @@ def refusals(
             baseline.append(stream(plain))
         if baseline[0] is not None:  # the stream itself fails here: nothing to tell
             return out
-        out.append(Refusal(names[0], _words(error), site_of(error)))
+        out.append(Refusal(names[0], "", site_of(error), said(error)))
     return out
 
 
@@ -72,28 +72,27 @@ def _holds_head(model: Any) -> bool:
     return getattr(model, "lm_head", None) is not None
 
 
-def _words(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0][:200] if text else ''}"
-
-
-def half_converted(model_names: list[str], checkpoint: dict[str, Any], failure: str) -> str:
+def half_converted(model_names: list[str], checkpoint: dict[str, Any], refused: str) -> str:
     """A module of the reference (``model_names``: its state dict's names) some of whose
     tensors transformers' conversion reverted to another name and others it left under the
     model's name: HRM-Text's conversion fuses ``gate_proj``/``q_proj``/``k_proj``/
     ``v_proj`` weights into ``attn.gqkv_proj.weight`` and has no rule for their biases
     (transformers' ``conversion_mapping.py``), so with ``attention_bias`` on the reverted
     checkpoint holds fused weights beside unfused biases, a layout no real checkpoint has
-    and no loader of the fused format takes. Only a module the load's ``failure`` (its
-    words) names counts (by its last two parts, ``self_attn.gate_proj``: the model's
-    prefix may differ): another module's mixture says nothing of this failure. The first
-    such module, or ""."""
+    and no loader of the fused format takes. Only the module of the tensor the loader
+    refuses (``refused``, a checkpoint name) counts, by its last two parts
+    (``self_attn.gate_proj``: the model's prefix may differ): another module's mixture
+    says nothing of this failure. That module, or ""."""
     kept: dict[str, list[bool]] = {}
     for name in model_names:
         module, _, _ = name.rpartition(".")
         kept.setdefault(module, []).append(name in checkpoint)
+    wanted = _tail(refused.rpartition(".")[0])
     for module, held in kept.items():
-        tail = ".".join(module.split(".")[-2:])
-        if any(held) and not all(held) and re.search(rf"{re.escape(tail)}\b", failure):
+        if any(held) and not all(held) and _tail(module) == wanted:
             return module
     return ""
+
+
+def _tail(module: str) -> str:
+    return ".".join(module.split(".")[-2:])

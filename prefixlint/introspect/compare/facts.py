@@ -83,18 +83,24 @@ class Boundary:
 
 @dataclass(frozen=True)
 class Refusal:
-    """A name real checkpoints carry and transformers drops (``reference._extras``) that
-    the model's ``load_weights`` raised on, streamed with the rest of the checkpoint
-    (which it took without it): the first such name, the error in words, and the
-    model's line that raised (the innermost frame in the model's own code)."""
+    """A checkpoint tensor the model's ``load_weights`` raised on: one of transformers'
+    checkpoint of a config (``refusal.py``: ``module`` it falls under, ``site`` the line
+    that built it), or a name real checkpoints carry and transformers drops, streamed
+    with the rest of the checkpoint (``extras.py``: ``site`` the model's line that
+    raised, ``module`` ""); ``said``: what the loader raised, in words."""
 
-    name: str
-    words: str
-    site: tuple[str, int] = ("", 0)
+    tensor: str
+    module: str
+    site: tuple[str, int]
+    said: str
+    # when a variant's refusal is the model's (``variants.CompareVariant.served``):
+    # ``always``, ``changed`` (where the model's build differs from the config
+    # itself's), "" never
+    served: str = ""
 
     @property
     def rotary(self) -> bool:
-        return not self.name.endswith("lm_head.weight")
+        return not self.tensor.endswith("lm_head.weight")
 
 
 @dataclass
@@ -141,7 +147,7 @@ class Comparison:
     latent: bool = False
     # where the model's loader refused transformers' checkpoint of this config, for a
     # LOAD_FAILED (``refusal.py``): the tensor, the module, the line that built it
-    refusal: Any = None
+    refusal: Refusal | None = None
     # KV head counts the comparison's own config set apart from the query heads
     # (``kvheads.py``), {} where none was or transformers' class refused it
     grouped: dict[str, int] = field(default_factory=dict)
@@ -166,7 +172,7 @@ class Comparison:
         if self.extras_refused:
             out["extras_refused"] = self.extras_refused
         if self.refusals:
-            out["refused"] = [r.name for r in self.refusals]
+            out["refused"] = [r.tensor for r in self.refusals]
         if self.assumed:
             out["assumed"] = {k: repr(v) for k, v in self.assumed.items()}
         if self.variant:

@@ -12,22 +12,17 @@ whole stream failed, so it costs nothing on a load that works.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from prefixlint.introspect.compare.facts import Refusal
 
-@dataclass(frozen=True)
-class Refusal:
-    """The first checkpoint tensor ``load_weights`` raises on alone, the model's module it
-    falls under, the line that built that module, and what the loader said."""
 
-    tensor: str
-    module: str
-    site: tuple[str, int]
-    said: str
-    # when the refusal is the model's (``variants.CompareVariant.served``): ``always``,
-    # ``changed`` (where the model's build differs from the config itself's), "" never
-    served: str = ""
+def said(error: BaseException | None) -> str:
+    """What the loader (or any stage) raised, in words: its type and first line."""
+    if error is None:
+        return ""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:200] if text else ''}"
 
 
 def located(
@@ -36,7 +31,6 @@ def located(
     context: Callable[[], Any],
     owner: Any,
     records: Any,
-    words: Callable[[BaseException], str],
 ) -> Refusal | None:
     """``owner``: what holds the ``hf_to_vllm_mapper`` (the class, or the model); ``records``:
     the build recorder's records (module -> its construction line). None when every
@@ -49,7 +43,7 @@ def located(
                 model.load_weights(iter([(name, tensor)]))
         except Exception as e:
             module = _module(model, vllm_name(owner, name))
-            return Refusal(name, module, _site(model, module, records), words(e))
+            return Refusal(name, module, _site(model, module, records), said(e))
     return None
 
 
